@@ -1,0 +1,234 @@
+"""Placement of GPU slices: pure code, no I/O.
+
+``fit`` answers one question — where does this request go right now, or why not — from
+immutable values: the devices, the slices already held and the policy. The ledger calls it inside
+a write transaction, so what ``fit`` sees is what it decides on. A refusal carries a sentence a
+person can read and whether waiting could help (``retry``), which is what decides between the
+queue and an immediate failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .inventory import Device
+from .sizes import Size, format_bytes
+
+# How a mode uses a device: many slices sharing its memory, the whole card, or one MIG instance.
+PlacementKind = Literal["shared", "exclusive", "mig"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a kernel asks for."""
+
+    kernel_id: str
+    owner: str
+    size: Size
+    kind: PlacementKind = "shared"
+
+
+@dataclass(frozen=True)
+class Held:
+    """A slice already reserved on a device (or MIG instance ``unit_uuid``)."""
+
+    kernel_id: str
+    owner: str
+    device_uuid: str
+    unit_uuid: str
+    memory: int
+    whole_card: bool = False  # exclusive mode or a ``whole`` size: nobody else may share
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The admin's limits (SPEC §4)."""
+
+    overcommit: float = 1.0
+    max_memory_per_kernel: int | None = None
+    max_memory_per_user: int | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a request goes and how many bytes it holds there."""
+
+    device_uuid: str
+    unit_uuid: str  # the device's UUID, or the MIG instance's
+    memory: int
+    whole_card: bool
+    device_index: int
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request cannot be placed; ``retry`` is True when freed memory could change that."""
+
+    reason: str
+    retry: bool
+
+
+def fit(
+    request: Request,
+    devices: Sequence[Device],
+    held: Iterable[Held],
+    policy: Policy = Policy(),
+) -> Placement | Refusal:
+    """Best-fit placement of ``request`` among ``devices`` given the slices ``held``.
+
+    Slices of ``request.kernel_id`` itself are ignored, so the same call answers a resize.
+    """
+    if not devices:
+        return Refusal("no GPU in the pool", retry=False)
+    others = [slice_ for slice_ in held if slice_.kernel_id != request.kernel_id]
+    if request.kind == "mig":
+        return _fit_mig(request, devices, others, policy)
+    return _fit_card(request, devices, others, policy)
+
+
+def fit_on_device(
+    request: Request,
+    device_uuid: str,
+    devices: Sequence[Device],
+    held: Iterable[Held],
+    policy: Policy = Policy(),
+) -> Placement | Refusal:
+    """Like :func:`fit`, restricted to one device: a live resize cannot move a kernel."""
+    same = [device for device in devices if device.uuid == device_uuid]
+    if not same:
+        return Refusal("the kernel's device is no longer in the pool", retry=False)
+    return fit(request, same, held, policy)
+
+
+def _fit_card(
+    request: Request, devices: Sequence[Device], held: list[Held], policy: Policy
+) -> Placement | Refusal:
+    whole_card = request.kind == "exclusive" or request.size.is_whole
+    usable = [device for device in devices if not device.mig_enabled]
+    if not usable:
+        return Refusal("every GPU is in MIG mode; ask for mode 'mig' or disable MIG on a card", retry=False)
+    largest = max(usable, key=lambda device: device.memory_total)
+    if request.size.kind == "bytes" and request.size.resolve(0) > largest.memory_total:
+        return Refusal(
+            f"{request.size} is larger than any GPU in the pool "
+            f"(largest: {format_bytes(largest.memory_total)} on {largest.label})",
+            retry=False,
+        )
+
+    candidates: list[tuple[int, int, Device, int]] = []
+    quota_refusals: list[Refusal] = []
+    for device in usable:
+        wanted = device.memory_total if whole_card else request.size.resolve(device.memory_total)
+        quota = _quota_refusal(request, wanted, held, policy)
+        if quota is not None:
+            quota_refusals.append(quota)
+            continue
+        on_device = [slice_ for slice_ in held if slice_.device_uuid == device.uuid]
+        if any(slice_.whole_card for slice_ in on_device):
+            continue
+        if whole_card:
+            if on_device:
+                continue
+            leftover = 0
+        else:
+            capacity = int(device.memory_total * policy.overcommit)
+            leftover = capacity - sum(slice_.memory for slice_ in on_device) - wanted
+            if leftover < 0:
+                continue
+        # Best fit: the device left with the least room; ties go to the lower index.
+        candidates.append((leftover, device.index, device, wanted))
+
+    if candidates:
+        _, _, device, wanted = min(candidates, key=lambda candidate: candidate[:2])
+        return Placement(device.uuid, device.uuid, wanted, whole_card, device.index)
+    if len(quota_refusals) == len(usable):
+        # Quotas do not change by waiting for other users' kernels to end: fail now.
+        return quota_refusals[0]
+    return Refusal(_does_not_fit(request, usable, held, policy, whole_card), retry=True)
+
+
+def _fit_mig(
+    request: Request, devices: Sequence[Device], held: list[Held], policy: Policy
+) -> Placement | Refusal:
+    if request.size.is_whole:
+        return Refusal("'whole' is not a MIG size; use mode 'exclusive' for a whole card", retry=False)
+    taken = {slice_.unit_uuid for slice_ in held}
+    fitting: list[tuple[int, int, Device, str]] = []
+    free_instances: list[tuple[Device, int]] = []
+    any_big_enough = False
+    for device in devices:
+        for instance in device.mig:
+            # A share (25%) of a MIG request is read against the parent card.
+            wanted = request.size.resolve(device.memory_total)
+            if instance.memory_total < wanted:
+                if instance.uuid not in taken:
+                    free_instances.append((device, instance.memory_total))
+                continue
+            any_big_enough = True
+            if instance.uuid in taken:
+                continue
+            quota = _quota_refusal(request, instance.memory_total, held, policy)
+            if quota is not None:
+                return quota
+            fitting.append((instance.memory_total, device.index, device, instance.uuid))
+    if not any(device.mig for device in devices):
+        return Refusal("no GPU in the pool has MIG instances; ask an admin to enable MIG", retry=False)
+    if fitting:
+        memory, _, device, unit_uuid = min(fitting, key=lambda candidate: candidate[:2])
+        return Placement(device.uuid, unit_uuid, memory, False, device.index)
+    if not any_big_enough:
+        biggest = max(instance.memory_total for device in devices for instance in device.mig)
+        return Refusal(
+            f"{request.size} is larger than any MIG instance (largest: {format_bytes(biggest)})",
+            retry=False,
+        )
+    return Refusal(f"{request.size} does not fit: every MIG instance that large is in use", retry=True)
+
+
+def _quota_refusal(request: Request, wanted: int, held: list[Held], policy: Policy) -> Refusal | None:
+    if policy.max_memory_per_kernel is not None and wanted > policy.max_memory_per_kernel:
+        return Refusal(
+            f"{format_bytes(wanted)} is above the per-kernel limit of "
+            f"{format_bytes(policy.max_memory_per_kernel)}",
+            retry=False,
+        )
+    if policy.max_memory_per_user is not None:
+        in_use = sum(slice_.memory for slice_ in held if slice_.owner == request.owner)
+        if in_use + wanted > policy.max_memory_per_user:
+            return Refusal(
+                f"{format_bytes(wanted)} would take {request.owner} to "
+                f"{format_bytes(in_use + wanted)}, above the per-user limit of "
+                f"{format_bytes(policy.max_memory_per_user)} "
+                f"({format_bytes(in_use)} already held)",
+                retry=False,
+            )
+    return None
+
+
+def free_memory(device: Device, held: Iterable[Held], overcommit: float) -> int:
+    """Bytes still reservable on ``device``: zero when a whole-card slice holds it."""
+    on_device = [slice_ for slice_ in held if slice_.device_uuid == device.uuid]
+    if any(slice_.whole_card for slice_ in on_device):
+        return 0
+    capacity = int(device.memory_total * overcommit)
+    return max(0, capacity - sum(slice_.memory for slice_ in on_device))
+
+
+def _does_not_fit(
+    request: Request,
+    usable: Sequence[Device],
+    held: list[Held],
+    policy: Policy,
+    whole_card: bool,
+) -> str:
+    if whole_card:
+        busy = ", ".join(device.label for device in usable)
+        return f"{request.size} does not fit: no GPU is free of other slices ({busy} in use)"
+    frees = sorted(
+        ((free_memory(device, held, policy.overcommit), device) for device in usable),
+        key=lambda pair: (-pair[0], pair[1].index),
+    )
+    shown = [f"{format_bytes(free)} free on {device.label}" for free, device in frees[:4]]
+    return f"{request.size} does not fit: " + ", ".join(shown)

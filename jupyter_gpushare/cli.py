@@ -1,0 +1,128 @@
+"""``jupyter gpushare``: status of the node's pool, and kernelspec installation (SPEC §6)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from . import __version__
+from .config import load_settings
+from .errors import GPUShareError
+from .inventory import SimulationSpecError
+from .kernelspec import install_kernelspecs
+from .modes import MODES
+from .service import GPUShareService
+from .sizes import SizeError, format_bytes, parse_size
+
+
+class CommandError(Exception):
+    """A user error: printed as one line, exit code 2, nothing changed."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jupyter gpushare",
+        description="Fractional GPUs for Jupyter kernels.",
+    )
+    parser.add_argument("--version", action="version", version=__version__)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    status = commands.add_parser(
+        "status", help="pool, slices and queue from the node ledger (releases dead kernels' slices first)"
+    )
+    status.add_argument("--json", action="store_true", help='print {"pool": ..., "kernels": [...]}')
+
+    kernelspec = commands.add_parser("kernelspec", help="manage gpushare kernelspecs")
+    kernelspec_commands = kernelspec.add_subparsers(dest="kernelspec_command", metavar="ACTION")
+    kernelspec_commands.required = True
+    install = kernelspec_commands.add_parser(
+        "install", help="install one kernelspec per GPU size (default: GPUShare.sizes)"
+    )
+    install.add_argument("--sizes", help="comma-separated sizes, e.g. 2G,4G,whole")
+    install.add_argument("--mode", choices=list(MODES), help="sharing mode (default: GPUShare.default_mode)")
+    where = install.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="install for the current user")
+    where.add_argument("--sys-prefix", action="store_true", help="install into sys.prefix (a venv/conda env)")
+    where.add_argument("--prefix", metavar="P", help="install under prefix P")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    try:
+        if arguments.command == "status":
+            return _status(arguments.json)
+        if arguments.command == "kernelspec":
+            return _install(arguments)
+    except (CommandError, GPUShareError, SizeError, SimulationSpecError) as error:
+        print(f"jupyter gpushare: error: {error}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {arguments.command!r}")
+    return 2  # pragma: no cover - parser.error exits
+
+
+def _status(as_json: bool) -> int:
+    service = GPUShareService(load_settings())  # reconciles on creation
+    pool = service.pool()
+    kernels = service.kernels()
+    if as_json:
+        print(json.dumps({"pool": pool, "kernels": kernels}, indent=2))
+        return 0
+    print(_format_status(pool, kernels, str(service.ledger.path), service.inventory.problem))
+    return 0
+
+
+def _format_status(
+    pool: dict[str, Any], kernels: list[dict[str, Any]], ledger: str, problem: str | None
+) -> str:
+    lines = [
+        f"Pool: {len(pool['devices'])} device(s){' (simulated)' if pool['simulated'] else ''}, "
+        f"backend {pool['backend']}, overcommit {pool['overcommit']:g}",
+        f"Ledger: {ledger}",
+    ]
+    if not pool["devices"]:
+        lines.append(problem or "no GPU found")
+    for device in pool["devices"]:
+        lines.append(
+            f"GPU{device['id']}  {device['name']}  reserved {format_bytes(device['memory_reserved'])}"
+            f" of {format_bytes(device['memory_total'])}  modes: {', '.join(device['modes']) or '-'}"
+        )
+        for kernel in kernels:
+            if kernel["state"] == "running" and kernel["device"] == device["id"]:
+                lines.append(
+                    f"  {kernel['kernel_id'] or '(hidden)'}  {kernel['owner']}  "
+                    f"{format_bytes(kernel['memory_request'])} {kernel['mode']}  {kernel['path']}".rstrip()
+                )
+    queued = [kernel for kernel in kernels if kernel["state"] == "queued"]
+    lines.append(f"Queue: {len(queued)} waiting")
+    for kernel in queued:
+        lines.append(
+            f"  {kernel['queue_position']}. {kernel['kernel_id'] or '(hidden)'}  {kernel['owner']}  "
+            f"{kernel['size']} {kernel['mode']}"
+        )
+    return "\n".join(lines)
+
+
+def _install(arguments: argparse.Namespace) -> int:
+    settings = load_settings()
+    sizes = [size.strip() for size in arguments.sizes.split(",")] if arguments.sizes else list(settings.sizes)
+    if not sizes or not all(sizes):
+        raise CommandError("--sizes needs a comma-separated list such as 2G,4G,whole")
+    for size in sizes:
+        parse_size(size)  # every size checked before anything is written
+    prefix = sys.prefix if arguments.sys_prefix else arguments.prefix
+    installed = install_kernelspecs(
+        sizes, arguments.mode or settings.default_mode, user=arguments.user, prefix=prefix
+    )
+    for name, directory in installed:
+        print(f"Installed kernelspec {name} in {directory}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

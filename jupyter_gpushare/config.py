@@ -1,0 +1,186 @@
+"""The ``c.GPUShare`` traits (SPEC §4) and how any process finds them.
+
+A server reads them from its own config. A kernel provisioner started by ``jupyter console``,
+nbclient or papermill has no server config, so :func:`load_settings` also reads the
+``GPUShare`` section of the ``jupyter_server_config`` files on the Jupyter config path, and a few
+environment variables that let a whole session (a JupyterHub spawner, a test, a CI job) point
+every process at one pool and one ledger.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_config_path, jupyter_runtime_dir
+from traitlets import Bool, Enum, Float, List, Unicode, validate
+from traitlets.config import Config, Configurable
+from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+
+from .modes import MODES, get_mode
+from .sizes import SizeError, parse_size
+
+ENV_SIMULATE = "JUPYTER_GPUSHARE_SIMULATE"
+ENV_LEDGER_PATH = "JUPYTER_GPUSHARE_LEDGER_PATH"
+ENV_OWNER = "JUPYTER_GPUSHARE_OWNER"
+LEDGER_FILENAME = "gpushare-ledger.sqlite"
+
+
+class GPUShare(Configurable):
+    """Fractional GPUs for Jupyter kernels."""
+
+    backend = Enum(
+        ["local", "kubernetes"],
+        default_value="local",
+        config=True,
+        help="Where kernels run: 'local' processes on this node, or 'kubernetes' pods.",
+    )
+    simulate = Unicode(
+        "",
+        config=True,
+        help="Simulated pool such as '2xA100-80GB,1xT4-16GB' (no GPU needed). "
+        f"Also read from ${ENV_SIMULATE}.",
+    )
+    default_memory = Unicode("4G", config=True, help="Slice size when a request names none.")
+    default_mode = Enum(
+        list(MODES), default_value="timeslice", config=True, help="Sharing mode when a request names none."
+    )
+    sizes = List(
+        Unicode(),
+        default_value=["2G", "4G", "8G", "16G", "whole"],
+        config=True,
+        help="Size presets offered in the UI, kernelspecs and profiles.",
+    )
+    overcommit = Float(1.0, config=True, help="Reserved memory may reach capacity x this (>= 1.0).")
+    max_memory_per_kernel = Unicode(
+        None, allow_none=True, config=True, help="Largest slice one kernel may hold, e.g. '16G'."
+    )
+    max_memory_per_user = Unicode(
+        None, allow_none=True, config=True, help="Most memory one user's kernels may hold together."
+    )
+    when_full = Enum(
+        ["queue", "fail"],
+        default_value="queue",
+        config=True,
+        help="What a request that does not fit does: wait in a FIFO queue, or fail.",
+    )
+    queue_timeout = Float(
+        300.0, config=True, help="Seconds a queued request waits before failing with the reason."
+    )
+    over_limit_action = Enum(
+        ["warn", "interrupt", "kill"],
+        default_value="warn",
+        config=True,
+        help="Soft modes: what happens to a kernel above its slice.",
+    )
+    idle_release_after = Float(
+        0.0, config=True, help="Release slices of kernels idle this many seconds (0 = never)."
+    )
+    ledger_path = Unicode(
+        "",
+        config=True,
+        help="The node ledger (sqlite). Point several servers at one file to "
+        f"share a node. Default: the Jupyter runtime dir. Also ${ENV_LEDGER_PATH}.",
+    )
+    sample_interval = Float(1.0, config=True, help="Usage sampling period, seconds.")
+    libvgpu_path = Unicode(
+        "", config=True, help="Path of HAMi-core's libvgpu.so; enables mode 'vgpu' on local kernels."
+    )
+    mps_pipe_directory = Unicode(
+        "",
+        config=True,
+        help="Pipe directory of a running MPS daemon (default: $CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps).",
+    )
+    owner = Unicode(
+        "", config=True, help="Whose slices these are. Default: $JUPYTERHUB_USER, then the login name."
+    )
+    queue_poll_interval = Float(
+        0.25, config=True, help="Seconds between a queued request's checks of the ledger."
+    )
+    reconcile_on_start = Bool(
+        True, config=True, help="Release slices of dead kernels when the pool is first opened."
+    )
+
+    @validate("overcommit")
+    def _check_overcommit(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if not value >= 1.0:
+            raise ValueError(f"GPUShare.overcommit must be at least 1.0, not {value}")
+        return value
+
+    @validate("default_memory", "max_memory_per_kernel", "max_memory_per_user")
+    def _check_size(self, proposal: Any) -> str | None:
+        value = proposal["value"]
+        if value is None:
+            return None
+        try:
+            parse_size(value)
+        except SizeError as error:
+            raise ValueError(f"GPUShare.{proposal['trait'].name}: {error}") from None
+        return str(value)
+
+    @validate("sizes")
+    def _check_sizes(self, proposal: Any) -> list[str]:
+        for value in proposal["value"]:
+            try:
+                parse_size(value)
+            except SizeError as error:
+                raise ValueError(f"GPUShare.sizes: {error}") from None
+        return list(proposal["value"])
+
+    @validate("queue_timeout", "sample_interval", "queue_poll_interval", "idle_release_after")
+    def _check_non_negative(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if value < 0:
+            raise ValueError(f"GPUShare.{proposal['trait'].name} must not be negative")
+        return value
+
+    # ---- resolved values -------------------------------------------------------------------
+
+    def effective_simulate(self) -> str:
+        return self.simulate or os.environ.get(ENV_SIMULATE, "")
+
+    def effective_ledger_path(self) -> Path:
+        path = self.ledger_path or os.environ.get(ENV_LEDGER_PATH, "")
+        return Path(path).expanduser() if path else Path(jupyter_runtime_dir()) / LEDGER_FILENAME
+
+    def effective_owner(self) -> str:
+        return (
+            self.owner
+            or os.environ.get(ENV_OWNER, "")
+            or os.environ.get("JUPYTERHUB_USER", "")
+            or getpass.getuser()
+        )
+
+    def default_mode_object(self) -> Any:
+        return get_mode(self.default_mode)
+
+
+def load_settings(config: Config | None = None) -> GPUShare:
+    """The ``GPUShare`` settings for this process.
+
+    ``config`` is the caller's traitlets config (a server passes its own). When it has no
+    ``GPUShare`` section, the ``jupyter_server_config.{json,py}`` files on the Jupyter config
+    path are read for one, so a kernel started outside a server follows the same settings.
+    """
+    if config is not None and "GPUShare" in config:
+        return GPUShare(config=config)
+    return GPUShare(config=_config_from_files())
+
+
+def _config_from_files() -> Config:
+    merged = Config()
+    # jupyter_config_path() lists the most specific directory first; apply it last.
+    for directory in reversed(jupyter_config_path()):
+        for loader_class, filename in (
+            (JSONFileConfigLoader, "jupyter_server_config.json"),
+            (PyFileConfigLoader, "jupyter_server_config.py"),
+        ):
+            if not os.path.isfile(os.path.join(directory, filename)):
+                continue
+            loaded = loader_class(filename, path=directory).load_config()
+            if "GPUShare" in loaded:
+                merged.merge(Config({"GPUShare": loaded["GPUShare"]}))
+    return merged

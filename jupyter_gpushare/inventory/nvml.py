@@ -1,0 +1,100 @@
+"""Real GPUs through NVML (``nvidia-ml-py``), the only module that talks to the driver."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+
+from .devices import Device, Inventory, MigInstance
+
+_MIG_PROFILE = re.compile(r"(\d+g\.\d+gb)", re.IGNORECASE)
+
+
+def _nvml() -> Any:
+    """Import pynvml lazily so a machine without it still imports the package."""
+    import pynvml
+
+    return pynvml
+
+
+def read_nvml_inventory() -> Inventory:
+    """Devices as NVML reports them, or an empty inventory naming what is missing.
+
+    Never raises for a missing driver: "no GPU here" is a state the server shows, not a crash.
+    """
+    try:
+        nvml = _nvml()
+    except ImportError:
+        return _none("the nvidia-ml-py package is not installed (pip install nvidia-ml-py)")
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as error:
+        return _none(
+            f"NVML could not start ({error}); install the NVIDIA driver, or set "
+            "c.GPUShare.simulate / JUPYTER_GPUSHARE_SIMULATE for a simulated pool"
+        )
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        devices = tuple(_read_device(nvml, index) for index in range(count))
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+    except nvml.NVMLError as error:
+        return _none(f"NVML failed while listing devices: {error}")
+    finally:
+        with contextlib.suppress(nvml.NVMLError):
+            nvml.nvmlShutdown()
+    if not devices:
+        return _none("the NVIDIA driver is loaded but reports no GPU")
+    return Inventory(devices=devices, source="nvml", details={"driver": driver})
+
+
+def _read_device(nvml: Any, index: int) -> Device:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    try:
+        utilization: int | None = int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+    except nvml.NVMLError:  # not supported on MIG-enabled or some older boards
+        utilization = None
+    return Device(
+        index=index,
+        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+        name=_text(nvml.nvmlDeviceGetName(handle)),
+        memory_total=int(memory.total),
+        memory_used=int(memory.used),
+        utilization=utilization,
+        mig=_read_mig(nvml, handle),
+    )
+
+
+def _read_mig(nvml: Any, handle: Any) -> tuple[MigInstance, ...]:
+    try:
+        current_mode, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except nvml.NVMLError:  # boards without MIG answer NotSupported
+        return ()
+    if current_mode != nvml.NVML_DEVICE_MIG_ENABLE:
+        return ()
+    instances: list[MigInstance] = []
+    for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig_handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except nvml.NVMLError:  # empty slot
+            continue
+        name = _text(nvml.nvmlDeviceGetName(mig_handle))
+        profile = _MIG_PROFILE.search(name)
+        instances.append(
+            MigInstance(
+                uuid=_text(nvml.nvmlDeviceGetUUID(mig_handle)),
+                profile=profile.group(1).lower() if profile else name,
+                memory_total=int(nvml.nvmlDeviceGetMemoryInfo(mig_handle).total),
+            )
+        )
+    return tuple(instances)
+
+
+def _text(value: str | bytes) -> str:
+    # Older bindings return bytes; nvidia-ml-py 12+ returns str.
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _none(problem: str) -> Inventory:
+    return Inventory(devices=(), source="none", problem=f"no GPU found: {problem}")

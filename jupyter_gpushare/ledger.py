@@ -1,0 +1,432 @@
+"""The node ledger: every slice on this node, in one sqlite file shared by all its processes.
+
+Each decision is one ``BEGIN IMMEDIATE`` transaction: the write lock is taken before anything is
+read, so two processes can never both see the same free memory and both take it. Placement itself
+is the pure :func:`jupyter_gpushare.allocator.fit`; this module only reads rows, asks, and writes.
+
+A row belongs to a process: the kernel once it runs, before that the process that asked for it
+(the server, ``jupyter console``, nbclient…). Reconciliation deletes rows whose process is gone,
+comparing pid *and* start time so a reused pid does not keep a dead slice alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .allocator import Held, Placement, PlacementKind, Policy, Refusal, Request, fit, fit_on_device
+from .inventory import Device, MigInstance
+from .processes import ProcessIdentity, is_alive
+from .sizes import parse_size
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS devices (
+    uuid TEXT PRIMARY KEY,
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    memory_total INTEGER NOT NULL,
+    mig TEXT NOT NULL,
+    simulated INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS slices (
+    kernel_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL UNIQUE,
+    state TEXT NOT NULL CHECK (state IN ('queued', 'running')),
+    owner TEXT NOT NULL,
+    server_id TEXT NOT NULL,
+    kernel_name TEXT NOT NULL DEFAULT '',
+    path TEXT NOT NULL DEFAULT '',
+    mode TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    size TEXT NOT NULL,
+    cores INTEGER,
+    device_uuid TEXT,
+    unit_uuid TEXT,
+    memory INTEGER NOT NULL DEFAULT 0,
+    whole_card INTEGER NOT NULL DEFAULT 0,
+    holder_pid INTEGER NOT NULL,
+    holder_start REAL NOT NULL,
+    kernel_pid INTEGER,
+    kernel_start REAL,
+    requested_at REAL NOT NULL,
+    placed_at REAL
+);
+CREATE INDEX IF NOT EXISTS slices_by_state ON slices (state, seq);
+"""
+
+LivenessCheck = Callable[[ProcessIdentity], bool]
+
+
+@dataclass(frozen=True)
+class SliceRecord:
+    """One row of the ledger."""
+
+    kernel_id: str
+    seq: int
+    state: Literal["queued", "running"]
+    owner: str
+    server_id: str
+    kernel_name: str
+    path: str
+    mode: str
+    kind: PlacementKind
+    size: str
+    cores: int | None
+    device_uuid: str | None
+    unit_uuid: str | None
+    memory: int
+    whole_card: bool
+    holder: ProcessIdentity
+    kernel: ProcessIdentity | None
+    requested_at: float
+    placed_at: float | None
+
+    @property
+    def process(self) -> ProcessIdentity:
+        """The process whose life the slice follows."""
+        return self.kernel or self.holder
+
+    def held(self) -> Held:
+        assert self.device_uuid is not None and self.unit_uuid is not None
+        return Held(
+            self.kernel_id, self.owner, self.device_uuid, self.unit_uuid, self.memory, self.whole_card
+        )
+
+
+@dataclass(frozen=True)
+class NewRequest:
+    """What a caller asks the ledger to queue."""
+
+    kernel_id: str
+    owner: str
+    server_id: str
+    mode: str
+    kind: PlacementKind
+    size: str
+    cores: int | None
+    holder: ProcessIdentity
+    kernel_name: str = ""
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class Placed:
+    record: SliceRecord
+
+
+@dataclass(frozen=True)
+class Waiting:
+    position: int  # 1 = next in line
+    reason: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: str
+
+
+Outcome = Placed | Waiting | Refused
+
+
+class Ledger:
+    """Access to one ledger file. Cheap to create; connections are cached per thread."""
+
+    def __init__(self, path: str | os.PathLike[str], busy_timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self._busy_timeout_ms = int(busy_timeout * 1000)
+        self._local = threading.local()
+        self._initialised = False
+
+    # ---- connection handling -------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        # A forked child must not reuse its parent's handle: sqlite forbids it.
+        if connection is not None and getattr(self._local, "pid", None) == os.getpid():
+            return connection
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        connection = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_timeout_ms / 1000)
+        connection.row_factory = sqlite3.Row
+        connection.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        if not self._initialised:
+            # WAL lets readers (status, the panel) run while a writer decides; NORMAL sync is
+            # durable against process crashes, which is what a ledger of live processes needs.
+            connection.execute("PRAGMA journal_mode = WAL")
+            with _transaction(connection):
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    connection.execute(statement)
+                connection.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+            self._initialised = True
+        connection.execute("PRAGMA synchronous = NORMAL")
+        self._local.connection = connection
+        self._local.pid = os.getpid()
+        return connection
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        connection = self._connection()
+        with _transaction(connection):
+            yield connection
+
+    def close(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None and getattr(self._local, "pid", None) == os.getpid():
+            connection.close()
+        self._local = threading.local()
+
+    # ---- devices -------------------------------------------------------------------------
+
+    def register_devices(self, devices: Sequence[Device], simulated: bool) -> None:
+        """Record the pool this node has, so every reader (the CLI too) sees the same devices."""
+        rows = [
+            (
+                device.uuid,
+                device.index,
+                device.name,
+                device.memory_total,
+                json.dumps([[m.uuid, m.profile, m.memory_total] for m in device.mig]),
+                int(simulated),
+            )
+            for device in devices
+        ]
+        with self._write() as db:
+            current = [
+                tuple(row)
+                for row in db.execute(
+                    "SELECT uuid, idx, name, memory_total, mig, simulated FROM devices ORDER BY idx"
+                )
+            ]
+            if current == rows:
+                return
+            db.execute("DELETE FROM devices")
+            db.executemany("INSERT INTO devices VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def devices(self) -> list[Device]:
+        return _read_devices(self._connection())
+
+    def simulated(self) -> bool:
+        row = self._connection().execute("SELECT MAX(simulated) FROM devices").fetchone()
+        return bool(row[0])
+
+    # ---- slices --------------------------------------------------------------------------
+
+    def records(self) -> list[SliceRecord]:
+        rows = self._connection().execute("SELECT * FROM slices ORDER BY seq").fetchall()
+        return [_record(row) for row in rows]
+
+    def get(self, kernel_id: str) -> SliceRecord | None:
+        row = self._connection().execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+        return _record(row) if row else None
+
+    def enqueue(self, request: NewRequest) -> SliceRecord:
+        """Add a queued request; a kernel that already has a row (a restart) keeps it."""
+        with self._write() as db:
+            existing = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
+            if existing:
+                db.execute(
+                    "UPDATE slices SET holder_pid = ?, holder_start = ? WHERE kernel_id = ?",
+                    (request.holder.pid, request.holder.start, request.kernel_id),
+                )
+            else:
+                seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM slices").fetchone()[0]
+                db.execute(
+                    """INSERT INTO slices (kernel_id, seq, state, owner, server_id, kernel_name,
+                       path, mode, kind, size, cores, holder_pid, holder_start, requested_at)
+                       VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                    (
+                        request.kernel_id,
+                        seq,
+                        request.owner,
+                        request.server_id,
+                        request.kernel_name,
+                        request.path,
+                        request.mode,
+                        request.kind,
+                        request.size,
+                        request.cores,
+                        request.holder.pid,
+                        request.holder.start,
+                        time.time(),
+                    ),
+                )
+            row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
+        return _record(row)
+
+    def try_place(self, kernel_id: str, policy: Policy, alive: LivenessCheck = is_alive) -> Outcome:
+        """Place a queued request if it is first in line and fits; otherwise say why not.
+
+        Strict FIFO: a request waits while an earlier one is queued, so a large request is
+        never starved by a stream of small ones.
+        """
+        with self._write() as db:
+            row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+            if row is None:
+                raise LookupError(f"no GPU request for kernel {kernel_id} in the ledger")
+            record = _record(row)
+            if record.state == "running":
+                return Placed(record)
+            ahead = _queued_ahead(db, record.seq)
+            if ahead and _release_dead(db, alive, ahead):
+                ahead = _queued_ahead(db, record.seq)
+            if ahead:
+                plural = "s" if len(ahead) > 1 else ""
+                return Waiting(len(ahead) + 1, f"behind {len(ahead)} earlier GPU request{plural}")
+            request = Request(kernel_id, record.owner, parse_size(record.size), record.kind)
+            devices = _read_devices(db)
+            outcome = fit(request, devices, _held(db), policy)
+            if isinstance(outcome, Refusal) and outcome.retry and _release_dead(db, alive, _running(db)):
+                outcome = fit(request, devices, _held(db), policy)
+            if isinstance(outcome, Refusal):
+                # Retry-able: first in line, waiting for memory. Otherwise waiting cannot help.
+                return Waiting(1, outcome.reason) if outcome.retry else Refused(outcome.reason)
+            db.execute(
+                """UPDATE slices SET state = 'running', device_uuid = ?, unit_uuid = ?, memory = ?,
+                   whole_card = ?, placed_at = ? WHERE kernel_id = ?""",
+                (
+                    outcome.device_uuid,
+                    outcome.unit_uuid,
+                    outcome.memory,
+                    int(outcome.whole_card),
+                    time.time(),
+                    kernel_id,
+                ),
+            )
+            placed = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+        return Placed(_record(placed))
+
+    def attach_kernel(self, kernel_id: str, kernel: ProcessIdentity | None) -> None:
+        """Tie the slice to the kernel process (None: back to the holder, e.g. during a restart)."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE slices SET kernel_pid = ?, kernel_start = ? WHERE kernel_id = ?",
+                (kernel.pid if kernel else None, kernel.start if kernel else None, kernel_id),
+            )
+
+    def resize(self, kernel_id: str, size: str, policy: Policy) -> Placement | Refusal:
+        """Change a running slice's size in place (a live resize cannot move the kernel)."""
+        parsed = parse_size(size)
+        with self._write() as db:
+            row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+            if row is None or row["state"] != "running":
+                return Refusal(f"kernel {kernel_id} holds no GPU slice", retry=False)
+            record = _record(row)
+            assert record.device_uuid is not None
+            if record.kind != "shared":
+                return Refusal(f"a {record.mode} slice cannot be resized in place", retry=False)
+            request = Request(kernel_id, record.owner, parsed, record.kind)
+            outcome = fit_on_device(request, record.device_uuid, _read_devices(db), _held(db), policy)
+            if isinstance(outcome, Placement):
+                db.execute(
+                    "UPDATE slices SET memory = ?, size = ?, whole_card = ? WHERE kernel_id = ?",
+                    (outcome.memory, parsed.text, int(outcome.whole_card), kernel_id),
+                )
+        return outcome
+
+    def release(self, kernel_id: str) -> SliceRecord | None:
+        """Remove a kernel's slice or queued request; returns what was removed."""
+        with self._write() as db:
+            row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+            if row is None:
+                return None
+            db.execute("DELETE FROM slices WHERE kernel_id = ?", (kernel_id,))
+        return _record(row)
+
+    def reconcile(self, alive: LivenessCheck = is_alive) -> list[SliceRecord]:
+        """Release every slice and queued request whose process is gone; returns them."""
+        with self._write() as db:
+            rows = [_record(row) for row in db.execute("SELECT * FROM slices").fetchall()]
+            dead = [record for record in rows if not alive(record.process)]
+            db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(r.kernel_id,) for r in dead])
+        return dead
+
+    def queue_position(self, kernel_id: str) -> int | None:
+        record = self.get(kernel_id)
+        if record is None or record.state != "queued":
+            return None
+        return len(_queued_ahead(self._connection(), record.seq)) + 1
+
+
+@contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _read_devices(db: sqlite3.Connection) -> list[Device]:
+    return [
+        Device(
+            index=row["idx"],
+            uuid=row["uuid"],
+            name=row["name"],
+            memory_total=row["memory_total"],
+            mig=tuple(MigInstance(*instance) for instance in json.loads(row["mig"])),
+        )
+        for row in db.execute("SELECT * FROM devices ORDER BY idx")
+    ]
+
+
+def _record(row: sqlite3.Row) -> SliceRecord:
+    kernel = (
+        ProcessIdentity(row["kernel_pid"], row["kernel_start"]) if row["kernel_pid"] is not None else None
+    )
+    return SliceRecord(
+        kernel_id=row["kernel_id"],
+        seq=row["seq"],
+        state=row["state"],
+        owner=row["owner"],
+        server_id=row["server_id"],
+        kernel_name=row["kernel_name"],
+        path=row["path"],
+        mode=row["mode"],
+        kind=row["kind"],
+        size=row["size"],
+        cores=row["cores"],
+        device_uuid=row["device_uuid"],
+        unit_uuid=row["unit_uuid"],
+        memory=row["memory"],
+        whole_card=bool(row["whole_card"]),
+        holder=ProcessIdentity(row["holder_pid"], row["holder_start"]),
+        kernel=kernel,
+        requested_at=row["requested_at"],
+        placed_at=row["placed_at"],
+    )
+
+
+def _running(db: sqlite3.Connection) -> list[SliceRecord]:
+    return [_record(row) for row in db.execute("SELECT * FROM slices WHERE state = 'running'")]
+
+
+def _held(db: sqlite3.Connection) -> list[Held]:
+    return [record.held() for record in _running(db)]
+
+
+def _queued_ahead(db: sqlite3.Connection, seq: int) -> list[SliceRecord]:
+    rows = db.execute(
+        "SELECT * FROM slices WHERE state = 'queued' AND seq < ? ORDER BY seq", (seq,)
+    ).fetchall()
+    return [_record(row) for row in rows]
+
+
+def _release_dead(db: sqlite3.Connection, alive: LivenessCheck, records: Sequence[SliceRecord]) -> bool:
+    dead = [record.kernel_id for record in records if not alive(record.process)]
+    db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(kernel_id,) for kernel_id in dead])
+    return bool(dead)

@@ -1,0 +1,44 @@
+"""Which process holds a slice, identified so that a reused pid is not mistaken for it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+
+# psutil derives start times from boot time and clock ticks: equal to 1/100 s for one process.
+_START_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    pid: int
+    start: float  # seconds since the epoch, as psutil reports the process's creation
+
+
+def identify(pid: int) -> ProcessIdentity | None:
+    """The identity of a running process, or None if there is none with that pid."""
+    try:
+        return ProcessIdentity(pid, psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def current_process() -> ProcessIdentity:
+    identity = identify(os.getpid())
+    assert identity is not None  # this process exists
+    return identity
+
+
+def is_alive(identity: ProcessIdentity) -> bool:
+    """True while the very process ``identity`` names runs (not a zombie, not a reused pid)."""
+    try:
+        process = psutil.Process(identity.pid)
+        if abs(process.create_time() - identity.start) > _START_TOLERANCE:
+            return False
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True  # another user's live process: it exists, we just may not inspect it

@@ -1,0 +1,5 @@
+"""Kernel provisioners registered under ``jupyter_client.kernel_provisioners``."""
+
+from .local import GPUShareProvisioner
+
+__all__ = ["GPUShareProvisioner"]

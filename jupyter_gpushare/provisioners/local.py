@@ -1,0 +1,98 @@
+"""``gpushare-provisioner`` for local kernels: a GPU slice around jupyter_client's local process.
+
+Lifecycle (the kernel manager calls these in this order):
+
+* ``pre_launch`` — validate the kernelspec's request, reserve a slice (waiting in the FIFO queue
+  when the pool is full), then let the stock local provisioner prepare ports and the command, and
+  add the slice's environment.
+* ``launch_kernel`` — start the process, then tie the slice to its pid and start time so a crash
+  frees it at the next reconciliation.
+* ``cleanup(restart=True)`` — keep the slice for the restarted process; ``cleanup()`` releases it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+from traitlets import Any as AnyTrait
+
+from ..config import load_settings
+from ..modes.base import SLICE_ENV_VARIABLES
+from ..service import GPUShareService, service_for
+
+
+class GPUShareProvisioner(LocalProvisioner):  # type: ignore[misc]
+    """A local kernel process holding a GPU slice from the node ledger."""
+
+    # Plain traits, validated in pre_launch so a bad kernelspec fails with our message listing
+    # the accepted forms, not a traitlets type error.
+    gpu_memory = AnyTrait(None, help="Slice size (SPEC §3); None takes GPUShare.default_memory.")
+    gpu_mode = AnyTrait(None, help="Sharing mode; None takes GPUShare.default_mode.")
+    gpu_cores = AnyTrait(None, help="Percent of SMs, where the mode can limit it.")
+
+    _service: GPUShareService | None = None
+
+    @property
+    def service(self) -> GPUShareService:
+        if self._service is None:
+            self._service = service_for(load_settings(self.config))
+        return self._service
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        service = self.service
+        request = service.make_request(self.gpu_memory, self.gpu_mode, self.gpu_cores)
+        session_path = (kwargs.get("env") or {}).get("JPY_SESSION_NAME", "")
+        record = await service.acquire(
+            self.kernel_id,
+            request,
+            kernel_name=getattr(self.kernel_spec, "name", "") or "",
+            path=session_path,
+            on_wait=self._report_wait,
+        )
+        try:
+            kwargs = await super().pre_launch(**kwargs)
+            env: dict[str, str] = kwargs["env"]
+            for name in SLICE_ENV_VARIABLES & env.keys():
+                del env[name]  # a slice inherited from a parent kernel is not this kernel's
+            env.update(service.kernel_env(record))
+        except BaseException:
+            service.release(self.kernel_id)
+            raise
+        self.log.info(
+            "Kernel %s holds a %s GPU slice (%d bytes) on %s",
+            self.kernel_id,
+            record.mode,
+            record.memory,
+            record.unit_uuid,
+        )
+        return kwargs
+
+    def _report_wait(self, position: int, reason: str) -> None:
+        self.log.warning(
+            "Kernel %s waits for a GPU slice at queue position %d: %s", self.kernel_id, position, reason
+        )
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        try:
+            connection_info = await super().launch_kernel(cmd, **kwargs)
+        except BaseException:
+            self.service.release(self.kernel_id)
+            raise
+        self.service.attach_kernel(self.kernel_id, self.pid)
+        return connection_info
+
+    async def cleanup(self, restart: bool = False) -> None:
+        await super().cleanup(restart=restart)
+        if restart:
+            # Between the old process and the new one, the slice follows this process.
+            self.service.attach_kernel(self.kernel_id, None)
+        else:
+            self.service.release(self.kernel_id)
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = await super().get_provisioner_info()
+        info["gpushare"] = {"ledger_path": str(self.service.ledger.path), "pid": os.getpid()}
+        return info

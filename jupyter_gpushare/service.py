@@ -1,0 +1,257 @@
+"""The one service API — acquire, resize, release, list — used by provisioners, CLI and server.
+
+Everything that changes a reservation goes through here and from here through the ledger, so no
+front end has a second path around the node's accounting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .allocator import Placement, Policy, Refusal
+from .config import GPUShare
+from .errors import DoesNotFitError, ModeUnavailableError, NoGPUError, QueueTimeoutError
+from .inventory import Device, Inventory, discover
+from .ledger import Ledger, NewRequest, Placed, Refused, SliceRecord, Waiting
+from .modes import Grant, NodeFacts, get_mode, probe_node
+from .processes import ProcessIdentity, current_process, identify
+from .sizes import format_bytes, parse_size
+from .slice_request import SliceRequest, make_slice_request
+from .views import kernels_view, pool_view
+
+WaitCallback = Callable[[int, str], None]
+
+log = logging.getLogger("jupyter_gpushare")
+
+
+@dataclass(frozen=True)
+class ServiceKey:
+    """The settings that make two services the same; one service per key per process."""
+
+    ledger_path: str
+    simulate: str
+    libvgpu_path: str
+    mps_pipe_directory: str
+
+
+class GPUShareService:
+    """Slices on this node for one process (a server, a console, an nbclient run)."""
+
+    def __init__(self, settings: GPUShare, inventory: Inventory | None = None) -> None:
+        self.settings = settings
+        self.inventory = inventory if inventory is not None else discover(settings.effective_simulate())
+        self.ledger = Ledger(settings.effective_ledger_path())
+        self.facts: NodeFacts = probe_node(
+            self.inventory,
+            libvgpu_path=settings.libvgpu_path,
+            mps_pipe_directory=settings.mps_pipe_directory,
+        )
+        self.owner = settings.effective_owner()
+        self.holder: ProcessIdentity = current_process()
+        self.server_id = f"{self.owner}@{socket.gethostname()}:{os.getpid()}"
+        if self.inventory.devices:
+            self.ledger.register_devices(self.inventory.devices, self.inventory.simulated)
+        if settings.reconcile_on_start:
+            self.reconcile()
+
+    # ---- settings-derived values ---------------------------------------------------------
+
+    @property
+    def policy(self) -> Policy:
+        settings = self.settings
+        return Policy(
+            overcommit=settings.overcommit,
+            max_memory_per_kernel=_bytes_or_none(settings.max_memory_per_kernel),
+            max_memory_per_user=_bytes_or_none(settings.max_memory_per_user),
+        )
+
+    def devices(self) -> list[Device]:
+        """Live devices where this process can see them, else what the ledger has recorded."""
+        return list(self.inventory.devices) or self.ledger.devices()
+
+    def make_request(self, memory: object = None, mode: object = None, cores: object = None) -> SliceRequest:
+        """Validate a request and check this node can honour its mode (raises with the reason)."""
+        request = make_slice_request(
+            memory, mode, cores, self.settings.default_memory, self.settings.default_mode
+        )
+        if not self.ledger.devices():
+            raise NoGPUError(self.inventory.problem or "no GPU found")
+        missing = request.mode.unavailable_reason(self.facts)
+        if missing:
+            raise ModeUnavailableError(missing)
+        return request
+
+    # ---- acquire / release ---------------------------------------------------------------
+
+    async def acquire(
+        self,
+        kernel_id: str,
+        request: SliceRequest,
+        *,
+        kernel_name: str = "",
+        path: str = "",
+        on_wait: WaitCallback | None = None,
+    ) -> SliceRecord:
+        """Reserve a slice for ``kernel_id``, queueing FIFO when the pool is full.
+
+        A kernel that already holds a slice (a restart) gets it back at once. Whatever ends the
+        wait early — a refusal, the timeout, cancellation — withdraws the queued request.
+        """
+        await asyncio.to_thread(
+            self.ledger.enqueue,
+            NewRequest(
+                kernel_id=kernel_id,
+                owner=self.owner,
+                server_id=self.server_id,
+                mode=request.mode.name,
+                kind=request.mode.placement,
+                size=request.size.text,
+                cores=request.cores,
+                holder=self.holder,
+                kernel_name=kernel_name,
+                path=path,
+            ),
+        )
+        started = time.monotonic()
+        last_position: int | None = None
+        placed = False
+        try:
+            while True:
+                outcome = await asyncio.to_thread(self.ledger.try_place, kernel_id, self.policy)
+                if isinstance(outcome, Placed):
+                    placed = True
+                    if last_position is not None:
+                        log.info(
+                            "GPU slice for kernel %s placed after %.1f s in the queue",
+                            kernel_id,
+                            time.monotonic() - started,
+                        )
+                    return outcome.record
+                if isinstance(outcome, Refused):
+                    raise DoesNotFitError(outcome.reason)
+                assert isinstance(outcome, Waiting)
+                if self.settings.when_full == "fail":
+                    raise DoesNotFitError(outcome.reason)
+                waited = time.monotonic() - started
+                if waited >= self.settings.queue_timeout:
+                    raise QueueTimeoutError(
+                        f"no GPU slice after waiting {waited:.0f} s (queue position "
+                        f"{outcome.position}): {outcome.reason}"
+                    )
+                if outcome.position != last_position:
+                    last_position = outcome.position
+                    log.info(
+                        "GPU request %s for kernel %s queued at position %d: %s",
+                        request.size,
+                        kernel_id,
+                        outcome.position,
+                        outcome.reason,
+                    )
+                    if on_wait is not None:
+                        on_wait(outcome.position, outcome.reason)
+                await asyncio.sleep(self.settings.queue_poll_interval)
+        finally:
+            if not placed:
+                await asyncio.to_thread(self.ledger.release, kernel_id)
+
+    def attach_kernel(self, kernel_id: str, pid: int | None) -> None:
+        """Let the slice follow the kernel process ``pid`` (None: back to this process)."""
+        self.ledger.attach_kernel(kernel_id, identify(pid) if pid is not None else None)
+
+    def release(self, kernel_id: str) -> SliceRecord | None:
+        return self.ledger.release(kernel_id)
+
+    def resize(self, kernel_id: str, memory: object) -> SliceRecord:
+        """Resize a running slice in place; raises with the reason when it cannot."""
+        size = make_slice_request(
+            memory, None, None, self.settings.default_memory, self.settings.default_mode
+        ).size
+        outcome = self.ledger.resize(kernel_id, size.text, self.policy)
+        if isinstance(outcome, Refusal):
+            raise DoesNotFitError(outcome.reason)
+        assert isinstance(outcome, Placement)
+        record = self.ledger.get(kernel_id)
+        assert record is not None
+        return record
+
+    def reconcile(self) -> list[SliceRecord]:
+        released = self.ledger.reconcile()
+        for record in released:
+            log.info(
+                "released the %s GPU slice of kernel %s: its process %d is gone",
+                format_bytes(record.memory),
+                record.kernel_id,
+                record.process.pid,
+            )
+        return released
+
+    # ---- what the kernel gets ------------------------------------------------------------
+
+    def grant(self, record: SliceRecord) -> Grant:
+        assert record.unit_uuid is not None
+        return Grant(
+            kernel_id=record.kernel_id,
+            mode=record.mode,
+            unit_uuid=record.unit_uuid,
+            unit_memory=self._unit_memory(record),
+            memory=record.memory,
+            cores=record.cores,
+        )
+
+    def kernel_env(self, record: SliceRecord) -> dict[str, str]:
+        return get_mode(record.mode).kernel_env(self.grant(record), self.facts)
+
+    def _unit_memory(self, record: SliceRecord) -> int:
+        for device in self.ledger.devices():
+            if device.uuid == record.unit_uuid:
+                return device.memory_total
+            for instance in device.mig:
+                if instance.uuid == record.unit_uuid:
+                    return instance.memory_total
+        raise LookupError(f"device {record.unit_uuid} is not in the pool")
+
+    # ---- views ---------------------------------------------------------------------------
+
+    def pool(self) -> dict[str, Any]:
+        return pool_view(
+            self.devices(),
+            self.ledger.records(),
+            self.facts,
+            backend=self.settings.backend,
+            simulated=self.inventory.simulated or (not self.inventory.devices and self.ledger.simulated()),
+            overcommit=self.settings.overcommit,
+            viewer=self.owner,
+        )
+
+    def kernels(self) -> list[dict[str, Any]]:
+        return kernels_view(self.ledger.records(), self.devices(), viewer=self.owner)
+
+
+def _bytes_or_none(size: str | None) -> int | None:
+    return None if size is None else parse_size(size).resolve(0)
+
+
+_services: dict[ServiceKey, GPUShareService] = {}
+
+
+def service_for(settings: GPUShare) -> GPUShareService:
+    """The process's service for these settings (NVML is probed once, not per kernel start)."""
+    key = ServiceKey(
+        str(settings.effective_ledger_path()),
+        settings.effective_simulate(),
+        settings.libvgpu_path,
+        settings.mps_pipe_directory,
+    )
+    service = _services.get(key)
+    if service is None or service.holder.pid != os.getpid():
+        service = _services[key] = GPUShareService(settings)
+    else:
+        service.settings = settings  # policy traits may differ between callers; follow the latest
+    return service

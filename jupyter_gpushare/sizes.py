@@ -1,0 +1,135 @@
+"""GPU memory sizes as users write them (SPEC §3), parsed into exact byte counts.
+
+Pure code: no I/O. Every accepted form is binary (GiB, MiB); a bare integer is MiB because
+that is the unit HAMi's ``nvidia.com/gpumem`` resource uses, so the same number means the same
+thing in a kernelspec, a magic and a pod manifest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Literal
+
+MiB = 1024**2
+GiB = 1024**3
+
+ACCEPTED_FORMS = (
+    "accepted forms: 4G, 4g, 4GB, 4GiB or 0.5G (GiB); 512M, 512MB or 512MiB (MiB); "
+    "a bare integer such as 4096 (MiB); a share of the device such as 25%; "
+    "or 'whole' for a whole card"
+)
+
+_UNITS: dict[str, int] = {
+    "g": GiB,
+    "gb": GiB,
+    "gib": GiB,
+    "m": MiB,
+    "mb": MiB,
+    "mib": MiB,
+}
+
+_AMOUNT = re.compile(r"^(?P<number>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[A-Za-z]*)$")
+_PERCENT = re.compile(r"^(?P<number>\d+(?:\.\d+)?|\.\d+)\s*%$")
+
+
+class SizeError(ValueError):
+    """A size a person typed that we cannot read; the message lists the accepted forms."""
+
+    def __init__(self, text: object, problem: str) -> None:
+        self.text = text
+        self.problem = problem
+        super().__init__(f"{problem}; {ACCEPTED_FORMS}")
+
+
+@dataclass(frozen=True)
+class Size:
+    """A parsed request: an exact byte count, a percentage of a device, or a whole card."""
+
+    kind: Literal["bytes", "percent", "whole"]
+    amount: Decimal  # bytes for "bytes", percent (0 < p <= 100) for "percent", 1 for "whole"
+    text: str  # the user's spelling, kept for messages
+
+    def resolve(self, device_memory: int) -> int:
+        """Bytes this size means on a device (or MIG instance) with ``device_memory`` bytes."""
+        if self.kind == "bytes":
+            return int(self.amount)
+        if self.kind == "whole":
+            return device_memory
+        return int(Decimal(device_memory) * self.amount / 100)
+
+    @property
+    def is_whole(self) -> bool:
+        return self.kind == "whole"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_size(value: object) -> Size:
+    """Read a size as SPEC §3 defines it.
+
+    ``value`` may be a string or, because JSON bodies and kernelspec configs carry numbers, an
+    int (MiB). Anything else, and any zero, negative, non-numeric or unknown-unit value, raises
+    :class:`SizeError` whose message lists the accepted forms.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise SizeError(value, f"a GPU size must be text or a whole number of MiB, not {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise SizeError(value, f"GPU size {value} must be more than zero")
+        return Size("bytes", Decimal(value * MiB), f"{value}M")
+    text = value.strip()
+    if not text:
+        raise SizeError(value, "GPU size is empty")
+    if text.lower() == "whole":
+        return Size("whole", Decimal(1), "whole")
+    if text.startswith("-"):
+        raise SizeError(value, f"GPU size {text!r} must be more than zero")
+
+    percent = _PERCENT.match(text)
+    if percent:
+        share = _decimal(percent["number"], value)
+        if share <= 0 or share > 100:
+            raise SizeError(value, f"GPU share {text!r} must be above 0% and at most 100%")
+        return Size("percent", share, text)
+
+    amount = _AMOUNT.match(text)
+    if not amount:
+        raise SizeError(value, f"cannot read GPU size {text!r}")
+    number = _decimal(amount["number"], value)
+    unit = amount["unit"].lower()
+    if unit == "":
+        if number != number.to_integral_value():
+            raise SizeError(value, f"a bare number is MiB and must be whole: {text!r}")
+        scale = MiB
+    elif unit in _UNITS:
+        scale = _UNITS[unit]
+    else:
+        raise SizeError(value, f"unknown unit {amount['unit']!r} in GPU size {text!r}")
+    size_bytes = int(number * scale)
+    if size_bytes <= 0:
+        raise SizeError(value, f"GPU size {text!r} must be more than zero")
+    return Size("bytes", Decimal(size_bytes), text)
+
+
+def _decimal(number: str, original: object) -> Decimal:
+    try:
+        return Decimal(number)
+    except InvalidOperation as error:  # the regexes make this unreachable; kept for safety
+        raise SizeError(original, f"cannot read GPU size {original!r}") from error
+
+
+def format_bytes(size_bytes: int) -> str:
+    """Short human form in the units users type: ``7.5G``, ``512M``, ``80G``."""
+    if size_bytes >= GiB:
+        gib = size_bytes / GiB
+        return f"{gib:.0f}G" if abs(gib - round(gib)) < 0.05 else f"{gib:.1f}G"
+    mib = size_bytes / MiB
+    return f"{mib:.0f}M" if abs(mib - round(mib)) < 0.5 else f"{mib:.1f}M"
+
+
+def to_mib(size_bytes: int) -> int:
+    """Whole MiB, rounded up so a cap in MiB never undercuts the bytes reserved."""
+    return -(-size_bytes // MiB)
