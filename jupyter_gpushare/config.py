@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_core.paths import jupyter_config_path, jupyter_runtime_dir
-from traitlets import Bool, Enum, Float, List, Unicode, validate
+from traitlets import Bool, Enum, Float, List, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
+from .errors import ConfigurationError
 from .modes import MODES, get_mode
 from .sizes import SizeError, parse_size
 
@@ -113,12 +114,15 @@ class GPUShare(Configurable):
     @validate("default_memory", "max_memory_per_kernel", "max_memory_per_user")
     def _check_size(self, proposal: Any) -> str | None:
         value = proposal["value"]
+        name = proposal["trait"].name
         if value is None:
             return None
         try:
-            parse_size(value)
+            size = parse_size(value)
         except SizeError as error:
-            raise ValueError(f"GPUShare.{proposal['trait'].name}: {error}") from None
+            raise ValueError(f"GPUShare.{name}: {error}") from None
+        if name.startswith("max_") and size.kind != "bytes":
+            raise ValueError(f"GPUShare.{name} must be an amount such as 16G, not {value!r}")
         return str(value)
 
     @validate("sizes")
@@ -165,9 +169,12 @@ def load_settings(config: Config | None = None) -> GPUShare:
     ``GPUShare`` section, the ``jupyter_server_config.{json,py}`` files on the Jupyter config
     path are read for one, so a kernel started outside a server follows the same settings.
     """
-    if config is not None and "GPUShare" in config:
+    if config is None or "GPUShare" not in config:
+        config = _config_from_files()
+    try:
         return GPUShare(config=config)
-    return GPUShare(config=_config_from_files())
+    except (TraitError, ValueError) as error:
+        raise ConfigurationError(f"invalid GPUShare configuration: {error}") from None
 
 
 def _config_from_files() -> Config:

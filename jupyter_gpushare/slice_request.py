@@ -19,13 +19,17 @@ class SliceRequest:
 def make_slice_request(
     memory: object, mode: object, cores: object, default_memory: str, default_mode: str
 ) -> SliceRequest:
-    """Validate the three request fields; ``None`` (or "") takes the configured default."""
+    """Validate the three request fields; ``None`` takes the configured default.
+
+    An empty string is an error, not a default: a cleared form field or ``%gpu request ""``
+    should say so rather than quietly reserve the default size.
+    """
     try:
-        size = parse_size(default_memory if memory in (None, "") else memory)
+        size = parse_size(default_memory if memory is None else memory)
     except SizeError as error:
         raise InvalidRequestError(str(error)) from None
     try:
-        chosen_mode = get_mode(default_mode if mode in (None, "") else mode)  # type: ignore[arg-type]
+        chosen_mode = get_mode(default_mode if mode is None else mode)  # type: ignore[arg-type]
     except UnknownModeError as error:
         raise InvalidRequestError(str(error)) from None
     if chosen_mode.placement == "exclusive":

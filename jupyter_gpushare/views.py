@@ -8,6 +8,7 @@ from typing import Any
 from .inventory import Device
 from .ledger import SliceRecord
 from .modes import MODES, NodeFacts
+from .sizes import parse_size
 
 ANONYMOUS = "another user"
 
@@ -35,7 +36,8 @@ def pool_view(
                 "position": position,
                 "kernel_id": record.kernel_id if record.owner == viewer else None,
                 "owner": record.owner if record.owner == viewer else ANONYMOUS,
-                "memory_request": record.size,
+                "memory_request": requested_bytes(record),
+                "size": record.size,
                 "mode": record.mode,
                 "requested_at": record.requested_at,
             }
@@ -79,6 +81,15 @@ def _device_view(
     }
 
 
+def requested_bytes(record: SliceRecord) -> int | None:
+    """Bytes held by a running slice, or asked for by a queued one (None for 25% or whole,
+    which only mean bytes once a device is chosen)."""
+    if record.state == "running":
+        return record.memory
+    size = parse_size(record.size)
+    return size.resolve(0) if size.kind == "bytes" else None
+
+
 def _visible_kernel_id(record: SliceRecord | None, viewer: str) -> str | None:
     if record is None or record.owner != viewer:
         return None
@@ -100,7 +111,7 @@ def kernel_view(
         "queue_position": queue_position,
         "device": index_of.get(record.device_uuid) if record.device_uuid else None,
         "mode": record.mode,
-        "memory_request": record.memory if record.state == "running" else None,
+        "memory_request": requested_bytes(record),
         "size": record.size,
         "memory_used": 0,
         "utilization": None,

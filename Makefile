@@ -1,0 +1,31 @@
+# The two commands of the README. Both work on a fresh clone: they create .venv themselves.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# A simulated pool when the machine has no NVIDIA GPU (override: make demo SIMULATE=1xT4-16GB).
+SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
+
+.PHONY: demo test install lint bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[lab,test]'
+
+demo: install
+	$(BIN)/jupyter gpushare kernelspec install --sys-prefix
+	JUPYTER_GPUSHARE_SIMULATE=$(SIMULATE) $(BIN)/jupyter lab --notebook-dir=examples
+
+lint: install
+	$(BIN)/ruff check jupyter_gpushare tests benchmarks
+	$(BIN)/ruff format --check jupyter_gpushare tests benchmarks
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/pip install --quiet -e '.[bench]'
+	bash benchmarks/run_all.sh

@@ -1,0 +1,70 @@
+"""Fixtures for tests that start real kernels and servers on a simulated pool."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpushare.kernelspec import install_kernelspecs
+from jupyter_gpushare.ledger import Ledger, SliceRecord
+from jupyter_gpushare.sizes import GiB
+
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Node:
+    """An isolated Jupyter environment with a simulated pool and its own ledger."""
+
+    root: Path
+    ledger_path: Path
+    env: dict[str, str]
+    capacity: int
+
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger(self.ledger_path)
+
+    def running(self) -> list[SliceRecord]:
+        return [record for record in self.ledger.records() if record.state == "running"]
+
+    def queued(self) -> list[SliceRecord]:
+        return [record for record in self.ledger.records() if record.state == "queued"]
+
+    def reserved(self) -> int:
+        return sum(record.memory for record in self.running())
+
+    def write_server_config(self, gpushare: dict[str, object]) -> None:
+        import json
+
+        config_dir = Path(self.env["JUPYTER_CONFIG_DIR"])
+        (config_dir / "jupyter_server_config.json").write_text(json.dumps({"GPUShare": gpushare}))
+
+
+@pytest.fixture
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
+    """One simulated 80 GiB card; kernelspecs python3-gpu-30g, -4g and -16g installed."""
+    prefix = tmp_path / "prefix"
+    paths = {
+        "JUPYTER_CONFIG_DIR": tmp_path / "config",
+        "JUPYTER_DATA_DIR": tmp_path / "data",
+        "JUPYTER_RUNTIME_DIR": tmp_path / "runtime",
+        "IPYTHONDIR": tmp_path / "ipython",
+    }
+    for path in paths.values():
+        path.mkdir()
+    env = {name: str(path) for name, path in paths.items()}
+    env["JUPYTER_PATH"] = str(prefix / "share" / "jupyter")
+    env["JUPYTER_GPUSHARE_SIMULATE"] = "1xA100-80GB"
+    env["JUPYTER_GPUSHARE_LEDGER_PATH"] = str(tmp_path / "ledger.sqlite")
+    env["JUPYTER_PLATFORM_DIRS"] = "1"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    install_kernelspecs(["30G", "4G", "16G"], prefix=str(prefix))
+    yield Node(tmp_path, tmp_path / "ledger.sqlite", dict(os.environ), 80 * GiB)

@@ -1,0 +1,106 @@
+"""A real ``jupyter server`` process for tests, talked to over HTTP."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .conftest import BIN, Node
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Response:
+    status: int
+    body: Any
+
+
+@dataclass
+class JupyterServer:
+    process: subprocess.Popen[bytes]
+    url: str
+    token: str
+    log_path: Path
+    _closed: bool = field(default=False)
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 120) -> Response:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.url}{path}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as reply:
+                raw = reply.read()
+                return Response(reply.status, json.loads(raw) if raw else None)
+        except urllib.error.HTTPError as error:
+            raw = error.read()
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = raw.decode(errors="replace")
+            return Response(error.code, parsed)
+
+    def stop(self, timeout: float = 30) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_server(node: Node, name: str = "server", extra_env: dict[str, str] | None = None) -> JupyterServer:
+    port = free_port()
+    token = f"token-{name}"
+    root = node.root / f"{name}-root"
+    root.mkdir(exist_ok=True)
+    log_path = node.root / f"{name}.log"
+    env = dict(node.env, **(extra_env or {}))
+    process = subprocess.Popen(
+        [
+            str(BIN / "jupyter-server"),
+            f"--ServerApp.port={port}",
+            "--ServerApp.ip=127.0.0.1",
+            f"--IdentityProvider.token={token}",
+            "--ServerApp.open_browser=False",
+            "--ServerApp.allow_root=True",
+            f"--ServerApp.root_dir={root}",
+        ],
+        env=env,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    server = JupyterServer(process, f"http://127.0.0.1:{port}", token, log_path)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"jupyter server exited:\n{server.log()}")
+        try:
+            if server.request("GET", "/api/status", timeout=2).status == 200:
+                return server
+        except OSError:
+            pass
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"jupyter server did not answer in 60 s:\n{server.log()}")

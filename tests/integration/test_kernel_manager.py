@@ -1,0 +1,155 @@
+"""Real kernels through jupyter_client's AsyncMultiKernelManager on a simulated 80 GiB card."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from jupyter_client.multikernelmanager import AsyncMultiKernelManager
+from traitlets.config import Config
+
+from jupyter_gpushare.errors import (
+    DoesNotFitError,
+    InvalidRequestError,
+    ModeUnavailableError,
+    QueueTimeoutError,
+)
+from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
+
+from .conftest import Node
+from .kernels import run_code, write_kernelspec
+
+pytestmark = pytest.mark.integration
+
+
+def manager(**gpushare: object) -> AsyncMultiKernelManager:
+    return AsyncMultiKernelManager(config=Config({"GPUShare": gpushare}) if gpushare else None)
+
+
+async def wait_until(condition, timeout: float = 30.0, interval: float = 0.05) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(interval)
+
+
+async def test_third_kernel_queues_at_position_one_and_starts_when_one_ends(node: Node) -> None:
+    kernels = manager()
+    first = await kernels.start_kernel(kernel_name="python3-gpu-30g")
+    second = await kernels.start_kernel(kernel_name="python3-gpu-30g")
+    assert node.reserved() == 60 * GiB
+    third = asyncio.create_task(kernels.start_kernel(kernel_name="python3-gpu-30g"))
+    try:
+        await wait_until(lambda: len(node.queued()) == 1)
+        waiting = node.queued()[0]
+        assert node.ledger.queue_position(waiting.kernel_id) == 1
+        await asyncio.sleep(1.0)
+        assert not third.done(), "a 30G kernel started while only 20G were free"
+        assert node.reserved() == 60 * GiB
+
+        await kernels.shutdown_kernel(first)
+        third_id = await asyncio.wait_for(third, timeout=60)
+        assert third_id == waiting.kernel_id
+        assert {record.kernel_id for record in node.running()} == {second, third_id}
+        assert node.reserved() == 60 * GiB
+    finally:
+        if not third.done():
+            third.cancel()
+        await kernels.shutdown_all()
+    assert node.ledger.records() == []
+
+
+async def test_when_full_fail_refuses_at_once_with_the_free_memory(node: Node) -> None:
+    kernels = manager(when_full="fail")
+    try:
+        await kernels.start_kernel(kernel_name="python3-gpu-30g")
+        await kernels.start_kernel(kernel_name="python3-gpu-30g")
+        started = time.monotonic()
+        with pytest.raises(DoesNotFitError, match="30G does not fit: 20G free on GPU0"):
+            await kernels.start_kernel(kernel_name="python3-gpu-30g")
+        assert time.monotonic() - started < 5
+        assert len(node.running()) == 2 and node.queued() == []
+        assert len(kernels.list_kernel_ids()) == 2
+    finally:
+        await kernels.shutdown_all()
+
+
+async def test_a_queued_request_gives_up_after_queue_timeout(node: Node) -> None:
+    kernels = manager(queue_timeout=1.0)
+    try:
+        await kernels.start_kernel(kernel_name="python3-gpu-30g")
+        await kernels.start_kernel(kernel_name="python3-gpu-30g")
+        with pytest.raises(QueueTimeoutError, match=r"after waiting 1 s.*20G free on GPU0"):
+            await kernels.start_kernel(kernel_name="python3-gpu-30g")
+        assert node.queued() == [] and len(node.running()) == 2
+    finally:
+        await kernels.shutdown_all()
+
+
+async def test_the_kernel_sees_its_slice(node: Node) -> None:
+    kernels = manager()
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-30g")
+    try:
+        record = node.ledger.get(kernel_id)
+        assert record is not None and record.state == "running"
+        output = await run_code(
+            kernels.get_kernel(kernel_id),
+            "import os\n"
+            "for name in ('JUPYTER_GPUSHARE_MEMORY_BYTES', 'CUDA_VISIBLE_DEVICES', 'JUPYTER_GPUSHARE_MODE',"
+            " 'XLA_PYTHON_CLIENT_MEM_FRACTION', 'XLA_PYTHON_CLIENT_PREALLOCATE', 'CUPY_GPU_MEMORY_LIMIT'):\n"
+            "    print(name, os.environ.get(name))",
+        )
+        seen = dict(line.split(" ", 1) for line in output.strip().splitlines())
+        assert seen["JUPYTER_GPUSHARE_MEMORY_BYTES"] == str(30 * GiB) == str(record.memory)
+        assert seen["CUDA_VISIBLE_DEVICES"] == record.unit_uuid
+        assert seen["CUDA_VISIBLE_DEVICES"] == node.ledger.devices()[0].uuid
+        assert seen["JUPYTER_GPUSHARE_MODE"] == "timeslice"
+        assert seen["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.3750"
+        assert seen["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+        assert seen["CUPY_GPU_MEMORY_LIMIT"] == str(30 * GiB)
+        kernel_process = node.ledger.get(kernel_id)
+        assert kernel_process is not None and kernel_process.kernel is not None
+        assert kernel_process.kernel.pid == kernels.get_kernel(kernel_id).provisioner.pid
+    finally:
+        await kernels.shutdown_all()
+    assert node.ledger.records() == []
+
+
+async def test_restart_keeps_the_slice_and_follows_the_new_process(node: Node) -> None:
+    kernels = manager()
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-16g")
+    try:
+        before = node.ledger.get(kernel_id)
+        await kernels.restart_kernel(kernel_id, now=True)
+        after = node.ledger.get(kernel_id)
+        assert before is not None and after is not None
+        assert (after.unit_uuid, after.memory, after.seq) == (before.unit_uuid, before.memory, before.seq)
+        assert after.kernel is not None and before.kernel is not None
+        assert after.kernel.pid != before.kernel.pid
+        assert after.kernel.pid == kernels.get_kernel(kernel_id).provisioner.pid
+    finally:
+        await kernels.shutdown_all()
+    assert node.ledger.records() == []
+
+
+@pytest.mark.parametrize("bad_size", ["abc", "-1G", "0", "10T", "%", ""])
+async def test_bad_sizes_are_refused_with_the_accepted_forms_and_reserve_nothing(
+    node: Node, bad_size: str
+) -> None:
+    write_kernelspec(node, "bad-size", {"gpu_memory": bad_size, "gpu_mode": "timeslice"})
+    kernels = manager()
+    with pytest.raises(InvalidRequestError) as raised:
+        await kernels.start_kernel(kernel_name="bad-size")
+    assert ACCEPTED_FORMS in str(raised.value)
+    assert node.ledger.records() == []
+    assert kernels.list_kernel_ids() == []
+
+
+async def test_a_mode_the_node_cannot_honour_fails_with_what_is_missing(node: Node) -> None:
+    write_kernelspec(node, "mig-4g", {"gpu_memory": "4G", "gpu_mode": "mig"})
+    kernels = manager()
+    with pytest.raises(ModeUnavailableError, match="needs MIG instances"):
+        await kernels.start_kernel(kernel_name="mig-4g")
+    assert node.ledger.records() == []

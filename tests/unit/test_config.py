@@ -1,0 +1,187 @@
+"""``c.GPUShare`` (SPEC §4): validation, config files on the Jupyter path, environment variables."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from jupyter_core.paths import jupyter_config_path, jupyter_runtime_dir
+from traitlets.config import Config
+
+from jupyter_gpushare.config import GPUShare, load_settings
+from jupyter_gpushare.sizes import ACCEPTED_FORMS
+
+
+def write_json_config(directory: Path, section: dict) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "jupyter_server_config.json").write_text(json.dumps({"GPUShare": section}))
+
+
+def write_py_config(directory: Path, lines: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "jupyter_server_config.py").write_text(lines)
+
+
+def config_dir() -> Path:
+    return Path(os.environ["JUPYTER_CONFIG_DIR"])
+
+
+@pytest.mark.parametrize(
+    ("trait", "value"),
+    [
+        ("overcommit", 0.5),
+        ("overcommit", 0.0),
+        ("overcommit", -1.0),
+        ("overcommit", math.nan),
+        ("default_memory", "abc"),
+        ("default_memory", "0G"),
+        ("max_memory_per_kernel", "-4G"),
+        ("max_memory_per_user", "lots"),
+        ("max_memory_per_kernel", "25%"),  # a quota is an amount, not a share of some device
+        ("max_memory_per_user", "whole"),
+        ("sizes", ["2G", "abc"]),
+        ("sizes", ["2G", "0"]),
+        ("queue_timeout", -1.0),
+        ("sample_interval", -0.5),
+    ],
+)
+def test_invalid_values_are_refused_naming_the_trait(trait: str, value: object) -> None:
+    with pytest.raises(ValueError) as caught:
+        GPUShare(**{trait: value})
+    assert trait in str(caught.value)
+
+
+@pytest.mark.parametrize("trait", ["default_memory", "max_memory_per_kernel", "sizes"])
+def test_invalid_sizes_list_the_accepted_forms(trait: str) -> None:
+    value = ["abc"] if trait == "sizes" else "abc"
+    with pytest.raises(ValueError) as caught:
+        GPUShare(**{trait: value})
+    assert ACCEPTED_FORMS in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("trait", "value"),
+    [("backend", "cloud"), ("default_mode", "bogus"), ("when_full", "wait"), ("over_limit_action", "explode")],
+)
+def test_choices_are_enforced(trait: str, value: str) -> None:
+    with pytest.raises(Exception, match=value):
+        GPUShare(**{trait: value})
+
+
+@pytest.mark.parametrize(
+    ("trait", "value"),
+    [
+        ("overcommit", 1.0),
+        ("overcommit", 1.75),
+        ("default_memory", "25%"),
+        ("default_memory", "whole"),
+        ("max_memory_per_kernel", "16G"),
+        ("max_memory_per_user", None),
+        ("sizes", ["1G", "512M", "50%", "whole"]),
+    ],
+)
+def test_valid_values_are_kept(trait: str, value: object) -> None:
+    assert getattr(GPUShare(**{trait: value}), trait) == value
+
+
+def test_json_config_file_on_the_jupyter_path_is_read() -> None:
+    assert str(config_dir()) in jupyter_config_path()
+    write_json_config(
+        config_dir(),
+        {"simulate": "1xT4-16GB", "overcommit": 1.5, "sizes": ["1G", "3G"], "when_full": "fail"},
+    )
+    settings = load_settings()
+    assert settings.simulate == "1xT4-16GB"
+    assert settings.overcommit == 1.5
+    assert settings.sizes == ["1G", "3G"]
+    assert settings.when_full == "fail"
+
+
+def test_python_config_file_is_read_and_wins_over_json_in_the_same_directory() -> None:
+    write_json_config(config_dir(), {"overcommit": 1.5, "default_memory": "2G"})
+    write_py_config(config_dir(), "c.GPUShare.overcommit = 1.25\nc.GPUShare.max_memory_per_user = '24G'\n")
+    settings = load_settings()
+    assert settings.overcommit == 1.25
+    assert settings.default_memory == "2G"
+    assert settings.max_memory_per_user == "24G"
+
+
+def test_the_most_specific_config_directory_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    extra = tmp_path / "extra"
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(extra))
+    path = jupyter_config_path()
+    most_specific = Path(path[0])
+    least_specific = Path(next(p for p in path if Path(p) in (extra, config_dir()) and Path(p) != most_specific))
+    write_json_config(most_specific, {"default_memory": "8G"})
+    write_json_config(least_specific, {"default_memory": "2G", "default_mode": "mps"})
+    settings = load_settings()
+    assert settings.default_memory == "8G"
+    assert settings.default_mode == "mps"  # merged from the other file
+
+
+def test_other_sections_of_the_server_config_are_ignored() -> None:
+    (config_dir()).mkdir(parents=True, exist_ok=True)
+    (config_dir() / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"port": 9999}}))
+    settings = load_settings()
+    assert settings.overcommit == GPUShare().overcommit
+
+
+def test_an_invalid_config_file_value_is_reported() -> None:
+    write_json_config(config_dir(), {"overcommit": 0.5})
+    with pytest.raises(Exception, match="overcommit") as caught:
+        load_settings()
+    assert "1.0" in str(caught.value)  # the limit it must respect
+
+
+def test_a_callers_config_with_a_gpushare_section_is_used_as_is() -> None:
+    write_json_config(config_dir(), {"overcommit": 1.5})
+    config = Config()
+    config.GPUShare.default_memory = "6G"
+    settings = load_settings(config)
+    assert settings.default_memory == "6G"
+    assert settings.overcommit == 1.0  # the file on disk is not mixed in
+
+
+def test_a_callers_config_without_a_section_falls_back_to_the_files() -> None:
+    write_json_config(config_dir(), {"overcommit": 1.5})
+    config = Config()
+    config.ServerApp.port = 1234
+    assert load_settings(config).overcommit == 1.5
+
+
+def test_environment_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings = GPUShare()
+    assert settings.effective_simulate() == ""
+    assert settings.effective_ledger_path().parent == Path(jupyter_runtime_dir())
+    monkeypatch.setenv("JUPYTER_GPUSHARE_SIMULATE", "2xA100-80GB")
+    monkeypatch.setenv("JUPYTER_GPUSHARE_LEDGER_PATH", str(tmp_path / "shared.sqlite"))
+    monkeypatch.setenv("JUPYTER_GPUSHARE_OWNER", "carol")
+    monkeypatch.setenv("JUPYTERHUB_USER", "dave")
+    assert settings.effective_simulate() == "2xA100-80GB"
+    assert settings.effective_ledger_path() == tmp_path / "shared.sqlite"
+    assert settings.effective_owner() == "carol"
+
+
+def test_traits_win_over_environment_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("JUPYTER_GPUSHARE_SIMULATE", "2xA100-80GB")
+    monkeypatch.setenv("JUPYTER_GPUSHARE_LEDGER_PATH", str(tmp_path / "env.sqlite"))
+    monkeypatch.setenv("JUPYTER_GPUSHARE_OWNER", "carol")
+    settings = GPUShare(simulate="1xT4-16GB", ledger_path=str(tmp_path / "trait.sqlite"), owner="erin")
+    assert settings.effective_simulate() == "1xT4-16GB"
+    assert settings.effective_ledger_path() == tmp_path / "trait.sqlite"
+    assert settings.effective_owner() == "erin"
+
+
+def test_owner_falls_back_to_the_hub_user_then_the_login(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUPYTERHUB_USER", "dave")
+    assert GPUShare().effective_owner() == "dave"
+    monkeypatch.delenv("JUPYTERHUB_USER")
+    assert GPUShare().effective_owner()  # the login name, whatever it is here
+
+
+def test_ledger_path_expands_the_home_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert GPUShare(ledger_path="~/ledger.sqlite").effective_ledger_path() == tmp_path / "ledger.sqlite"

@@ -1,0 +1,88 @@
+"""Checking the three request fields a kernelspec, a REST body or a magic carries."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_gpushare.errors import InvalidRequestError
+from jupyter_gpushare.modes import MODES
+from jupyter_gpushare.sizes import ACCEPTED_FORMS
+from jupyter_gpushare.slice_request import make_slice_request
+
+GiB = 2**30
+MiB = 2**20
+
+
+def test_none_takes_the_configured_defaults() -> None:
+    request = make_slice_request(None, None, None, "6G", "vgpu")
+    assert request.size.resolve(0) == 6 * GiB
+    assert request.mode.name == "vgpu"
+    assert request.cores is None
+
+
+@pytest.mark.parametrize(
+    ("memory", "mode", "expected_bytes", "expected_mode"),
+    [
+        ("8G", "timeslice", 8 * GiB, "timeslice"),
+        ("512M", "mps", 512 * MiB, "mps"),
+        (4096, "mig", 4096 * MiB, "mig"),  # a JSON number is MiB
+        ("4096", None, 4096 * MiB, "timeslice"),
+    ],
+)
+def test_explicit_fields(memory: object, mode: str | None, expected_bytes: int, expected_mode: str) -> None:
+    request = make_slice_request(memory, mode, None, "4G", "timeslice")
+    assert request.size.resolve(80 * GiB) == expected_bytes
+    assert request.mode.name == expected_mode
+
+
+def test_a_share_stays_a_share() -> None:
+    request = make_slice_request("25%", "timeslice", None, "4G", "timeslice")
+    assert request.size.resolve(16 * GiB) == 4 * GiB
+    assert request.size.resolve(80 * GiB) == 20 * GiB
+
+
+@pytest.mark.parametrize("memory", ["4G", "whole", None, "25%"])
+def test_exclusive_always_means_a_whole_card(memory: object) -> None:
+    request = make_slice_request(memory, "exclusive", None, "4G", "timeslice")
+    assert request.size.is_whole
+    assert request.size.resolve(40 * GiB) == 40 * GiB
+
+
+def test_exclusive_as_the_default_mode_also_means_a_whole_card() -> None:
+    assert make_slice_request("2G", None, None, "4G", "exclusive").size.is_whole
+
+
+@pytest.mark.parametrize("memory", ["abc", "0", "-1G", "10T", "101%", 0, True, 2.5, ["4G"]])
+def test_a_bad_size_lists_the_accepted_forms(memory: object) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        make_slice_request(memory, "timeslice", None, "4G", "timeslice")
+    assert ACCEPTED_FORMS in str(caught.value)
+    assert isinstance(caught.value, ValueError)
+
+
+def test_a_bad_default_size_is_reported_too() -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        make_slice_request(None, None, None, "lots", "timeslice")
+    assert ACCEPTED_FORMS in str(caught.value)
+
+
+@pytest.mark.parametrize("mode", ["bogus", "MIG", "shared", 3])
+def test_a_bad_mode_lists_the_modes(mode: object) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        make_slice_request("4G", mode, None, "4G", "timeslice")
+    for name in MODES:
+        assert name in str(caught.value)
+
+
+@pytest.mark.parametrize(("cores", "expected"), [(None, None), (1, 1), (30, 30), (100, 100), ("30", 30), ("30%", 30), (" 50 ", 50)])
+def test_cores(cores: object, expected: int | None) -> None:
+    assert make_slice_request("4G", "mps", cores, "4G", "timeslice").cores == expected
+
+
+@pytest.mark.parametrize("cores", [0, 101, -5, "abc", True, False, 2.5, "2.5", "0%", "150%", [30]])
+def test_bad_cores_say_what_is_allowed(cores: object) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        make_slice_request("4G", "mps", cores, "4G", "timeslice")
+    message = str(caught.value)
+    assert "gpu_cores" in message
+    assert "1" in message and "100" in message
