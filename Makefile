@@ -16,7 +16,7 @@ install: $(BIN)/python
 
 demo: install
 	$(BIN)/jupyter gpushare kernelspec install --sys-prefix
-	JUPYTER_GPUSHARE_SIMULATE=$(SIMULATE) $(BIN)/jupyter lab --notebook-dir=examples
+	JUPYTER_GPUSHARE_SIMULATE=$(SIMULATE) $(BIN)/jupyter lab --notebook-dir=examples $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lint: install
 	$(BIN)/ruff check jupyter_gpushare tests benchmarks

@@ -54,9 +54,9 @@ import multiprocessing as mp
 import os
 import platform
 import pstats
+import queue
 import random
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -110,7 +110,7 @@ def _worker(
     seed: int,
     duration: float,
     ready: mp.synchronize.Barrier,
-    results: mp.Queue,
+    results: mp.Queue[Any],
 ) -> None:
     from jupyter_gpushare.allocator import Policy
     from jupyter_gpushare.config import GPUShare
@@ -174,14 +174,24 @@ def run_processes(
     _setup_ledger(path)
     context = mp.get_context("spawn")
     barrier = context.Barrier(processes)
-    results: mp.Queue = context.Queue()
+    results: mp.Queue[Any] = context.Queue()
     workers = [
         context.Process(target=_worker, args=(i, variant, path, seed, duration, barrier, results))
         for i in range(processes)
     ]
     for process in workers:
         process.start()
-    collected = [results.get(timeout=duration + 120) for _ in workers]
+    collected: list[Any] = []
+    give_up = time.monotonic() + duration + 120
+    while len(collected) < processes:
+        try:
+            collected.append(results.get(timeout=1.0))
+        except queue.Empty:
+            failed = [p.exitcode for p in workers if p.exitcode not in (None, 0)]
+            if failed or time.monotonic() > give_up:
+                for process in workers:
+                    process.kill()
+                raise RuntimeError(f"workers failed (exit codes {failed}) or timed out") from None
     for process in workers:
         process.join(timeout=30)
         if process.exitcode != 0:
@@ -273,6 +283,39 @@ def _time_calls(directory: Path, count: int, seed: int) -> dict[str, float]:
     return result
 
 
+def _poll_cost(directory: Path, depths: list[int]) -> list[tuple[int, float]]:
+    """Seconds one polling round takes when ``depth`` requests wait behind a full pool.
+
+    A round is what happens every ``queue_poll_interval``: each waiting request calls
+    ``try_place`` once (all of it under the write lock).
+    """
+    from jupyter_gpushare.allocator import Policy
+    from jupyter_gpushare.ledger import Ledger, NewRequest, Placed
+    from jupyter_gpushare.processes import current_process
+
+    path = str(directory / "ledger-queue.sqlite")
+    _setup_ledger(path)
+    ledger = Ledger(path)
+    me = current_process()
+    policy = Policy()
+    for card in range(4):  # fill the pool so everything after waits
+        ledger.enqueue(NewRequest(f"full{card}", "u", "s", "timeslice", "shared", "80G", None, me))
+        assert isinstance(ledger.try_place(f"full{card}", policy), Placed)
+    rounds = []
+    for depth in depths:
+        names = [f"q{depth}-{i}" for i in range(depth)]
+        for name in names:
+            ledger.enqueue(NewRequest(name, "u", "s", "timeslice", "shared", "1G", None, me))
+        t0 = time.perf_counter()
+        for name in names:
+            ledger.try_place(name, policy)
+        rounds.append((depth, time.perf_counter() - t0))
+        for name in names:
+            ledger.release(name)
+    ledger.close()
+    return rounds
+
+
 def _profile(directory: Path, count: int, seed: int, top: int = 14) -> tuple[str, str]:
     from jupyter_gpushare.allocator import Policy
     from jupyter_gpushare.ledger import Ledger, NewRequest
@@ -288,7 +331,8 @@ def _profile(directory: Path, count: int, seed: int, top: int = 14) -> tuple[str
     def loop() -> None:
         for i in range(count):
             kernel_id = f"p{i}"
-            ledger.enqueue(NewRequest(kernel_id, "u", "s", "timeslice", "shared", rng.choice(SIZES), None, me))
+            size = rng.choice(SIZES)
+            ledger.enqueue(NewRequest(kernel_id, "u", "s", "timeslice", "shared", size, None, me))
             ledger.try_place(kernel_id, policy)
             ledger.release(kernel_id)
 
@@ -407,16 +451,34 @@ def main(argv: list[str] | None = None) -> int:
         costs = _time_calls(directory, count, args.seed)
         pair = costs["enqueue"] + costs["try_place"] + costs["release"]
         print(f"breakdown, one process, {count} pairs (microseconds per call):")
+
+        def line(label: str, value: float, note: str = "") -> None:
+            print(f"  {label:<22}{value:>8.0f}   {note}".rstrip())
+
         for name in ("enqueue", "try_place", "release"):
-            print(f"  {name:<22}{costs[name]:>8.0f}")
-        print(f"  {'= one pair':<22}{pair:>8.0f}   ({1e6 / pair:,.0f} pairs/s; nearly all of it runs under the")
-        print(f"  {'':<22}{'':>8}    one write lock, so more processes cannot add much)")
-        print(f"  {'empty write txn':<22}{costs['empty_txn']:>8.0f}   (BEGIN IMMEDIATE; COMMIT; 3 per pair)")
-        print(f"  {'new connection + txn':<22}{costs['fresh_connection_txn']:>8.0f}   (connections are reused: not paid)")
-        print(f"  {'is_alive (psutil)':<22}{costs['is_alive']:>8.0f}   (per queued row ahead, per Waiting poll,")
-        print(f"  {'':<22}{'':>8}    inside the write lock)")
+            line(name, costs[name])
+        line("= one pair", pair, f"({1e6 / pair:,.0f} pairs/s; nearly all of it runs under the one")
+        print(f"{'':<35}write lock, so more processes cannot add much)")
+        line("empty write txn", costs["empty_txn"], "(BEGIN IMMEDIATE; COMMIT; 3 per pair)")
+        line("new connection + txn", costs["fresh_connection_txn"], "(connections are reused: not paid)")
+        line("is_alive (psutil)", costs["is_alive"], "(per queued row ahead, per Waiting poll,")
+        print(f"{'':<35}inside the write lock)")
         share = 3 * costs["empty_txn"] / pair
         print(f"  the bare sqlite transaction is {share:.0%} of a pair; the rest is statements and Python")
+        print()
+        from jupyter_gpushare.config import GPUShare
+
+        interval = GPUShare().queue_poll_interval
+        depths = [10, 50, 100] if args.quick else [10, 50, 100, 200]
+        print(f"polling cost with a full pool: each waiting request calls try_place every {interval:g} s")
+        print(f"  {'queued':>6} {'one round ms':>12} {'per poll us':>11} {'lock busy':>9}")
+        for depth, seconds in _poll_cost(directory, depths):
+            print(
+                f"  {depth:>6} {1000 * seconds:>12.0f} {1e6 * seconds / depth:>11.0f} "
+                f"{seconds / interval:>9.0%}"
+            )
+        print("  (lock busy: share of wall time the write lock is held by polling alone; a poll reads")
+        print("   every row ahead of it and checks each one's process with psutil, so it grows as depth^2)")
         if args.profile or not met:
             print()
             summary, table = _profile(directory, count, args.seed)

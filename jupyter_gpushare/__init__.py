@@ -3,6 +3,18 @@
 This module holds extension points only; the pieces live in their own modules (see README).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+
+def load_ipython_extension(shell: Any) -> None:
+    """``%load_ext jupyter_gpushare``: the ``%gpu`` magics and framework caps in any kernel."""
+    from .kernel import load_ipython_extension as load
+
+    load(shell)
+
+
+__all__ = ["__version__", "load_ipython_extension"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .inventory import Device
-from .sizes import Size, format_bytes
+from .sizes import ACCEPTED_FORMS, Size, format_bytes
 
 # How a mode uses a device: many slices sharing its memory, the whole card, or one MIG instance.
 PlacementKind = Literal["shared", "exclusive", "mig"]
@@ -113,7 +113,7 @@ def _fit_card(
     if request.size.kind == "bytes" and request.size.resolve(0) > largest.memory_total:
         return Refusal(
             f"{request.size} is larger than any GPU in the pool "
-            f"(largest: {format_bytes(largest.memory_total)} on {largest.label})",
+            f"(largest: {format_bytes(largest.memory_total)} on {largest.label}); {ACCEPTED_FORMS}",
             retry=False,
         )
 
@@ -125,6 +125,8 @@ def _fit_card(
         if quota is not None:
             quota_refusals.append(quota)
             continue
+        if wanted > device.memory_total:
+            continue  # overcommit stretches what is reserved, never one slice past the card
         on_device = [slice_ for slice_ in held if slice_.device_uuid == device.uuid]
         if any(slice_.whole_card for slice_ in on_device):
             continue
@@ -156,28 +158,29 @@ def _fit_mig(
         return Refusal("'whole' is not a MIG size; use mode 'exclusive' for a whole card", retry=False)
     taken = {slice_.unit_uuid for slice_ in held}
     fitting: list[tuple[int, int, Device, str]] = []
-    free_instances: list[tuple[Device, int]] = []
+    quota_refusals: list[Refusal] = []
     any_big_enough = False
     for device in devices:
         for instance in device.mig:
             # A share (25%) of a MIG request is read against the parent card.
             wanted = request.size.resolve(device.memory_total)
             if instance.memory_total < wanted:
-                if instance.uuid not in taken:
-                    free_instances.append((device, instance.memory_total))
                 continue
             any_big_enough = True
             if instance.uuid in taken:
                 continue
             quota = _quota_refusal(request, instance.memory_total, held, policy)
             if quota is not None:
-                return quota
+                quota_refusals.append(quota)  # a smaller free instance may still be within it
+                continue
             fitting.append((instance.memory_total, device.index, device, instance.uuid))
     if not any(device.mig for device in devices):
         return Refusal("no GPU in the pool has MIG instances; ask an admin to enable MIG", retry=False)
     if fitting:
         memory, _, device, unit_uuid = min(fitting, key=lambda candidate: candidate[:2])
         return Placement(device.uuid, unit_uuid, memory, False, device.index)
+    if quota_refusals:
+        return quota_refusals[0]
     if not any_big_enough:
         biggest = max(instance.memory_total for device in devices for instance in device.mig)
         return Refusal(

@@ -2,14 +2,18 @@
 
 A server reads them from its own config. A kernel provisioner started by ``jupyter console``,
 nbclient or papermill has no server config, so :func:`load_settings` also reads the
-``GPUShare`` section of the ``jupyter_server_config`` files on the Jupyter config path, and a few
-environment variables that let a whole session (a JupyterHub spawner, a test, a CI job) point
-every process at one pool and one ledger.
+``GPUShare`` section of the ``jupyter_server_config`` files on the Jupyter config path. Any
+trait the config leaves unset can come from ``JUPYTER_GPUSHARE_<TRAIT>`` in the environment
+(``JUPYTER_GPUSHARE_SIMULATE``, ``JUPYTER_GPUSHARE_LEDGER_PATH``…), which is how a JupyterHub
+spawner, a test or a CI job points every process at one pool, and how a kernel learns the
+settings of the process that started it.
 """
 
 from __future__ import annotations
 
 import getpass
+import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -107,8 +111,8 @@ class GPUShare(Configurable):
     @validate("overcommit")
     def _check_overcommit(self, proposal: Any) -> float:
         value = float(proposal["value"])
-        if not value >= 1.0:
-            raise ValueError(f"GPUShare.overcommit must be at least 1.0, not {value}")
+        if not 1.0 <= value < math.inf:
+            raise ValueError(f"GPUShare.overcommit must be a finite number of at least 1.0, not {value}")
         return value
 
     @validate("default_memory", "max_memory_per_kernel", "max_memory_per_user")
@@ -172,9 +176,55 @@ def load_settings(config: Config | None = None) -> GPUShare:
     if config is None or "GPUShare" not in config:
         config = _config_from_files()
     try:
-        return GPUShare(config=config)
+        return GPUShare(config=_with_environment(config))
     except (TraitError, ValueError) as error:
         raise ConfigurationError(f"invalid GPUShare configuration: {error}") from None
+
+
+ENV_PREFIX = "JUPYTER_GPUSHARE_"
+
+
+def settings_env(settings: GPUShare) -> dict[str, str]:
+    """Every configurable setting as ``JUPYTER_GPUSHARE_<TRAIT>`` variables.
+
+    A kernel gets these so that the code acting on its own slice inside it follows exactly the
+    settings of the process that started it, whatever config files the kernel can or cannot read.
+    """
+    env: dict[str, str] = {}
+    for name in settings.trait_names(config=True):
+        value = getattr(settings, name)
+        if value is None or value == "":
+            continue
+        env[ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, list) else str(value)
+    env[ENV_LEDGER_PATH] = str(settings.effective_ledger_path())
+    env[ENV_OWNER] = settings.effective_owner()
+    if settings.effective_simulate():
+        env[ENV_SIMULATE] = settings.effective_simulate()
+    return env
+
+
+def _with_environment(config: Config) -> Config:
+    """Fill settings the config leaves unset from ``JUPYTER_GPUSHARE_<TRAIT>`` variables."""
+    section = config.get("GPUShare", {})
+    from_env = Config()
+    for name, trait in GPUShare.class_traits(config=True).items():
+        variable = ENV_PREFIX + name.upper()
+        if name in section or variable not in os.environ:
+            continue
+        text = os.environ[variable]
+        try:
+            if isinstance(trait, List):
+                # A JSON list, or the friendlier "2G,4G,whole".
+                value = json.loads(text) if text.lstrip().startswith("[") else text.split(",")
+            else:
+                value = trait.from_string(text)
+            from_env.GPUShare[name] = value
+        except (TraitError, ValueError) as error:
+            raise ConfigurationError(f"invalid ${variable}: {error}") from None
+    merged = Config()
+    merged.merge(config)
+    merged.merge(from_env)
+    return merged
 
 
 def _config_from_files() -> Config:

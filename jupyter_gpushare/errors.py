@@ -58,3 +58,9 @@ class ConfigurationError(GPUShareError):
     """A ``c.GPUShare`` setting is invalid: the admin must fix the configuration."""
 
     status = 500
+
+
+class NotYourSliceError(GPUShareError):
+    """A caller tried to act on a slice that is not its own."""
+
+    status = 403

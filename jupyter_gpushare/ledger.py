@@ -27,7 +27,7 @@ from .inventory import Device, MigInstance
 from .processes import ProcessIdentity, is_alive
 from .sizes import parse_size
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -37,7 +37,10 @@ CREATE TABLE IF NOT EXISTS devices (
     name TEXT NOT NULL,
     memory_total INTEGER NOT NULL,
     mig TEXT NOT NULL,
-    simulated INTEGER NOT NULL
+    simulated INTEGER NOT NULL,
+    memory_used INTEGER,
+    utilization INTEGER,
+    sampled_at REAL
 );
 CREATE TABLE IF NOT EXISTS slices (
     kernel_id TEXT PRIMARY KEY,
@@ -60,10 +63,29 @@ CREATE TABLE IF NOT EXISTS slices (
     kernel_pid INTEGER,
     kernel_start REAL,
     requested_at REAL NOT NULL,
-    placed_at REAL
+    placed_at REAL,
+    token_hash TEXT,
+    memory_used INTEGER,
+    utilization INTEGER,
+    usage_source TEXT,
+    usage_at REAL,
+    warnings TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS slices_by_state ON slices (state, seq);
 """
+
+# Columns added after schema version 1; a ledger file made by an older release gains them.
+_ADDED_COLUMNS = (
+    ("devices", "memory_used", "INTEGER"),
+    ("devices", "utilization", "INTEGER"),
+    ("devices", "sampled_at", "REAL"),
+    ("slices", "token_hash", "TEXT"),
+    ("slices", "memory_used", "INTEGER"),
+    ("slices", "utilization", "INTEGER"),
+    ("slices", "usage_source", "TEXT"),
+    ("slices", "usage_at", "REAL"),
+    ("slices", "warnings", "TEXT NOT NULL DEFAULT '[]'"),
+)
 
 LivenessCheck = Callable[[ProcessIdentity], bool]
 
@@ -91,6 +113,12 @@ class SliceRecord:
     kernel: ProcessIdentity | None
     requested_at: float
     placed_at: float | None
+    token_hash: str | None = None
+    memory_used: int | None = None  # bytes, as last sampled or reported
+    utilization: int | None = None  # percent of the device's SM time, where known
+    usage_source: str | None = None  # "nvml", "kernel" (the kernel's own report) or "simulated"
+    usage_at: float | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def process(self) -> ProcessIdentity:
@@ -118,6 +146,25 @@ class NewRequest:
     holder: ProcessIdentity
     kernel_name: str = ""
     path: str = ""
+    token_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelSample:
+    """One kernel's usage in a sampling round, with the warnings it should see."""
+
+    kernel_id: str
+    memory_used: int | None
+    utilization: int | None
+    source: str | None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    uuid: str
+    memory_used: int | None
+    utilization: int | None
 
 
 @dataclass(frozen=True)
@@ -166,8 +213,9 @@ class Ledger:
             with _transaction(connection):
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     connection.execute(statement)
+                _add_missing_columns(connection)
                 connection.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
                 )
             self._initialised = True
@@ -213,7 +261,11 @@ class Ledger:
             if current == rows:
                 return
             db.execute("DELETE FROM devices")
-            db.executemany("INSERT INTO devices VALUES (?, ?, ?, ?, ?, ?)", rows)
+            db.executemany(
+                "INSERT INTO devices (uuid, idx, name, memory_total, mig, simulated)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
 
     def devices(self) -> list[Device]:
         return _read_devices(self._connection())
@@ -238,15 +290,17 @@ class Ledger:
             existing = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
             if existing:
                 db.execute(
-                    "UPDATE slices SET holder_pid = ?, holder_start = ? WHERE kernel_id = ?",
-                    (request.holder.pid, request.holder.start, request.kernel_id),
+                    "UPDATE slices SET holder_pid = ?, holder_start = ?,"
+                    " token_hash = COALESCE(?, token_hash) WHERE kernel_id = ?",
+                    (request.holder.pid, request.holder.start, request.token_hash, request.kernel_id),
                 )
             else:
                 seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM slices").fetchone()[0]
                 db.execute(
                     """INSERT INTO slices (kernel_id, seq, state, owner, server_id, kernel_name,
-                       path, mode, kind, size, cores, holder_pid, holder_start, requested_at)
-                       VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                       path, mode, kind, size, cores, holder_pid, holder_start, requested_at,
+                       token_hash)
+                       VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                     (
                         request.kernel_id,
                         seq,
@@ -261,6 +315,7 @@ class Ledger:
                         request.holder.pid,
                         request.holder.start,
                         time.time(),
+                        request.token_hash,
                     ),
                 )
             row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
@@ -353,6 +408,56 @@ class Ledger:
             db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(r.kernel_id,) for r in dead])
         return dead
 
+    def record_usage(
+        self,
+        kernel_samples: Sequence[KernelSample] = (),
+        device_samples: Sequence[DeviceSample] = (),
+    ) -> None:
+        """Write one sampling round (usage and warnings) in a single transaction.
+
+        A sample whose ``source`` is None carries warnings only: the usage stays as the kernel
+        reported it, so a report made while the sampler ran is not overwritten.
+        """
+        now = time.time()
+        with self._write() as db:
+            db.executemany(
+                """UPDATE slices SET memory_used = ?, utilization = ?, usage_source = ?,
+                   usage_at = ?, warnings = ? WHERE kernel_id = ?""",
+                [
+                    (
+                        sample.memory_used,
+                        sample.utilization,
+                        sample.source,
+                        now,
+                        json.dumps(list(sample.warnings)),
+                        sample.kernel_id,
+                    )
+                    for sample in kernel_samples
+                    if sample.source is not None
+                ],
+            )
+            db.executemany(
+                "UPDATE slices SET warnings = ? WHERE kernel_id = ?",
+                [
+                    (json.dumps(list(sample.warnings)), sample.kernel_id)
+                    for sample in kernel_samples
+                    if sample.source is None
+                ],
+            )
+            db.executemany(
+                "UPDATE devices SET memory_used = ?, utilization = ?, sampled_at = ? WHERE uuid = ?",
+                [(sample.memory_used, sample.utilization, now, sample.uuid) for sample in device_samples],
+            )
+
+    def report_usage(self, kernel_id: str, memory_used: int, utilization: int | None, source: str) -> None:
+        """A kernel's own report of its usage (simulated pools, or where NVML cannot see it)."""
+        with self._write() as db:
+            db.execute(
+                """UPDATE slices SET memory_used = ?, utilization = ?, usage_source = ?, usage_at = ?
+                   WHERE kernel_id = ?""",
+                (memory_used, utilization, source, time.time(), kernel_id),
+            )
+
     def queue_position(self, kernel_id: str) -> int | None:
         record = self.get(kernel_id)
         if record is None or record.state != "queued":
@@ -371,6 +476,13 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
     connection.execute("COMMIT")
 
 
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    for table, column, declaration in _ADDED_COLUMNS:
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+
+
 def _read_devices(db: sqlite3.Connection) -> list[Device]:
     return [
         Device(
@@ -379,6 +491,8 @@ def _read_devices(db: sqlite3.Connection) -> list[Device]:
             name=row["name"],
             memory_total=row["memory_total"],
             mig=tuple(MigInstance(*instance) for instance in json.loads(row["mig"])),
+            memory_used=row["memory_used"],
+            utilization=row["utilization"],
         )
         for row in db.execute("SELECT * FROM devices ORDER BY idx")
     ]
@@ -408,6 +522,12 @@ def _record(row: sqlite3.Row) -> SliceRecord:
         kernel=kernel,
         requested_at=row["requested_at"],
         placed_at=row["placed_at"],
+        token_hash=row["token_hash"],
+        memory_used=row["memory_used"],
+        utilization=row["utilization"],
+        usage_source=row["usage_source"],
+        usage_at=row["usage_at"],
+        warnings=tuple(json.loads(row["warnings"] or "[]")),
     )
 
 

@@ -7,8 +7,12 @@ front end has a second path around the node's accounting.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import hmac
 import logging
 import os
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -16,17 +20,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from .allocator import Placement, Policy, Refusal
-from .config import GPUShare
-from .errors import DoesNotFitError, ModeUnavailableError, NoGPUError, QueueTimeoutError
+from .config import GPUShare, settings_env
+from .errors import (
+    DoesNotFitError,
+    ModeUnavailableError,
+    NoGPUError,
+    NotYourSliceError,
+    QueueTimeoutError,
+)
 from .inventory import Device, Inventory, discover
 from .ledger import Ledger, NewRequest, Placed, Refused, SliceRecord, Waiting
 from .modes import Grant, NodeFacts, get_mode, probe_node
 from .processes import ProcessIdentity, current_process, identify
 from .sizes import format_bytes, parse_size
 from .slice_request import SliceRequest, make_slice_request
+from .usage.monitor import UsageMonitor
 from .views import kernels_view, pool_view
 
 WaitCallback = Callable[[int, str], None]
+
+ENV_TOKEN = "JUPYTER_GPUSHARE_TOKEN"
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -56,6 +69,9 @@ class GPUShareService:
         self.owner = settings.effective_owner()
         self.holder: ProcessIdentity = current_process()
         self.server_id = f"{self.owner}@{socket.gethostname()}:{os.getpid()}"
+        # The secret each kernel started here proves its identity with (kept only in memory).
+        self._tokens: dict[str, str] = {}
+        self.monitor = UsageMonitor(self)
         if self.inventory.devices:
             self.ledger.register_devices(self.inventory.devices, self.inventory.simulated)
         if settings.reconcile_on_start:
@@ -73,8 +89,26 @@ class GPUShareService:
         )
 
     def devices(self) -> list[Device]:
-        """Live devices where this process can see them, else what the ledger has recorded."""
-        return list(self.inventory.devices) or self.ledger.devices()
+        """The pool's devices with their latest sampled usage.
+
+        The ledger holds what the monitors last measured; a device never sampled shows what
+        this process's own inventory read, and a process that sees no GPU (a CLI on a login
+        shell) shows the devices the node's servers registered.
+        """
+        recorded = self.ledger.devices()
+        if not recorded:
+            return list(self.inventory.devices)
+        discovered = {device.uuid: device for device in self.inventory.devices}
+        return [
+            dataclasses.replace(
+                device,
+                memory_used=discovered[device.uuid].memory_used,
+                utilization=discovered[device.uuid].utilization,
+            )
+            if device.memory_used is None and device.uuid in discovered
+            else device
+            for device in recorded
+        ]
 
     def make_request(self, memory: object = None, mode: object = None, cores: object = None) -> SliceRequest:
         """Validate a request and check this node can honour its mode (raises with the reason)."""
@@ -104,6 +138,8 @@ class GPUShareService:
         A kernel that already holds a slice (a restart) gets it back at once. Whatever ends the
         wait early — a refusal, the timeout, cancellation — withdraws the queued request.
         """
+        token = secrets.token_urlsafe(24)
+        self._tokens[kernel_id] = token
         await asyncio.to_thread(
             self.ledger.enqueue,
             NewRequest(
@@ -117,6 +153,7 @@ class GPUShareService:
                 holder=self.holder,
                 kernel_name=kernel_name,
                 path=path,
+                token_hash=token_digest(token),
             ),
         )
         started = time.monotonic()
@@ -206,7 +243,37 @@ class GPUShareService:
         )
 
     def kernel_env(self, record: SliceRecord) -> dict[str, str]:
-        return get_mode(record.mode).kernel_env(self.grant(record), self.facts)
+        """The slice's variables, this process's settings, and the kernel's own-slice token."""
+        env = settings_env(self.settings)
+        env.update(get_mode(record.mode).kernel_env(self.grant(record), self.facts))
+        token = self._tokens.get(record.kernel_id)
+        if token:
+            env[ENV_TOKEN] = token
+        return env
+
+    def own_slice(self, kernel_id: str, token: str | None) -> SliceRecord | None:
+        """The slice of ``kernel_id`` if ``token`` proves the caller is that kernel.
+
+        None when the kernel holds no slice; an error when the slice exists and the token does
+        not match it, so one kernel can never act on another kernel's slice.
+        """
+        record = self.ledger.get(kernel_id)
+        if record is None:
+            return None
+        if (
+            not token
+            or record.token_hash is None
+            or not hmac.compare_digest(record.token_hash, token_digest(token))
+        ):
+            raise NotYourSliceError(f"the GPU slice of kernel {kernel_id} belongs to another kernel")
+        return record
+
+    def token_for(self, kernel_id: str) -> str | None:
+        return self._tokens.get(kernel_id)
+
+    def remember_token(self, kernel_id: str, token: str) -> None:
+        """Let a kernel that requests its own slice keep proving its identity with ``token``."""
+        self._tokens[kernel_id] = token
 
     def _unit_memory(self, record: SliceRecord) -> int:
         for device in self.ledger.devices():
@@ -232,6 +299,10 @@ class GPUShareService:
 
     def kernels(self) -> list[dict[str, Any]]:
         return kernels_view(self.ledger.records(), self.devices(), viewer=self.owner)
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _bytes_or_none(size: str | None) -> int | None:

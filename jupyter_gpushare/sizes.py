@@ -21,6 +21,9 @@ ACCEPTED_FORMS = (
     "or 'whole' for a whole card"
 )
 
+# A smaller share would round to nothing on any real card.
+MIN_PERCENT = Decimal("0.01")
+
 _UNITS: dict[str, int] = {
     "g": GiB,
     "gb": GiB,
@@ -91,8 +94,8 @@ def parse_size(value: object) -> Size:
     percent = _PERCENT.match(text)
     if percent:
         share = _decimal(percent["number"], value)
-        if share <= 0 or share > 100:
-            raise SizeError(value, f"GPU share {text!r} must be above 0% and at most 100%")
+        if share < MIN_PERCENT or share > 100:
+            raise SizeError(value, f"GPU share {text!r} must be from {MIN_PERCENT}% to 100%")
         return Size("percent", share, text)
 
     amount = _AMOUNT.match(text)

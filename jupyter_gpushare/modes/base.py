@@ -18,6 +18,7 @@ SLICE_ENV_VARIABLES = frozenset(
         "JUPYTER_GPUSHARE_DEVICE",
         "JUPYTER_GPUSHARE_MEMORY_BYTES",
         "JUPYTER_GPUSHARE_CORES",
+        "JUPYTER_GPUSHARE_TOKEN",
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
         "CUDA_DEVICE_MEMORY_LIMIT",
@@ -61,6 +62,7 @@ class Mode(ABC):
     name: ClassVar[str]
     placement: ClassVar[PlacementKind] = "shared"
     live_resize: ClassVar[bool] = False  # can a running kernel's cap change without a restart
+    soft_limit: ClassVar[bool] = False  # nothing below us enforces the slice: the watchdog acts
     enforcement: ClassVar[str]  # a short phrase for docs and `status`
 
     @abstractmethod

@@ -7,6 +7,7 @@ from .base import Grant, Mode, NodeFacts, framework_caps
 
 class TimesliceMode(Mode):
     name = "timeslice"
+    soft_limit = True
     live_resize = True  # the reservation and PyTorch/CuPy caps can move; JAX/TF need a restart
     enforcement = "soft: framework caps and watchdog"
 

@@ -23,6 +23,12 @@ from ..config import load_settings
 from ..modes.base import SLICE_ENV_VARIABLES
 from ..service import GPUShareService, service_for
 
+KERNEL_EXTENSION = "jupyter_gpushare.kernel"
+
+
+def _is_ipykernel(cmd: list[str]) -> bool:
+    return any("ipykernel" in part for part in cmd)
+
 
 class GPUShareProvisioner(LocalProvisioner):  # type: ignore[misc]
     """A local kernel process holding a GPU slice from the node ledger."""
@@ -58,6 +64,9 @@ class GPUShareProvisioner(LocalProvisioner):  # type: ignore[misc]
             for name in SLICE_ENV_VARIABLES & env.keys():
                 del env[name]  # a slice inherited from a parent kernel is not this kernel's
             env.update(service.kernel_env(record))
+            if _is_ipykernel(kwargs["cmd"]):
+                # The %gpu magics and the framework caps, loaded before any user code runs.
+                kwargs["cmd"] = [*kwargs["cmd"], f"--ext={KERNEL_EXTENSION}"]
         except BaseException:
             service.release(self.kernel_id)
             raise
@@ -82,6 +91,7 @@ class GPUShareProvisioner(LocalProvisioner):  # type: ignore[misc]
             self.service.release(self.kernel_id)
             raise
         self.service.attach_kernel(self.kernel_id, self.pid)
+        self.service.monitor.ensure_running()
         return connection_info
 
     async def cleanup(self, restart: bool = False) -> None:

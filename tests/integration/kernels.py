@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,23 +14,49 @@ from jupyter_client.manager import AsyncKernelManager
 from .conftest import Node
 
 
-async def run_code(kernel: AsyncKernelManager, code: str, timeout: float = 30) -> str:
-    """Execute ``code`` and return everything it printed to stdout."""
+@dataclass
+class Cell:
+    """What one execution produced."""
+
+    stdout: str = ""
+    stderr: str = ""
+    result: str = ""  # text/plain of execute_result and display_data
+    html: str = ""
+    error: str | None = None  # exception name when the cell raised
+
+
+async def run_cell(kernel: AsyncKernelManager, code: str, timeout: float = 60) -> Cell:
+    """Execute ``code`` in ``kernel`` and collect its outputs."""
     client = kernel.client()
     client.start_channels()
-    output: list[str] = []
+    cell = Cell()
     try:
         await client.wait_for_ready(timeout=timeout)
 
         def collect(message: dict[str, Any]) -> None:
-            if message["msg_type"] == "stream" and message["content"]["name"] == "stdout":
-                output.append(message["content"]["text"])
+            kind, content = message["msg_type"], message["content"]
+            if kind == "stream":
+                if content["name"] == "stdout":
+                    cell.stdout += content["text"]
+                else:
+                    cell.stderr += content["text"]
+            elif kind in ("execute_result", "display_data"):
+                cell.result += content["data"].get("text/plain", "")
+                cell.html += content["data"].get("text/html", "")
+            elif kind == "error":
+                cell.error = content["ename"]
 
-        reply = await client.execute_interactive(code, output_hook=collect, timeout=timeout)
-        assert reply["content"]["status"] == "ok", reply["content"]
+        await client.execute_interactive(code, output_hook=collect, timeout=timeout)
     finally:
         client.stop_channels()
-    return "".join(output)
+    return cell
+
+
+async def run_code(kernel: AsyncKernelManager, code: str, timeout: float = 30) -> str:
+    """Execute ``code``, insist it succeeds, and return what it printed to stdout."""
+    cell = await run_cell(kernel, code, timeout)
+    assert cell.error is None, cell
+    return cell.stdout
 
 
 def write_kernelspec(node: Node, name: str, config: dict[str, object]) -> None:

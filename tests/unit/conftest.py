@@ -12,9 +12,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+from nvml_fake import FakeNVMLState, make_fake_pynvml
 
 from jupyter_gpushare.inventory import nvml as nvml_module
-from nvml_fake import FakeNVMLState, make_fake_pynvml
+
+# Property tests: a quick profile for every run, a thorough one to hunt for rare cases
+# (GPUSHARE_HYPOTHESIS_PROFILE=thorough pytest tests/unit).
+settings.register_profile(
+    "unit", max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("thorough", settings.get_profile("unit"), max_examples=5000)
+settings.load_profile(os.environ.get("GPUSHARE_HYPOTHESIS_PROFILE", "unit"))
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+
 class FakeNVMLError(Exception):
     """Stands for ``pynvml.NVMLError``."""
 
@@ -126,5 +127,3 @@ def make_fake_pynvml(
         nvmlSystemGetDriverVersion=nvmlSystemGetDriverVersion,
     )
     return module, state
-
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from jupyter_gpushare.allocator import (
@@ -73,10 +73,14 @@ def test_best_fit_prefers_the_smaller_empty_card() -> None:
     assert placed(fit(ask("20G"), pool, [])).device_index == 0
 
 
-@pytest.mark.parametrize(("sizes", "held_gib"), [((80, 80), (0, 0)), ((80, 40), (60, 20)), ((16, 16, 16), (4, 4, 4))])
+@pytest.mark.parametrize(
+    ("sizes", "held_gib"), [((80, 80), (0, 0)), ((80, 40), (60, 20)), ((16, 16, 16), (4, 4, 4))]
+)
 def test_ties_go_to_the_lowest_index(sizes: tuple[int, ...], held_gib: tuple[int, ...]) -> None:
     pool = cards(*sizes)
-    held = [hold(f"k{i}", device, gib) for i, (device, gib) in enumerate(zip(pool, held_gib)) if gib]
+    held = [
+        hold(f"k{i}", device, gib) for i, (device, gib) in enumerate(zip(pool, held_gib, strict=True)) if gib
+    ]
     assert placed(fit(ask("1G"), pool, held)).device_index == 0
 
 
@@ -89,9 +93,7 @@ def test_a_full_device_is_skipped() -> None:
 # ---- overcommit -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("overcommit", "slices_of_8g"), [(1.0, 2), (1.5, 3), (2.0, 4)]
-)
+@pytest.mark.parametrize(("overcommit", "slices_of_8g"), [(1.0, 2), (1.5, 3), (2.0, 4)])
 def test_overcommit_lets_reservations_reach_capacity_times_overcommit(
     overcommit: float, slices_of_8g: int
 ) -> None:
@@ -352,7 +354,8 @@ def pools(draw: st.DrawFn) -> tuple[Device, ...]:
             while sum(sizes) > memory_gib:
                 sizes.pop()
             mig = tuple(
-                MigInstance(f"MIG-{index}-{ordinal}", f"{gib}g", gib * GiB) for ordinal, gib in enumerate(sizes)
+                MigInstance(f"MIG-{index}-{ordinal}", f"{gib}g", gib * GiB)
+                for ordinal, gib in enumerate(sizes)
             )
         devices.append(Device(index, f"GPU-{index}", f"card {index}", memory_gib * GiB, mig=mig))
     return tuple(devices)
@@ -365,7 +368,10 @@ SIZES = st.one_of(
     st.just("whole"),
 )
 REQUESTS = st.tuples(
-    st.just("request"), SIZES, st.sampled_from(["shared", "shared", "exclusive", "mig"]), st.sampled_from(["ann", "ben"])
+    st.just("request"),
+    SIZES,
+    st.sampled_from(["shared", "shared", "exclusive", "mig"]),
+    st.sampled_from(["ann", "ben"]),
 )
 RELEASES = st.tuples(st.just("release"), st.integers(0, 1000))
 
@@ -399,13 +405,56 @@ def check_invariants(devices: Sequence[Device], held: Sequence[Held], policy: Po
             assert sum(s.memory for s in held if s.owner == owner) <= policy.max_memory_per_user
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def check_mig_choice(
+    devices: Sequence[Device],
+    held: Sequence[Held],
+    policy: Policy,
+    request: Request,
+    outcome: Placement | Refusal,
+) -> None:
+    """A MIG request gets the smallest free instance that fits within the quotas, if there is one."""
+    taken = {slice_.unit_uuid for slice_ in held}
+    in_use = sum(slice_.memory for slice_ in held if slice_.owner == request.owner)
+    allowed = sorted(
+        instance.memory_total
+        for device in devices
+        for instance in device.mig
+        if instance.uuid not in taken
+        and instance.memory_total >= request.size.resolve(device.memory_total)
+        and (policy.max_memory_per_kernel is None or instance.memory_total <= policy.max_memory_per_kernel)
+        and (
+            policy.max_memory_per_user is None or in_use + instance.memory_total <= policy.max_memory_per_user
+        )
+    )
+    if allowed:
+        assert isinstance(outcome, Placement), outcome
+        assert outcome.memory == allowed[0]
+    else:
+        assert isinstance(outcome, Refusal)
+
+
 @given(
     devices=pools(),
     overcommit=st.floats(1.0, 2.0),
     per_kernel=st.one_of(st.none(), st.integers(1, 80).map(lambda gib: gib * GiB)),
     per_user=st.one_of(st.none(), st.integers(1, 160).map(lambda gib: gib * GiB)),
     steps=st.lists(st.one_of(REQUESTS, RELEASES), min_size=1, max_size=40),
+)
+# Regression examples, found by this property: overcommit must not put a slice on a smaller card,
+# and MIG quotas apply to the instance chosen.
+@example(
+    devices=cards(8, 9),
+    overcommit=2.0,
+    per_kernel=None,
+    per_user=None,
+    steps=[("request", "9G", "shared", "ann")],
+)
+@example(
+    devices=MIG_POOL,
+    overcommit=1.0,
+    per_kernel=16 * GiB,
+    per_user=None,
+    steps=[("request", "5G", "mig", "ann")],
 )
 def test_no_sequence_of_requests_and_releases_breaks_the_pool(
     devices: tuple[Device, ...],
@@ -424,6 +473,8 @@ def test_no_sequence_of_requests_and_releases_breaks_the_pool(
             _, size, kind, owner = step
             request = Request(f"k{number}", owner, parse_size(size), kind)
             outcome = fit(request, devices, held, policy)
+            if kind == "mig" and size != "whole":
+                check_mig_choice(devices, held, policy, request, outcome)
             if isinstance(outcome, Placement):
                 device = next(device for device in devices if device.uuid == outcome.device_uuid)
                 assert device.index == outcome.device_index
@@ -431,7 +482,11 @@ def test_no_sequence_of_requests_and_releases_breaks_the_pool(
                     assert outcome.memory == request.size.resolve(device.memory_total)
                 held.append(
                     Held(
-                        request.kernel_id, owner, outcome.device_uuid, outcome.unit_uuid, outcome.memory,
+                        request.kernel_id,
+                        owner,
+                        outcome.device_uuid,
+                        outcome.unit_uuid,
+                        outcome.memory,
                         outcome.whole_card,
                     )
                 )
@@ -440,13 +495,15 @@ def test_no_sequence_of_requests_and_releases_breaks_the_pool(
         check_invariants(devices, held, policy)
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     devices=pools(),
     overcommit=st.floats(1.0, 2.0),
     held_gib=st.lists(st.integers(1, 40), max_size=6),
-    size=st.one_of(st.integers(1, 80 * 1024).map(lambda mib: f"{mib}M"), st.integers(1, 100).map(lambda p: f"{p}%")),
+    size=st.one_of(
+        st.integers(1, 80 * 1024).map(lambda mib: f"{mib}M"), st.integers(1, 100).map(lambda p: f"{p}%")
+    ),
 )
+@example(devices=cards(8, 9), overcommit=2.0, held_gib=[], size="8193M")
 def test_shared_best_fit_is_the_tightest_device_and_never_refuses_a_fitting_request(
     devices: tuple[Device, ...], overcommit: float, held_gib: list[int], size: str
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 from jupyter_core.paths import jupyter_config_path, jupyter_runtime_dir
 from traitlets.config import Config
 
-from jupyter_gpushare.config import GPUShare, load_settings
+from jupyter_gpushare.config import GPUShare, load_settings, settings_env
 from jupyter_gpushare.sizes import ACCEPTED_FORMS
 
 
@@ -64,7 +64,12 @@ def test_invalid_sizes_list_the_accepted_forms(trait: str) -> None:
 
 @pytest.mark.parametrize(
     ("trait", "value"),
-    [("backend", "cloud"), ("default_mode", "bogus"), ("when_full", "wait"), ("over_limit_action", "explode")],
+    [
+        ("backend", "cloud"),
+        ("default_mode", "bogus"),
+        ("when_full", "wait"),
+        ("over_limit_action", "explode"),
+    ],
 )
 def test_choices_are_enforced(trait: str, value: str) -> None:
     with pytest.raises(Exception, match=value):
@@ -114,7 +119,9 @@ def test_the_most_specific_config_directory_wins(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(extra))
     path = jupyter_config_path()
     most_specific = Path(path[0])
-    least_specific = Path(next(p for p in path if Path(p) in (extra, config_dir()) and Path(p) != most_specific))
+    least_specific = Path(
+        next(p for p in path if Path(p) in (extra, config_dir()) and Path(p) != most_specific)
+    )
     write_json_config(most_specific, {"default_memory": "8G"})
     write_json_config(least_specific, {"default_memory": "2G", "default_mode": "mps"})
     settings = load_settings()
@@ -185,3 +192,80 @@ def test_owner_falls_back_to_the_hub_user_then_the_login(monkeypatch: pytest.Mon
 def test_ledger_path_expands_the_home_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     assert GPUShare(ledger_path="~/ledger.sqlite").effective_ledger_path() == tmp_path / "ledger.sqlite"
+
+
+# ---- any trait from JUPYTER_GPUSHARE_<TRAIT> ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "text", "trait", "value"),
+    [
+        ("JUPYTER_GPUSHARE_OVERCOMMIT", "1.5", "overcommit", 1.5),
+        ("JUPYTER_GPUSHARE_SIZES", "2G,4G,whole", "sizes", ["2G", "4G", "whole"]),
+        ("JUPYTER_GPUSHARE_SIZES", '["1G", "25%"]', "sizes", ["1G", "25%"]),
+        ("JUPYTER_GPUSHARE_WHEN_FULL", "fail", "when_full", "fail"),
+        ("JUPYTER_GPUSHARE_MAX_MEMORY_PER_KERNEL", "16G", "max_memory_per_kernel", "16G"),
+        ("JUPYTER_GPUSHARE_QUEUE_TIMEOUT", "12", "queue_timeout", 12.0),
+        ("JUPYTER_GPUSHARE_SIMULATE", "1xT4-16GB", "simulate", "1xT4-16GB"),
+    ],
+)
+def test_any_trait_can_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, variable: str, text: str, trait: str, value: object
+) -> None:
+    monkeypatch.setenv(variable, text)
+    assert getattr(load_settings(), trait) == value
+
+
+def test_a_config_file_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    write_json_config(config_dir(), {"overcommit": 1.25})
+    monkeypatch.setenv("JUPYTER_GPUSHARE_OVERCOMMIT", "1.5")
+    monkeypatch.setenv("JUPYTER_GPUSHARE_WHEN_FULL", "fail")
+    settings = load_settings()
+    assert settings.overcommit == 1.25
+    assert settings.when_full == "fail"
+
+
+@pytest.mark.parametrize(
+    ("variable", "text"),
+    [
+        ("JUPYTER_GPUSHARE_OVERCOMMIT", "lots"),
+        ("JUPYTER_GPUSHARE_OVERCOMMIT", "0.5"),
+        ("JUPYTER_GPUSHARE_DEFAULT_MEMORY", "abc"),
+        ("JUPYTER_GPUSHARE_SIZES", "2G,abc"),
+        ("JUPYTER_GPUSHARE_WHEN_FULL", "sometimes"),
+    ],
+)
+def test_an_invalid_environment_variable_is_reported(
+    monkeypatch: pytest.MonkeyPatch, variable: str, text: str
+) -> None:
+    monkeypatch.setenv(variable, text)
+    with pytest.raises(Exception) as caught:  # the message is what matters
+        load_settings()
+    message = str(caught.value)
+    assert variable.removeprefix("JUPYTER_GPUSHARE_").lower() in message.lower()
+
+
+@pytest.mark.parametrize(
+    "traits",
+    [
+        {},
+        {"overcommit": 1.5, "sizes": ["1G", "whole"], "when_full": "fail", "default_memory": "25%"},
+        {"simulate": "1xT4-16GB", "max_memory_per_user": "24G", "reconcile_on_start": False, "owner": "zed"},
+        {"default_mode": "vgpu", "queue_timeout": 0.5, "libvgpu_path": "/opt/libvgpu.so"},
+    ],
+)
+def test_settings_pass_to_a_kernel_through_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, traits: dict
+) -> None:
+    original = GPUShare(ledger_path=str(tmp_path / "ledger.sqlite"), **traits)
+    env = settings_env(original)
+    assert all(isinstance(value, str) for value in env.values())
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    copy = load_settings()
+    resolved = {"owner", "ledger_path", "simulate"}  # passed on as their effective values
+    for name in set(original.trait_names(config=True)) - resolved:
+        assert getattr(copy, name) == getattr(original, name), name
+    assert copy.effective_simulate() == original.effective_simulate()
+    assert copy.effective_ledger_path() == original.effective_ledger_path()
+    assert copy.effective_owner() == original.effective_owner()

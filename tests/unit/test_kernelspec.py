@@ -20,7 +20,9 @@ def provisioner(spec: dict) -> dict:
     ("size", "mode", "cores"),
     [("4G", "timeslice", None), ("512M", "mps", 30), ("25%", "vgpu", None), ("whole", "exclusive", None)],
 )
-def test_kernelspec_asks_the_gpushare_provisioner_for_the_slice(size: str, mode: str, cores: int | None) -> None:
+def test_kernelspec_asks_the_gpushare_provisioner_for_the_slice(
+    size: str, mode: str, cores: int | None
+) -> None:
     spec = build_kernelspec(size, mode, cores)
     assert provisioner(spec)["provisioner_name"] == "gpushare-provisioner"
     assert provisioner(spec)["config"] == {"gpu_memory": size, "gpu_mode": mode, "gpu_cores": cores}
@@ -37,7 +39,11 @@ def test_the_spec_example() -> None:
 
 
 def test_display_names_tell_sizes_and_modes_apart() -> None:
-    names = {build_kernelspec(size, mode)["display_name"] for size in ("2G", "4G", "whole") for mode in ("timeslice", "vgpu")}
+    names = {
+        build_kernelspec(size, mode)["display_name"]
+        for size in ("2G", "4G", "whole")
+        for mode in ("timeslice", "vgpu")
+    }
     assert len(names) == 6
     assert "vgpu" in build_kernelspec("4G", "vgpu")["display_name"]
 
@@ -83,7 +89,7 @@ def test_kernelspec_names_are_valid_jupyter_kernel_names(size: str) -> None:
 def test_install_into_a_prefix(tmp_path: Path) -> None:
     installed = install_kernelspecs(["2G", "whole"], "vgpu", prefix=str(tmp_path))
     assert [name for name, _ in installed] == ["python3-gpu-2g-vgpu", "python3-gpu-whole-vgpu"]
-    for (name, directory), size in zip(installed, ["2G", "whole"]):
+    for (name, directory), size in zip(installed, ["2G", "whole"], strict=True):
         assert Path(directory) == tmp_path / "share" / "jupyter" / "kernels" / name
         spec = json.loads((Path(directory) / "kernel.json").read_text())
         assert provisioner(spec)["provisioner_name"] == "gpushare-provisioner"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -78,9 +79,9 @@ def request(
     )
 
 
-def place(ledger: Ledger, kernel_id: str, size: str, policy: Policy = Policy(), **options: object) -> SliceRecord:
+def place(ledger: Ledger, kernel_id: str, size: str, **options: object) -> SliceRecord:
     ledger.enqueue(request(kernel_id, size, **options))  # type: ignore[arg-type]
-    outcome = ledger.try_place(kernel_id, policy)
+    outcome = ledger.try_place(kernel_id, Policy())
     assert isinstance(outcome, Placed), outcome
     return outcome.record
 
@@ -246,8 +247,9 @@ def test_reconcile_releases_a_zombie_kernel(ledger: Ledger) -> None:
     assert identity is not None
     ledger.attach_kernel("k1", identity)
     kernel.kill()
+    # Wait until it has exited, without reaping it: a zombie keeps its pid and start time.
+    os.waitid(os.P_PID, kernel.pid, os.WEXITED | os.WNOWAIT)
     try:
-        # Not reaped yet: a zombie still has its pid and start time.
         assert [record.kernel_id for record in ledger.reconcile()] == ["k1"]
     finally:
         kernel.wait()
@@ -335,7 +337,9 @@ def test_resize_respects_overcommit(ledger: Ledger) -> None:
     assert isinstance(ledger.resize("k1", "10G", Policy(overcommit=1.5)), Placement)
 
 
-@pytest.mark.parametrize(("kind", "mode", "size"), [("exclusive", "exclusive", "whole"), ("mig", "mig", "5G")])
+@pytest.mark.parametrize(
+    ("kind", "mode", "size"), [("exclusive", "exclusive", "whole"), ("mig", "mig", "5G")]
+)
 def test_resize_is_refused_for_whole_cards_and_mig(ledger: Ledger, kind: str, mode: str, size: str) -> None:
     before = place(ledger, "k1", size, kind=kind, mode=mode)
     outcome = ledger.resize("k1", "2G", Policy())
@@ -439,3 +443,51 @@ def test_processes_racing_on_one_ledger_never_overbook(tmp_path: Path) -> None:
     assert all(record.state == "running" for record in records)
     assert 1 <= len(records) <= 5  # 5 x 3G fit in 16G
     assert sum(record.memory for record in records) <= 16 * GiB
+
+
+# A ledger file as the first release wrote it (schema version 1): a server upgraded while kernels
+# of the old release still hold slices must read them, place around them and release them.
+SCHEMA_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE devices (
+    uuid TEXT PRIMARY KEY, idx INTEGER NOT NULL, name TEXT NOT NULL, memory_total INTEGER NOT NULL,
+    mig TEXT NOT NULL, simulated INTEGER NOT NULL
+);
+CREATE TABLE slices (
+    kernel_id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE,
+    state TEXT NOT NULL CHECK (state IN ('queued', 'running')),
+    owner TEXT NOT NULL, server_id TEXT NOT NULL, kernel_name TEXT NOT NULL DEFAULT '',
+    path TEXT NOT NULL DEFAULT '', mode TEXT NOT NULL, kind TEXT NOT NULL, size TEXT NOT NULL,
+    cores INTEGER, device_uuid TEXT, unit_uuid TEXT, memory INTEGER NOT NULL DEFAULT 0,
+    whole_card INTEGER NOT NULL DEFAULT 0, holder_pid INTEGER NOT NULL, holder_start REAL NOT NULL,
+    kernel_pid INTEGER, kernel_start REAL, requested_at REAL NOT NULL, placed_at REAL
+);
+CREATE INDEX slices_by_state ON slices (state, seq);
+INSERT INTO meta VALUES ('schema_version', '1');
+"""
+
+
+def test_a_ledger_file_of_the_first_release_is_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript(SCHEMA_V1)
+    old.execute("INSERT INTO devices VALUES (?, 0, ?, ?, '[]', 1)", (T4.uuid, T4.name, T4.memory_total))
+    old.execute(
+        """INSERT INTO slices (kernel_id, seq, state, owner, server_id, mode, kind, size, device_uuid,
+           unit_uuid, memory, holder_pid, holder_start, requested_at, placed_at)
+           VALUES ('old', 1, 'running', 'alice', 's', 'timeslice', 'shared', '10G', ?, ?, ?, ?, ?, 0, 0)""",
+        (T4.uuid, T4.uuid, 10 * GiB, ME.pid, ME.start),
+    )
+    old.commit()
+    old.close()
+
+    ledger = Ledger(path)
+    (record,) = ledger.records()
+    assert (record.kernel_id, record.memory, record.holder) == ("old", 10 * GiB, ME)
+    ledger.enqueue(request("new", "8G"))
+    waiting = ledger.try_place("new", Policy())
+    assert isinstance(waiting, Waiting)  # the old slice still counts
+    assert "6G free on GPU0" in waiting.reason
+    ledger.release("old")
+    assert isinstance(ledger.try_place("new", Policy()), Placed)
+    ledger.close()

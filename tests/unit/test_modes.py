@@ -7,7 +7,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from jupyter_gpushare.inventory import Inventory, parse_simulation
@@ -23,7 +23,12 @@ REAL_NODE = NodeFacts(simulated=False, has_devices=True)
 
 def grant(mode: str, memory: int = 20 * GiB, unit_memory: int = 80 * GiB, cores: int | None = None) -> Grant:
     return Grant(
-        kernel_id="kernel-1", mode=mode, unit_uuid="GPU-1234", unit_memory=unit_memory, memory=memory, cores=cores
+        kernel_id="kernel-1",
+        mode=mode,
+        unit_uuid="GPU-1234",
+        unit_memory=unit_memory,
+        memory=memory,
+        cores=cores,
     )
 
 
@@ -38,7 +43,9 @@ def test_every_mode_names_the_device_the_slice_and_the_mode(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", CAPPED_MODES)
 def test_shared_modes_cap_the_frameworks(mode: str) -> None:
-    env = get_mode(mode).kernel_env(grant(mode, memory=20 * GiB, unit_memory=80 * GiB), NodeFacts(simulated=True))
+    env = get_mode(mode).kernel_env(
+        grant(mode, memory=20 * GiB, unit_memory=80 * GiB), NodeFacts(simulated=True)
+    )
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert Decimal(env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) == Decimal("0.25")
     assert env["CUPY_GPU_MEMORY_LIMIT"] == str(20 * GiB)
@@ -54,7 +61,6 @@ def test_the_jax_fraction_is_rounded_down(memory: int, unit_memory: int, fractio
     assert Decimal(env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) == Decimal(fraction)
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     mode=st.sampled_from(CAPPED_MODES),
     unit_memory=st.integers(MiB, 200 * GiB),

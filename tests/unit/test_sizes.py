@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, Size, SizeError, format_bytes, parse_size, to_mib
@@ -56,7 +56,9 @@ def test_byte_sizes_parse_to_exact_binary_bytes(text: object, expected_bytes: in
         ("33%", 100 * MiB, (100 * MiB * 33) // 100),
     ],
 )
-def test_percent_is_a_share_of_the_device_it_lands_on(text: str, device_memory: int, expected_bytes: int) -> None:
+def test_percent_is_a_share_of_the_device_it_lands_on(
+    text: str, device_memory: int, expected_bytes: int
+) -> None:
     size = parse_size(text)
     assert size.kind == "percent"
     assert not size.is_whole
@@ -151,7 +153,6 @@ def test_format_bytes_round_trips_through_parse_size(text: str) -> None:
     assert parse_size(format_bytes(size_bytes)).resolve(0) == size_bytes
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=1, max_value=10**7))
 def test_megabytes_and_bare_integers_agree(n: int) -> None:
     assert parse_size(f"{n}M").resolve(0) == n * MiB
@@ -160,7 +161,6 @@ def test_megabytes_and_bare_integers_agree(n: int) -> None:
     assert parse_size(n).resolve(0) == n * MiB
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=1, max_value=10**5))
 def test_gigabytes_are_1024_megabytes(n: int) -> None:
     assert parse_size(f"{n}G").resolve(0) == parse_size(f"{n * 1024}M").resolve(0) == n * GiB
@@ -171,7 +171,6 @@ def test_gigabytes_are_1024_megabytes(n: int) -> None:
 SIZE_LIKE = st.from_regex(r"\A[ ]?[-+]?[0-9]{0,14}(\.[0-9]{0,14})?[ ]?(G|g|GB|GiB|M|MB|MiB|T|%|whole|x)?\Z")
 
 
-@settings(max_examples=500, deadline=None)
 @given(st.one_of(st.text(), SIZE_LIKE))
 @example("0.000000000001%")  # a share so small it is zero bytes on an 80 GiB card
 @example("0.0000000001G")

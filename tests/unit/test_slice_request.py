@@ -74,7 +74,9 @@ def test_a_bad_mode_lists_the_modes(mode: object) -> None:
         assert name in str(caught.value)
 
 
-@pytest.mark.parametrize(("cores", "expected"), [(None, None), (1, 1), (30, 30), (100, 100), ("30", 30), ("30%", 30), (" 50 ", 50)])
+@pytest.mark.parametrize(
+    ("cores", "expected"), [(None, None), (1, 1), (30, 30), (100, 100), ("30", 30), ("30%", 30), (" 50 ", 50)]
+)
 def test_cores(cores: object, expected: int | None) -> None:
     assert make_slice_request("4G", "mps", cores, "4G", "timeslice").cores == expected
 

@@ -1,0 +1,141 @@
+"""What ``%gpu`` shows: plain text in a terminal, a small HTML card in a notebook."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ledger import SliceRecord
+from ..sizes import format_bytes
+
+
+def _percent(part: int | None, whole: int) -> str:
+    return "" if part is None or whole <= 0 else f" ({100 * part / whole:.0f}%)"
+
+
+def _bar(used: int, reserved: int, total: int) -> str:
+    """An HTML bar: used, the rest of the reservation, free."""
+    if total <= 0:
+        return ""
+    used_pct = min(100.0, 100 * used / total)
+    reserved_pct = max(0.0, min(100.0, 100 * reserved / total) - used_pct)
+    return (
+        '<div style="display:flex;height:10px;width:240px;background:#e0e0e0;border-radius:3px;'
+        'overflow:hidden">'
+        f'<div title="used" style="width:{used_pct:.1f}%;background:#e65100"></div>'
+        f'<div title="reserved" style="width:{reserved_pct:.1f}%;background:#90caf9"></div></div>'
+    )
+
+
+@dataclass
+class SliceStatus:
+    """``%gpu status``."""
+
+    kernel_id: str
+    record: SliceRecord | None
+    device: str = ""
+    free_on_device: int | None = None
+    simulated: bool = False
+    caps: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        if self.record is None:
+            return ["This kernel holds no GPU slice. Take one with %gpu request 4G.", *self.notes]
+        record = self.record
+        lines = [
+            f"GPU slice: {format_bytes(record.memory)} ({record.mode}) on {self.device}"
+            + (" — simulated pool" if self.simulated else ""),
+        ]
+        if record.memory_used is None:
+            lines.append("Used: not measured yet")
+        else:
+            lines.append(
+                f"Used: {format_bytes(record.memory_used)} of {format_bytes(record.memory)}"
+                f"{_percent(record.memory_used, record.memory)}"
+                + (f", utilization {record.utilization}%" if record.utilization is not None else "")
+                + (f" [{record.usage_source}]" if record.usage_source else "")
+            )
+        if self.free_on_device is not None:
+            lines.append(f"Free on the device: {format_bytes(self.free_on_device)}")
+        if record.cores is not None:
+            lines.append(f"Compute share: {record.cores}% of the SMs")
+        lines.extend(f"Cap: {cap}" for cap in self.caps)
+        lines.extend(f"Warning: {warning}" for warning in record.warnings)
+        lines.extend(self.notes)
+        return lines
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        lines = self.lines()
+        body = "".join(
+            f'<div style="color:#b71c1c">&#9888; {html.escape(line[len("Warning: ") :])}</div>'
+            if line.startswith("Warning: ")
+            else f"<div>{html.escape(line)}</div>"
+            for line in lines[1:]
+        )
+        bar = ""
+        if self.record is not None:
+            bar = _bar(self.record.memory_used or 0, self.record.memory, self.record.memory)
+        return (
+            '<div class="jp-gpushare-status" style="font-family:var(--jp-ui-font-family,sans-serif);'
+            'font-size:12px;line-height:1.5">'
+            f"<b>{html.escape(lines[0])}</b>{bar}{body}</div>"
+        )
+
+
+@dataclass
+class PoolStatus:
+    """``%gpu pool``."""
+
+    pool: dict[str, Any]
+
+    def lines(self) -> list[str]:
+        pool = self.pool
+        lines = [
+            f"{len(pool['devices'])} GPU(s){' (simulated)' if pool['simulated'] else ''}, "
+            f"overcommit {pool['overcommit']:g}, {len(pool['queue'])} waiting"
+        ]
+        for device in pool["devices"]:
+            free = max(0, int(device["memory_total"] * pool["overcommit"]) - device["memory_reserved"])
+            lines.append(
+                f"GPU{device['id']} {device['name']}: reserved {format_bytes(device['memory_reserved'])}"
+                f" of {format_bytes(device['memory_total'])}, free {format_bytes(free)}, used "
+                f"{format_bytes(device['memory_used'])}"
+                + (f", {device['utilization']}% busy" if device["utilization"] is not None else "")
+                + f"; modes: {', '.join(device['modes'])}"
+            )
+        return lines
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        pool = self.pool
+        rows = "".join(
+            f"<tr><td>GPU{device['id']}</td><td>{html.escape(device['name'])}</td>"
+            f"<td>{_bar(device['memory_used'], device['memory_reserved'], device['memory_total'])}</td>"
+            f"<td>{format_bytes(device['memory_reserved'])} / {format_bytes(device['memory_total'])}</td>"
+            f"<td>{'' if device['utilization'] is None else str(device['utilization']) + '%'}</td></tr>"
+            for device in pool["devices"]
+        )
+        return (
+            f'<div class="jp-gpushare-pool"><div>{html.escape(self.lines()[0])}</div>'
+            "<table><tr><th>GPU</th><th>name</th><th>memory</th><th>reserved</th><th>busy</th></tr>"
+            f"{rows}</table></div>"
+        )

@@ -1,0 +1,89 @@
+"""``%gpu``: show, grow, shrink and release this kernel's slice without leaving the notebook."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from typing import Any
+
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from ..errors import GPUShareError
+from ..modes import MODES
+from ..sizes import SizeError
+from . import api
+
+USAGE = """%gpu [status]                         this kernel's slice, use and warnings
+%gpu pool                             every device: reserved, used, free
+%gpu request SIZE [--mode M] [--cores N]   take a slice (e.g. 8G)
+%gpu resize SIZE [--restart]          grow or shrink the slice in place
+%gpu release                          give the slice back; the kernel keeps running
+%gpu watch                            a live view of the slice"""
+
+
+class _ArgumentError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # never exit the kernel on a typo
+        raise _ArgumentError(message)
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="%gpu", add_help=False)
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
+    commands.add_parser("status")
+    commands.add_parser("pool")
+    request = commands.add_parser("request")
+    request.add_argument("size")
+    request.add_argument("--mode", choices=list(MODES))
+    request.add_argument("--cores", type=int)
+    resize = commands.add_parser("resize")
+    resize.add_argument("size")
+    resize.add_argument("--restart", action="store_true")
+    commands.add_parser("release")
+    commands.add_parser("watch")
+    commands.add_parser("help")
+    return parser
+
+
+def _sizes_last(words: list[str]) -> list[str]:
+    """Let ``%gpu resize -1G`` reach the size check instead of reading as an unknown option."""
+    if len(words) >= 2 and words[0] in ("request", "resize") and re.match(r"^-[\d.]", words[1]):
+        return [words[0], *words[2:], "--", words[1]]
+    return words
+
+
+@magics_class
+class GPUMagics(Magics):  # type: ignore[misc]
+    @line_magic  # type: ignore[untyped-decorator]
+    def gpu(self, line: str) -> Any:
+        """Manage this kernel's GPU slice. Run ``%gpu help`` for the commands."""
+        try:
+            arguments = _parser().parse_args(_sizes_last(shlex.split(line)))
+        except (_ArgumentError, ValueError) as error:
+            print(f"%gpu: {error}\n\n{USAGE}", file=sys.stderr)
+            return None
+        command = arguments.command or "status"
+        try:
+            if command == "status":
+                return api.status()
+            if command == "pool":
+                return api.pool()
+            if command == "request":
+                return api.request(arguments.size, arguments.mode, arguments.cores)
+            if command == "resize":
+                return api.resize(arguments.size, restart=arguments.restart)
+            if command == "release":
+                return api.release()
+            if command == "watch":
+                return api.watch()
+            print(USAGE)
+            return None
+        except (GPUShareError, SizeError) as error:
+            # A clear sentence, no traceback: nothing was changed.
+            print(f"%gpu {command}: {error}", file=sys.stderr)
+            return None

@@ -1,0 +1,80 @@
+"""``%gpu watch``: a live ipywidgets view of this kernel's slice."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+import ipywidgets as widgets
+
+from ..sizes import format_bytes
+from .own_slice import OwnSlice
+
+HISTORY = 60  # samples in the sparkline: one minute at the default 1 s interval
+
+
+def sparkline(values: list[int | None], width: int = 180, height: int = 28) -> str:
+    """An inline SVG polyline of utilisation (0–100); unknown samples are skipped."""
+    known = [(index, value) for index, value in enumerate(values) if value is not None]
+    if not known:
+        return f'<svg width="{width}" height="{height}"></svg>'
+    step = width / max(1, HISTORY - 1)
+    points = " ".join(f"{index * step:.1f},{height - value * height / 100:.1f}" for index, value in known)
+    return (
+        f'<svg width="{width}" height="{height}" style="background:#f5f5f5">'
+        f'<polyline fill="none" stroke="#1976d2" stroke-width="1.5" points="{points}"/></svg>'
+    )
+
+
+class SliceWatch(widgets.VBox):  # type: ignore[misc]
+    """Slice, used memory (bar) and utilisation (sparkline), refreshed every ``interval`` s."""
+
+    def __init__(self, own: OwnSlice, interval: float | None = None, start: bool = True) -> None:
+        self.own = own
+        self.interval = interval or own.service.settings.sample_interval
+        self.title = widgets.HTML()
+        self.bar = widgets.FloatProgress(min=0.0, max=100.0, description="used")
+        self.used = widgets.Label()
+        self.spark = widgets.HTML()
+        self.warnings = widgets.HTML()
+        self.history: deque[int | None] = deque(maxlen=HISTORY)
+        super().__init__([self.title, widgets.HBox([self.bar, self.used]), self.spark, self.warnings])
+        self._stop = threading.Event()
+        self.refresh()
+        if start:
+            threading.Thread(target=self._loop, name="gpushare-watch", daemon=True).start()
+
+    def refresh(self) -> None:
+        record = self.own.record()
+        if record is None:
+            self.title.value = "<b>No GPU slice</b> — take one with <code>%gpu request 4G</code>"
+            self.bar.value = 0.0
+            self.used.value = ""
+            self.history.append(None)
+        else:
+            used = record.memory_used or 0
+            share = 100 * used / record.memory if record.memory else 0.0
+            self.title.value = (
+                f"<b>GPU slice {format_bytes(record.memory)}</b> ({record.mode}) on "
+                f"{self.own.device_label(record)}"
+            )
+            self.bar.value = min(100.0, share)
+            self.bar.bar_style = "danger" if share > 100 else "warning" if share >= 90 else "success"
+            self.used.value = (
+                f"{format_bytes(used)} of {format_bytes(record.memory)} ({share:.0f}%)"
+                if record.memory_used is not None
+                else "not measured yet"
+            )
+            self.history.append(record.utilization)
+            self.warnings.value = "".join(f"<div>&#9888; {warning}</div>" for warning in record.warnings)
+        self.spark.value = sparkline(list(self.history))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.refresh()
+            except Exception:  # the ledger may be briefly unavailable; try next tick
+                continue
+
+    def stop(self) -> None:
+        self._stop.set()

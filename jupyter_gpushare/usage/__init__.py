@@ -1,0 +1,1 @@
+"""Usage of GPU slices: sampling (NVML or reports), attribution to kernels, the watchdog."""

@@ -1,0 +1,181 @@
+"""Sampling usage every ``sample_interval`` seconds and acting on it (the watchdog's hands).
+
+One monitor thread runs in each process that manages kernels (a server, a console, an nbclient
+run), for the kernels that process started: it measures them (NVML, or the kernel's own report on
+a simulated pool), writes usage and warnings to the ledger for every reader, and applies
+``over_limit_action`` once each time a kernel in a soft mode crosses its slice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+import psutil
+
+from ..ledger import DeviceSample, KernelSample, SliceRecord
+from ..modes import get_mode
+from ..sizes import format_bytes
+from .attribution import ProcessUsage, attribute
+from .watchdog import DeviceUsage, KernelUsage, assess
+
+if TYPE_CHECKING:
+    from ..service import GPUShareService
+
+log = logging.getLogger("jupyter_gpushare")
+
+_ACTION_NOTES = {
+    "warn": "over_limit_action=warn: nothing was stopped",
+    "interrupt": "over_limit_action=interrupt: the running cell was interrupted",
+    "kill": "over_limit_action=kill: the kernel was killed",
+}
+IDLE_ROUNDS_BEFORE_EXIT = 3
+
+
+def process_tree(pid: int) -> frozenset[int]:
+    try:
+        process = psutil.Process(pid)
+        return frozenset([pid, *(child.pid for child in process.children(recursive=True))])
+    except psutil.Error:
+        return frozenset()
+
+
+class UsageMonitor:
+    def __init__(self, service: GPUShareService) -> None:
+        self.service = service
+        self._over_limit: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def ensure_running(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="gpushare-monitor", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        idle_rounds = 0
+        while not self._stop.wait(self.service.settings.sample_interval):
+            try:
+                tracked = self.sample_once()
+            except Exception:  # a busy or replaced ledger file must not end monitoring
+                log.debug("GPU usage sampling failed", exc_info=True)
+                continue
+            idle_rounds = 0 if tracked else idle_rounds + 1
+            if idle_rounds >= IDLE_ROUNDS_BEFORE_EXIT:
+                return  # restarted by the next kernel launch
+
+    # ---- one round -----------------------------------------------------------------------
+
+    def sample_once(self) -> int:
+        """Measure, assess, act and record; returns how many of our kernels were sampled."""
+        ledger = self.service.ledger
+        running = [r for r in ledger.records() if r.state == "running" and r.device_uuid]
+        mine = [record for record in running if record.holder == self.service.holder]
+        devices = ledger.devices()
+        measured, device_usage = self._measure(running, [device.uuid for device in devices])
+
+        usage = {
+            record.kernel_id: KernelUsage(
+                record.kernel_id,
+                record.memory,
+                measured[record.kernel_id].memory if record.kernel_id in measured else record.memory_used,
+                measured[record.kernel_id].utilization
+                if record.kernel_id in measured
+                else record.utilization,
+            )
+            for record in running
+        }
+        samples: list[KernelSample] = []
+        by_uuid = {device.uuid: device for device in devices}
+        for record in mine:
+            device = by_uuid.get(record.device_uuid or "")
+            if device is None:
+                continue
+            used, utilization = device_usage.get(device.uuid, (None, None))
+            neighbours = [
+                usage[other.kernel_id]
+                for other in running
+                if other.device_uuid == device.uuid and other.kernel_id != record.kernel_id
+            ]
+            verdict = assess(
+                usage[record.kernel_id],
+                DeviceUsage(device.label, device.memory_total, used, utilization),
+                neighbours,
+                self.service.settings.overcommit,
+            )
+            warnings = list(verdict.warnings)
+            if verdict.over_limit and get_mode(record.mode).soft_limit:
+                if record.kernel_id not in self._over_limit:
+                    self._over_limit.add(record.kernel_id)
+                    self._act(record, usage[record.kernel_id], device.label)
+                warnings.append(_ACTION_NOTES[self.service.settings.over_limit_action])
+            else:
+                self._over_limit.discard(record.kernel_id)
+            kernel_measure = measured.get(record.kernel_id)
+            samples.append(
+                KernelSample(
+                    record.kernel_id,
+                    kernel_measure.memory if kernel_measure else None,
+                    kernel_measure.utilization if kernel_measure else None,
+                    "nvml" if kernel_measure else None,  # None: keep the kernel's own report
+                    tuple(warnings),
+                )
+            )
+        device_samples = [
+            DeviceSample(uuid, used, utilization) for uuid, (used, utilization) in device_usage.items()
+        ]
+        ledger.record_usage(samples, device_samples)
+        return len(mine)
+
+    def _measure(
+        self, running: list[SliceRecord], device_uuids: list[str]
+    ) -> tuple[dict[str, ProcessUsage], dict[str, tuple[int | None, int | None]]]:
+        """Per-kernel and per-device usage: NVML where there is a GPU, reports otherwise."""
+        if self.service.inventory.source == "nvml":
+            from .nvml_usage import read_snapshot
+
+            snapshot = read_snapshot(device_uuids)
+            trees = {r.kernel_id: process_tree(r.kernel.pid) for r in running if r.kernel is not None}
+            devices: dict[str, tuple[int | None, int | None]] = dict(snapshot.devices)
+            return attribute(snapshot.processes, trees), devices
+        # A simulated pool: the device's use is what its kernels declared.
+        reported: dict[str, tuple[int | None, int | None]] = {}
+        for uuid in device_uuids:
+            on_device = [r for r in running if r.device_uuid == uuid]
+            memories = [r.memory_used for r in on_device if r.memory_used is not None]
+            utilizations = [r.utilization for r in on_device if r.utilization is not None]
+            reported[uuid] = (
+                sum(memories),
+                min(100, sum(utilizations)) if utilizations else None,
+            )
+        return {}, reported
+
+    def _act(self, record: SliceRecord, usage: KernelUsage, device: str) -> None:
+        action = self.service.settings.over_limit_action
+        used = usage.memory_used or 0
+        log.warning(
+            "Kernel %s uses %s of its %s GPU slice (%d%%) on %s: over its slice; over_limit_action=%s",
+            record.kernel_id,
+            format_bytes(used),
+            format_bytes(record.memory),
+            round(100 * used / record.memory) if record.memory else 0,
+            device,
+            action,
+        )
+        if action == "warn" or record.kernel is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.kernel.pid, signal.SIGINT if action == "interrupt" else signal.SIGKILL)

@@ -1,0 +1,159 @@
+"""``%gpu`` in real gpushare kernels: every change goes through the ledger, bad input changes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from jupyter_client.multikernelmanager import AsyncMultiKernelManager
+
+from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
+
+from .conftest import Node
+from .kernels import run_cell
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def kernels(node: Node) -> AsyncIterator[AsyncMultiKernelManager]:
+    manager = AsyncMultiKernelManager()
+    yield manager
+    await manager.shutdown_all(now=True)
+
+
+async def test_status_shows_the_slice(node: Node, kernels: AsyncMultiKernelManager) -> None:
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-16g")
+    cell = await run_cell(kernels.get_kernel(kernel_id), "%gpu")
+    assert "GPU slice: 16G (timeslice) on GPU0 (Simulated A100-80GB) — simulated pool" in cell.result
+    assert "Free on the device: 64G" in cell.result
+    assert 'class="jp-gpushare-status"' in cell.html  # the rich view in a notebook
+
+
+async def test_resize_changes_the_ledger(node: Node, kernels: AsyncMultiKernelManager) -> None:
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-16g")
+    cell = await run_cell(kernels.get_kernel(kernel_id), "%gpu resize 8G")
+    assert "GPU slice: 8G" in cell.result, cell
+    record = node.ledger.get(kernel_id)
+    assert record is not None and record.memory == 8 * GiB
+    # The kernel's own environment follows, for frameworks imported from now on.
+    seen = await run_cell(
+        kernels.get_kernel(kernel_id), "import os; print(os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])"
+    )
+    assert seen.stdout.strip() == str(8 * GiB)
+
+
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [
+        ("-1G", "must be more than zero"),
+        ("abc", "cannot read GPU size 'abc'"),
+        ("1000G", "1000G is larger than any GPU in the pool (largest: 80G on GPU0)"),
+    ],
+)
+async def test_bad_resizes_answer_clearly_and_change_nothing(
+    node: Node, kernels: AsyncMultiKernelManager, size: str, message: str
+) -> None:
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-16g")
+    cell = await run_cell(kernels.get_kernel(kernel_id), f"%gpu resize {size}")
+    assert cell.error is None, "a bad size is an answer, not a traceback"
+    assert message in cell.stderr
+    if size != "1000G":
+        assert ACCEPTED_FORMS in cell.stderr
+    record = node.ledger.get(kernel_id)
+    assert record is not None and record.memory == 16 * GiB
+
+
+async def test_a_resize_that_does_not_fit_says_how_much_is_free(
+    node: Node, kernels: AsyncMultiKernelManager
+) -> None:
+    mine = await kernels.start_kernel(kernel_name="python3-gpu-16g")
+    await kernels.start_kernel(kernel_name="python3-gpu-30g")
+    cell = await run_cell(kernels.get_kernel(mine), "%gpu resize 60G")
+    assert "60G does not fit: 50G free on GPU0" in cell.stderr
+    record = node.ledger.get(mine)
+    assert record is not None and record.memory == 16 * GiB
+
+
+async def test_release_frees_the_slice_and_request_takes_a_new_one(
+    node: Node, kernels: AsyncMultiKernelManager
+) -> None:
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-16g")
+    kernel = kernels.get_kernel(kernel_id)
+    released = await run_cell(kernel, "%gpu release")
+    assert "Released 16G" in released.result
+    assert node.ledger.get(kernel_id) is None
+
+    alive = await run_cell(kernel, "print(6 * 7)")
+    assert alive.stdout.strip() == "42", "the kernel keeps running without a slice"
+
+    taken = await run_cell(kernel, "%gpu request 2G")
+    assert "GPU slice: 2G" in taken.result, taken
+    record = node.ledger.get(kernel_id)
+    assert record is not None and record.state == "running" and record.memory == 2 * GiB
+    assert record.kernel is not None and record.kernel.pid == kernel.provisioner.pid  # type: ignore[union-attr]
+
+    again = await run_cell(kernel, "%gpu request 4G")
+    assert "already holds a 2G slice" in again.stderr
+
+    # The slice taken from inside is still released when the kernel shuts down.
+    await kernels.shutdown_kernel(kernel_id)
+    assert node.ledger.records() == []
+
+
+async def test_a_kernel_cannot_act_on_another_kernels_slice(
+    node: Node, kernels: AsyncMultiKernelManager
+) -> None:
+    mine = await kernels.start_kernel(kernel_name="python3-gpu-16g")
+    theirs = await kernels.start_kernel(kernel_name="python3-gpu-4g")
+    cell = await run_cell(
+        kernels.get_kernel(mine),
+        "import os\n"
+        f"os.environ['JUPYTER_GPUSHARE_KERNEL_ID'] = '{theirs}'\n"
+        "from jupyter_gpushare.kernel.own_slice import OwnSlice\n"
+        "OwnSlice().release()",
+    )
+    assert cell.error == "NotYourSliceError"
+    record = node.ledger.get(theirs)
+    assert record is not None and record.memory == 4 * GiB
+
+
+async def test_bad_magic_arguments_print_the_usage(node: Node, kernels: AsyncMultiKernelManager) -> None:
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
+    for line in ("%gpu bogus", "%gpu resize", "%gpu request 4G --cores many", "%gpu request 4G --mode x"):
+        cell = await run_cell(kernels.get_kernel(kernel_id), line)
+        assert cell.error is None and "%gpu resize SIZE" in cell.stderr, (line, cell)
+    record = node.ledger.get(kernel_id)
+    assert record is not None and record.memory == 4 * GiB
+
+
+async def test_load_ext_in_a_plain_kernel(node: Node, kernels: AsyncMultiKernelManager) -> None:
+    kernel_id = await kernels.start_kernel(kernel_name="python3")
+    kernel = kernels.get_kernel(kernel_id)
+    status = await run_cell(kernel, "%load_ext jupyter_gpushare\n%gpu")
+    assert "holds no GPU slice" in status.result, status
+    taken = await run_cell(kernel, "%gpu request 2G")
+    assert "GPU slice: 2G" in taken.result, taken
+    record = node.ledger.get(kernel_id)
+    assert record is not None and record.memory == 2 * GiB
+    # A plain provisioner does not release it, but the slice follows the kernel process.
+    await kernels.shutdown_kernel(kernel_id)
+    node.ledger.reconcile()
+    assert node.ledger.records() == []
+
+
+async def test_watch_updates_live(node: Node, kernels: AsyncMultiKernelManager) -> None:
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
+    kernel = kernels.get_kernel(kernel_id)
+    shown = await run_cell(
+        kernel, "from jupyter_gpushare import kernel as gpu\nw = gpu.watch(interval=0.1)\nw"
+    )
+    assert "VBox" in shown.result or shown.html or shown.result, shown
+    cell = await run_cell(
+        kernel,
+        "import time\n"
+        "gpu.simulate_usage('2G', 40)\n"
+        "time.sleep(0.6)\n"
+        "print(w.used.value, w.bar.value, w.bar.bar_style, 'polyline' in w.spark.value)",
+    )
+    assert cell.stdout.strip() == "2G of 4G (50%) 50.0 success True", cell
