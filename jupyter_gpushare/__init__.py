@@ -17,4 +17,9 @@ def load_ipython_extension(shell: Any) -> None:
     load(shell)
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """jupyter_server finds the REST API, stream and metrics here."""
+    return [{"module": "jupyter_gpushare.server"}]
+
+
 __all__ = ["__version__", "load_ipython_extension"]

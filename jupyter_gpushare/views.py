@@ -113,9 +113,11 @@ def kernel_view(
         "mode": record.mode,
         "memory_request": requested_bytes(record),
         "size": record.size,
-        "memory_used": 0,
-        "utilization": None,
-        "warnings": [],
+        "memory_used": record.memory_used or 0,
+        "utilization": record.utilization,
+        # "nvml" (measured), "kernel" (the kernel's own report) or "simulated" (declared).
+        "usage_source": record.usage_source,
+        "warnings": list(record.warnings) if mine else [],
     }
 
 

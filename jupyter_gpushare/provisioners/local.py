@@ -49,12 +49,18 @@ class GPUShareProvisioner(LocalProvisioner):  # type: ignore[misc]
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         service = self.service
+        # A start through the gpushare REST API may override the kernelspec's request.
+        for name in ("gpu_memory", "gpu_mode", "gpu_cores"):
+            if name in kwargs:
+                setattr(self, name, kwargs.pop(name))
+        session_path = kwargs.pop("gpushare_path", None) or (kwargs.get("env") or {}).get(
+            "JPY_SESSION_NAME", ""
+        )
         request = service.make_request(self.gpu_memory, self.gpu_mode, self.gpu_cores)
-        session_path = (kwargs.get("env") or {}).get("JPY_SESSION_NAME", "")
         record = await service.acquire(
             self.kernel_id,
             request,
-            kernel_name=getattr(self.kernel_spec, "name", "") or "",
+            kernel_name=getattr(self.parent, "kernel_name", "") or "",
             path=session_path,
             on_wait=self._report_wait,
         )

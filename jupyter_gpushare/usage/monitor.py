@@ -65,6 +65,10 @@ class UsageMonitor:
     def stop(self) -> None:
         self._stop.set()
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def _loop(self) -> None:
         idle_rounds = 0
         while not self._stop.wait(self.service.settings.sample_interval):

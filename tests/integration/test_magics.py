@@ -157,3 +157,28 @@ async def test_watch_updates_live(node: Node, kernels: AsyncMultiKernelManager) 
         "print(w.used.value, w.bar.value, w.bar.bar_style, 'polyline' in w.spark.value)",
     )
     assert cell.stdout.strip() == "2G of 4G (50%) 50.0 success True", cell
+
+
+async def test_resize_with_jax_imported_needs_restart(node: Node, kernels: AsyncMultiKernelManager) -> None:
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-16g")
+    kernel = kernels.get_kernel(kernel_id)
+    await run_cell(kernel, "import jax", timeout=120)
+
+    refused = await run_cell(kernel, "%gpu resize 8G")
+    assert "jax read the memory cap only when they start: nothing was changed" in refused.stderr
+    assert "%gpu resize 8G --restart" in refused.stderr
+    record = node.ledger.get(kernel_id)
+    assert record is not None and record.memory == 16 * GiB
+
+    old_pid = kernel.provisioner.pid  # type: ignore[union-attr]
+    accepted = await run_cell(kernel, "%gpu resize 8G --restart")
+    assert "restarting the kernel" in accepted.result
+    record = node.ledger.get(kernel_id)
+    assert record is not None and record.memory == 8 * GiB
+    # The kernel ends itself; a server's restarter (here: an explicit restart) brings it back
+    # with the resized slice in its environment.
+    await kernels.get_kernel(kernel_id).provisioner.wait()  # type: ignore[union-attr]
+    await kernels.restart_kernel(kernel_id, now=True)
+    assert kernel.provisioner.pid != old_pid  # type: ignore[union-attr]
+    seen = await run_cell(kernel, "import os; print(os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])")
+    assert seen.stdout.strip() == str(8 * GiB)

@@ -1,6 +1,9 @@
 """A fake ``pynvml`` module: NVML is the one edge of the package we do not own.
 
-It is installed through the ``_nvml()`` seam of ``jupyter_gpushare.inventory.nvml``.
+It is installed through the ``_nvml()`` seam of ``jupyter_gpushare.inventory.nvml`` (and, for
+usage sampling, of ``jupyter_gpushare.usage.nvml_usage``, which imported that name). Boards are
+mutable: a test changes a board's ``processes``, ``process_utilization``, ``memory_used`` or
+``utilization`` between two samples and the next NVML call sees the change.
 """
 
 from __future__ import annotations
@@ -23,6 +26,24 @@ class FakeMig:
 
 
 @dataclass
+class FakeProcess:
+    """One entry of ``nvmlDeviceGetComputeRunningProcesses``, named as pynvml names it."""
+
+    pid: int
+    usedGpuMemory: int | None  # pynvml's name; None where the driver hides it
+
+
+@dataclass
+class FakeProcessUtilization:
+    """One sample of ``nvmlDeviceGetProcessUtilization``, named as pynvml names it."""
+
+    pid: int
+    smUtil: int  # pynvml's name
+    memUtil: int = 0
+    timeStamp: int = 1  # microseconds; NVML returns the samples newer than the timestamp asked
+
+
+@dataclass
 class FakeBoard:
     uuid: str
     name: str
@@ -31,13 +52,17 @@ class FakeBoard:
     utilization: int | None = 0  # None: NVML answers NotSupported
     mig: Sequence[FakeMig | None] | None = None  # None: board without MIG; None entries: empty slots
     as_bytes: bool = False  # older bindings return bytes for names and UUIDs
+    processes: list[FakeProcess] = field(default_factory=list)  # compute processes on the board
+    # Per-process SM samples; None: NVML answers NotSupported. An empty list also raises (NVML
+    # has no sample to give), as the real binding does when no process ran recently.
+    process_utilization: list[FakeProcessUtilization] | None = field(default_factory=list)
 
 
 @dataclass
 class FakeNVMLState:
     init_calls: int = 0
     shutdown_calls: int = 0
-    calls: list[str] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)  # usage calls, e.g. "GetHandleByUUID(GPU-a)"
 
 
 def make_fake_pynvml(
@@ -47,7 +72,7 @@ def make_fake_pynvml(
     count_error: str | None = None,
     driver: str = "550.54.15",
 ) -> tuple[Any, FakeNVMLState]:
-    """A module-like object with the pynvml calls the inventory uses."""
+    """A module-like object with the pynvml calls the inventory and the usage sampler use."""
     state = FakeNVMLState()
 
     def text(board: FakeBoard, value: str) -> str | bytes:
@@ -109,6 +134,37 @@ def make_fake_pynvml(
     def nvmlSystemGetDriverVersion() -> str:
         return driver
 
+    def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> Any:
+        wanted = uuid.decode() if isinstance(uuid, bytes) else uuid
+        state.calls.append(f"GetHandleByUUID({wanted})")
+        for board in boards:
+            if board.uuid == wanted:
+                return ("board", board)
+            for instance in board.mig or ():
+                if instance is not None and instance.uuid == wanted:
+                    return ("mig", instance)
+        raise FakeNVMLError("Not Found")
+
+    def nvmlDeviceGetComputeRunningProcesses(handle: Any) -> list[Any]:
+        kind, item = handle
+        state.calls.append(f"GetComputeRunningProcesses({item.uuid})")
+        if kind != "board":
+            return []
+        return [SimpleNamespace(pid=p.pid, usedGpuMemory=p.usedGpuMemory) for p in item.processes]
+
+    def nvmlDeviceGetProcessUtilization(handle: Any, timestamp: int) -> list[Any]:
+        kind, item = handle
+        state.calls.append(f"GetProcessUtilization({item.uuid}, {timestamp})")
+        if kind != "board" or item.process_utilization is None:
+            raise FakeNVMLError("Not Supported")
+        samples = [s for s in item.process_utilization if s.timeStamp > timestamp]
+        if not samples:
+            raise FakeNVMLError("Not Found")
+        return [
+            SimpleNamespace(pid=s.pid, smUtil=s.smUtil, memUtil=s.memUtil, timeStamp=s.timeStamp)
+            for s in samples
+        ]
+
     module = SimpleNamespace(
         NVMLError=FakeNVMLError,
         NVML_DEVICE_MIG_ENABLE=1,
@@ -125,5 +181,8 @@ def make_fake_pynvml(
         nvmlDeviceGetMaxMigDeviceCount=nvmlDeviceGetMaxMigDeviceCount,
         nvmlDeviceGetMigDeviceHandleByIndex=nvmlDeviceGetMigDeviceHandleByIndex,
         nvmlSystemGetDriverVersion=nvmlSystemGetDriverVersion,
+        nvmlDeviceGetHandleByUUID=nvmlDeviceGetHandleByUUID,
+        nvmlDeviceGetComputeRunningProcesses=nvmlDeviceGetComputeRunningProcesses,
+        nvmlDeviceGetProcessUtilization=nvmlDeviceGetProcessUtilization,
     )
     return module, state

@@ -1,0 +1,7 @@
+"""The jupyter_server extension (REST API, live stream, Prometheus metrics)."""
+
+from .extension import load_jupyter_server_extension
+
+_load_jupyter_server_extension = load_jupyter_server_extension
+
+__all__ = ["load_jupyter_server_extension"]

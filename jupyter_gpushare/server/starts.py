@@ -1,0 +1,59 @@
+"""Kernel starts that ``POST kernels`` answered before they finished (queued ones)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+FAILED_KEPT_FOR = 600.0  # seconds a failed start stays readable through GET kernels/{id}
+
+
+@dataclass
+class Start:
+    kernel_id: str
+    kernel_name: str
+    path: str
+    task: asyncio.Task[str]
+    failure: str | None = None
+    failure_status: int = 500
+    ended_at: float | None = None
+
+
+@dataclass
+class Starts:
+    """Starts in flight, and failed ones for a while so a client can read why."""
+
+    _starts: dict[str, Start] = field(default_factory=dict)
+
+    def track(self, start: Start) -> None:
+        self._starts[start.kernel_id] = start
+        start.task.add_done_callback(lambda task: self._ended(start, task))
+
+    def _ended(self, start: Start, task: asyncio.Task[str]) -> None:
+        start.ended_at = time.monotonic()
+        if task.cancelled():
+            start.failure = "the kernel start was cancelled"
+        elif task.exception() is not None:
+            error = task.exception()
+            start.failure = str(error)
+            start.failure_status = int(getattr(error, "status_code", 500))
+        else:
+            del self._starts[start.kernel_id]  # an ordinary kernel from now on
+
+    def get(self, kernel_id: str) -> Start | None:
+        self._forget_old()
+        return self._starts.get(kernel_id)
+
+    def pending(self) -> list[Start]:
+        return [start for start in self._starts.values() if not start.task.done()]
+
+    def _forget_old(self) -> None:
+        now = time.monotonic()
+        for kernel_id, start in list(self._starts.items()):
+            if start.ended_at is not None and now - start.ended_at > FAILED_KEPT_FOR:
+                del self._starts[kernel_id]
+
+    def cancel_all(self) -> None:
+        for start in self.pending():
+            start.task.cancel()
