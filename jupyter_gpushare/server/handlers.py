@@ -121,8 +121,9 @@ class KernelsHandler(GPUShareHandler):
         )
 
         kernel_id = str(uuid.uuid4())
+        manager: Any = self.kernel_manager
         task = asyncio.ensure_future(
-            self.kernel_manager.start_kernel(
+            manager.start_kernel(
                 kernel_id=kernel_id, kernel_name=name, path=path or None, gpushare_path=path, **fields
             )
         )
