@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .allocator import Placement, Policy, Refusal
+from .allocator import Placement, Policy, Refusal, Request, fit
 from .config import GPUShare, settings_env
 from .errors import (
     DoesNotFitError,
@@ -120,6 +120,16 @@ class GPUShareService:
         missing = request.mode.unavailable_reason(self.facts)
         if missing:
             raise ModeUnavailableError(missing)
+        # Refuse at once what could never fit (too large, above the per-kernel limit), before
+        # anything waits or starts; what could fit later is the queue's business.
+        never = fit(
+            Request("", self.owner, request.size, request.mode.placement),
+            self.ledger.devices(),
+            [],
+            self.policy,
+        )
+        if isinstance(never, Refusal) and not never.retry:
+            raise DoesNotFitError(never.reason)
         return request
 
     # ---- acquire / release ---------------------------------------------------------------

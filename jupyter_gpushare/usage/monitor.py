@@ -13,12 +13,14 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import TYPE_CHECKING
 
 import psutil
 
 from ..ledger import DeviceSample, KernelSample, SliceRecord
 from ..modes import get_mode
+from ..processes import is_alive
 from ..sizes import format_bytes
 from .attribution import ProcessUsage, attribute
 from .watchdog import DeviceUsage, KernelUsage, assess
@@ -48,6 +50,7 @@ class UsageMonitor:
     def __init__(self, service: GPUShareService) -> None:
         self.service = service
         self._over_limit: set[str] = set()
+        self._last_sample_us = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -151,10 +154,19 @@ class UsageMonitor:
         if self.service.inventory.source == "nvml":
             from .nvml_usage import read_snapshot
 
-            snapshot = read_snapshot(device_uuids)
+            # Process utilisation over the window since the last round, not NVML's whole buffer.
+            since = self._last_sample_us
+            self._last_sample_us = int(time.time() * 1_000_000)
+            snapshot = read_snapshot(device_uuids, since)
             trees = {r.kernel_id: process_tree(r.kernel.pid) for r in running if r.kernel is not None}
             devices: dict[str, tuple[int | None, int | None]] = dict(snapshot.devices)
-            return attribute(snapshot.processes, trees), devices
+            measured = attribute(snapshot.processes, trees)
+            for record in running:
+                # NVML measured this kernel before and lists none of its processes now: it has
+                # stopped using the GPU. Keeping the old figure would keep stale warnings alive.
+                if record.kernel_id not in measured and record.usage_source == "nvml":
+                    measured[record.kernel_id] = ProcessUsage(0, None)
+            return measured, devices
         # A simulated pool: the device's use is what its kernels declared.
         reported: dict[str, tuple[int | None, int | None]] = {}
         for uuid in device_uuids:
@@ -179,7 +191,18 @@ class UsageMonitor:
             device,
             action,
         )
-        if action == "warn" or record.kernel is None:
+        if action == "warn" or record.kernel is None or not is_alive(record.kernel):
+            return  # never signal a pid that now belongs to another process
+        if action == "interrupt":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.kernel.pid, signal.SIGINT)
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(record.kernel.pid, signal.SIGINT if action == "interrupt" else signal.SIGKILL)
+        # Kill the whole tree: a child holding GPU memory must not outlive its kernel.
+        try:
+            kernel = psutil.Process(record.kernel.pid)
+            processes = [*kernel.children(recursive=True), kernel]
+        except psutil.NoSuchProcess:
+            return
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..inventory.nvml import _nvml
+from ..inventory import nvml as nvml_module  # one seam: tests substitute _nvml there
 from .attribution import ProcessUsage
 
 
@@ -16,8 +16,9 @@ class NVMLSnapshot:
     processes: dict[int, ProcessUsage]  # pid as NVML reports it -> usage
 
 
-def read_snapshot(device_uuids: Sequence[str]) -> NVMLSnapshot:
-    nvml = _nvml()
+def read_snapshot(device_uuids: Sequence[str], since: int = 0) -> NVMLSnapshot:
+    """Usage now; process utilisation averaged over samples newer than ``since`` (µs)."""
+    nvml = nvml_module._nvml()
     nvml.nvmlInit()
     try:
         devices: dict[str, tuple[int, int | None]] = {}
@@ -26,13 +27,16 @@ def read_snapshot(device_uuids: Sequence[str]) -> NVMLSnapshot:
             handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             devices[uuid] = (int(memory.used), _device_utilization(nvml, handle))
-            utilization = _process_utilization(nvml, handle)
+            utilization = _process_utilization(nvml, handle, since)
             for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
                 used = process.usedGpuMemory or 0  # None where the driver hides it
                 previous = processes.get(process.pid)
                 processes[process.pid] = ProcessUsage(
                     memory=used + (previous.memory if previous else 0),
-                    utilization=utilization.get(process.pid),
+                    # A process on several devices: its known shares add up, capped at 100%.
+                    utilization=_add_percent(
+                        previous.utilization if previous else None, utilization.get(process.pid)
+                    ),
                 )
         return NVMLSnapshot(devices, processes)
     finally:
@@ -46,9 +50,21 @@ def _device_utilization(nvml: Any, handle: Any) -> int | None:
         return None
 
 
-def _process_utilization(nvml: Any, handle: Any) -> dict[int, int]:
+def _process_utilization(nvml: Any, handle: Any, since: int) -> dict[int, int]:
+    """Mean SM share per pid over NVML's samples newer than ``since`` (0: its whole buffer)."""
     try:
-        samples = nvml.nvmlDeviceGetProcessUtilization(handle, 0)
-    except nvml.NVMLError:  # not supported, or no samples yet
+        samples = nvml.nvmlDeviceGetProcessUtilization(handle, since)
+    except nvml.NVMLError:  # not supported, or no samples in the window
         return {}
-    return {int(sample.pid): int(sample.smUtil) for sample in samples}
+    totals: dict[int, list[int]] = {}
+    for sample in samples:
+        totals.setdefault(int(sample.pid), []).append(int(sample.smUtil))
+    return {pid: round(sum(values) / len(values)) for pid, values in totals.items()}
+
+
+def _add_percent(first: int | None, second: int | None) -> int | None:
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return min(100, first + second)

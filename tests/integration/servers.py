@@ -35,14 +35,26 @@ class JupyterServer:
     log_path: Path
     _closed: bool = field(default=False)
 
-    def request(self, method: str, path: str, body: Any = None, timeout: float = 120) -> Response:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            f"{self.url}{path}",
-            data=data,
-            method=method,
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
-        )
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 120,
+        *,
+        raw: bytes | None = None,
+        token: str | None | bool = True,
+    ) -> Response:
+        """One HTTP call; ``token=None`` sends no credentials, a string sends that token."""
+        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if token is True:
+            headers["Authorization"] = f"token {self.token}"
+        elif isinstance(token, str):
+            headers["Authorization"] = f"token {token}"
+        if data is None and method in ("POST", "PATCH", "PUT"):
+            data = b""
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as reply:
                 raw = reply.read()

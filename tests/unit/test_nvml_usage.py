@@ -27,12 +27,10 @@ from nvml_fake import (
 )
 
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.inventory import nvml as inventory_nvml
 from jupyter_gpushare.ledger import SliceRecord
 from jupyter_gpushare.processes import ProcessIdentity, identify, is_alive
 from jupyter_gpushare.service import GPUShareService
 from jupyter_gpushare.sizes import GiB, MiB
-from jupyter_gpushare.usage import nvml_usage
 from jupyter_gpushare.usage.attribution import ProcessUsage
 from jupyter_gpushare.usage.nvml_usage import read_snapshot
 
@@ -45,16 +43,10 @@ HOST_PID = 4_194_999
 
 @pytest.fixture
 def nvml(fake_nvml: InstallNVML, monkeypatch: pytest.MonkeyPatch) -> InstallNVML:
-    """Install the fake ``pynvml`` for the inventory and for the usage sampler alike.
-
-    ``usage/nvml_usage.py`` took ``_nvml`` by name from the inventory module, so patching the
-    inventory's seam alone would leave the sampler on the real pynvml.
-    """
+    """Install the fake ``pynvml``: the inventory's ``_nvml`` seam serves the sampler too."""
 
     def install(boards: Sequence[FakeBoard] = (), **options: Any) -> FakeNVMLState:
-        state = fake_nvml(boards, **options)
-        monkeypatch.setattr(nvml_usage, "_nvml", inventory_nvml._nvml)
-        return state
+        return fake_nvml(boards, **options)
 
     return install
 

@@ -9,10 +9,10 @@ import pytest
 
 from jupyter_gpushare.allocator import Policy
 from jupyter_gpushare.inventory import parse_simulation
-from jupyter_gpushare.ledger import Ledger, NewRequest, Placed
+from jupyter_gpushare.ledger import KernelSample, Ledger, NewRequest, Placed
 from jupyter_gpushare.modes import NodeFacts
 from jupyter_gpushare.processes import current_process
-from jupyter_gpushare.views import kernels_view, pool_view
+from jupyter_gpushare.views import kernel_view, kernels_view, pool_view
 
 GiB = 2**30
 
@@ -159,3 +159,50 @@ def test_modes_offered_follow_what_the_node_can_honour(ledger: Ledger) -> None:
     equipped = plain_modes(NodeFacts(mps_pipe_directory="/tmp/mps", libvgpu_path="/lib/libvgpu.so"))
     assert "mps" in equipped and "vgpu" in equipped
     assert "mig" not in equipped
+
+
+def test_kernel_view_carries_sampled_usage_and_warnings_of_ones_own_kernels(ledger: Ledger) -> None:
+    near = "near its slice: using 9.5G of 10G (95%)"
+    ledger.record_usage(
+        [
+            KernelSample("alice-1", 9 * GiB + 512 * 2**20, 40, "nvml", (near,)),
+            KernelSample("bob-1", 31 * GiB, 70, "nvml", ("above its slice: using 31G of 30G (103%)",)),
+        ]
+    )
+    ledger.report_usage("alice-mig", 2 * GiB, None, source="kernel")
+
+    view = kernels_view(ledger.records(), ledger.devices(), viewer="alice")
+    for entry in view:
+        assert set(entry) >= KERNEL_KEYS | {"usage_source"}
+    mine = {entry["kernel_id"]: entry for entry in view if entry["owner"] == "alice"}
+    assert (mine["alice-1"]["memory_used"], mine["alice-1"]["utilization"]) == (9 * GiB + 512 * 2**20, 40)
+    assert mine["alice-1"]["usage_source"] == "nvml"
+    assert mine["alice-1"]["warnings"] == [near]
+    assert (mine["alice-mig"]["memory_used"], mine["alice-mig"]["usage_source"]) == (2 * GiB, "kernel")
+    assert mine["alice-mig"]["utilization"] is None
+    # Never sampled (queued): nothing used, no source.
+    assert (mine["alice-2"]["memory_used"], mine["alice-2"]["usage_source"]) == (0, None)
+    assert mine["alice-2"]["warnings"] == []
+
+
+def test_kernel_view_hides_the_warnings_of_another_owners_kernel(ledger: Ledger) -> None:
+    warning = "above its slice: using 31G of 30G (103%)"
+    ledger.record_usage([KernelSample("bob-1", 31 * GiB, 70, "nvml", (warning,))])
+    (bob_1,) = [record for record in ledger.records() if record.kernel_id == "bob-1"]
+
+    theirs = kernel_view(bob_1, ledger.devices(), None, viewer="alice")
+    assert theirs["warnings"] == []
+    assert theirs["kernel_id"] is None and theirs["owner"] == "another user"
+    assert warning not in repr(theirs) and "bob" not in repr(theirs)
+    # Their owner sees them.
+    assert kernel_view(bob_1, ledger.devices(), None, viewer="bob")["warnings"] == [warning]
+
+
+def test_a_warnings_only_sample_keeps_the_kernels_own_report_in_the_view(ledger: Ledger) -> None:
+    ledger.report_usage("alice-1", 3 * GiB, 25, source="kernel")
+    ledger.record_usage([KernelSample("alice-1", None, None, None, ("GPU0 is saturated",))])
+    (entry,) = [
+        e for e in kernels_view(ledger.records(), ledger.devices(), "alice") if e["kernel_id"] == "alice-1"
+    ]
+    assert (entry["memory_used"], entry["utilization"], entry["usage_source"]) == (3 * GiB, 25, "kernel")
+    assert entry["warnings"] == ["GPU0 is saturated"]
