@@ -553,7 +553,7 @@ async def stream_window(server: Server, subscribers: int, seconds: float) -> Str
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    spreads = [max(times) - min(times) for times in receipts.values() if len(times) == subscribers]
+    spreads = [max(times) - min(times) for times in receipts.values() if len(times) == subscribers > 1]
     return StreamWindow(subscribers, elapsed, cpu, counts, payload, spreads)
 
 
@@ -570,7 +570,7 @@ def print_stream_table(windows: list[StreamWindow]) -> None:
     idle = windows[0]
     idle_share = idle.server_cpu / idle.seconds
     print(
-        f"  {'subscribers':>11}{'server CPU':>12}{'over idle':>11}{'events/sub':>12}"
+        f"  {'subscribers':>11}{'server CPU':>12}{'over idle':>11}{'events/sub':>15}"
         f"{'CPU ms/event':>14}{'payload':>10}{'spread p50 ms':>15}{'spread max ms':>15}"
     )
     for window in windows:
@@ -589,9 +589,15 @@ def print_stream_table(windows: list[StreamWindow]) -> None:
         )
         payload = f"{window.payload / 1024:.1f} KiB" if window.payload else "-"
         print(
-            f"  {window.subscribers:>11}{100 * share:>11.1f}%{100 * extra:>+10.1f}%{events_text:>12}"
+            f"  {window.subscribers:>11}{100 * share:>11.1f}%{100 * extra:>+10.1f}%{events_text:>15}"
             f"{per_event:>14}{payload:>10}{spread50:>15}{spread_max:>15}"
         )
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    print(
+        f"  (process CPU times move in steps of {1000 * tick:.0f} ms: about "
+        f"{100 * tick / idle.seconds:.1f}% of a core per window; the spread is seen by this process's "
+        f"subscribers, their own parsing included)"
+    )
 
 
 # ---- attribution (on a miss, or --profile) -------------------------------------------------

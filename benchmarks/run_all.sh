@@ -38,5 +38,6 @@ run() {
 run benchmarks/kernel_start.py "${quick[@]}"
 run benchmarks/ledger_throughput.py "${quick[@]}"
 run benchmarks/packing.py "${quick[@]}" --plot docs/packing.png
+run benchmarks/api_latency.py "${quick[@]}"
 echo | tee -a "$out"
 echo "written to $out" >&2

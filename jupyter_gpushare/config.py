@@ -166,7 +166,9 @@ class GPUShare(Configurable):
         return get_mode(self.default_mode)
 
 
-def load_settings(config: Config | None = None) -> GPUShare:
+def load_settings(
+    config: Config | None = None, *, from_files: bool = True, reconcile: bool = True
+) -> GPUShare:
     """The ``GPUShare`` settings for this process.
 
     ``config`` is the caller's traitlets config (a server passes its own). When it has no
@@ -174,7 +176,10 @@ def load_settings(config: Config | None = None) -> GPUShare:
     path are read for one, so a kernel started outside a server follows the same settings.
     """
     if config is None or "GPUShare" not in config:
-        config = _config_from_files()
+        config = _config_from_files() if from_files else Config()
+    if not reconcile:
+        config = Config(config)
+        config.GPUShare.reconcile_on_start = False
     try:
         return GPUShare(config=_with_environment(config))
     except (TraitError, ValueError) as error:

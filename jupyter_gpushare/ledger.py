@@ -11,6 +11,8 @@ comparing pid *and* start time so a reused pid does not keep a dead slice alive.
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import json
 import os
 import sqlite3
@@ -227,13 +229,49 @@ class Ledger:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         connection = self._connection()
-        with _transaction(connection):
-            yield connection
+        # Writers queue on a blocking file lock before asking sqlite: the kernel wakes them in
+        # turn, where sqlite's own busy handler sleeps and retries and lets one process starve
+        # the others under contention.
+        lock = self._lock_file()
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with _transaction(connection):
+                yield connection
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _lock_file(self) -> int:
+        descriptor: int | None = getattr(self._local, "lock", None)
+        if descriptor is None or getattr(self._local, "lock_pid", None) != os.getpid():
+            descriptor = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            self._local.lock = descriptor
+            self._local.lock_pid = os.getpid()
+        return descriptor
+
+    def change_marker(self) -> int:
+        """A number that changes whenever anyone commits to the ledger (a few microseconds).
+
+        Read on a connection of its own that never writes, so sqlite's ``data_version`` counts
+        every commit — by other processes and by this process's other connections alike.
+        """
+        watcher: sqlite3.Connection | None = getattr(self._local, "watcher", None)
+        if watcher is None or getattr(self._local, "watcher_pid", None) != os.getpid():
+            self._connection()  # the file and schema exist before we watch them
+            watcher = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._local.watcher = watcher
+            self._local.watcher_pid = os.getpid()
+        return int(watcher.execute("PRAGMA data_version").fetchone()[0])
 
     def close(self) -> None:
         connection = getattr(self._local, "connection", None)
         if connection is not None and getattr(self._local, "pid", None) == os.getpid():
             connection.close()
+        watcher = getattr(self._local, "watcher", None)
+        if watcher is not None and getattr(self._local, "watcher_pid", None) == os.getpid():
+            watcher.close()
+        lock = getattr(self._local, "lock", None)
+        if lock is not None and getattr(self._local, "lock_pid", None) == os.getpid():
+            os.close(lock)
         self._local = threading.local()
 
     # ---- devices -------------------------------------------------------------------------
@@ -287,81 +325,37 @@ class Ledger:
     def enqueue(self, request: NewRequest) -> SliceRecord:
         """Add a queued request; a kernel that already has a row (a restart) keeps it."""
         with self._write() as db:
-            existing = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
-            if existing:
-                db.execute(
-                    "UPDATE slices SET holder_pid = ?, holder_start = ?,"
-                    " token_hash = COALESCE(?, token_hash) WHERE kernel_id = ?",
-                    (request.holder.pid, request.holder.start, request.token_hash, request.kernel_id),
-                )
-            else:
-                seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM slices").fetchone()[0]
-                db.execute(
-                    """INSERT INTO slices (kernel_id, seq, state, owner, server_id, kernel_name,
-                       path, mode, kind, size, cores, holder_pid, holder_start, requested_at,
-                       token_hash)
-                       VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                    (
-                        request.kernel_id,
-                        seq,
-                        request.owner,
-                        request.server_id,
-                        request.kernel_name,
-                        request.path,
-                        request.mode,
-                        request.kind,
-                        request.size,
-                        request.cores,
-                        request.holder.pid,
-                        request.holder.start,
-                        time.time(),
-                        request.token_hash,
-                    ),
-                )
-            row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
-        return _record(row)
+            record = _enqueue(db, request)
+        assert record is not None
+        return record
+
+    def request(self, request: NewRequest, policy: Policy, alive: LivenessCheck = is_alive) -> Outcome:
+        """Queue a request and try to place it in one transaction.
+
+        A request that fits at once is never seen queued by anyone else, so concurrent starts on
+        a free pool do not wait behind each other.
+        """
+        with self._write() as db:
+            _enqueue(db, request, read_back=False)
+            return _place(db, request.kernel_id, policy, alive)
 
     def try_place(self, kernel_id: str, policy: Policy, alive: LivenessCheck = is_alive) -> Outcome:
         """Place a queued request if it is first in line and fits; otherwise say why not.
 
         Strict FIFO: a request waits while an earlier one is queued, so a large request is
-        never starved by a stream of small ones.
+        never starved by a stream of small ones. A request behind a live one is answered from a
+        read, without the write lock, so a long queue's polling does not slow everyone's writes.
         """
+        connection = self._connection()
+        connection.execute("BEGIN")  # one consistent snapshot for the counts below, no lock
+        try:
+            waiting = _waiting_behind(connection, kernel_id, alive)
+        finally:
+            connection.execute("COMMIT")
+        if waiting is not None:
+            return waiting
         with self._write() as db:
-            row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
-            if row is None:
-                raise LookupError(f"no GPU request for kernel {kernel_id} in the ledger")
-            record = _record(row)
-            if record.state == "running":
-                return Placed(record)
-            ahead = _queued_ahead(db, record.seq)
-            if ahead and _release_dead(db, alive, ahead):
-                ahead = _queued_ahead(db, record.seq)
-            if ahead:
-                plural = "s" if len(ahead) > 1 else ""
-                return Waiting(len(ahead) + 1, f"behind {len(ahead)} earlier GPU request{plural}")
-            request = Request(kernel_id, record.owner, parse_size(record.size), record.kind)
-            devices = _read_devices(db)
-            outcome = fit(request, devices, _held(db), policy)
-            if isinstance(outcome, Refusal) and outcome.retry and _release_dead(db, alive, _running(db)):
-                outcome = fit(request, devices, _held(db), policy)
-            if isinstance(outcome, Refusal):
-                # Retry-able: first in line, waiting for memory. Otherwise waiting cannot help.
-                return Waiting(1, outcome.reason) if outcome.retry else Refused(outcome.reason)
-            db.execute(
-                """UPDATE slices SET state = 'running', device_uuid = ?, unit_uuid = ?, memory = ?,
-                   whole_card = ?, placed_at = ? WHERE kernel_id = ?""",
-                (
-                    outcome.device_uuid,
-                    outcome.unit_uuid,
-                    outcome.memory,
-                    int(outcome.whole_card),
-                    time.time(),
-                    kernel_id,
-                ),
-            )
-            placed = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
-        return Placed(_record(placed))
+            return _place(db, kernel_id, policy, alive)
 
     def attach_kernel(self, kernel_id: str, kernel: ProcessIdentity | None) -> None:
         """Tie the slice to the kernel process (None: back to the holder, e.g. during a restart)."""
@@ -462,7 +456,12 @@ class Ledger:
         record = self.get(kernel_id)
         if record is None or record.state != "queued":
             return None
-        return len(_queued_ahead(self._connection(), record.seq)) + 1
+        connection = self._connection()
+        connection.execute("BEGIN")
+        try:
+            return _head_of_queue(connection, record.seq)[0] + 1
+        finally:
+            connection.execute("COMMIT")
 
 
 @contextmanager
@@ -527,7 +526,7 @@ def _record(row: sqlite3.Row) -> SliceRecord:
         utilization=row["utilization"],
         usage_source=row["usage_source"],
         usage_at=row["usage_at"],
-        warnings=tuple(json.loads(row["warnings"] or "[]")),
+        warnings=tuple(json.loads(row["warnings"])) if row["warnings"] not in (None, "[]") else (),
     )
 
 
@@ -536,14 +535,128 @@ def _running(db: sqlite3.Connection) -> list[SliceRecord]:
 
 
 def _held(db: sqlite3.Connection) -> list[Held]:
-    return [record.held() for record in _running(db)]
-
-
-def _queued_ahead(db: sqlite3.Connection, seq: int) -> list[SliceRecord]:
+    # Only the columns placement needs: this runs in every placement, under the write lock.
     rows = db.execute(
-        "SELECT * FROM slices WHERE state = 'queued' AND seq < ? ORDER BY seq", (seq,)
+        "SELECT kernel_id, owner, device_uuid, unit_uuid, memory, whole_card FROM slices"
+        " WHERE state = 'running'"
     ).fetchall()
-    return [_record(row) for row in rows]
+    return [Held(row[0], row[1], row[2], row[3], row[4], bool(row[5])) for row in rows]
+
+
+def _enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True) -> SliceRecord | None:
+    existing = db.execute("SELECT kernel_id FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
+    if existing:
+        db.execute(
+            "UPDATE slices SET holder_pid = ?, holder_start = ?,"
+            " token_hash = COALESCE(?, token_hash) WHERE kernel_id = ?",
+            (request.holder.pid, request.holder.start, request.token_hash, request.kernel_id),
+        )
+    else:
+        seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM slices").fetchone()[0]
+        db.execute(
+            """INSERT INTO slices (kernel_id, seq, state, owner, server_id, kernel_name,
+               path, mode, kind, size, cores, holder_pid, holder_start, requested_at,
+               token_hash)
+               VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                request.kernel_id,
+                seq,
+                request.owner,
+                request.server_id,
+                request.kernel_name,
+                request.path,
+                request.mode,
+                request.kind,
+                request.size,
+                request.cores,
+                request.holder.pid,
+                request.holder.start,
+                time.time(),
+                request.token_hash,
+            ),
+        )
+    if not read_back:
+        return None
+    row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
+    return _record(row)
+
+
+def _head_of_queue(db: sqlite3.Connection, before_seq: int) -> tuple[int, SliceRecord | None]:
+    """How many queued requests are ahead of ``before_seq``, and the first of them."""
+    count = db.execute(
+        "SELECT COUNT(*) FROM slices WHERE state = 'queued' AND seq < ?", (before_seq,)
+    ).fetchone()[0]
+    if not count:
+        return 0, None
+    row = db.execute(
+        "SELECT * FROM slices WHERE state = 'queued' AND seq < ? ORDER BY seq LIMIT 1", (before_seq,)
+    ).fetchone()
+    return int(count), _record(row)
+
+
+def _waiting(ahead: int) -> Waiting:
+    plural = "s" if ahead > 1 else ""
+    return Waiting(ahead + 1, f"behind {ahead} earlier GPU request{plural}")
+
+
+def _waiting_behind(db: sqlite3.Connection, kernel_id: str, alive: LivenessCheck) -> Waiting | None:
+    """Waiting, read without a lock, when a live request is ahead; None when a write must decide."""
+    row = db.execute("SELECT state, seq FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+    if row is None or row["state"] != "queued":
+        return None
+    ahead, head = _head_of_queue(db, row["seq"])
+    if head is None or not alive(head.process):
+        return None
+    return _waiting(ahead)
+
+
+def _place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: LivenessCheck) -> Outcome:
+    row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+    if row is None:
+        raise LookupError(f"no GPU request for kernel {kernel_id} in the ledger")
+    record = _record(row)
+    if record.state == "running":
+        return Placed(record)
+    ahead, head = _head_of_queue(db, record.seq)
+    # Only the head of the queue is checked for life: dead requests behind it are dropped when
+    # they reach the head, so each poll costs one process check, not one per waiter.
+    while head is not None and not alive(head.process):
+        db.execute("DELETE FROM slices WHERE kernel_id = ?", (head.kernel_id,))
+        ahead, head = _head_of_queue(db, record.seq)
+    if ahead:
+        return _waiting(ahead)
+    request = Request(kernel_id, record.owner, parse_size(record.size), record.kind)
+    devices = _read_devices(db)
+    outcome = fit(request, devices, _held(db), policy)
+    if isinstance(outcome, Refusal) and outcome.retry and _release_dead(db, alive, _running(db)):
+        outcome = fit(request, devices, _held(db), policy)
+    if isinstance(outcome, Refusal):
+        # Retry-able: first in line, waiting for memory. Otherwise waiting cannot help.
+        return Waiting(1, outcome.reason) if outcome.retry else Refused(outcome.reason)
+    placed_at = time.time()
+    db.execute(
+        """UPDATE slices SET state = 'running', device_uuid = ?, unit_uuid = ?, memory = ?,
+           whole_card = ?, placed_at = ? WHERE kernel_id = ?""",
+        (
+            outcome.device_uuid,
+            outcome.unit_uuid,
+            outcome.memory,
+            int(outcome.whole_card),
+            placed_at,
+            kernel_id,
+        ),
+    )
+    return Placed(
+        dataclasses.replace(
+            record,
+            state="running",
+            device_uuid=outcome.device_uuid,
+            unit_uuid=outcome.unit_uuid,
+            memory=outcome.memory,
+            whole_card=outcome.whole_card,
+            placed_at=placed_at,
+        )
+    )
 
 
 def _release_dead(db: sqlite3.Connection, alive: LivenessCheck, records: Sequence[SliceRecord]) -> bool:

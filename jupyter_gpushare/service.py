@@ -150,8 +150,8 @@ class GPUShareService:
         """
         token = secrets.token_urlsafe(24)
         self._tokens[kernel_id] = token
-        await asyncio.to_thread(
-            self.ledger.enqueue,
+        first = await asyncio.to_thread(
+            self.ledger.request,
             NewRequest(
                 kernel_id=kernel_id,
                 owner=self.owner,
@@ -165,13 +165,14 @@ class GPUShareService:
                 path=path,
                 token_hash=token_digest(token),
             ),
+            self.policy,
         )
         started = time.monotonic()
         last_position: int | None = None
         placed = False
         try:
+            outcome = first
             while True:
-                outcome = await asyncio.to_thread(self.ledger.try_place, kernel_id, self.policy)
                 if isinstance(outcome, Placed):
                     placed = True
                     if last_position is not None:
@@ -204,6 +205,7 @@ class GPUShareService:
                     if on_wait is not None:
                         on_wait(outcome.position, outcome.reason)
                 await asyncio.sleep(self.settings.queue_poll_interval)
+                outcome = await asyncio.to_thread(self.ledger.try_place, kernel_id, self.policy)
         finally:
             if not placed:
                 await asyncio.to_thread(self.ledger.release, kernel_id)

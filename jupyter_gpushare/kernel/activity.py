@@ -7,23 +7,29 @@ back, and says why the next time it runs code.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from ..sizes import format_bytes
-from .own_slice import OwnSlice
+if TYPE_CHECKING:
+    from .own_slice import OwnSlice
 
 
 class ActivityWatch:
-    def __init__(self, own: OwnSlice, idle_release_after: float) -> None:
-        self.own = own
+    """``own`` is called for the kernel's slice handle only when one is needed, so loading the
+    extension costs a kernel's start nothing but these hooks."""
+
+    def __init__(self, own: Callable[[], OwnSlice], idle_release_after: float) -> None:
+        self._own = own
         self.idle_release_after = idle_release_after
         self.last_activity = time.monotonic()
         self.running_cell = False
         self.notice: str | None = None
         self._shown_warnings: tuple[str, ...] = ()
+        self._ledger: Any = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         if idle_release_after > 0:
@@ -46,10 +52,9 @@ class ActivityWatch:
             self.running_cell = False
             self.last_activity = time.monotonic()
         try:
-            record = self.own.record()
+            warnings = self._warnings()
         except Exception:  # never let a hook break the user's cell
             return
-        warnings = record.warnings if record else ()
         new = [warning for warning in warnings if warning not in self._shown_warnings]
         self._shown_warnings = warnings
         for warning in new:
@@ -62,11 +67,14 @@ class ActivityWatch:
             if self.running_cell or idle_for < self.idle_release_after:
                 return False
         try:
-            if self.own.record() is None:
+            own = self._own()
+            if own.record() is None:
                 return False
-            released = self.own.release()
+            released = own.release()
         except Exception:
             return False
+        from ..sizes import format_bytes
+
         with self._lock:
             self.notice = (
                 f"Your {format_bytes(released.memory)} GPU slice was released after {idle_for:.0f} s "
@@ -74,6 +82,19 @@ class ActivityWatch:
                 f"{released.size}."
             )
         return True
+
+    def _warnings(self) -> tuple[str, ...]:
+        """This kernel's warnings, read straight from the ledger (cheap after every cell)."""
+        kernel_id = os.environ.get("JUPYTER_GPUSHARE_KERNEL_ID")
+        ledger_path = os.environ.get("JUPYTER_GPUSHARE_LEDGER_PATH")
+        if not kernel_id or not ledger_path or not os.path.exists(ledger_path):
+            return ()
+        if self._ledger is None:
+            from ..ledger import Ledger
+
+            self._ledger = Ledger(ledger_path)
+        record = self._ledger.get(kernel_id)
+        return record.warnings if record else ()
 
     def _idle_loop(self) -> None:
         interval = max(0.05, min(5.0, self.idle_release_after / 4))

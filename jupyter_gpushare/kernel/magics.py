@@ -10,10 +10,8 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from ..errors import GPUShareError
-from ..modes import MODES
-from ..sizes import SizeError
-from . import api
+# Kept light: this module loads with every kernel, the service only on the first %gpu.
+MODES = ("exclusive", "timeslice", "mps", "vgpu", "mig")
 
 USAGE = """%gpu [status]                         this kernel's slice, use and warnings
 %gpu pool                             every device: reserved, used, free
@@ -68,6 +66,10 @@ class GPUMagics(Magics):  # type: ignore[misc]
             print(f"%gpu: {error}\n\n{USAGE}", file=sys.stderr)
             return None
         command = arguments.command or "status"
+        from ..errors import GPUShareError
+        from ..sizes import SizeError
+        from . import api
+
         try:
             if command == "status":
                 return api.status()

@@ -55,7 +55,9 @@ class OwnSlice:
     """This kernel's slice."""
 
     def __init__(self, service: GPUShareService | None = None) -> None:
-        self.service = service or service_for(load_settings())
+        # The provisioner handed this kernel its settings as JUPYTER_GPUSHARE_* variables; a
+        # kernel reads no config files and leaves reconciling the node to the servers.
+        self.service = service or service_for(load_settings(from_files=False, reconcile=False))
         self.kernel_id = (
             os.environ.get(ENV_KERNEL_ID) or _kernel_id_from_connection_file() or f"process-{os.getpid()}"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -27,6 +28,7 @@ class GPUShareContext:
     kernel_spec_manager: Any
     starts: Starts = field(default_factory=Starts)
     hub: StreamHub = field(init=False)
+    _rendered: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.hub = StreamHub(self.stream_snapshot, lambda: self.service.settings.sample_interval)
@@ -139,6 +141,22 @@ class GPUShareContext:
                 return False
             await asyncio.sleep(0.05)
         return task.exception() is None
+
+    # ---- rendered responses --------------------------------------------------------------
+
+    async def rendered(self, name: str, build: Any) -> str:
+        """``build()`` as JSON, reused until the ledger or this server's kernels change.
+
+        Under load most requests then cost a version check instead of reading and rendering
+        every slice on the node; any commit (a start, a resize, a sampling round) renews it.
+        """
+        marker = (self.service.ledger.change_marker(), frozenset(self.kernel_manager.list_kernel_ids()))
+        cached = self._rendered.get(name)
+        if cached is not None and cached[0] == marker:
+            return cached[1]
+        text = json.dumps(await asyncio.to_thread(build))
+        self._rendered[name] = (marker, text)
+        return text
 
     # ---- snapshots -----------------------------------------------------------------------
 

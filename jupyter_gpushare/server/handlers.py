@@ -40,6 +40,10 @@ class GPUShareHandler(APIHandler):  # type: ignore[misc]
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(payload))
 
+    def write_raw(self, text: str) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(text)
+
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object, or a 400 that says what is wrong with it."""
         try:
@@ -81,14 +85,14 @@ class PoolHandler(GPUShareHandler):
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
     async def get(self) -> None:
-        self.write_json(await asyncio.to_thread(self.gpushare.service.pool))
+        self.write_raw(await self.gpushare.rendered("pool", self.gpushare.service.pool))
 
 
 class KernelsHandler(GPUShareHandler):
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
     async def get(self) -> None:
-        self.write_json(await asyncio.to_thread(self.gpushare.server_kernels))
+        self.write_raw(await self.gpushare.rendered("kernels", self.gpushare.server_kernels))
 
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
