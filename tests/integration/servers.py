@@ -43,7 +43,7 @@ class JupyterServer:
         timeout: float = 120,
         *,
         raw: bytes | None = None,
-        token: str | None | bool = True,
+        token: str | bool | None = True,
     ) -> Response:
         """One HTTP call; ``token=None`` sends no credentials, a string sends that token."""
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
