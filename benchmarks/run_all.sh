@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the three benchmarks and keep their output in benchmarks/results/latest.txt.
+# Run the benchmarks and keep their output in benchmarks/results/latest.txt.
 #
 #   benchmarks/run_all.sh            # full runs (a few minutes on 2 cores)
 #   benchmarks/run_all.sh --quick    # CI-sized runs (each < 60 s)
@@ -39,5 +39,6 @@ run benchmarks/kernel_start.py "${quick[@]}"
 run benchmarks/ledger_throughput.py "${quick[@]}"
 run benchmarks/packing.py "${quick[@]}" --plot docs/packing.png
 run benchmarks/api_latency.py "${quick[@]}"
+run benchmarks/sampler.py "${quick[@]}"
 echo | tee -a "$out"
 echo "written to $out" >&2

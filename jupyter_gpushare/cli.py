@@ -12,6 +12,7 @@ from . import __version__
 from .config import load_settings
 from .errors import GPUShareError
 from .inventory import SimulationSpecError
+from .k8s.presets import PRESETS, PresetError
 from .kernelspec import install_kernelspecs
 from .modes import MODES
 from .service import GPUShareService
@@ -36,6 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help='print {"pool": ..., "kernels": [...]}')
 
+    render = commands.add_parser(
+        "render-pod", help="print the kernel pod manifest (YAML) the Kubernetes backend would create"
+    )
+    render.add_argument("--memory", help="slice size, e.g. 4G (default: GPUShare.default_memory)")
+    render.add_argument("--mode", choices=list(MODES), help="sharing mode (default: GPUShare.default_mode)")
+    render.add_argument("--cores", help="percent of the GPU's SMs, where the mode can limit it")
+    render.add_argument("--kernelspec", metavar="NAME", help="take argv and the request from this kernelspec")
+    render.add_argument(
+        "--preset", choices=list(PRESETS), help="resource preset (default: GPUShare.resource_preset)"
+    )
+    render.add_argument("--kernel-id", default="00000000-0000-4000-8000-000000000000", help=argparse.SUPPRESS)
+
     kernelspec = commands.add_parser("kernelspec", help="manage gpushare kernelspecs")
     kernelspec_commands = kernelspec.add_subparsers(dest="kernelspec_command", metavar="ACTION")
     kernelspec_commands.required = True
@@ -59,7 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _status(arguments.json)
         if arguments.command == "kernelspec":
             return _install(arguments)
-    except (CommandError, GPUShareError, SizeError, SimulationSpecError) as error:
+        if arguments.command == "render-pod":
+            return _render_pod(arguments)
+    except (CommandError, GPUShareError, SizeError, SimulationSpecError, PresetError) as error:
         print(f"jupyter gpushare: error: {error}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {arguments.command!r}")
@@ -106,6 +121,43 @@ def _format_status(
             f"{kernel['size']} {kernel['mode']}"
         )
     return "\n".join(lines)
+
+
+def _render_pod(arguments: argparse.Namespace) -> int:
+    import yaml
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    from .k8s.build import DEFAULT_ARGV, cluster_facts, kernel_pod
+    from .slice_request import make_slice_request
+
+    settings = load_settings()
+    if arguments.preset:
+        settings.resource_preset = arguments.preset
+    argv: tuple[str, ...] = DEFAULT_ARGV
+    memory, mode, cores = arguments.memory, arguments.mode, arguments.cores
+    if arguments.kernelspec:
+        try:
+            spec = KernelSpecManager().get_kernel_spec(arguments.kernelspec)
+        except NoSuchKernel:
+            raise CommandError(f"no kernelspec named {arguments.kernelspec!r}") from None
+        argv = tuple(spec.argv)
+        config = ((spec.metadata or {}).get("kernel_provisioner") or {}).get("config") or {}
+        memory = memory or config.get("gpu_memory")
+        mode = mode or config.get("gpu_mode")
+        cores = cores or config.get("gpu_cores")
+    request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
+    pod, _ = kernel_pod(
+        settings,
+        kernel_id=arguments.kernel_id,
+        server_id=f"{settings.effective_owner()}@render-pod",
+        owner=settings.effective_owner(),
+        request=request,
+        cluster=cluster_facts(settings),
+        argv=argv,
+    )
+    print("# The connection file and token are mounted from a Secret of the same name + -conn.")
+    print(yaml.safe_dump(pod, sort_keys=False), end="")
+    return 0
 
 
 def _install(arguments: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_core.paths import jupyter_config_path, jupyter_runtime_dir
-from traitlets import Bool, Enum, Float, List, TraitError, Unicode, validate
+from traitlets import Bool, Dict, Enum, Float, List, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
@@ -104,6 +104,56 @@ class GPUShare(Configurable):
     queue_poll_interval = Float(
         0.25, config=True, help="Seconds between a queued request's checks of the ledger."
     )
+    # ---- Kubernetes backend --------------------------------------------------------------
+    namespace = Unicode(
+        "",
+        config=True,
+        help="Namespace of kernel pods. Default: the server's own namespace in a cluster, else 'default'.",
+    )
+    kernel_image = Unicode(
+        "jupyter-gpushare-kernel:0.1.0",
+        config=True,
+        help="Image of kernel pods: Python with ipykernel and jupyter-gpushare "
+        "(see examples/kubernetes/kernel-image).",
+    )
+    pod_template = Dict(
+        config=True,
+        help="Merged into every kernel pod, e.g. {'spec': {'priorityClassName': "
+        "'notebooks'}}; containers merge by name.",
+    )
+    resource_preset = Enum(
+        ["nvidia", "hami", "volcano", "kai", "aliyun"],
+        default_value="nvidia",
+        config=True,
+        help="How the cluster names GPU sharing resources: the NVIDIA device "
+        "plugin, HAMi, Volcano vGPU, KAI or Aliyun cGPU.",
+    )
+    resource_names = Dict(
+        config=True,
+        help="Overrides of the preset's names, e.g. {'timeslice_gpu': "
+        "'nvidia.com/gpu.shared', 'vgpu_memory': 'nvidia.com/gpumem'}.",
+    )
+    scheduler_name = Unicode(
+        "", config=True, help="schedulerName of kernel pods (default: the preset's, if any)."
+    )
+    launch_timeout = Float(
+        300.0, config=True, help="Seconds a kernel pod may take to be scheduled and start."
+    )
+    service_account = Unicode("", config=True, help="serviceAccountName of kernel pods.")
+    encrypt = Bool(
+        True, config=True, help="CurveZMQ encryption of the traffic between the server and kernel pods."
+    )
+    node_selector = Dict(config=True, help="nodeSelector of kernel pods.")
+    tolerations = List(Dict(), config=True, help="tolerations of kernel pods.")
+    mig_profiles = List(
+        Unicode(),
+        config=True,
+        help="MIG profiles to choose from (e.g. ['1g.10gb', '3g.40gb']) when the "
+        "cluster's nodes cannot be listed.",
+    )
+    gpu_type = Unicode("", config=True, help="HAMi nvidia.com/use-gputype for vgpu pods, e.g. 'A100'.")
+    kai_queue = Unicode("", config=True, help="KAI scheduler queue label for kernel pods.")
+
     reconcile_on_start = Bool(
         True, config=True, help="Release slices of dead kernels when the pool is first opened."
     )
@@ -200,7 +250,9 @@ def settings_env(settings: GPUShare) -> dict[str, str]:
         value = getattr(settings, name)
         if value is None or value == "":
             continue
-        env[ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, list) else str(value)
+        if isinstance(value, (list, dict)) and not value:
+            continue
+        env[ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
     env[ENV_LEDGER_PATH] = str(settings.effective_ledger_path())
     env[ENV_OWNER] = settings.effective_owner()
     if settings.effective_simulate():
@@ -218,7 +270,9 @@ def _with_environment(config: Config) -> Config:
             continue
         text = os.environ[variable]
         try:
-            if isinstance(trait, List):
+            if isinstance(trait, Dict):
+                value = json.loads(text)
+            elif isinstance(trait, List):
                 # A JSON list, or the friendlier "2G,4G,whole".
                 value = json.loads(text) if text.lstrip().startswith("[") else text.split(",")
             else:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ..allocator import PlacementKind
+from ..sizes import Size
+
+if TYPE_CHECKING:
+    from ..k8s.requests import ClusterFacts, PodRequest
 
 # Variables that describe one kernel's slice. A server started inside a gpushare kernel inherits
 # them; they are dropped before a new kernel gets its own, so no slice leaks into another.
@@ -68,6 +72,10 @@ class Mode(ABC):
     @abstractmethod
     def unavailable_reason(self, facts: NodeFacts) -> str | None:
         """None when this node can honour the mode, else what is missing and how to fix it."""
+
+    @abstractmethod
+    def pod_request(self, size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
+        """Resources, annotations and scheduler a kernel pod gets in this mode (Kubernetes)."""
 
     def kernel_env(self, grant: Grant, facts: NodeFacts) -> dict[str, str]:
         """Environment for a local kernel holding ``grant``."""

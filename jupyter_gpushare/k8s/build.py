@@ -1,0 +1,77 @@
+"""From settings and a slice request to the exact pod the backend creates (pure).
+
+``jupyter gpushare render-pod`` and the Kubernetes provisioner both call :func:`kernel_pod`, so
+what the command prints is what a kernel start sends to the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..config import GPUShare
+from ..slice_request import SliceRequest
+from .manifests import KernelPodSpec, make_pod
+from .presets import resolve_preset
+from .requests import ClusterFacts, PodRequest, pod_request
+
+DEFAULT_ARGV = ("python", "-m", "ipykernel_launcher", "-f", "{connection_file}")
+DEFAULT_NAMESPACE = "default"
+
+# Settings a kernel pod gets as JUPYTER_GPUSHARE_* so its %gpu follows its server's rules.
+_FORWARDED = ("default_memory", "default_mode", "over_limit_action", "idle_release_after", "sample_interval")
+
+
+def cluster_facts(
+    settings: GPUShare, mig_profiles: Sequence[str] = (), gpu_memory: int | None = None
+) -> ClusterFacts:
+    """What pod requests depend on: the preset, and what the nodes advertise where known."""
+    return ClusterFacts(
+        preset=resolve_preset(settings.resource_preset, settings.resource_names),
+        mig_profiles=tuple(mig_profiles) or tuple(settings.mig_profiles),
+        gpu_memory=gpu_memory,
+        gpu_type=settings.gpu_type or None,
+        queue=settings.kai_queue or None,
+    )
+
+
+def namespace_of(settings: GPUShare, in_cluster_namespace: str | None = None) -> str:
+    return settings.namespace or in_cluster_namespace or DEFAULT_NAMESPACE
+
+
+def kernel_pod(
+    settings: GPUShare,
+    *,
+    kernel_id: str,
+    server_id: str,
+    owner: str,
+    request: SliceRequest,
+    cluster: ClusterFacts,
+    argv: Sequence[str] = DEFAULT_ARGV,
+    namespace: str | None = None,
+) -> tuple[dict[str, Any], PodRequest]:
+    """The kernel pod manifest and the pod request it carries."""
+    resources = pod_request(request.mode.name, request.size, request.cores, cluster)
+    env: dict[str, str] = {"JUPYTER_GPUSHARE_MODE": request.mode.name}
+    for name in _FORWARDED:
+        env[f"JUPYTER_GPUSHARE_{name.upper()}"] = str(getattr(settings, name))
+    spec = KernelPodSpec(
+        kernel_id=kernel_id,
+        server_id=server_id,
+        owner=owner,
+        namespace=namespace or namespace_of(settings),
+        image=settings.kernel_image,
+        argv=tuple(argv),
+        request=resources,
+        env=env,
+        service_account=settings.service_account or None,
+        node_selector=dict(settings.node_selector),
+        tolerations=[dict(toleration) for toleration in settings.tolerations],
+        scheduler_name=settings.scheduler_name or None,
+        template=dict(settings.pod_template),
+    )
+    return make_pod(spec), resources
+
+
+def forwarded_settings(settings: GPUShare) -> Mapping[str, str]:
+    return {name: str(getattr(settings, name)) for name in _FORWARDED}

@@ -1,0 +1,210 @@
+"""Kernel pod and Secret manifests as plain dicts. Pure: no client, no cluster, no mutation.
+
+One pod per kernel (``restartPolicy: Never``), labelled with the kernel id and the owning
+server. The connection file — with the HMAC key and, when encryption is on, the CurveZMQ keys —
+and the kernel's own-slice token travel in a Secret mounted read-only, never in args or env.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .requests import PodRequest
+
+APP_LABEL = "app.kubernetes.io/name"
+APP = "jupyter-gpushare-kernel"
+KERNEL_ID_LABEL = "jupyter-gpushare.io/kernel-id"
+SERVER_LABEL = "jupyter-gpushare.io/server"
+OWNER_LABEL = "jupyter-gpushare.io/owner"
+SERVER_ANNOTATION = "jupyter-gpushare.io/server-id"
+MOUNT_PATH = "/etc/jupyter-gpushare"
+CONNECTION_FILE = "connection.json"
+TOKEN_FILE = "token"
+KERNEL_PORTS = {
+    "shell": 50001,
+    "iopub": 50002,
+    "stdin": 50003,
+    "control": 50004,
+    "hb": 50005,
+}
+
+_NOT_LABEL_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def label_value(text: str) -> str:
+    """A valid label value (<= 63 characters, alphanumeric at both ends) that stays readable."""
+    cleaned = _NOT_LABEL_CHARACTERS.sub("-", text).strip("-_.")
+    if len(cleaned) > 63 or cleaned != text:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+        cleaned = f"{cleaned[:52].strip('-_.')}-{digest}" if cleaned else digest
+    return cleaned
+
+
+def server_label(server_id: str) -> str:
+    """The label that marks a server's pods; stable for one server process."""
+    return "server-" + hashlib.sha256(server_id.encode()).hexdigest()[:16]
+
+
+def pod_name(kernel_id: str) -> str:
+    return f"gpushare-kernel-{_dns_safe(kernel_id)}"[:63].rstrip("-")
+
+
+def secret_name(kernel_id: str) -> str:
+    return f"gpushare-kernel-{_dns_safe(kernel_id)}"[:56].rstrip("-") + "-conn"
+
+
+def _dns_safe(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+
+
+def selector(server_id: str) -> str:
+    """Label selector for every pod and Secret of one server."""
+    return f"{APP_LABEL}={APP},{SERVER_LABEL}={server_label(server_id)}"
+
+
+@dataclass(frozen=True)
+class KernelPodSpec:
+    """Everything a kernel pod is made from."""
+
+    kernel_id: str
+    server_id: str
+    owner: str
+    namespace: str
+    image: str
+    argv: Sequence[str]
+    request: PodRequest
+    env: Mapping[str, str] = field(default_factory=dict)
+    service_account: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    scheduler_name: str | None = None  # overrides the preset's
+    template: Mapping[str, Any] = field(default_factory=dict)  # c.GPUShare.pod_template overlay
+
+
+def labels(kernel_id: str, server_id: str, owner: str) -> dict[str, str]:
+    return {
+        APP_LABEL: APP,
+        "app.kubernetes.io/component": "kernel",
+        "app.kubernetes.io/managed-by": "jupyter-gpushare",
+        KERNEL_ID_LABEL: label_value(kernel_id),
+        SERVER_LABEL: server_label(server_id),
+        OWNER_LABEL: label_value(owner),
+    }
+
+
+def container_command(argv: Sequence[str]) -> list[str]:
+    """The kernelspec's argv with the mounted connection file, and the kernel-side extension."""
+    command = [part.replace("{connection_file}", f"{MOUNT_PATH}/{CONNECTION_FILE}") for part in argv]
+    if any("ipykernel" in part for part in command):
+        command.append("--ext=jupyter_gpushare.kernel")
+    return command
+
+
+def make_secret(
+    kernel_id: str,
+    server_id: str,
+    owner: str,
+    namespace: str,
+    connection: Mapping[str, Any],
+    token: str,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name(kernel_id),
+            "namespace": namespace,
+            "labels": labels(kernel_id, server_id, owner),
+            "annotations": {SERVER_ANNOTATION: server_id},
+        },
+        "type": "Opaque",
+        "stringData": {
+            CONNECTION_FILE: json.dumps(dict(connection), sort_keys=True),
+            TOKEN_FILE: token,
+        },
+    }
+
+
+def make_pod(spec: KernelPodSpec) -> dict[str, Any]:
+    request = spec.request
+    env = {
+        **request.env,
+        **spec.env,
+        "JUPYTER_GPUSHARE_KERNEL_ID": spec.kernel_id,
+        "JUPYTER_GPUSHARE_TOKEN_FILE": f"{MOUNT_PATH}/{TOKEN_FILE}",
+        "JUPYTER_GPUSHARE_OWNER": spec.owner,
+    }
+    if request.memory is not None:
+        env["JUPYTER_GPUSHARE_MEMORY_BYTES"] = str(request.memory)
+    container: dict[str, Any] = {
+        "name": "kernel",
+        "image": spec.image,
+        "command": container_command(spec.argv),
+        "env": [{"name": name, "value": value} for name, value in sorted(env.items())],
+        "ports": [
+            {"name": name, "containerPort": port, "protocol": "TCP"} for name, port in KERNEL_PORTS.items()
+        ],
+        "resources": {"limits": dict(request.resources)},
+        "volumeMounts": [{"name": "connection", "mountPath": MOUNT_PATH, "readOnly": True}],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "volumes": [
+            {
+                "name": "connection",
+                "secret": {"secretName": secret_name(spec.kernel_id), "defaultMode": 0o400},
+            }
+        ],
+        "automountServiceAccountToken": False,
+    }
+    scheduler = spec.scheduler_name or request.scheduler_name
+    if scheduler:
+        pod_spec["schedulerName"] = scheduler
+    if spec.service_account:
+        pod_spec["serviceAccountName"] = spec.service_account
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = [dict(toleration) for toleration in spec.tolerations]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(spec.kernel_id),
+            "namespace": spec.namespace,
+            "labels": {**labels(spec.kernel_id, spec.server_id, spec.owner), **request.labels},
+            "annotations": {**request.annotations, SERVER_ANNOTATION: spec.server_id},
+        },
+        "spec": pod_spec,
+    }
+    return overlay(pod, spec.template)
+
+
+def overlay(base: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``template`` merged in: dicts merge key by key; the template's containers
+    merge into ours by name; anything else in the template replaces. Neither input changes."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in template.items():
+        current = merged.get(key)
+        if isinstance(current, dict) and isinstance(value, Mapping):
+            merged[key] = overlay(current, value)
+        elif key == "containers" and isinstance(current, list) and isinstance(value, list):
+            by_name = {container.get("name"): container for container in current}
+            for container in value:
+                name = container.get("name")
+                if name in by_name:
+                    by_name[name] = overlay(by_name[name], container)
+                else:
+                    by_name[name] = copy.deepcopy(dict(container))
+            merged[key] = list(by_name.values())
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
