@@ -49,6 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     render.add_argument("--kernel-id", default="00000000-0000-4000-8000-000000000000", help=argparse.SUPPRESS)
 
+    profiles = commands.add_parser(
+        "profiles",
+        help="print a KubeSpawner profile_list (YAML for Zero to JupyterHub's singleuser.profileList)",
+    )
+    profiles.add_argument("--sizes", help="comma-separated sizes (default: GPUShare.sizes)")
+    profiles.add_argument("--mode", choices=list(MODES), default="vgpu", help="sharing mode (default: vgpu)")
+    profiles.add_argument(
+        "--preset", choices=list(PRESETS), default="hami", help="resource preset (default: hami)"
+    )
+    profiles.add_argument(
+        "--mig-profiles", help="comma-separated MIG profiles for --mode mig, e.g. 1g.10gb,3g.40gb"
+    )
+
     kernelspec = commands.add_parser("kernelspec", help="manage gpushare kernelspecs")
     kernelspec_commands = kernelspec.add_subparsers(dest="kernelspec_command", metavar="ACTION")
     kernelspec_commands.required = True
@@ -74,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _install(arguments)
         if arguments.command == "render-pod":
             return _render_pod(arguments)
+        if arguments.command == "profiles":
+            return _profiles(arguments)
     except (CommandError, GPUShareError, SizeError, SimulationSpecError, PresetError) as error:
         print(f"jupyter gpushare: error: {error}", file=sys.stderr)
         return 2
@@ -160,13 +175,31 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _install(arguments: argparse.Namespace) -> int:
-    settings = load_settings()
-    sizes = [size.strip() for size in arguments.sizes.split(",")] if arguments.sizes else list(settings.sizes)
+def _profiles(arguments: argparse.Namespace) -> int:
+    import yaml
+
+    from .hub import static_profiles
+
+    sizes = _sizes(arguments.sizes, load_settings().sizes)
+    mig = [profile.strip() for profile in arguments.mig_profiles.split(",")] if arguments.mig_profiles else []
+    profile_list = static_profiles(sizes, arguments.mode, preset=arguments.preset, mig_profiles=mig)
+    print("# singleuser.profileList for Zero to JupyterHub, made by `jupyter gpushare profiles`")
+    print(yaml.safe_dump(profile_list, sort_keys=False), end="")
+    return 0
+
+
+def _sizes(text: str | None, default: list[str]) -> list[str]:
+    sizes = [size.strip() for size in text.split(",")] if text else list(default)
     if not sizes or not all(sizes):
         raise CommandError("--sizes needs a comma-separated list such as 2G,4G,whole")
     for size in sizes:
-        parse_size(size)  # every size checked before anything is written
+        parse_size(size)  # every size checked before anything is done
+    return sizes
+
+
+def _install(arguments: argparse.Namespace) -> int:
+    settings = load_settings()
+    sizes = _sizes(arguments.sizes, settings.sizes)
     prefix = sys.prefix if arguments.sys_prefix else arguments.prefix
     installed = install_kernelspecs(
         sizes, arguments.mode or settings.default_mode, user=arguments.user, prefix=prefix

@@ -1,0 +1,267 @@
+"""JupyterHub: GPU sizes as KubeSpawner profile options, and a GPU budget for any spawner.
+
+``gpu_profiles()`` builds a KubeSpawner ``profile_list`` (SPEC §10). Its choices carry the pod
+resources of the chosen mode (the same builders as kernel pods), and the single-user server is
+told its GPU budget through ``JUPYTER_GPUSHARE_*`` variables, so its own kernels are held to it.
+The custom size is validated by a regex and converted to the resource's unit by a callable
+override — KubeSpawner calls callables with the spawner instead of formatting them, so each
+spawn reads its own value and no earlier value can stick.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .k8s.presets import resolve_preset
+from .k8s.requests import ClusterFacts, PodRequest, pod_request
+from .sizes import format_bytes, parse_size
+
+OPTION = "gpu"
+# SPEC §3 amounts: 6G, 6g, 6GB, 6GiB, 0.5G, 512M, 512MB, 512MiB, or a bare integer (MiB).
+CUSTOM_SIZE_REGEX = r"^\s*(\d+(\.\d+)?|\.\d+)\s*([gGmM]([iI]?[bB])?)?\s*$"
+CUSTOM_SIZE_MESSAGE = "A GPU memory size such as 6G, 512M or 4096 (MiB)."
+
+BUDGET_VARIABLE = "JUPYTER_GPUSHARE_MAX_MEMORY_PER_USER"
+
+
+def _choice_slug(size: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", size.lower()).strip("-") or "size"
+
+
+def _label(size: str) -> str:
+    parsed = parse_size(size)
+    if parsed.is_whole:
+        return "A whole GPU"
+    if parsed.kind == "percent":
+        return f"{parsed.text} of a GPU"
+    return f"{format_bytes(parsed.resolve(0))} of GPU memory"
+
+
+def spawner_overrides(request: PodRequest, size: str, mode: str) -> dict[str, Any]:
+    """KubeSpawner trait overrides for one GPU choice."""
+    environment = {
+        "JUPYTER_GPUSHARE_DEFAULT_MODE": mode,
+        "JUPYTER_GPUSHARE_GPU_SIZE": size,
+    }
+    if request.memory is not None:
+        # The server's kernels share this slice among themselves, each capped by gpushare.
+        environment[BUDGET_VARIABLE] = str(request.memory // (1024 * 1024))
+    overrides: dict[str, Any] = {
+        "extra_resource_limits": dict(request.resources),
+        "environment": {**request.env, **environment},
+    }
+    if request.annotations:
+        overrides["extra_annotations"] = dict(request.annotations)
+    if request.labels:
+        overrides["extra_labels"] = dict(request.labels)
+    if request.scheduler_name:
+        overrides["scheduler_name"] = request.scheduler_name
+    return overrides
+
+
+def gpu_profiles(
+    sizes: Sequence[str] = ("2G", "4G", "8G", "16G", "whole"),
+    mode: str = "vgpu",
+    *,
+    preset: str = "hami",
+    resource_names: Mapping[str, str] | None = None,
+    mig_profiles: Sequence[str] = (),
+    gpu_memory: str | None = None,
+    cores: int | None = None,
+    default: str | None = None,
+    custom: bool = True,
+    display_name: str = "GPU notebook",
+    description: str = "A Jupyter server with a GPU slice",
+    slug: str = "gpu",
+    kubespawner_override: Mapping[str, Any] | None = None,
+    cpu_profile: bool = True,
+) -> list[dict[str, Any]]:
+    """A KubeSpawner ``profile_list`` offering ``sizes`` of GPU in ``mode``.
+
+    Every size is checked now, so a typo in ``jupyterhub_config.py`` fails at hub start.
+    ``gpu_memory`` (the cards' memory, e.g. "80G") lets shares such as "25%" be offered.
+    """
+    cluster = ClusterFacts(
+        preset=resolve_preset(preset, resource_names),
+        mig_profiles=tuple(mig_profiles),
+        gpu_memory=parse_size(gpu_memory).resolve(0) if gpu_memory else None,
+    )
+    choices: dict[str, Any] = {}
+    for size in sizes:
+        request = pod_request(mode, parse_size(size), cores, cluster)
+        choices[_choice_slug(size)] = {
+            "display_name": _label(size),
+            "kubespawner_override": spawner_overrides(request, size, mode),
+        }
+    if not choices:
+        raise ValueError("gpu_profiles needs at least one size")
+    default_slug = _choice_slug(default) if default else next(iter(choices))
+    if default_slug not in choices:
+        raise ValueError(f"default size {default!r} is not one of {list(sizes)}")
+    choices[default_slug]["default"] = True
+
+    option: dict[str, Any] = {"display_name": "GPU size", "choices": choices}
+    if custom:
+        option["unlisted_choice"] = {
+            "enabled": True,
+            "display_name": "Custom GPU size (e.g. 6G)",
+            "display_name_in_choices": "Custom size…",
+            "validation_regex": CUSTOM_SIZE_REGEX,
+            "validation_message": CUSTOM_SIZE_MESSAGE,
+            "kubespawner_override": _custom_overrides(mode, cores, cluster),
+        }
+    gpu = {
+        "display_name": display_name,
+        "slug": slug,
+        "description": description,
+        "default": True,
+        "profile_options": {OPTION: option},
+        "kubespawner_override": dict(kubespawner_override or {}),
+    }
+    profiles = [gpu]
+    if cpu_profile:
+        profiles.append(
+            {"display_name": "CPU only", "slug": "cpu", "description": "No GPU", "kubespawner_override": {}}
+        )
+    return profiles
+
+
+def _custom_overrides(mode: str, cores: int | None, cluster: ClusterFacts) -> dict[str, Any]:
+    """Callables computing each override from this spawn's own custom value."""
+
+    def request_of(spawner: Any) -> tuple[PodRequest, str]:
+        value = str(spawner.user_options.get(f"{OPTION}--unlisted-choice", "")).strip()
+        return pod_request(mode, parse_size(value), cores, cluster), value
+
+    def field(name: str) -> Callable[[Any], Any]:
+        def compute(spawner: Any) -> Any:
+            request, value = request_of(spawner)
+            return spawner_overrides(request, value, mode).get(name, {})
+
+        return compute
+
+    names = ["extra_resource_limits", "environment", "extra_annotations", "extra_labels"]
+    overrides: dict[str, Any] = {name: field(name) for name in names}
+    if cluster.preset.scheduler_name and mode == "vgpu":
+        overrides["scheduler_name"] = cluster.preset.scheduler_name
+    return overrides
+
+
+def static_profiles(
+    sizes: Sequence[str] = ("2G", "4G", "8G", "16G", "whole"), mode: str = "vgpu", **options: Any
+) -> list[dict[str, Any]]:
+    """The same profile list with only plain values, for YAML (Zero to JupyterHub's
+    ``singleuser.profileList``).
+
+    YAML cannot hold the callables that convert a custom size, so the custom field there takes a
+    whole number in the resource's own unit (MiB, or GiB for Aliyun) and passes it through
+    KubeSpawner's ``{value}`` template; ``gpu_profiles()`` in ``hub.extraConfig`` accepts any size.
+    """
+    profiles = gpu_profiles(sizes, mode, **options)
+    option = profiles[0]["profile_options"][OPTION]
+    custom = option.get("unlisted_choice")
+    if custom is None:
+        return profiles
+    preset = resolve_preset(options.get("preset", "hami"), options.get("resource_names"))
+    template = _templated_custom(mode, preset, options.get("cores"))
+    if template is None:
+        del option["unlisted_choice"]
+        return profiles
+    unit, overrides = template
+    custom.update(
+        {
+            "display_name": f"Custom GPU size in {unit}",
+            "validation_regex": r"^[1-9][0-9]{0,6}$",
+            "validation_message": f"A whole number of {unit}.",
+            "kubespawner_override": overrides,
+        }
+    )
+    return profiles
+
+
+def _templated_custom(mode: str, preset: Any, cores: int | None) -> tuple[str, dict[str, Any]] | None:
+    if mode == "vgpu":
+        unit = preset.vgpu_memory_unit
+        limits: dict[str, str] = {}
+        annotations: dict[str, str] = {}
+        if preset.vgpu_count:
+            limits[preset.vgpu_count] = "1"
+        if preset.vgpu_memory:
+            limits[preset.vgpu_memory] = "{value}"
+        elif preset.vgpu_memory_annotation:
+            annotations[preset.vgpu_memory_annotation] = "{value}"
+        if cores is not None and preset.vgpu_cores:
+            limits[preset.vgpu_cores] = str(cores)
+        overrides: dict[str, Any] = {
+            "extra_resource_limits": limits,
+            "environment": {
+                "JUPYTER_GPUSHARE_DEFAULT_MODE": mode,
+                BUDGET_VARIABLE: "{value}" if unit == "MiB" else "{value}G",
+            },
+        }
+        if annotations:
+            overrides["extra_annotations"] = annotations
+        if preset.scheduler_name:
+            overrides["scheduler_name"] = preset.scheduler_name
+        return unit, overrides
+    if mode in ("timeslice", "mps"):
+        resource = preset.timeslice_gpu if mode == "timeslice" else preset.mps_gpu
+        return "MiB", {
+            "extra_resource_limits": {resource: "1"},
+            "environment": {"JUPYTER_GPUSHARE_DEFAULT_MODE": mode, BUDGET_VARIABLE: "{value}"},
+        }
+    return None  # exclusive and MIG have no custom amount
+
+
+def budget_options_form(sizes: Iterable[str] = ("4G", "8G", "16G"), default: str | None = None) -> str:
+    """An ``options_form`` for any spawner: the user picks a GPU budget for their server."""
+    sizes = list(sizes)
+    for size in sizes:
+        parse_size(size)
+    chosen = default or sizes[0]
+    options = "".join(
+        f'<option value="{html.escape(size)}"{" selected" if size == chosen else ""}>'
+        f"{html.escape(_label(size))}</option>"
+        for size in sizes
+    )
+    return (
+        '<label for="gpu-budget">GPU memory for this server</label>'
+        f'<select id="gpu-budget" name="gpu_budget" class="form-control">{options}</select>'
+    )
+
+
+def budget_from_form(formdata: Mapping[str, list[str]], allowed: Iterable[str]) -> dict[str, str]:
+    """``options_from_form`` for :func:`budget_options_form`: only offered sizes are accepted."""
+    allowed = list(allowed)
+    value = (formdata.get("gpu_budget") or [""])[0]
+    if value not in allowed:
+        raise ValueError(f"GPU budget {value!r} is not one of {', '.join(allowed)}")
+    return {"gpu_budget": value}
+
+
+def budget_environment(user_options: Mapping[str, Any], ledger_path: str | None = None) -> dict[str, str]:
+    """Environment for a local spawner so the user's server holds its kernels to the budget.
+
+    Several users' servers on one node share the ledger at ``ledger_path``.
+    """
+    budget = user_options.get("gpu_budget")
+    environment: dict[str, str] = {}
+    if budget:
+        parse_size(budget)
+        environment[BUDGET_VARIABLE] = str(budget)
+    if ledger_path:
+        environment["JUPYTER_GPUSHARE_LEDGER_PATH"] = ledger_path
+    return environment
+
+
+__all__ = [
+    "CUSTOM_SIZE_REGEX",
+    "budget_environment",
+    "budget_from_form",
+    "budget_options_form",
+    "gpu_profiles",
+    "static_profiles",
+]
