@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--mig-profiles", help="comma-separated MIG profiles for --mode mig, e.g. 1g.10gb,3g.40gb"
     )
 
+    doctor = commands.add_parser(
+        "doctor",
+        help="check driver, MIG, MPS, libvgpu.so, ledger, cluster and a test kernel; a fix per problem",
+    )
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument("--no-kernel", action="store_true", help="skip starting a test kernel")
+
     kernelspec = commands.add_parser("kernelspec", help="manage gpushare kernelspecs")
     kernelspec_commands = kernelspec.add_subparsers(dest="kernelspec_command", metavar="ACTION")
     kernelspec_commands.required = True
@@ -89,6 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _render_pod(arguments)
         if arguments.command == "profiles":
             return _profiles(arguments)
+        if arguments.command == "doctor":
+            from .doctor import report, run_checks
+
+            checks = run_checks(load_settings(), kernel=not arguments.no_kernel)
+            print(report(checks, arguments.json))
+            return 1 if any(check.status == "FAIL" for check in checks) else 0
     except (CommandError, GPUShareError, SizeError, SimulationSpecError, PresetError) as error:
         print(f"jupyter gpushare: error: {error}", file=sys.stderr)
         return 2

@@ -1,0 +1,341 @@
+"""``jupyter gpushare doctor``: is this node (or cluster) ready to share GPUs, and if not, what
+to do. Each check is one line — OK, WARN or FAIL — with the fix.
+
+The last check starts a real gpushare kernel and asks it what it sees: the failure users fear
+most is a notebook that silently falls back to the CPU after moving to a shared GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from .config import GPUShare
+from .inventory import Inventory, discover
+from .modes import probe_node
+
+Status = Literal["OK", "WARN", "FAIL"]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{self.status:<4}  {self.name}: {self.detail}"
+        return f"{text}\n      fix: {self.fix}" if self.fix and self.status != "OK" else text
+
+
+def check_gpus(inventory: Inventory) -> Check:
+    if inventory.simulated:
+        names = ", ".join(device.name for device in inventory.devices)
+        return Check(
+            "GPUs",
+            "WARN",
+            f"simulated pool ({names}); no real GPU is used",
+            "unset c.GPUShare.simulate / JUPYTER_GPUSHARE_SIMULATE on a GPU node",
+        )
+    if not inventory.devices:
+        return Check(
+            "GPUs",
+            "FAIL",
+            inventory.problem or "no GPU found",
+            "install the NVIDIA driver (nvidia-smi must work), or set "
+            "JUPYTER_GPUSHARE_SIMULATE=1xA100-80GB to try gpushare without a GPU",
+        )
+    names = ", ".join(f"{device.label} {device.name}" for device in inventory.devices)
+    driver = inventory.details.get("driver", "?")
+    return Check("GPUs", "OK", f"{len(inventory.devices)} via NVML (driver {driver}): {names}")
+
+
+def check_mig(inventory: Inventory) -> Check:
+    instances = [(device.label, instance.profile) for device in inventory.devices for instance in device.mig]
+    if instances:
+        return Check(
+            "MIG", "OK", f"{len(instances)} instance(s): " + ", ".join(f"{d} {p}" for d, p in instances)
+        )
+    return Check(
+        "MIG",
+        "WARN",
+        "no MIG instances: mode 'mig' is unavailable",
+        "on A100/H100: nvidia-smi -i 0 -mig 1, then nvidia-smi mig -cgi 1g.10gb -C",
+    )
+
+
+def check_mps(settings: GPUShare, inventory: Inventory) -> Check:
+    facts = probe_node(inventory, mps_pipe_directory=settings.mps_pipe_directory)
+    if facts.mps_pipe_directory:
+        return Check("MPS", "OK", f"control daemon answering in {facts.mps_pipe_directory}")
+    return Check(
+        "MPS",
+        "WARN",
+        "no MPS control daemon: mode 'mps' is unavailable",
+        "start it with nvidia-cuda-mps-control -d (or set c.GPUShare.mps_pipe_directory)",
+    )
+
+
+def check_vgpu(settings: GPUShare) -> Check:
+    path = settings.libvgpu_path
+    if not path:
+        return Check(
+            "HAMi-core",
+            "WARN",
+            "c.GPUShare.libvgpu_path is not set: mode 'vgpu' is unavailable locally",
+            "build HAMi-core and set c.GPUShare.libvgpu_path to libvgpu.so",
+        )
+    if not os.path.isfile(path):
+        return Check("HAMi-core", "FAIL", f"{path} does not exist", "fix c.GPUShare.libvgpu_path")
+    return Check("HAMi-core", "OK", f"{path}")
+
+
+def check_ledger(settings: GPUShare) -> Check:
+    from .ledger import Ledger
+
+    path = settings.effective_ledger_path()
+    try:
+        ledger = Ledger(path)
+        records = ledger.records()
+    except Exception as error:  # any sqlite or filesystem problem is the finding
+        return Check(
+            "ledger",
+            "FAIL",
+            f"{path}: {error}",
+            "point c.GPUShare.ledger_path at a writable local (not NFS) directory",
+        )
+    return Check("ledger", "OK", f"{path} ({len(records)} slice(s) or queued request(s))")
+
+
+def check_kernelspecs() -> Check:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    names = []
+    for name, entry in KernelSpecManager().get_all_specs().items():
+        metadata = (entry.get("spec") or {}).get("metadata") or {}
+        if (metadata.get("kernel_provisioner") or {}).get("provisioner_name") == "gpushare-provisioner":
+            names.append(name)
+    if names:
+        return Check("kernelspecs", "OK", ", ".join(sorted(names)))
+    return Check(
+        "kernelspecs",
+        "WARN",
+        "no gpushare kernelspec is installed",
+        "jupyter gpushare kernelspec install --sys-prefix",
+    )
+
+
+def check_cluster(settings: GPUShare, client_factory: Callable[[], Any] | None = None) -> list[Check]:
+    """Cluster access, RBAC for kernel pods, and the GPU resources nodes advertise."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        return [Check("cluster", "FAIL", "the kubernetes package is missing", "pip install kubernetes")]
+    try:
+        if client_factory is not None:
+            api_client = client_factory()
+        else:
+            try:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                config.load_kube_config()  # type: ignore[no-untyped-call]
+            api_client = client.ApiClient()
+    except Exception as error:
+        status: Status = "FAIL" if settings.backend == "kubernetes" else "WARN"
+        return [
+            Check(
+                "cluster",
+                status,
+                f"no cluster configured ({error})",
+                "run inside the cluster with a service account, or provide a kubeconfig",
+            )
+        ]
+    core = client.CoreV1Api(api_client)
+    namespace = settings.namespace or "default"
+    checks = []
+    try:
+        nodes = core.list_node().items
+    except Exception as error:
+        return [
+            Check(
+                "cluster",
+                "FAIL",
+                f"cannot list nodes: {error}",
+                "apply examples/kubernetes/rbac.yaml (nodes: list) and check the API address",
+            )
+        ]
+    checks.append(Check("cluster", "OK", f"{len(nodes)} node(s) reachable"))
+    checks.append(_check_rbac(client, api_client, namespace))
+    advertised: dict[str, int] = {}
+    strategies = set()
+    for node in nodes:
+        allocatable = (node.status.allocatable if node.status else None) or {}
+        for name, quantity in allocatable.items():
+            if any(key in name for key in ("nvidia.com/", "volcano.sh/vgpu", "aliyun.com/gpu")):
+                advertised[name] = advertised.get(name, 0) + int(str(quantity).rstrip("Mi") or 0)
+        labels = (node.metadata.labels if node.metadata else None) or {}
+        if "nvidia.com/gpu.sharing-strategy" in labels:
+            strategies.add(labels["nvidia.com/gpu.sharing-strategy"])
+    if advertised:
+        detail = ", ".join(f"{name}={count}" for name, count in sorted(advertised.items()))
+        if strategies:
+            detail += f"; sharing strategy: {', '.join(sorted(strategies))}"
+        checks.append(Check("GPU resources", "OK", detail))
+    else:
+        checks.append(
+            Check(
+                "GPU resources",
+                "FAIL",
+                "no node advertises GPU resources",
+                "install the NVIDIA device plugin or HAMi on the GPU nodes",
+            )
+        )
+    return checks
+
+
+def _check_rbac(client: Any, api_client: Any, namespace: str) -> Check:
+    authorization = client.AuthorizationV1Api(api_client)
+    missing = []
+    for resource, verb in (("pods", "create"), ("pods", "delete"), ("secrets", "create"), ("events", "list")):
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    namespace=namespace, verb=verb, resource=resource
+                )
+            )
+        )
+        try:
+            answer = authorization.create_self_subject_access_review(review)
+            allowed = bool(answer.status.allowed)
+        except Exception:
+            allowed = False
+        if not allowed:
+            missing.append(f"{verb} {resource}")
+    if missing:
+        return Check(
+            "RBAC",
+            "FAIL",
+            f"not allowed in namespace {namespace}: {', '.join(missing)}",
+            "apply examples/kubernetes/rbac.yaml to the server's service account",
+        )
+    return Check("RBAC", "OK", f"may create and delete kernel pods and Secrets in {namespace}")
+
+
+TEST_KERNEL_CODE = """
+import json, os
+seen = {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "memory": os.environ.get("JUPYTER_GPUSHARE_MEMORY_BYTES")}
+try:
+    import torch
+    seen["torch_cuda"] = torch.cuda.is_available()
+    seen["device"] = torch.cuda.get_device_name(0) if seen["torch_cuda"] else None
+except ImportError:
+    seen["torch_cuda"] = None
+print(json.dumps(seen))
+"""
+
+
+def check_test_kernel(inventory: Inventory, size: str = "512M") -> Check:
+    """Start a real gpushare kernel with a small slice and ask what it sees."""
+    if not inventory.devices:
+        return Check("test kernel", "FAIL", "not started: no GPU in the pool", "fix the GPUs check first")
+    try:
+        seen = asyncio.run(_run_test_kernel(size))
+    except Exception as error:
+        return Check(
+            "test kernel",
+            "FAIL",
+            f"could not start a gpushare kernel: {error}",
+            "check the ledger and kernelspec lines above, and the server log",
+        )
+    if not seen.get("visible") or not seen.get("memory"):
+        return Check("test kernel", "FAIL", f"the kernel got no slice ({seen})", "report this as a bug")
+    where = f"CUDA_VISIBLE_DEVICES={seen['visible']}, slice {int(seen['memory']) // 2**20} MiB"
+    if inventory.simulated:
+        return Check(
+            "test kernel",
+            "WARN",
+            f"{where}; simulated pool, so no framework can use a GPU",
+            "run doctor on a GPU node for the real check",
+        )
+    if seen.get("torch_cuda") is False:
+        return Check(
+            "test kernel",
+            "FAIL",
+            f"{where}, but PyTorch sees no CUDA device: notebooks would silently run on the CPU",
+            "install a CUDA build of PyTorch and check the driver "
+            "(and libvgpu.so / the MPS daemon for those modes)",
+        )
+    if seen.get("torch_cuda") is None:
+        return Check("test kernel", "OK", f"{where} (PyTorch not installed: framework check skipped)")
+    return Check("test kernel", "OK", f"{where}; PyTorch sees {seen.get('device')}")
+
+
+async def _run_test_kernel(size: str) -> dict[str, Any]:
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+
+    from .kernelspec import build_kernelspec
+
+    with tempfile.TemporaryDirectory() as directory:
+        spec_dir = Path(directory) / "kernels" / "gpushare-doctor"
+        spec_dir.mkdir(parents=True)
+        (spec_dir / "kernel.json").write_text(json.dumps(build_kernelspec(size)))
+        manager = AsyncKernelManager(
+            kernel_name="gpushare-doctor",
+            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(Path(directory) / "kernels")]),
+        )
+        await manager.start_kernel()
+        client = manager.client()
+        client.start_channels()
+        lines: list[str] = []
+        try:
+            await client.wait_for_ready(timeout=60)
+
+            def collect(message: dict[str, Any]) -> None:
+                if message["msg_type"] == "stream" and message["content"]["name"] == "stdout":
+                    lines.append(message["content"]["text"])
+
+            await client.execute_interactive(TEST_KERNEL_CODE, output_hook=collect, timeout=120)
+        finally:
+            client.stop_channels()
+            await manager.shutdown_kernel(now=True)
+    output = "".join(lines).strip().splitlines()
+    return json.loads(output[-1]) if output else {}
+
+
+def run_checks(
+    settings: GPUShare, *, kernel: bool = True, cluster_client: Callable[[], Any] | None = None
+) -> list[Check]:
+    inventory = discover(settings.effective_simulate())
+    checks = [
+        check_gpus(inventory),
+        check_mig(inventory),
+        check_mps(settings, inventory),
+        check_vgpu(settings),
+        check_ledger(settings),
+        check_kernelspecs(),
+        *check_cluster(settings, cluster_client),
+    ]
+    if kernel:
+        checks.append(check_test_kernel(inventory))
+    return checks
+
+
+def report(checks: list[Check], as_json: bool) -> str:
+    if as_json:
+        return json.dumps(
+            {"ok": all(c.status != "FAIL" for c in checks), "checks": [asdict(c) for c in checks]}, indent=2
+        )
+    failed = sum(check.status == "FAIL" for check in checks)
+    warned = sum(check.status == "WARN" for check in checks)
+    lines = [check.line() for check in checks]
+    lines.append(f"{len(checks)} checks: {failed} FAIL, {warned} WARN")
+    return "\n".join(lines)
