@@ -110,7 +110,9 @@ class GPUShareService:
             for device in recorded
         ]
 
-    def make_request(self, memory: object = None, mode: object = None, cores: object = None) -> SliceRequest:
+    def make_request(
+        self, memory: object = None, mode: object = None, cores: object = None, kernel_id: str = ""
+    ) -> SliceRequest:
         """Validate a request and check this node can honour its mode (raises with the reason)."""
         request = make_slice_request(
             memory, mode, cores, self.settings.default_memory, self.settings.default_mode
@@ -120,12 +122,13 @@ class GPUShareService:
         missing = request.mode.unavailable_reason(self.facts)
         if missing:
             raise ModeUnavailableError(missing)
-        # Refuse at once what could never fit (too large, above the per-kernel limit), before
-        # anything waits or starts; what could fit later is the queue's business.
+        # Refuse at once what waiting cannot change (too large, above a quota), before anything
+        # waits or starts; what could fit once others end is the queue's business.
+        held = [record.held() for record in self.ledger.records() if record.state == "running"]
         never = fit(
-            Request("", self.owner, request.size, request.mode.placement),
+            Request(kernel_id, self.owner, request.size, request.mode.placement),
             self.ledger.devices(),
-            [],
+            held,
             self.policy,
         )
         if isinstance(never, Refusal) and not never.retry:
@@ -205,7 +208,13 @@ class GPUShareService:
                     if on_wait is not None:
                         on_wait(outcome.position, outcome.reason)
                 await asyncio.sleep(self.settings.queue_poll_interval)
-                outcome = await asyncio.to_thread(self.ledger.try_place, kernel_id, self.policy)
+                try:
+                    outcome = await asyncio.to_thread(self.ledger.try_place, kernel_id, self.policy)
+                except LookupError:
+                    # Released while queued (a user withdrew it, or reconciliation): a refusal.
+                    raise DoesNotFitError(
+                        f"the GPU request of kernel {kernel_id} was withdrawn while it waited"
+                    ) from None
         finally:
             if not placed:
                 await asyncio.to_thread(self.ledger.release, kernel_id)

@@ -70,6 +70,24 @@ class GPUShareContext:
     def own_kernel_ids(self) -> set[str]:
         return set(self.kernel_manager.list_kernel_ids()) | {s.kernel_id for s in self.starts.pending()}
 
+    def forget_failed_start(self, kernel_id: str) -> None:
+        """Drop a failed start from the kernel manager's pending starts.
+
+        jupyter_client keeps a kernel whose start raised in its pending list for ever, and the
+        server's shutdown then stalls on it; a refused GPU request must not cost the user a
+        hung server. There is no public call for this, hence the private attribute.
+        """
+        pending = getattr(self.kernel_manager, "_pending_kernels", None)
+        if isinstance(pending, dict):
+            pending.pop(kernel_id, None)
+
+    def cancel_start(self, kernel_id: str) -> None:
+        """Cancel a queued start; its request leaves the queue and the kernel never starts."""
+        start = self.starts.get(kernel_id)
+        if start is not None and not start.task.done():
+            start.task.cancel()
+        self.starts.forget(kernel_id)
+
     def require_own(self, kernel_id: str) -> None:
         if kernel_id not in self.own_kernel_ids():
             raise web.HTTPError(404, f"no kernel {kernel_id} on this server")

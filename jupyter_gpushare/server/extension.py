@@ -32,6 +32,7 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, "kernels", kernel), handlers.KernelHandler),
             (url_path_join(base, "kernels", kernel, "gpu"), handlers.KernelGPUHandler),
             (url_path_join(base, "stream"), handlers.StreamHandler),
+            (url_path_join(base, "config"), handlers.ConfigHandler),
             (url_path_join(base, "openapi.yaml"), handlers.OpenAPIHandler),
         ],
     )

@@ -20,6 +20,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..errors import GPUShareError
+from ..modes import MODES
 from .context import GPUShareContext
 from .starts import Start
 
@@ -119,19 +120,20 @@ class KernelsHandler(GPUShareHandler):
                 f"{context.gpushare_kernelspecs()}",
             )
         merged = {**defaults, **fields}
-        # Checked before anything starts: a bad size or an impossible mode reserves nothing.
+        kernel_id = str(uuid.uuid4())
+        # Checked before anything starts: a bad size, an impossible mode or a quota the user has
+        # reached reserves nothing and starts nothing.
         context.service.make_request(
-            merged.get("gpu_memory"), merged.get("gpu_mode"), merged.get("gpu_cores")
+            merged.get("gpu_memory"), merged.get("gpu_mode"), merged.get("gpu_cores"), kernel_id
         )
 
-        kernel_id = str(uuid.uuid4())
         manager: Any = self.kernel_manager
         task = asyncio.ensure_future(
             manager.start_kernel(
                 kernel_id=kernel_id, kernel_name=name, path=path or None, gpushare_path=path, **fields
             )
         )
-        context.starts.track(Start(kernel_id, name, path, task))
+        context.starts.track(Start(kernel_id, name, path, task), on_failure=context.forget_failed_start)
         started = await context.wait_for_start(kernel_id, task, START_ANSWER_WITHIN)
         if task.done() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
@@ -174,9 +176,14 @@ class KernelGPUHandler(GPUShareHandler):
     async def delete(self, kernel_id: str) -> None:
         context = self.gpushare
         context.require_own(kernel_id)
-        if context.service.ledger.get(kernel_id) is None:
+        record = context.service.ledger.get(kernel_id)
+        if record is None:
             raise web.HTTPError(409, f"kernel {kernel_id} holds no GPU slice")
-        await asyncio.to_thread(context.service.release, kernel_id)
+        if record.state == "queued":
+            # A queued kernel has no process yet: withdrawing its request cancels its start.
+            context.cancel_start(kernel_id)
+        else:
+            await asyncio.to_thread(context.service.release, kernel_id)
         self.set_status(204)
         self.finish()
 
@@ -218,9 +225,28 @@ class StreamHandler(GPUShareHandler):
             closed.set()
 
 
+class ConfigHandler(GPUShareHandler):
+    """What the JupyterLab size picker offers: the presets, the defaults, this node's modes."""
+
+    @web.authenticated  # type: ignore[untyped-decorator]
+    @authorized  # type: ignore[untyped-decorator]
+    async def get(self) -> None:
+        service = self.gpushare.service
+        settings = service.settings
+        self.write_json(
+            {
+                "sizes": list(settings.sizes),
+                "default_memory": settings.default_memory,
+                "default_mode": settings.default_mode,
+                "modes": [
+                    name for name, mode in MODES.items() if mode.unavailable_reason(service.facts) is None
+                ],
+            }
+        )
+
+
 class OpenAPIHandler(GPUShareHandler):
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
     async def get(self) -> None:
-        self.set_header("Content-Type", "application/yaml")
-        self.finish(self.gpushare.openapi_text())
+        self.finish(self.gpushare.openapi_text(), set_content_type="application/yaml")

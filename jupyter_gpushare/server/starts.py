@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 FAILED_KEPT_FOR = 600.0  # seconds a failed start stays readable through GET kernels/{id}
@@ -26,24 +27,27 @@ class Starts:
 
     _starts: dict[str, Start] = field(default_factory=dict)
 
-    def track(self, start: Start) -> None:
+    def track(self, start: Start, on_failure: Callable[[str], None] | None = None) -> None:
         self._starts[start.kernel_id] = start
-        start.task.add_done_callback(lambda task: self._ended(start, task))
+        start.task.add_done_callback(lambda task: self._ended(start, task, on_failure))
 
-    def _ended(self, start: Start, task: asyncio.Task[str]) -> None:
+    def _ended(self, start: Start, task: asyncio.Task[str], on_failure: Callable[[str], None] | None) -> None:
         start.ended_at = time.monotonic()
-        if task.cancelled():
-            start.failure = "the kernel start was cancelled"
-        elif task.exception() is not None:
-            error = task.exception()
-            start.failure = str(error)
+        if task.cancelled() or task.exception() is not None:
+            error = None if task.cancelled() else task.exception()
+            start.failure = str(error) if error else "the kernel start was cancelled"
             start.failure_status = int(getattr(error, "status_code", 500))
+            if on_failure is not None:
+                on_failure(start.kernel_id)
         else:
-            del self._starts[start.kernel_id]  # an ordinary kernel from now on
+            self._starts.pop(start.kernel_id, None)  # an ordinary kernel from now on
 
     def get(self, kernel_id: str) -> Start | None:
         self._forget_old()
         return self._starts.get(kernel_id)
+
+    def forget(self, kernel_id: str) -> None:
+        self._starts.pop(kernel_id, None)
 
     def pending(self) -> list[Start]:
         return [start for start in self._starts.values() if not start.task.done()]

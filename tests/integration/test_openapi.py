@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -153,8 +154,7 @@ def test_the_document_lists_every_route_and_method_the_extension_registers(
         kernel_spec_manager = None
         web_app = WebApp()
 
-        class log:  # noqa: N801
-            info = warning = staticmethod(lambda *args: None)
+        log = SimpleNamespace(info=lambda *args: None, warning=lambda *args: None)
 
     monkeypatch.setattr(extension.metrics, "register", lambda snapshot: None)
     extension.load_jupyter_server_extension(ServerApp())
@@ -223,6 +223,7 @@ def test_real_responses_match_the_document(contract: Contract, node: Node, serve
     assert pool["simulated"] is True and pool["queue"] == []
     assert [device["memory_total"] for device in pool["devices"]] == [80 * GiB]
     assert call("GET", "/kernels", "/kernels", status=200) == []
+    assert "timeslice" in call("GET", "/config", "/config", status=200)["modes"]
 
     # Two 30G kernels run; a third waits in the queue.
     first = call("POST", "/kernels", "/kernels", {"name": "python3-gpu-30g"}, status=201)
@@ -295,6 +296,7 @@ def test_every_route_refuses_a_request_without_credentials(contract: Contract, s
         ("/kernels/x", "/kernels/{kernel_id}", "PATCH"),
         ("/kernels/x/gpu", "/kernels/{kernel_id}/gpu", "DELETE"),
         ("/stream", "/stream", "GET"),
+        ("/config", "/config", "GET"),
         ("/openapi.yaml", "/openapi.yaml", "GET"),
     ):
         request = urllib.request.Request(
