@@ -5,20 +5,25 @@ BIN := $(VENV)/bin
 # A simulated pool when the machine has no NVIDIA GPU (override: make demo SIMULATE=1xT4-16GB).
 SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
 
-.PHONY: demo test install lint bench
+.PHONY: demo test install install-test lint bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 install: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[lab]'
+
+# Test dependencies, and configurable-http-proxy from npm for the JupyterHub test.
+install-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[lab,test]'
+	npm install --prefix build/node --no-audit --no-fund --silent configurable-http-proxy@4
 
 demo: install
 	$(BIN)/jupyter gpushare kernelspec install --sys-prefix
 	JUPYTER_GPUSHARE_SIMULATE=$(SIMULATE) $(BIN)/jupyter lab --notebook-dir=examples $(if $(filter 0,$(shell id -u)),--allow-root)
 
-lint: install
+lint: install-test
 	$(BIN)/ruff check jupyter_gpushare tests benchmarks
 	$(BIN)/ruff format --check jupyter_gpushare tests benchmarks
 	$(BIN)/mypy
