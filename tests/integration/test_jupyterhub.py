@@ -3,6 +3,7 @@ different GPU budgets sharing one node ledger (SPEC §10, team box without Kuber
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -152,10 +153,8 @@ def hub(node: Node) -> Iterator[Hub]:
         yield running
     finally:
         for user in ("alice", "bob"):
-            try:
+            with contextlib.suppress(OSError):
                 running.call("DELETE", f"/hub/api/users/{user}/server")
-            except OSError:
-                pass
         process.terminate()
         try:
             process.wait(timeout=60)
