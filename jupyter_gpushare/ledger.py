@@ -243,7 +243,13 @@ class Ledger:
     def _lock_file(self) -> int:
         descriptor: int | None = getattr(self._local, "lock", None)
         if descriptor is None or getattr(self._local, "lock_pid", None) != os.getpid():
-            descriptor = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            # The same permissions as the ledger itself (as sqlite does for its WAL files), so a
+            # ledger shared by a group of users stays usable by all of them.
+            try:
+                mode = os.stat(self.path).st_mode & 0o666
+            except OSError:
+                mode = 0o600
+            descriptor = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, mode)
             self._local.lock = descriptor
             self._local.lock_pid = os.getpid()
         return descriptor
