@@ -49,6 +49,7 @@ def kernel_pod(
     cluster: ClusterFacts,
     argv: Sequence[str] = DEFAULT_ARGV,
     namespace: str | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], PodRequest]:
     """The kernel pod manifest and the pod request it carries."""
     resources = pod_request(request.mode.name, request.size, request.cores, cluster)
@@ -69,6 +70,7 @@ def kernel_pod(
         tolerations=[dict(toleration) for toleration in settings.tolerations],
         scheduler_name=settings.scheduler_name or None,
         template=dict(settings.pod_template),
+        annotations=dict(annotations or {}),
     )
     return make_pod(spec), resources
 

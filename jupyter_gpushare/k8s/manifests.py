@@ -3,6 +3,11 @@
 One pod per kernel (``restartPolicy: Never``), labelled with the kernel id and the owning
 server. The connection file — with the HMAC key and, when encryption is on, the CurveZMQ keys —
 and the kernel's own-slice token travel in a Secret mounted read-only, never in args or env.
+
+Secret volumes are read-only, and ipykernel rewrites its connection file at start whenever it
+carries CurveZMQ keys (it compares its key bytes with the file's strings), so an init container
+copies the file into a memory-backed ``emptyDir`` the kernel may write; the token stays on the
+Secret mount.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ KERNEL_ID_LABEL = "jupyter-gpushare.io/kernel-id"
 SERVER_LABEL = "jupyter-gpushare.io/server"
 OWNER_LABEL = "jupyter-gpushare.io/owner"
 SERVER_ANNOTATION = "jupyter-gpushare.io/server-id"
-MOUNT_PATH = "/etc/jupyter-gpushare"
+MOUNT_PATH = "/etc/jupyter-gpushare"  # the Secret, read-only
+RUNTIME_PATH = "/run/jupyter-gpushare"  # an emptyDir (memory) holding the kernel's connection file
+HOLDER_ANNOTATION = "jupyter-gpushare.io/holder"  # host/pid/start of the process that made the object
 CONNECTION_FILE = "connection.json"
 TOKEN_FILE = "token"
 KERNEL_PORTS = {
@@ -85,6 +92,7 @@ class KernelPodSpec:
     tolerations: Sequence[Mapping[str, Any]] = ()
     scheduler_name: str | None = None  # overrides the preset's
     template: Mapping[str, Any] = field(default_factory=dict)  # c.GPUShare.pod_template overlay
+    annotations: Mapping[str, str] = field(default_factory=dict)  # extra metadata.annotations
 
 
 def labels(kernel_id: str, server_id: str, owner: str) -> dict[str, str]:
@@ -99,8 +107,8 @@ def labels(kernel_id: str, server_id: str, owner: str) -> dict[str, str]:
 
 
 def container_command(argv: Sequence[str]) -> list[str]:
-    """The kernelspec's argv with the mounted connection file, and the kernel-side extension."""
-    command = [part.replace("{connection_file}", f"{MOUNT_PATH}/{CONNECTION_FILE}") for part in argv]
+    """The kernelspec's argv with the pod's connection file, and the kernel-side extension."""
+    command = [part.replace("{connection_file}", f"{RUNTIME_PATH}/{CONNECTION_FILE}") for part in argv]
     if any("ipykernel" in part for part in command):
         command.append("--ext=jupyter_gpushare.kernel")
     return command
@@ -113,6 +121,7 @@ def make_secret(
     namespace: str,
     connection: Mapping[str, Any],
     token: str,
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -121,7 +130,7 @@ def make_secret(
             "name": secret_name(kernel_id),
             "namespace": namespace,
             "labels": labels(kernel_id, server_id, owner),
-            "annotations": {SERVER_ANNOTATION: server_id},
+            "annotations": {**(annotations or {}), SERVER_ANNOTATION: server_id},
         },
         "type": "Opaque",
         "stringData": {
@@ -151,17 +160,32 @@ def make_pod(spec: KernelPodSpec) -> dict[str, Any]:
             {"name": name, "containerPort": port, "protocol": "TCP"} for name, port in KERNEL_PORTS.items()
         ],
         "resources": {"limits": dict(request.resources)},
-        "volumeMounts": [{"name": "connection", "mountPath": MOUNT_PATH, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "connection", "mountPath": MOUNT_PATH, "readOnly": True},
+            {"name": "runtime", "mountPath": RUNTIME_PATH},
+        ],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    copy_connection = {
+        "name": "connection",
+        "image": spec.image,
+        "command": ["cp", f"{MOUNT_PATH}/{CONNECTION_FILE}", f"{RUNTIME_PATH}/{CONNECTION_FILE}"],
+        "volumeMounts": [
+            {"name": "connection", "mountPath": MOUNT_PATH, "readOnly": True},
+            {"name": "runtime", "mountPath": RUNTIME_PATH},
+        ],
         "securityContext": {"allowPrivilegeEscalation": False},
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "initContainers": [copy_connection],
         "containers": [container],
         "volumes": [
             {
                 "name": "connection",
                 "secret": {"secretName": secret_name(spec.kernel_id), "defaultMode": 0o400},
-            }
+            },
+            {"name": "runtime", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
         ],
         "automountServiceAccountToken": False,
     }
@@ -181,30 +205,54 @@ def make_pod(spec: KernelPodSpec) -> dict[str, Any]:
             "name": pod_name(spec.kernel_id),
             "namespace": spec.namespace,
             "labels": {**labels(spec.kernel_id, spec.server_id, spec.owner), **request.labels},
-            "annotations": {**request.annotations, SERVER_ANNOTATION: spec.server_id},
+            "annotations": {**spec.annotations, **request.annotations, SERVER_ANNOTATION: spec.server_id},
         },
         "spec": pod_spec,
     }
     return overlay(pod, spec.template)
 
 
+# Lists that merge item by item, matched on a key, as ``kubectl``'s strategic merge patch does;
+# any other list in a template replaces ours.
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "volumes": "name",
+    "env": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+}
+
+
 def overlay(base: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``template`` merged in: dicts merge key by key; the template's containers
-    merge into ours by name; anything else in the template replaces. Neither input changes."""
+    """``base`` with ``template`` merged in: dicts merge key by key; the lists of ``MERGE_KEYS``
+    (containers, volumes, env…) merge item by item on their key, so a template that adds a
+    volume or a variable keeps ours; anything else in the template replaces. Neither input
+    changes."""
     merged = copy.deepcopy(dict(base))
     for key, value in template.items():
         current = merged.get(key)
         if isinstance(current, dict) and isinstance(value, Mapping):
             merged[key] = overlay(current, value)
-        elif key == "containers" and isinstance(current, list) and isinstance(value, list):
-            by_name = {container.get("name"): container for container in current}
-            for container in value:
-                name = container.get("name")
-                if name in by_name:
-                    by_name[name] = overlay(by_name[name], container)
-                else:
-                    by_name[name] = copy.deepcopy(dict(container))
-            merged[key] = list(by_name.values())
+        elif key in MERGE_KEYS and isinstance(current, list) and isinstance(value, list):
+            merged[key] = _merge_list(current, value, MERGE_KEYS[key])
         else:
             merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _merge_list(current: list[Any], additions: list[Any], merge_key: str) -> list[Any]:
+    merged = list(current)  # already a deep copy
+    positions = {
+        item.get(merge_key): index
+        for index, item in enumerate(merged)
+        if isinstance(item, Mapping) and merge_key in item
+    }
+    for item in additions:
+        index = positions.get(item.get(merge_key)) if isinstance(item, Mapping) else None
+        if index is not None and isinstance(item, Mapping):
+            merged[index] = overlay(merged[index], item)
+        else:
+            merged.append(copy.deepcopy(item))
     return merged

@@ -1,7 +1,8 @@
 """The kernel acting on its own slice: what ``%gpu`` and ``jupyter_gpushare.kernel`` use.
 
 A kernel proves who it is with the secret token its provisioner put in its environment
-(``JUPYTER_GPUSHARE_TOKEN``); the service compares it with the digest stored beside the slice
+(``JUPYTER_GPUSHARE_TOKEN``), or, in a Kubernetes pod, in a file mounted from the kernel's Secret
+(``JUPYTER_GPUSHARE_TOKEN_FILE``); the service compares it with the digest stored beside the slice
 in the ledger, so a kernel can act on its own slice and on no other. Every change goes through
 the same service API as the server and the CLI.
 """
@@ -24,6 +25,7 @@ from ..sizes import format_bytes, parse_size
 from . import caps
 
 ENV_KERNEL_ID = "JUPYTER_GPUSHARE_KERNEL_ID"
+ENV_TOKEN_FILE = "JUPYTER_GPUSHARE_TOKEN_FILE"  # where a kernel pod's token is mounted
 
 T = TypeVar("T")
 
@@ -51,6 +53,18 @@ def _kernel_id_from_connection_file() -> str | None:
     return match.group(1) if match else None
 
 
+def _token_from_file() -> str | None:
+    """A kernel pod's token: mounted from its Secret (never in its environment)."""
+    path = os.environ.get(ENV_TOKEN_FILE)
+    if not path:
+        return None
+    try:
+        with open(path) as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
+
+
 class OwnSlice:
     """This kernel's slice."""
 
@@ -61,7 +75,7 @@ class OwnSlice:
         self.kernel_id = (
             os.environ.get(ENV_KERNEL_ID) or _kernel_id_from_connection_file() or f"process-{os.getpid()}"
         )
-        token = os.environ.get(ENV_TOKEN)
+        token = os.environ.get(ENV_TOKEN) or _token_from_file()
         if token:
             self.service.remember_token(self.kernel_id, token)
         self._token = token
@@ -100,7 +114,7 @@ class OwnSlice:
         on_wait: Callable[[int, str], None] | None = None,
     ) -> SliceRecord:
         """Take a new slice (waiting in the queue like a kernel start would)."""
-        request = self.service.make_request(memory, mode, cores)
+        request = self.service.make_request(memory, mode, cores, self.kernel_id)
         current = self.record()
         if current is not None:
             raise GPUShareError(

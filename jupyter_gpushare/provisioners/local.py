@@ -22,6 +22,7 @@ from traitlets import Any as AnyTrait
 from ..config import load_settings
 from ..modes.base import SLICE_ENV_VARIABLES
 from ..service import GPUShareService, service_for
+from .base import GPUShareProvisioner
 
 KERNEL_EXTENSION = "jupyter_gpushare.kernel"
 
@@ -30,7 +31,7 @@ def _is_ipykernel(cmd: list[str]) -> bool:
     return any("ipykernel" in part for part in cmd)
 
 
-class GPUShareProvisioner(LocalProvisioner):  # type: ignore[misc]
+class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: ignore[misc]
     """A local kernel process holding a GPU slice from the node ledger."""
 
     # Plain traits, validated in pre_launch so a bad kernelspec fails with our message listing
@@ -56,7 +57,7 @@ class GPUShareProvisioner(LocalProvisioner):  # type: ignore[misc]
         session_path = kwargs.pop("gpushare_path", None) or (kwargs.get("env") or {}).get(
             "JPY_SESSION_NAME", ""
         )
-        request = service.make_request(self.gpu_memory, self.gpu_mode, self.gpu_cores)
+        request = service.make_request(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
         record = await service.acquire(
             self.kernel_id,
             request,

@@ -1,0 +1,248 @@
+"""The cluster I/O edge: the few Kubernetes API calls the backend makes, over the official client.
+
+Everything here blocks (the client is synchronous); async callers run it with
+``asyncio.to_thread``. Objects come and go as plain dicts shaped as the API sends them
+(camelCase), the same shape the pure builders in :mod:`.manifests` produce, so nothing in the
+backend depends on the client's generated model classes.
+
+Configuration: an injected ``ApiClient`` or ``Configuration`` (tests point it at an emulator),
+else the in-cluster service account, else the kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from ..errors import GPUShareError
+
+IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+class ClusterError(GPUShareError):
+    """The Kubernetes API refused or could not be reached; the message says which and why."""
+
+    status = 503
+
+    def __init__(self, message: str, api_status: int | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.api_status = api_status  # HTTP status the API answered, None when unreachable
+        self.reason = reason  # the Status object's reason (NotFound, AlreadyExists, Forbidden…)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.api_status, self.reason))
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Where the API is and which namespace the process is in, as discovered."""
+
+    configuration: k8s_client.Configuration
+    source: str  # "in-cluster", "kubeconfig" or "injected"
+    namespace: str | None  # the service account's or the kubeconfig context's namespace
+
+
+def load_configuration() -> ClusterConfig:
+    """In-cluster config when running in a pod, else the kubeconfig; a clear error when neither."""
+    configuration = k8s_client.Configuration()
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except k8s_config.ConfigException:
+        pass
+    else:
+        return ClusterConfig(configuration, "in-cluster", _read(IN_CLUSTER_NAMESPACE_FILE))
+    # $KUBECONFIG as it is now: the client reads it once, when first imported.
+    config_file = os.environ.get("KUBECONFIG") or None
+    try:
+        k8s_config.load_kube_config(config_file=config_file, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        _, active = k8s_config.list_kube_config_contexts(config_file=config_file)  # type: ignore[no-untyped-call]
+    except (k8s_config.ConfigException, OSError, TypeError) as error:
+        raise ClusterError(
+            "no Kubernetes configuration: this process runs in no cluster and has no kubeconfig "
+            f"($KUBECONFIG or ~/.kube/config) ({error})"
+        ) from None
+    namespace = ((active or {}).get("context") or {}).get("namespace")
+    return ClusterConfig(configuration, "kubeconfig", namespace)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
+
+
+class Cluster:
+    """Pods, Secrets, events and nodes in one namespace."""
+
+    def __init__(
+        self,
+        namespace: str | None = None,
+        *,
+        api_client: k8s_client.ApiClient | None = None,
+        configuration: k8s_client.Configuration | None = None,
+    ) -> None:
+        discovered_namespace: str | None = None
+        if api_client is None:
+            if configuration is None:
+                found = load_configuration()
+                configuration, discovered_namespace = found.configuration, found.namespace
+            api_client = k8s_client.ApiClient(configuration)
+        self.api_client = api_client
+        self.core = k8s_client.CoreV1Api(api_client)
+        self.namespace = namespace or discovered_namespace or "default"
+        self.host = str(api_client.configuration.host)
+
+    def close(self) -> None:
+        self.api_client.close()  # type: ignore[no-untyped-call]
+
+    # ---- Secrets and pods -------------------------------------------------------------------
+
+    def create_secret(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(
+            f"create Secret {body['metadata']['name']}",
+            lambda: self.core.create_namespaced_secret(self.namespace, body, _preload_content=False),  # type: ignore[arg-type]
+        )
+
+    def create_pod(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(
+            f"create pod {body['metadata']['name']}",
+            lambda: self.core.create_namespaced_pod(self.namespace, body, _preload_content=False),  # type: ignore[arg-type]
+        )
+
+    def read_pod(self, name: str) -> dict[str, Any] | None:
+        """The pod, or None when there is none of that name."""
+        return self._call_or_none(
+            f"read pod {name}",
+            lambda: self.core.read_namespaced_pod(name, self.namespace, _preload_content=False),
+        )
+
+    def delete_pod(self, name: str, grace_period_seconds: int | None = None) -> bool:
+        """Delete a pod; False when it was already gone. Grace 0 deletes at once (SIGKILL)."""
+        options: dict[str, Any] = {}
+        if grace_period_seconds is not None:
+            options["grace_period_seconds"] = grace_period_seconds
+        found = self._call_or_none(
+            f"delete pod {name}",
+            lambda: self.core.delete_namespaced_pod(name, self.namespace, _preload_content=False, **options),
+        )
+        return found is not None
+
+    def delete_secret(self, name: str) -> bool:
+        """Delete a Secret; False when it was already gone."""
+        found = self._call_or_none(
+            f"delete Secret {name}",
+            lambda: self.core.delete_namespaced_secret(name, self.namespace, _preload_content=False),
+        )
+        return found is not None
+
+    def pod_log(self, name: str, container: str = "kernel", tail_lines: int = 20) -> str:
+        """The last lines a container wrote; empty when there are none (yet, or any more)."""
+        try:
+            response = self.core.read_namespaced_pod_log(
+                name, self.namespace, container=container, tail_lines=tail_lines, _preload_content=False
+            )
+        except ApiException as error:
+            if error.status in (400, 404):  # not started, or gone
+                return ""
+            raise self._error(f"read the log of pod {name}", error) from None
+        except (HTTPError, OSError) as error:
+            raise ClusterError(f"cannot reach the Kubernetes API at {self.host}: {error}") from None
+        data = getattr(response, "data", b"")  # typed str, but unread (_preload_content=False)
+        return bytes(data or b"").decode(errors="replace")
+
+    def list_pods(self, label_selector: str) -> list[dict[str, Any]]:
+        listed = self._call(
+            "list pods",
+            lambda: self.core.list_namespaced_pod(
+                self.namespace, label_selector=label_selector, _preload_content=False
+            ),
+        )
+        return list(listed.get("items") or [])
+
+    def list_secrets(self, label_selector: str) -> list[dict[str, Any]]:
+        listed = self._call(
+            "list Secrets",
+            lambda: self.core.list_namespaced_secret(
+                self.namespace, label_selector=label_selector, _preload_content=False
+            ),
+        )
+        return list(listed.get("items") or [])
+
+    def pod_events(self, pod: str) -> list[dict[str, Any]]:
+        """Events about one pod (scheduler, kubelet), oldest first."""
+        listed = self._call(
+            "list events",
+            lambda: self.core.list_namespaced_event(
+                self.namespace,
+                field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}",
+                _preload_content=False,
+            ),
+        )
+        return sorted(listed.get("items") or [], key=event_time)
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node (needs a ClusterRole: nodes are cluster-scoped)."""
+        listed = self._call("list nodes", lambda: self.core.list_node(_preload_content=False))
+        return list(listed.get("items") or [])
+
+    # ---- plumbing -----------------------------------------------------------------------------
+
+    def _call(self, what: str, call: Callable[[], Any]) -> dict[str, Any]:
+        try:
+            response = call()
+            return dict(json.loads(response.data or b"{}"))
+        except ApiException as error:
+            raise self._error(what, error) from None
+        except (HTTPError, OSError) as error:
+            raise ClusterError(f"cannot reach the Kubernetes API at {self.host} to {what}: {error}") from None
+
+    def _call_or_none(self, what: str, call: Callable[[], Any]) -> dict[str, Any] | None:
+        try:
+            return self._call(what, call)
+        except ClusterError as error:
+            if error.api_status == 404:
+                return None
+            raise
+
+    def _error(self, what: str, error: ApiException) -> ClusterError:
+        reason, message = str(error.reason or ""), ""
+        try:
+            status = json.loads(error.body or "{}")
+            reason = str(status.get("reason") or reason)
+            message = str(status.get("message") or "")
+        except (TypeError, ValueError):
+            message = str(error.body or "")[:200]
+        hint = ""
+        if error.status in (401, 403):
+            hint = (
+                f" (the server's service account needs the Role in examples/kubernetes for "
+                f"namespace {self.namespace})"
+            )
+        return ClusterError(
+            f"the Kubernetes API refused to {what} in namespace {self.namespace}: "
+            f"{message or reason or error.status}{hint}",
+            api_status=error.status,
+            reason=reason,
+        )
+
+
+def event_time(event: dict[str, Any]) -> str:
+    """When an event last happened (ISO text sorts by time); old and new event APIs differ."""
+    return str(
+        event.get("lastTimestamp")
+        or (event.get("series") or {}).get("lastObservedTime")
+        or event.get("eventTime")
+        or event.get("firstTimestamp")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )

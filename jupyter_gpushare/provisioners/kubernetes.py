@@ -1,0 +1,631 @@
+"""``gpushare-provisioner`` for Kubernetes (``c.GPUShare.backend = "kubernetes"``): a pod per kernel.
+
+Kubernetes places the slice, so there is no ledger here: the provisioner builds the pod the
+cluster's GPU sharing layer understands (:mod:`jupyter_gpushare.k8s.build`, the same code as
+``jupyter gpushare render-pod``), waits honestly, connects securely and cleans up.
+
+Lifecycle (the kernel manager calls these in this order):
+
+* ``pre_launch`` — validate the request (size, mode, cores, per-kernel limit) and build the pod
+  and its Secret, so a bad request fails before anything exists in the cluster. The first start
+  in a process also collects this server's orphans: pods and Secrets whose creating process is
+  gone (a crashed or restarted server).
+* ``launch_kernel`` — create the Secret (connection file with the HMAC key and the CurveZMQ
+  keys, and the kernel's own-slice token), then the pod; wait for it to run, reporting phase
+  and events (``state``, the log, and an ``on_state`` callback a server may pass as the
+  ``gpushare_on_state`` start argument). A pod the scheduler cannot place (``FailedScheduling``
+  past ``unschedulable_grace``), an image that cannot be pulled, a pod that ends while starting
+  or ``launch_timeout`` fail the start with the cluster's reason — and pod and Secret are
+  deleted first, so nothing leaks.
+* ``poll``/``wait`` — from the pod's phase; a pod that ended reports its exit code, and why
+  (``OOMKilled``, ``Evicted``…) in the log and in ``ended_reason``.
+* ``send_signal``/``kill``/``terminate`` — pods take no signals: an interrupt goes through the
+  control channel (``interrupt_mode = "message"`` is set on the kernelspec), kill and terminate
+  delete the pod.
+* ``cleanup`` — delete pod and Secret (a restart creates new ones).
+
+Interrupts and encryption need nothing from the kernel manager's configuration: the CurveZMQ
+keys travel in the connection info this provisioner returns (jupyter_client >= 8.10 loads them
+into the manager, whose clients and the server's websockets then encrypt), and the kernel reads
+them from its connection file (ipykernel >= 7.4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_client.connect import KernelConnectionInfo
+from traitlets import Any as AnyTrait
+from traitlets import Float
+
+from ..config import GPUShare, load_settings
+from ..errors import ConfigurationError, DoesNotFitError, GPUShareError
+from ..k8s.build import cluster_facts, kernel_pod
+from ..k8s.cluster import Cluster, ClusterError, load_configuration
+from ..k8s.manifests import (
+    CONNECTION_FILE,
+    HOLDER_ANNOTATION,
+    KERNEL_ID_LABEL,
+    KERNEL_PORTS,
+    label_value,
+    make_secret,
+    pod_name,
+    secret_name,
+    selector,
+)
+from ..k8s.presets import resolve_preset
+from ..k8s.requests import ClusterFacts, describe
+from ..k8s.status import (
+    IMAGE_FAILURES,
+    container_problem,
+    describe_limits,
+    event_key,
+    pending_state,
+    termination,
+    unschedulable_reason,
+)
+from ..processes import ProcessIdentity, current_process, is_alive
+from ..sizes import MiB, format_bytes, parse_size
+from ..slice_request import SliceRequest, make_slice_request
+from .base import GPUShareProvisioner
+
+log = logging.getLogger("jupyter_gpushare")
+
+StateCallback = Callable[[str], None]
+
+NODES_CACHED_FOR = 60.0  # seconds the nodes' GPU facts are reused between kernel starts
+CONFLICT_RETRY = 0.2  # seconds between tries to reuse the name of a pod still being deleted
+
+
+class KernelPodError(GPUShareError):
+    """The kernel pod could not be started; the message carries the cluster's reason."""
+
+    status = 503
+
+
+def server_identity(settings: GPUShare) -> tuple[str, str]:
+    """``(server_id, owner)``: the server id is stable across restarts of one server (same owner,
+    same host name — a single-user pod keeps its name), so orphans of a crashed server carry
+    this server's label; which process made an object is in its holder annotation."""
+    owner = settings.effective_owner()
+    return f"{owner}@{socket.gethostname()}", owner
+
+
+def holder_text(identity: ProcessIdentity) -> str:
+    return f"{socket.gethostname()}/{identity.pid}/{identity.start!r}"
+
+
+def holder_alive(text: str) -> bool:
+    """Whether the process named by a holder annotation still runs (unknown hosts count as alive:
+    only a process on this host can be judged)."""
+    try:
+        host, pid, start = text.split("/")
+        identity = ProcessIdentity(int(pid), float(start))
+    except ValueError:
+        return False  # not ours to trust: a malformed holder is an orphan
+    if host != socket.gethostname():
+        return True
+    return is_alive(identity)
+
+
+@dataclass
+class Backend:
+    """What kernel pods of one server in one process share: the API client, who we are, the
+    nodes' GPU facts, and whether this server's orphans were collected yet."""
+
+    cluster: Cluster
+    server_id: str
+    owner: str
+    holder: str
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _collected: bool = False
+    _facts_at: float = -NODES_CACHED_FOR
+    _nodes: tuple[tuple[str, ...], int | None] = ((), None)
+
+    def collect_orphans(self) -> list[str]:
+        """Delete this server's pods and Secrets whose creating process is gone (blocking; once)."""
+        with self._lock:
+            if self._collected:
+                return []
+            label_selector = selector(self.server_id)
+            collected: list[str] = []
+            for pod in self.cluster.list_pods(label_selector):
+                if not _held(pod):
+                    name = pod["metadata"]["name"]
+                    self.cluster.delete_pod(name, grace_period_seconds=0)
+                    collected.append(f"pod/{name}")
+            for secret in self.cluster.list_secrets(label_selector):
+                if not _held(secret):
+                    name = secret["metadata"]["name"]
+                    self.cluster.delete_secret(name)
+                    collected.append(f"secret/{name}")
+            if collected:
+                log.info(
+                    "Collected %d orphaned kernel object(s) of server %s (their server process is gone): %s",
+                    len(collected),
+                    self.server_id,
+                    ", ".join(collected),
+                )
+            self._collected = True
+            return collected
+
+    def facts(self, settings: GPUShare) -> ClusterFacts:
+        """Cluster facts for pod requests: MIG profiles the nodes advertise and the cards' memory
+        (GPU Feature Discovery), cached a minute; the settings alone where nodes cannot be listed."""
+        with self._lock:
+            if time.monotonic() - self._facts_at >= NODES_CACHED_FOR:
+                self._nodes = self._read_nodes(settings)
+                self._facts_at = time.monotonic()
+            profiles, gpu_memory = self._nodes
+        return cluster_facts(settings, profiles, gpu_memory)
+
+    def _read_nodes(self, settings: GPUShare) -> tuple[tuple[str, ...], int | None]:
+        try:
+            nodes = self.cluster.list_nodes()
+        except ClusterError as error:
+            log.info("GPU facts from settings only: %s", error)
+            return (), None
+        prefix = resolve_preset(settings.resource_preset, settings.resource_names).mig_prefix
+        profiles: set[str] = set()
+        memories: list[int] = []
+        for node in nodes:
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            for resource, quantity in allocatable.items():
+                if resource.startswith(prefix) and str(quantity) not in ("0", ""):
+                    profiles.add(resource[len(prefix) :])
+            memory = ((node.get("metadata") or {}).get("labels") or {}).get("nvidia.com/gpu.memory")
+            if memory and str(memory).isdigit():
+                memories.append(int(memory) * MiB)
+        # On mixed clusters a share resolves against the smallest card: never more than asked.
+        return tuple(sorted(profiles)), (min(memories) if memories else None)
+
+
+def _held(obj: dict[str, Any]) -> bool:
+    holder = ((obj.get("metadata") or {}).get("annotations") or {}).get(HOLDER_ANNOTATION)
+    return bool(holder) and holder_alive(str(holder))
+
+
+_backends: dict[tuple[str, ...], Backend] = {}
+_backends_lock = threading.Lock()
+
+
+def backend_for(settings: GPUShare) -> Backend:
+    """This process's backend for these settings (one API client, one orphan collection)."""
+    server_id, owner = server_identity(settings)
+    identity = current_process()
+    key = (os.environ.get("KUBECONFIG", ""), settings.namespace, server_id, str(identity.pid))
+    with _backends_lock:
+        backend = _backends.get(key)
+        if backend is None:
+            found = load_configuration()
+            cluster = Cluster(settings.namespace or found.namespace, configuration=found.configuration)
+            backend = _backends[key] = Backend(cluster, server_id, owner, holder_text(identity))
+        return backend
+
+
+class KubernetesProvisioner(GPUShareProvisioner):
+    """A kernel in its own pod, asking the cluster's GPU sharing layer for its slice."""
+
+    gpu_memory = AnyTrait(None, help="Slice size (SPEC §3); None takes GPUShare.default_memory.")
+    gpu_mode = AnyTrait(None, help="Sharing mode; None takes GPUShare.default_mode.")
+    gpu_cores = AnyTrait(None, help="Percent of SMs, where the mode can limit it.")
+
+    poll_interval = Float(
+        0.5, config=True, help="Seconds between reads of a kernel pod while it starts, runs or stops."
+    )
+    unschedulable_grace = Float(
+        10.0,
+        config=True,
+        help="Seconds a pod the scheduler cannot place may keep waiting before the start fails "
+        "with the scheduler's reason (a GPU freed by a pod being deleted, as in a restart, "
+        "needs a moment). A cluster autoscaler's scale-up waits for launch_timeout instead.",
+    )
+
+    state: str = ""  # what the kernel's pod is doing, as a person reads it
+    ended_reason: str | None = None  # why the pod ended: "OOMKilled (exit code 137)"…
+
+    _backend: Backend | None = None
+    _settings: GPUShare | None = None
+    _launched: bool = False
+    _exit_code: int | None = None
+    _deleted: bool = False
+    _last_read: float = 0.0
+    _key: str | None = None
+    _curve: tuple[str, str] | None = None
+    _manifests: tuple[dict[str, Any], dict[str, Any]] | None = None
+    _on_state: StateCallback | None = None
+    _pod_ip: str | None = None
+
+    # ---- identity ------------------------------------------------------------------------------
+
+    @property
+    def pod(self) -> str:
+        return pod_name(self.kernel_id)
+
+    @property
+    def secret(self) -> str:
+        return secret_name(self.kernel_id)
+
+    @property
+    def has_process(self) -> bool:
+        return self._launched
+
+    @property
+    def cluster(self) -> Cluster:
+        assert self._backend is not None, "the kernel pod is not prepared (pre_launch)"
+        return self._backend.cluster
+
+    # ---- start ---------------------------------------------------------------------------------
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        settings = self._settings = load_settings(self.config, reconcile=False)
+        for name in ("gpu_memory", "gpu_mode", "gpu_cores"):
+            if name in kwargs:
+                setattr(self, name, kwargs.pop(name))
+        kwargs.pop("gpushare_path", None)
+        self._on_state = kwargs.pop("gpushare_on_state", None)
+        request = self._request(settings)
+        backend = self._backend = await asyncio.to_thread(backend_for, settings)
+        await asyncio.to_thread(backend.collect_orphans)
+        facts = await asyncio.to_thread(backend.facts, settings)
+        argv = [*self.kernel_spec.argv, *kwargs.pop("extra_arguments", [])]
+        pod, pod_request = kernel_pod(
+            settings,
+            kernel_id=self.kernel_id,
+            server_id=backend.server_id,
+            owner=backend.owner,
+            request=request,
+            cluster=facts,
+            argv=argv,
+            namespace=backend.cluster.namespace,
+            annotations={HOLDER_ANNOTATION: backend.holder},
+        )
+        kernel_file = self._kernel_connection_file(settings)
+        secret = make_secret(
+            self.kernel_id,
+            backend.server_id,
+            backend.owner,
+            backend.cluster.namespace,
+            kernel_file,
+            secrets.token_urlsafe(24),
+            annotations={HOLDER_ANNOTATION: backend.holder},
+        )
+        self._manifests = (secret, pod)
+        # Pods take no signals: the kernel manager interrupts through the control channel.
+        if self.kernel_spec is not None:
+            self.kernel_spec.interrupt_mode = "message"
+        self.log.info(
+            "Kernel %s: pod %s in namespace %s asks for %s",
+            self.kernel_id,
+            self.pod,
+            backend.cluster.namespace,
+            describe(pod_request) or "no GPU",
+        )
+        kwargs = await super().pre_launch(**kwargs)
+        kwargs["env"] = {}  # the server's environment stays in the server; the pod has its own
+        kwargs["cmd"] = argv
+        return kwargs
+
+    def _request(self, settings: GPUShare) -> SliceRequest:
+        request = make_slice_request(
+            self.gpu_memory, self.gpu_mode, self.gpu_cores, settings.default_memory, settings.default_mode
+        )
+        if settings.max_memory_per_kernel and request.size.kind == "bytes":
+            limit = parse_size(settings.max_memory_per_kernel).resolve(0)
+            wanted = request.size.resolve(0)
+            if wanted > limit:
+                raise DoesNotFitError(
+                    f"{format_bytes(wanted)} is above the per-kernel limit of {format_bytes(limit)}"
+                )
+        return request
+
+    def _kernel_connection_file(self, settings: GPUShare) -> dict[str, Any]:
+        """The connection file the kernel reads (it binds every interface of its pod). The keys
+        are made once per kernel and kept across restarts, as a local kernel keeps its file."""
+        if self._key is None:
+            self._key = secrets.token_hex(32)
+        if settings.encrypt and self._curve is None:
+            import zmq
+
+            if not zmq.has("curve"):
+                raise ConfigurationError(
+                    "c.GPUShare.encrypt is on but this pyzmq has no CurveZMQ support (libzmq built "
+                    "without libsodium): install a pyzmq wheel with it, or set c.GPUShare.encrypt = False"
+                )
+            public, secret = zmq.curve_keypair()
+            self._curve = (public.decode("ascii"), secret.decode("ascii"))
+        if not settings.encrypt:
+            self._curve = None
+        info: dict[str, Any] = {
+            "transport": "tcp",
+            "ip": "0.0.0.0",
+            **{f"{channel}_port": port for channel, port in KERNEL_PORTS.items()},
+            "key": self._key,
+            "signature_scheme": "hmac-sha256",
+            "kernel_name": str(getattr(self.parent, "kernel_name", "") or ""),
+        }
+        if self._curve is not None:
+            info["curve_publickey"], info["curve_secretkey"] = self._curve
+        return info
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        assert self._manifests is not None and self._settings is not None, "pre_launch first"
+        secret, pod = self._manifests
+        self._exit_code, self.ended_reason, self._deleted, self._pod_ip = None, None, False, None
+        try:
+            await asyncio.to_thread(self._create_secret, secret)
+            await self._create_pod(pod, time.monotonic() + self._settings.launch_timeout)
+            self._launched = True
+            ip = await self._wait_running(self._settings.launch_timeout)
+        except BaseException:
+            self._launched = False
+            await asyncio.shield(asyncio.to_thread(self._delete_objects))
+            raise
+        self._pod_ip = ip
+        info: KernelConnectionInfo = json.loads(secret["stringData"][CONNECTION_FILE])
+        info["ip"] = ip
+        # Typed str, but the kernel manager compares it with its own key, which is bytes.
+        info["key"] = str(info["key"]).encode()  # type: ignore[typeddict-item]
+        self.connection_info = info
+        return info
+
+    def _create_secret(self, secret: dict[str, Any]) -> None:
+        try:
+            self.cluster.create_secret(secret)
+        except ClusterError as error:
+            if error.api_status != 409:
+                raise
+            # A Secret of ours from a start that did not finish: replace it.
+            self.cluster.delete_secret(self.secret)
+            self.cluster.create_secret(secret)
+
+    async def _create_pod(self, pod: dict[str, Any], deadline: float) -> None:
+        """Create the pod; a pod of the same name still being deleted (a restart) is waited for."""
+        while True:
+            try:
+                await asyncio.to_thread(self.cluster.create_pod, pod)
+                return
+            except ClusterError as error:
+                if error.api_status != 409 or time.monotonic() > deadline:
+                    raise
+            existing = await asyncio.to_thread(self.cluster.read_pod, self.pod)
+            labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
+            if existing is not None and labels.get(KERNEL_ID_LABEL) != label_value(self.kernel_id):
+                raise KernelPodError(f"a pod named {self.pod} exists and is not this kernel's")
+            if existing is not None and not existing["metadata"].get("deletionTimestamp"):
+                await asyncio.to_thread(self.cluster.delete_pod, self.pod, 0)
+            self._set_state("waiting for the previous pod of this kernel to go")
+            await asyncio.sleep(CONFLICT_RETRY)
+
+    async def _wait_running(self, timeout: float) -> str:
+        """Wait for the pod to run and have an IP; report phase and events; fail with the reason."""
+        started = time.monotonic()
+        seen: set[str] = set()
+        unschedulable_since: float | None = None
+        while True:
+            pod = await asyncio.to_thread(self.cluster.read_pod, self.pod)
+            if pod is None:
+                raise KernelPodError(f"the kernel pod {self.pod} was deleted while it started")
+            uid = (pod.get("metadata") or {}).get("uid")
+            events = [
+                event
+                for event in await asyncio.to_thread(self.cluster.pod_events, self.pod)
+                if not uid or (event.get("involvedObject") or {}).get("uid") in (None, uid)
+            ]
+            for event in events:
+                key = event_key(event)
+                if key not in seen:
+                    seen.add(key)
+                    self.log.info(
+                        "Kernel %s: pod %s: %s: %s",
+                        self.kernel_id,
+                        self.pod,
+                        event.get("reason"),
+                        event.get("message"),
+                    )
+            status = pod.get("status") or {}
+            phase = status.get("phase") or "Pending"
+            ip = status.get("podIP")
+            if phase == "Running" and ip:
+                self._set_state(f"running on {(pod.get('spec') or {}).get('nodeName') or '?'} ({ip})")
+                return str(ip)
+            if phase in ("Succeeded", "Failed"):
+                _, reason = termination(pod)
+                output = await self._last_output()
+                raise KernelPodError(f"the kernel pod {self.pod} ended while starting: {reason}{output}")
+            blocked = container_problem(pod)
+            if blocked is not None:
+                reason, message, image = blocked
+                if reason in IMAGE_FAILURES:
+                    raise KernelPodError(f"the kernel image {image} cannot be pulled: {reason}: {message}")
+                raise KernelPodError(f"the kernel container cannot start: {reason}: {message}")
+            unschedulable = unschedulable_reason(pod, events)
+            now = time.monotonic()
+            if unschedulable is not None:
+                unschedulable_since = unschedulable_since if unschedulable_since is not None else now
+                self._set_state(f"pending: {unschedulable}")
+                scaling_up = any(event.get("reason") == "TriggeredScaleUp" for event in events)
+                if not scaling_up and now - unschedulable_since >= self.unschedulable_grace:
+                    request = describe_limits(pod)
+                    raise DoesNotFitError(
+                        f"the cluster cannot place the kernel pod {self.pod} ({request}): {unschedulable}"
+                    )
+            else:
+                unschedulable_since = None
+                self._set_state(pending_state(pod, events))
+            if now - started >= timeout:
+                raise KernelPodError(
+                    f"the kernel pod {self.pod} did not start within {timeout:g} s "
+                    f"(c.GPUShare.launch_timeout); last: {self.state}"
+                )
+            await asyncio.sleep(self.poll_interval)
+
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        self.log.info("Kernel %s: %s", self.kernel_id, state)
+        if self._on_state is not None:
+            try:
+                self._on_state(state)
+            except Exception:  # a listener's failure must not fail the start
+                self.log.exception("Kernel %s: the state listener failed", self.kernel_id)
+
+    # ---- running -------------------------------------------------------------------------------
+
+    async def poll(self) -> int | None:
+        """None while the pod runs; its kernel's exit code once it ended or is gone."""
+        if not self._launched:
+            return self._exit_code if self._exit_code is not None else 0
+        if self._exit_code is not None:
+            return self._exit_code
+        if time.monotonic() - self._last_read < self.poll_interval:
+            return None
+        self._last_read = time.monotonic()
+        try:
+            pod = await asyncio.to_thread(self.cluster.read_pod, self.pod)
+        except ClusterError as error:
+            self.log.warning("Kernel %s: cannot read its pod (taken as running): %s", self.kernel_id, error)
+            return None
+        if pod is None:
+            if self._deleted:
+                self._exit_code = -signal.SIGKILL
+            else:
+                self._ended(1, "the kernel pod was deleted by someone else")
+            return self._exit_code
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            code, reason = termination(pod)
+            output = await self._last_output() if code != 0 else ""
+            self._ended(code, reason, output)
+            return self._exit_code
+        return None
+
+    def _ended(self, code: int, reason: str, output: str = "") -> None:
+        if self._exit_code is not None:  # concurrent polls: say it once
+            return
+        self._exit_code = code
+        self.ended_reason = reason
+        self._set_state(f"ended: {reason}")
+        if code != 0:
+            self.log.warning("Kernel %s: pod %s ended: %s%s", self.kernel_id, self.pod, reason, output)
+
+    async def _last_output(self) -> str:
+        """The kernel container's last lines, to say why it ended (empty when unreadable)."""
+        try:
+            text = await asyncio.to_thread(self.cluster.pod_log, self.pod)
+        except ClusterError as error:
+            self.log.debug("Kernel %s: no log: %s", self.kernel_id, error)
+            return ""
+        text = text.strip()
+        return f"; its last output:\n{text}" if text else ""
+
+    async def wait(self) -> int | None:
+        code = 0
+        while self._launched:
+            polled = await self.poll()
+            if polled is not None:
+                code = polled
+                break
+            await asyncio.sleep(self.poll_interval)
+        self._launched = False
+        return code
+
+    async def send_signal(self, signum: int) -> None:
+        if signum == signal.SIGINT:
+            await self._interrupt()
+        elif signum == signal.SIGKILL:
+            await self.kill()
+        elif signum == signal.SIGTERM:
+            await self.terminate()
+        elif signum != 0:
+            self.log.warning(
+                "Kernel %s: a pod takes no signal %d; only interrupt, terminate and kill",
+                self.kernel_id,
+                signum,
+            )
+
+    async def _interrupt(self) -> None:
+        """An interrupt_request on the control channel (the kernel manager's own way for
+        ``interrupt_mode = "message"``, for callers that signal instead)."""
+        manager = self.parent
+        if manager is None or not self._launched:
+            return
+        socket_ = manager.connect_control()
+        try:
+            manager.session.send(socket_, "interrupt_request", {})
+        finally:
+            socket_.close(linger=1000)
+
+    async def kill(self, restart: bool = False) -> None:
+        await self._delete_pod(grace_period_seconds=0)
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self._delete_pod(grace_period_seconds=None)
+
+    async def _delete_pod(self, grace_period_seconds: int | None) -> None:
+        if self._backend is None:
+            return
+        self._deleted = True
+        await asyncio.to_thread(self.cluster.delete_pod, self.pod, grace_period_seconds)
+        self._last_read = 0.0
+
+    async def cleanup(self, restart: bool = False) -> None:
+        """Delete pod and Secret; a restart makes new ones from pre_launch."""
+        self._launched = False
+        if self._backend is not None:
+            await asyncio.to_thread(self._delete_objects)
+
+    def _delete_objects(self) -> None:
+        """Delete pod (at once) and Secret, whatever state they are in (blocking)."""
+        self._deleted = True
+        problems: list[str] = []
+        deletions: list[Callable[[], bool]] = [
+            lambda: self.cluster.delete_pod(self.pod, grace_period_seconds=0),
+            lambda: self.cluster.delete_secret(self.secret),
+        ]
+        for delete in deletions:
+            try:
+                delete()
+            except ClusterError as error:
+                problems.append(str(error))
+        for problem in problems:
+            self.log.error("Kernel %s: cleanup incomplete: %s", self.kernel_id, problem)
+
+    # ---- persistence -----------------------------------------------------------------------------
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = await super().get_provisioner_info()
+        info["gpushare"] = {
+            "backend": "kubernetes",
+            "namespace": self._backend.cluster.namespace if self._backend else None,
+            "pod": self.pod,
+            "secret": self.secret,
+            "pod_ip": self._pod_ip,
+            "state": self.state,
+            "interrupt_mode": "message",
+        }
+        return info
+
+    async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
+        await super().load_provisioner_info(provisioner_info)
+        gpushare = provisioner_info.get("gpushare") or {}
+        self._pod_ip = gpushare.get("pod_ip")
+        self.state = gpushare.get("state") or ""
+        self._settings = load_settings(self.config, reconcile=False)
+        self._backend = await asyncio.to_thread(backend_for, self._settings)
+        self._launched = True
+
+
+__all__ = ["Backend", "KernelPodError", "KubernetesProvisioner", "backend_for", "server_identity"]

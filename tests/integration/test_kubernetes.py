@@ -1,0 +1,539 @@
+"""The Kubernetes backend end to end, against an API server and a node simulated on loopback.
+
+Real kernels start through jupyter_client's AsyncMultiKernelManager with a gpushare kernelspec
+and ``backend = "kubernetes"``: the provisioner talks to kmock's emulator (extended with the real
+API's semantics, see k8s_sim.py) over HTTP with the official client and a kubeconfig; the
+simulated node runs each pod's command as a local process. Nothing of the provisioner is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+from jupyter_client.multikernelmanager import AsyncMultiKernelManager
+from jupyter_client.session import Session
+from kubernetes import client as k8s_client
+from traitlets.config import Config
+
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.errors import DoesNotFitError
+from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
+from jupyter_gpushare.k8s.manifests import (
+    HOLDER_ANNOTATION,
+    KERNEL_PORTS,
+    label_value,
+    labels,
+    pod_name,
+    secret_name,
+    selector,
+)
+from jupyter_gpushare.processes import current_process, identify
+from jupyter_gpushare.provisioners import GPUShareProvisioner
+from jupyter_gpushare.provisioners.kubernetes import KernelPodError, KubernetesProvisioner, server_identity
+
+from .conftest import Node
+from .k8s_sim import EVENTS, PODS, SECRETS, SimulatedCluster
+from .kernels import run_cell, write_kernelspec
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "kernels"
+IMAGE = "jupyter-gpushare-kernel:test"
+BROKEN_IMAGE = "registry.example.com/jupyter-gpushare-kernel:missing"
+
+
+@pytest.fixture
+def cluster(node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SimulatedCluster]:
+    """A four-node HAMi cluster (one 80 GiB card per node) and a kubeconfig pointing at it."""
+    with SimulatedCluster(tmp_path / "cluster", NAMESPACE, broken_images=[BROKEN_IMAGE]) as simulated:
+        monkeypatch.setenv("KUBECONFIG", str(simulated.kubeconfig))
+        monkeypatch.setenv("JUPYTER_GPUSHARE_OWNER", "alice")
+        write_kernelspec(node, "gpu-6g-vgpu", {"gpu_memory": "6G", "gpu_mode": "vgpu", "gpu_cores": 30})
+        write_kernelspec(node, "gpu-200g-vgpu", {"gpu_memory": "200G", "gpu_mode": "vgpu"})
+        yield simulated
+        assert simulated.violations == []
+
+
+def manager(**gpushare: object) -> AsyncMultiKernelManager:
+    settings = {
+        "backend": "kubernetes",
+        "resource_preset": "hami",
+        "kernel_image": IMAGE,
+        "launch_timeout": 30.0,
+        **gpushare,
+    }
+    config = Config(
+        {"GPUShare": settings, "KubernetesProvisioner": {"poll_interval": 0.1, "unschedulable_grace": 0.5}}
+    )
+    # Connection files in the test's runtime dir, not the working directory.
+    return AsyncMultiKernelManager(config=config, connection_dir=os.environ["JUPYTER_RUNTIME_DIR"])
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        await asyncio.sleep(0.05)
+
+
+def ours(cluster: SimulatedCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    gpushare = GPUShare()
+    server_id, _ = server_identity(gpushare)
+    wanted = dict(pair.split("=") for pair in selector(server_id).split(","))
+
+    def matches(obj: dict[str, Any]) -> bool:
+        return all(obj["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+
+    return [p for p in cluster.pods() if matches(p)], [s for s in cluster.secrets() if matches(s)]
+
+
+async def nothing_left(cluster: SimulatedCluster) -> None:
+    await eventually(lambda: cluster.pods() == [] and cluster.secrets() == [], what="no pod and no Secret")
+
+
+def secret_files(secret: dict[str, Any]) -> dict[str, str]:
+    return {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+
+
+# ---- one entry point, two backends ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "expected"), [("kubernetes", "KubernetesProvisioner"), ("local", "LocalGPUShareProvisioner")]
+)
+def test_the_gpushare_provisioner_is_the_configured_backends(backend: str, expected: str) -> None:
+    from jupyter_client.kernelspec import KernelSpec
+    from jupyter_client.manager import AsyncKernelManager
+
+    km = AsyncKernelManager(config=Config({"GPUShare": {"backend": backend}}))
+    spec = KernelSpec(argv=["python"], display_name="x", language="python")
+    provisioner = GPUShareProvisioner(kernel_id="k", kernel_spec=spec, parent=km, gpu_memory="4G")
+    assert type(provisioner).__name__ == expected
+    assert isinstance(provisioner, GPUShareProvisioner)
+    assert provisioner.gpu_memory == "4G" and provisioner.kernel_id == "k" and provisioner.parent is km
+
+
+# ---- the emulator keeps the API's semantics -----------------------------------------------------
+
+
+def test_the_emulator_answers_as_the_api_does(cluster: SimulatedCluster) -> None:
+    configuration = k8s_client.Configuration()
+    configuration.host = cluster.url
+    api = Cluster(NAMESPACE, configuration=configuration)
+    try:
+        assert api.read_pod("nope") is None
+        assert api.delete_pod("nope") is False
+        assert api.delete_secret("nope") is False
+        with pytest.raises(ClusterError) as missing:
+            api._call(
+                "read", lambda: api.core.read_namespaced_secret("nope", NAMESPACE, _preload_content=False)
+            )
+        assert missing.value.api_status == 404 and missing.value.reason == "NotFound"
+        assert 'secrets "nope" not found' in str(missing.value)
+
+        for name, team in (("a", "ml"), ("b", "web"), ("c", "ml")):
+            api.create_secret(
+                {
+                    "metadata": {
+                        "name": name,
+                        "labels": {"team": team, **({"x": "1"} if name == "c" else {})},
+                    },
+                    "stringData": {"k": name},
+                }
+            )
+        with pytest.raises(ClusterError) as conflict:
+            api.create_secret({"metadata": {"name": "a"}, "stringData": {}})
+        assert conflict.value.api_status == 409 and conflict.value.reason == "AlreadyExists"
+
+        def names(label_selector: str) -> list[str]:
+            return sorted(s["metadata"]["name"] for s in api.list_secrets(label_selector))
+
+        assert names("team=ml") == ["a", "c"]
+        assert names("team==ml,x") == ["c"]
+        assert names("team!=ml") == ["b"]
+        assert names("team in (web,ops)") == ["b"]
+        assert names("team notin (web),!x") == ["a"]
+        assert names("") == ["a", "b", "c"]
+        with pytest.raises(ClusterError) as bad:
+            api.list_secrets("team=(")
+        assert bad.value.api_status == 400
+        stored = next(s for s in api.list_secrets("team=web"))
+        assert "stringData" not in stored and base64.b64decode(stored["data"]["k"]) == b"b"
+        assert stored["metadata"]["uid"] and stored["metadata"]["resourceVersion"]
+
+        # Events by field selector, as kubectl describe reads them.
+        for pod, reason in (("p1", "Scheduled"), ("p2", "FailedScheduling"), ("p1", "Started")):
+            cluster.add(
+                EVENTS,
+                {
+                    "metadata": {"generateName": f"{pod}.", "namespace": NAMESPACE},
+                    "involvedObject": {"kind": "Pod", "name": pod, "namespace": NAMESPACE},
+                    "reason": reason,
+                    "message": reason,
+                },
+            )
+        assert [event["reason"] for event in api.pod_events("p1")] == ["Scheduled", "Started"]
+        with pytest.raises(ClusterError, match=r"field label not supported: spec\.nonsense"):
+            api._call(
+                "list",
+                lambda: api.core.list_namespaced_event(
+                    NAMESPACE, field_selector="spec.nonsense=1", _preload_content=False
+                ),
+            )
+        assert {node["metadata"]["name"] for node in api.list_nodes()} == {
+            f"gpu-node-{i}" for i in range(1, 5)
+        }
+    finally:
+        api.close()
+
+
+# ---- a kernel in a pod ---------------------------------------------------------------------------
+
+
+async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
+    cluster: SimulatedCluster,
+) -> None:
+    kernels = manager()
+    states: list[str] = []
+    kernel_id = await kernels.start_kernel(kernel_name="gpu-6g-vgpu", gpushare_on_state=states.append)
+    try:
+        km = kernels.get_kernel(kernel_id)
+        provisioner = km.provisioner
+        assert isinstance(provisioner, KubernetesProvisioner) and isinstance(provisioner, GPUShareProvisioner)
+
+        # One pod, asking HAMi for the slice; its Secret holds the connection file and token.
+        [pod], [secret] = ours(cluster)
+        assert pod["metadata"]["name"] == pod_name(kernel_id)
+        assert pod["metadata"]["namespace"] == NAMESPACE
+        assert pod["metadata"]["labels"]["jupyter-gpushare.io/kernel-id"] == label_value(kernel_id)
+        assert pod["metadata"]["labels"]["jupyter-gpushare.io/owner"] == "alice"
+        kernel = pod["spec"]["containers"][0]
+        assert kernel["image"] == IMAGE
+        assert kernel["resources"]["limits"] == {
+            "nvidia.com/gpu": "1",
+            "nvidia.com/gpumem": "6144",
+            "nvidia.com/gpucores": "30",
+        }
+        assert pod["spec"]["schedulerName"] == "hami-scheduler"
+        assert pod["spec"]["restartPolicy"] == "Never"
+        assert secret["metadata"]["name"] == secret_name(kernel_id)
+        files = secret_files(secret)
+        connection = json.loads(files["connection.json"])
+        token = files["token"]
+        assert connection["key"] not in json.dumps(pod) and token not in json.dumps(pod)
+        assert {connection[f"{channel}_port"] for channel in KERNEL_PORTS} == set(KERNEL_PORTS.values())
+
+        # The manager connects to the pod's IP over CurveZMQ with the Secret's keys.
+        assert km.ip == pod["status"]["podIP"] and km.ip.startswith("127.0.0.")
+        assert connection["curve_publickey"] and km.curve_publickey == connection["curve_publickey"].encode()
+        assert km.session.key == connection["key"].encode()
+        assert states[-1].startswith("running on gpu-node-") and any("pending" in s for s in states)
+
+        cell = await run_cell(
+            km,
+            "import os\n"
+            "from jupyter_gpushare.kernel.own_slice import _token_from_file\n"
+            "print(os.environ['JUPYTER_GPUSHARE_MODE'], os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])\n"
+            "print('JUPYTER_GPUSHARE_TOKEN' in os.environ, _token_from_file())\n"
+            "print(6 * 7)",
+        )
+        assert cell.error is None, cell
+        assert cell.stdout.split("\n")[:3] == ["vgpu 6442450944", f"False {token}", "42"]
+
+        # Without the Curve keys nobody gets an answer: the channel is encrypted.
+        assert not await answered_without_curve(km.ip, connection["key"])
+
+        # An interrupt travels on the control channel (a pod takes no signal).
+        assert km.kernel_spec.interrupt_mode == "message"
+        marker = cluster.root / "sleeping"  # the kernel shares this host's disk in the simulation
+        code = f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)"
+        interrupted = asyncio.create_task(run_cell(km, code, timeout=30))
+        await eventually(marker.exists, what="the cell to start")
+        await kernels.interrupt_kernel(kernel_id)
+        cell = await asyncio.wait_for(interrupted, 15)
+        assert cell.error == "KeyboardInterrupt"
+        assert (await run_cell(km, "print('still here')")).stdout == "still here\n"
+    finally:
+        await kernels.shutdown_all()
+    await nothing_left(cluster)
+    await eventually(lambda: cluster.node.running == {}, what="the node stopped the kernel")
+
+
+async def test_without_encryption_a_plain_socket_is_answered(cluster: SimulatedCluster) -> None:
+    """The control for the probe above: with ``encrypt = False`` the same plain request is answered."""
+    kernels = manager(encrypt=False)
+    kernel_id = await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
+    try:
+        km = kernels.get_kernel(kernel_id)
+        _, [secret] = ours(cluster)
+        connection = json.loads(secret_files(secret)["connection.json"])
+        assert "curve_publickey" not in connection and km.curve_publickey is None
+        assert (await run_cell(km, "print('plain')")).stdout == "plain\n"
+        assert await answered_without_curve(km.ip, connection["key"])
+    finally:
+        await kernels.shutdown_all()
+    await nothing_left(cluster)
+
+
+async def answered_without_curve(ip: str, key: str) -> bool:
+    """Whether the kernel answers a correctly signed kernel_info_request on a plain socket."""
+
+    def probe() -> bool:
+        context = zmq.Context()
+        socket = context.socket(zmq.DEALER)
+        socket.linger = 0
+        socket.sndtimeo = 1500  # a refused handshake leaves no peer: a send would block forever
+        socket.connect(f"tcp://{ip}:{KERNEL_PORTS['shell']}")
+        try:
+            Session(key=key.encode()).send(socket, "kernel_info_request", {})
+            return bool(socket.poll(1500))
+        except zmq.Again:
+            return False
+        finally:
+            socket.close()
+            context.term()
+
+    return await asyncio.to_thread(probe)
+
+
+async def test_a_restart_makes_a_new_pod_and_the_kernel_answers_again(cluster: SimulatedCluster) -> None:
+    kernels = manager()
+    kernel_id = await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
+    try:
+        km = kernels.get_kernel(kernel_id)
+        [first], _ = ours(cluster)
+        assert (await run_cell(km, "x = 1\nprint(x)")).stdout == "1\n"
+        await kernels.restart_kernel(kernel_id)
+        [second], [_] = ours(cluster)
+        assert second["metadata"]["uid"] != first["metadata"]["uid"]
+        assert km.ip == second["status"]["podIP"] != first["status"]["podIP"]
+        cell = await run_cell(km, "print('x' in dir())")
+        assert cell.stdout == "False\n"  # a fresh kernel process
+    finally:
+        await kernels.shutdown_all()
+    await nothing_left(cluster)
+
+
+async def test_a_jupyter_server_runs_a_pod_kernel_over_its_websocket(
+    node: Node, cluster: SimulatedCluster
+) -> None:
+    """The server's own path: REST start, the browser's websocket (the server's ZMQ sockets to the
+    pod use the Curve keys), REST shutdown."""
+    from tornado.websocket import websocket_connect
+
+    from .servers import start_server
+
+    config = Path(node.env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json"
+    config.write_text(json.dumps({"KubernetesProvisioner": {"poll_interval": 0.1}}))
+    environment = {
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "JUPYTER_GPUSHARE_BACKEND": "kubernetes",
+        "JUPYTER_GPUSHARE_RESOURCE_PRESET": "hami",
+        "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
+        "JUPYTER_GPUSHARE_OWNER": "alice",
+    }
+    server = await asyncio.to_thread(start_server, node, "k8s", environment)
+    try:
+        started = await asyncio.to_thread(server.request, "POST", "/api/kernels", {"name": "gpu-6g-vgpu"})
+        assert started.status == 201, started.body
+        kernel_id = started.body["id"]
+        [pod], [_] = ours(cluster)
+        assert pod["metadata"]["name"] == pod_name(kernel_id)
+
+        url = f"{server.url.replace('http', 'ws')}/api/kernels/{kernel_id}/channels?token={server.token}"
+        socket = await websocket_connect(url)
+        msg_id = uuid.uuid4().hex
+        socket.write_message(
+            json.dumps(
+                {
+                    "header": {
+                        "msg_id": msg_id,
+                        "msg_type": "execute_request",
+                        "username": "test",
+                        "session": uuid.uuid4().hex,
+                        "version": "5.3",
+                        "date": "",
+                    },
+                    "parent_header": {},
+                    "metadata": {},
+                    "content": {"code": "print(6 * 7)", "silent": False, "allow_stdin": False},
+                    "channel": "shell",
+                    "buffers": [],
+                }
+            )
+        )
+        output, replied, idle = "", False, False
+        deadline = time.monotonic() + 60
+        while not (replied and idle):  # the reply (shell) and the output (iopub) come in any order
+            assert time.monotonic() < deadline, f"no reply: {server.log()[-2000:]}"
+            message = json.loads(await asyncio.wait_for(socket.read_message(), 60))
+            if message.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] == "stream":
+                output += message["content"]["text"]
+            elif message["msg_type"] == "execute_reply":
+                assert message["content"]["status"] == "ok"
+                replied = True
+            elif message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                idle = True
+        socket.close()
+        assert output == "42\n"
+
+        stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
+        assert stopped.status == 204, stopped.body
+        await nothing_left(cluster)
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+# ---- failures: the cluster's reason, and nothing left behind ----------------------------------
+
+
+async def test_an_unschedulable_kernel_fails_with_the_schedulers_reason(
+    cluster: SimulatedCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    kernels = manager()
+    states: list[str] = []
+    started = time.monotonic()
+    caplog.set_level(logging.INFO)
+    with pytest.raises(DoesNotFitError) as refused:
+        await kernels.start_kernel(kernel_name="gpu-200g-vgpu", gpushare_on_state=states.append)
+    assert time.monotonic() - started < 10
+    message = str(refused.value)
+    assert "0/4 nodes are available: 4 Insufficient nvidia.com/gpumem." in message
+    assert "nvidia.com/gpumem=204800" in message
+    assert "pending: 0/4 nodes are available: 4 Insufficient nvidia.com/gpumem." in states
+    assert "FailedScheduling" in caplog.text
+    assert kernels.list_kernel_ids() == []
+    await nothing_left(cluster)
+
+
+async def test_an_image_that_cannot_be_pulled_fails_the_start_with_the_reason(
+    cluster: SimulatedCluster,
+) -> None:
+    kernels = manager(kernel_image=BROKEN_IMAGE)
+    with pytest.raises(KernelPodError) as failed:
+        await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
+    assert f"the kernel image {BROKEN_IMAGE} cannot be pulled: ErrImagePull:" in str(failed.value)
+    assert "not found" in str(failed.value)
+    await nothing_left(cluster)
+
+
+async def test_a_pod_nobody_schedules_fails_at_the_launch_timeout(cluster: SimulatedCluster) -> None:
+    kernels = manager(scheduler_name="no-such-scheduler", launch_timeout=1.5)
+    started = time.monotonic()
+    with pytest.raises(KernelPodError, match=r"did not start within 1\.5 s \(c\.GPUShare\.launch_timeout\)"):
+        await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
+    assert time.monotonic() - started < 6
+    await nothing_left(cluster)
+
+
+async def test_a_pod_killed_mid_session_is_reported_with_its_reason(
+    cluster: SimulatedCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    kernels = manager()
+    kernel_id = await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
+    try:
+        km = kernels.get_kernel(kernel_id)
+        assert await km.is_alive()
+        caplog.set_level(logging.WARNING)
+        await cluster.acall(lambda: cluster.node.oom_kill(pod_name(kernel_id)))
+        deadline = time.monotonic() + 10
+        while await km.is_alive():
+            assert time.monotonic() < deadline, "the kernel still looks alive"
+            await asyncio.sleep(0.1)
+        provisioner = km.provisioner
+        assert await provisioner.poll() == 137
+        assert provisioner.ended_reason == "OOMKilled (exit code 137)"
+        assert "OOMKilled (exit code 137)" in caplog.text
+    finally:
+        await kernels.shutdown_all()
+    await nothing_left(cluster)
+
+
+async def test_a_kernel_that_dies_says_why_with_its_last_output(
+    node: Node, cluster: SimulatedCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = Path(node.env["JUPYTER_PATH"]) / "kernels" / "crashing"
+    directory.mkdir(parents=True)
+    crash = (
+        "import sys, time; time.sleep(1); "
+        "print('kernel crashed: a module is missing', file=sys.stderr); sys.exit(3)"
+    )
+    spec = {
+        "argv": ["python", "-c", crash, "{connection_file}"],
+        "display_name": "crashing",
+        "language": "python",
+        "metadata": {
+            "kernel_provisioner": {"provisioner_name": "gpushare-provisioner", "config": {"gpu_memory": "4G"}}
+        },
+    }
+    (directory / "kernel.json").write_text(json.dumps(spec))
+    kernels = manager()
+    caplog.set_level(logging.WARNING)
+    kernel_id = await kernels.start_kernel(kernel_name="crashing")
+    try:
+        km = kernels.get_kernel(kernel_id)
+        deadline = time.monotonic() + 10
+        while await km.is_alive():  # as a server's restarter polls
+            assert time.monotonic() < deadline, "the kernel still looks alive"
+            await asyncio.sleep(0.1)
+        assert km.provisioner.ended_reason == "Error (exit code 3)"
+        assert await km.provisioner.poll() == 3
+        assert "Error (exit code 3); its last output:\nkernel crashed: a module is missing" in caplog.text
+    finally:
+        await kernels.shutdown_all()
+    await nothing_left(cluster)
+
+
+# ---- orphans -------------------------------------------------------------------------------------
+
+
+async def test_orphans_of_a_gone_server_process_are_collected_at_first_start(
+    cluster: SimulatedCluster,
+) -> None:
+    server_id, owner = server_identity(GPUShare())
+    host = os.uname().nodename
+    gone = f"{host}/999999/1.0"  # no such process
+    me = current_process()
+    pid1 = identify(1)
+    alive = f"{host}/{me.pid}/{me.start!r}"
+    sibling = f"{host}/{pid1.pid}/{pid1.start!r}" if pid1 else alive
+    for name, holder, server in (
+        ("orphan", gone, server_id),
+        ("sibling", sibling, server_id),
+        ("other-server", gone, "bob@elsewhere"),
+    ):
+        meta = {
+            "name": f"gpushare-kernel-{name}",
+            "labels": labels(name, server, owner),
+            "annotations": {HOLDER_ANNOTATION: holder},
+            "namespace": NAMESPACE,
+        }
+        kernel = {"name": "kernel", "image": IMAGE, "command": ["sleep", "600"]}
+        cluster.add(PODS, {"metadata": meta, "spec": {"containers": [kernel]}})
+        cluster.add(
+            SECRETS, {"metadata": {**meta, "name": f"{meta['name']}-conn"}, "stringData": {"token": "t"}}
+        )
+
+    kernels = manager(scheduler_name="no-such-scheduler", launch_timeout=0.5)  # only the first start matters
+    with pytest.raises(KernelPodError):
+        await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
+    names = sorted(p["metadata"]["name"] for p in cluster.pods())
+    assert names == ["gpushare-kernel-other-server", "gpushare-kernel-sibling"]
+    assert sorted(s["metadata"]["name"] for s in cluster.secrets()) == [
+        "gpushare-kernel-other-server-conn",
+        "gpushare-kernel-sibling-conn",
+    ]
