@@ -28,8 +28,24 @@ def _bar(used: int, reserved: int, total: int) -> str:
     )
 
 
-@dataclass
-class SliceStatus:
+class TextView:
+    """Plain text in a terminal (and in ``repr``), from ``lines()``; subclasses add HTML."""
+
+    def lines(self) -> list[str]:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+
+@dataclass(repr=False)
+class SliceStatus(TextView):
     """``%gpu status``."""
 
     kernel_id: str
@@ -66,15 +82,6 @@ class SliceStatus:
         lines.extend(self.notes)
         return lines
 
-    def __str__(self) -> str:
-        return "\n".join(self.lines())
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
-
     def _repr_html_(self) -> str:
         lines = self.lines()
         body = "".join(
@@ -93,8 +100,8 @@ class SliceStatus:
         )
 
 
-@dataclass
-class PoolStatus:
+@dataclass(repr=False)
+class PoolStatus(TextView):
     """``%gpu pool``."""
 
     pool: dict[str, Any]
@@ -115,15 +122,6 @@ class PoolStatus:
                 + f"; modes: {', '.join(device['modes'])}"
             )
         return lines
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines())
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
     def _repr_html_(self) -> str:
         pool = self.pool

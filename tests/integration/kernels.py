@@ -82,3 +82,12 @@ def wait_for_exit(pid: int, timeout: float = 20) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"process {pid} still runs after {timeout} s")
+
+
+def wait_until(condition: Any, timeout: float = 30.0, interval: float = 0.05) -> None:
+    """Poll ``condition()`` until it is true, failing the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(interval)

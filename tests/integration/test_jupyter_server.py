@@ -11,7 +11,7 @@ import pytest
 from jupyter_gpushare.sizes import GiB
 
 from .conftest import Node
-from .kernels import wait_for_exit
+from .kernels import wait_for_exit, wait_until
 from .servers import JupyterServer, Response, start_server
 
 pytestmark = pytest.mark.integration
@@ -22,14 +22,6 @@ def server(node: Node) -> Iterator[JupyterServer]:
     running = start_server(node)
     yield running
     running.stop()
-
-
-def wait_until(condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
 
 
 def test_two_30g_kernels_run_and_a_third_queues_until_one_ends(node: Node, server: JupyterServer) -> None:

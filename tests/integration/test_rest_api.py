@@ -11,6 +11,7 @@ import pytest
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
 from .conftest import Node
+from .kernels import wait_until
 from .servers import JupyterServer, start_server
 
 pytestmark = pytest.mark.integration
@@ -33,14 +34,6 @@ def server(node: Node) -> Iterator[JupyterServer]:
     running = start_server(node)
     yield running
     running.stop()
-
-
-def wait_until(condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
 
 
 def metrics(server: JupyterServer) -> str:
