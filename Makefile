@@ -23,10 +23,16 @@ demo: install
 	$(BIN)/jupyter gpushare kernelspec install --sys-prefix
 	JUPYTER_GPUSHARE_SIMULATE=$(SIMULATE) $(BIN)/jupyter lab --notebook-dir=examples $(if $(filter 0,$(shell id -u)),--allow-root)
 
-lint: install-test
+lint: install-test labextension/node_modules
 	$(BIN)/ruff check jupyter_gpushare tests benchmarks
 	$(BIN)/ruff format --check jupyter_gpushare tests benchmarks
 	$(BIN)/mypy
+	cd labextension && npm run --silent lint
+
+# The JupyterLab extension's npm packages (pip install builds with them; lint needs them too).
+labextension/node_modules: labextension/package-lock.json
+	cd labextension && npm install --no-audit --no-fund --silent
+	touch $@
 
 test: lint
 	$(BIN)/pytest

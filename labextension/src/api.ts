@@ -1,0 +1,166 @@
+/**
+ * The client of the gpushare REST API and its live stream.
+ *
+ * Every URL is built from `ServerConnection` settings, whose base URL comes from the page
+ * config, so the extension works under a JupyterHub-style prefix (`/user/alice/`). Requests go
+ * through `ServerConnection.makeRequest`, which adds the token or the XSRF header as the rest of
+ * JupyterLab does.
+ */
+
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import {
+  IErrorBody,
+  IGPUShareConfig,
+  IKernelSlice,
+  IPool,
+  IResize,
+  IUsageEvent
+} from './types';
+
+/** The route prefix of the server extension, relative to the server's base URL. */
+export const API_PATH = 'api/gpushare';
+
+/** What the picker offers when a server has no `GET config` (an older server). */
+export const FALLBACK_CONFIG: IGPUShareConfig = {
+  sizes: ['2G', '4G', '8G', '16G', 'whole'],
+  default_memory: '4G',
+  default_mode: 'timeslice',
+  modes: ['timeslice']
+};
+
+/**
+ * A refusal of the server, carrying its sentence (`{"message"}`) and HTTP status.
+ */
+export class GPUShareError extends Error {
+  constructor(
+    message: string,
+    readonly status: number
+  ) {
+    super(message);
+    this.name = 'GPUShareError';
+  }
+}
+
+/**
+ * The REST routes of SPEC §7 that the panel, the picker and the status bar use.
+ */
+export class GPUShareAPI {
+  /**
+   * @param settings - The server connection settings; the default ones of the page.
+   */
+  constructor(settings?: ServerConnection.ISettings) {
+    this.settings = settings ?? ServerConnection.makeSettings();
+  }
+
+  /** The server connection settings in use. */
+  readonly settings: ServerConnection.ISettings;
+
+  /** The absolute URL of a route, e.g. `url('kernels', id)`. */
+  url(...parts: string[]): string {
+    return URLExt.join(
+      this.settings.baseUrl,
+      API_PATH,
+      ...parts.map(encodeURIComponent)
+    );
+  }
+
+  /**
+   * The URL of the live stream for an `EventSource`, which sends the page's cookies but can
+   * set no header: the token rides in the query only when the settings carry one.
+   */
+  streamUrl(): string {
+    const url = this.url('stream');
+    const token = this.settings.token;
+    return token ? `${url}?token=${encodeURIComponent(token)}` : url;
+  }
+
+  /** `GET pool`. */
+  pool(): Promise<IPool> {
+    return this.request<IPool>('GET', ['pool']);
+  }
+
+  /** `GET kernels`: this server's GPU kernels. */
+  kernels(): Promise<IKernelSlice[]> {
+    return this.request<IKernelSlice[]>('GET', ['kernels']);
+  }
+
+  /** `GET kernels/{id}`. */
+  kernel(kernelId: string): Promise<IKernelSlice> {
+    return this.request<IKernelSlice>('GET', ['kernels', kernelId]);
+  }
+
+  /** Pool and kernels at once, shaped as one event of the stream. */
+  async snapshot(): Promise<IUsageEvent> {
+    const [pool, kernels] = await Promise.all([this.pool(), this.kernels()]);
+    return { pool, kernels };
+  }
+
+  /**
+   * `GET config`: the presets, defaults and modes; the built-in defaults when the server is
+   * older than the route.
+   */
+  async config(): Promise<IGPUShareConfig> {
+    try {
+      return await this.request<IGPUShareConfig>('GET', ['config']);
+    } catch (error) {
+      if (error instanceof GPUShareError && error.status === 404) {
+        return FALLBACK_CONFIG;
+      }
+      throw error;
+    }
+  }
+
+  /** `PATCH kernels/{id}`: resize the slice in place (409 with the reason if it cannot). */
+  resize(kernelId: string, size: string): Promise<IKernelSlice> {
+    const body: IResize = { gpu_memory: size };
+    return this.request<IKernelSlice>('PATCH', ['kernels', kernelId], body);
+  }
+
+  /** `DELETE kernels/{id}/gpu`: release the slice; the kernel keeps running. */
+  async release(kernelId: string): Promise<void> {
+    await this.request<void>('DELETE', ['kernels', kernelId, 'gpu']);
+  }
+
+  private async request<T>(
+    method: string,
+    parts: string[],
+    body?: unknown
+  ): Promise<T> {
+    const init: RequestInit = { method };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      init.headers = { 'Content-Type': 'application/json' };
+    }
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(
+        this.url(...parts),
+        init,
+        this.settings
+      );
+    } catch (error) {
+      throw new GPUShareError(
+        `the server cannot be reached: ${(error as Error).message}`,
+        0
+      );
+    }
+    const text = await response.text();
+    let data: unknown = undefined;
+    if (text) {
+      try {
+        data = JSON.parse(text);
+      } catch {
+        data = undefined;
+      }
+    }
+    if (!response.ok) {
+      const message =
+        (data as IErrorBody | undefined)?.message ||
+        `${method} ${parts.join('/')} failed: ${response.status} ${response.statusText}`;
+      throw new GPUShareError(message, response.status);
+    }
+    return data as T;
+  }
+}

@@ -1,0 +1,67 @@
+/**
+ * Which kernelspecs are gpushare kernelspecs (SPEC §5), and what slice each asks for.
+ */
+
+import { KernelSpec } from '@jupyterlab/services';
+
+export const PROVISIONER_NAME = 'gpushare-provisioner';
+
+/** The slice a gpushare kernelspec asks for. */
+export interface ISpecSlice {
+  name: string;
+  memory: string | null;
+  mode: string | null;
+}
+
+/**
+ * The slice of a kernelspec, or null when it does not use `gpushare-provisioner`.
+ */
+export function specSlice(
+  spec: KernelSpec.ISpecModel | undefined
+): ISpecSlice | null {
+  const stanza = (spec?.metadata as any)?.kernel_provisioner;
+  if (!spec || !stanza || stanza.provisioner_name !== PROVISIONER_NAME) {
+    return null;
+  }
+  const config = stanza.config ?? {};
+  const memory = config.gpu_memory;
+  return {
+    name: spec.name,
+    memory:
+      typeof memory === 'number'
+        ? `${memory}M`
+        : typeof memory === 'string'
+          ? memory
+          : null,
+    mode: typeof config.gpu_mode === 'string' ? config.gpu_mode : null
+  };
+}
+
+/** Every gpushare kernelspec known to the manager. */
+export function gpushareSpecs(
+  specs: KernelSpec.ISpecModels | null
+): ISpecSlice[] {
+  if (!specs) {
+    return [];
+  }
+  return Object.values(specs.kernelspecs)
+    .map(spec => specSlice(spec))
+    .filter((slice): slice is ISpecSlice => slice !== null);
+}
+
+/**
+ * The gpushare kernelspec to switch to for another mode: the one of that mode whose size
+ * is the one asked for, else any of that mode.
+ */
+export function specForMode(
+  specs: KernelSpec.ISpecModels | null,
+  mode: string,
+  memory: string | null
+): ISpecSlice | null {
+  const candidates = gpushareSpecs(specs).filter(slice => slice.mode === mode);
+  const same = candidates.find(
+    slice =>
+      memory !== null && slice.memory?.toLowerCase() === memory.toLowerCase()
+  );
+  return same ?? candidates[0] ?? null;
+}

@@ -1,0 +1,208 @@
+/**
+ * A kernel row of the side panel (`.jp-gpushare-kernel`): the notebook (a button that opens
+ * it), the slice, a used/slice bar, utilisation, the state or queue position, the warnings,
+ * and the actions resize, release and shut down.
+ */
+
+import { h, percentOf, setAttr, setText } from '../dom';
+import { formatBytes, formatGiB } from '../sizes';
+import { IKernelSlice } from '../types';
+
+export const KERNEL_CLASS = 'jp-gpushare-kernel';
+
+/** Above this share of its slice a kernel shows the warning colour. */
+export const WARN_RATIO = 0.9;
+
+/** What the row's buttons do; the plugin provides them. */
+export interface IKernelActions {
+  /** Open a notebook by its server path. */
+  open(path: string): void;
+  /** Ask for a new size and resize. */
+  resize(kernel: IKernelSlice): void;
+  /** Release the slice; the kernel keeps running. */
+  release(kernel: IKernelSlice): void;
+  /** Shut the kernel down. */
+  shutdown(kernel: IKernelSlice): void;
+}
+
+/** The notebook of a kernel as the panel shows it. */
+export interface INotebookRef {
+  /** The label: the notebook's file name, else the kernelspec. */
+  label: string;
+  /** The server path to open, or null when unknown. */
+  path: string | null;
+}
+
+/** The level of a kernel's memory use: ok, near its slice, or above it. */
+export function usageLevel(kernel: IKernelSlice): 'ok' | 'warn' | 'over' {
+  const request = kernel.memory_request ?? 0;
+  if (kernel.state !== 'running' || request <= 0) {
+    return kernel.warnings.length ? 'warn' : 'ok';
+  }
+  const ratio = kernel.memory_used / request;
+  if (ratio > 1) {
+    return 'over';
+  }
+  return ratio > WARN_RATIO || kernel.warnings.length ? 'warn' : 'ok';
+}
+
+/**
+ * One row, updated in place; its buttons keep focus across updates.
+ */
+export class KernelRow {
+  constructor(private _actions: IKernelActions) {
+    this.node = h(
+      'li',
+      { class: KERNEL_CLASS },
+      h('div', { class: 'jp-gpushare-kernel-head' }, this._open, this._state),
+      this._bar,
+      h(
+        'div',
+        { class: 'jp-gpushare-kernel-figures' },
+        this._usage,
+        this._util,
+        this._source
+      ),
+      this._warnings,
+      h(
+        'div',
+        { class: 'jp-gpushare-actions' },
+        this._resize,
+        this._release,
+        this._shutdown
+      )
+    );
+    this._bar.append(this._used);
+    this._open.addEventListener('click', () => {
+      if (this._path) {
+        this._actions.open(this._path);
+      }
+    });
+    this._resize.addEventListener('click', () => {
+      if (this._kernel) {
+        this._actions.resize(this._kernel);
+      }
+    });
+    this._release.addEventListener('click', () => {
+      if (this._kernel) {
+        this._actions.release(this._kernel);
+      }
+    });
+    this._shutdown.addEventListener('click', () => {
+      if (this._kernel) {
+        this._actions.shutdown(this._kernel);
+      }
+    });
+  }
+
+  /** The row's element. */
+  readonly node: HTMLLIElement;
+
+  /** Show a kernel's latest figures. */
+  update(kernel: IKernelSlice, notebook: INotebookRef): void {
+    this._kernel = kernel;
+    this._path = notebook.path;
+    const running = kernel.state === 'running';
+    const request = kernel.memory_request ?? 0;
+    const level = usageLevel(kernel);
+    this.node.dataset.kernelId = kernel.kernel_id ?? '';
+    this.node.dataset.state = kernel.state;
+    this.node.classList.toggle('jp-mod-warn', level === 'warn');
+    this.node.classList.toggle('jp-mod-over', level === 'over');
+
+    setText(this._open, notebook.label);
+    this._open.disabled = !notebook.path;
+    setAttr(
+      this._open,
+      'title',
+      notebook.path ? `Open ${notebook.path}` : `Kernel ${kernel.kernel_id}`
+    );
+
+    let state: string;
+    if (kernel.state === 'queued') {
+      state = `queued #${kernel.queue_position ?? '?'} · ${kernel.size ?? ''}`;
+    } else if (kernel.state === 'released') {
+      state = 'no GPU (released)';
+    } else {
+      state = `${kernel.size ?? formatBytes(request)} on GPU${kernel.device} · ${kernel.mode}`;
+    }
+    setText(this._state, state);
+    this._state.className = `jp-gpushare-state jp-gpushare-state-${kernel.state}`;
+
+    this._bar.hidden = !running;
+    this._used.style.width = percentOf(kernel.memory_used, request);
+    setAttr(this._bar, 'aria-valuenow', String(kernel.memory_used));
+    setAttr(this._bar, 'aria-valuemax', String(request));
+    const usage = running
+      ? `${formatGiB(kernel.memory_used)} / ${formatGiB(request)} GiB`
+      : '';
+    setAttr(this._bar, 'aria-valuetext', usage);
+    setText(this._usage, usage);
+    setText(
+      this._util,
+      running
+        ? kernel.utilization === null
+          ? 'util –'
+          : `util ${kernel.utilization}%`
+        : ''
+    );
+    setText(
+      this._source,
+      kernel.usage_source === 'simulated' ? 'simulated use' : ''
+    );
+
+    const warnings = kernel.warnings;
+    if (warnings.join('\n') !== this._shownWarnings) {
+      this._shownWarnings = warnings.join('\n');
+      this._warnings.replaceChildren(
+        ...warnings.map(text => h('li', { class: 'jp-gpushare-warning' }, text))
+      );
+    }
+    this._warnings.hidden = warnings.length === 0;
+
+    this._resize.disabled = !running;
+    this._release.disabled = kernel.state === 'released';
+    const name = notebook.label;
+    setAttr(this._resize, 'aria-label', `Resize the GPU slice of ${name}`);
+    setAttr(this._release, 'aria-label', `Release the GPU slice of ${name}`);
+    setAttr(this._shutdown, 'aria-label', `Shut down the kernel of ${name}`);
+  }
+
+  private _kernel: IKernelSlice | null = null;
+  private _path: string | null = null;
+  private _shownWarnings = '';
+  private _open = h('button', {
+    class: 'jp-gpushare-open',
+    type: 'button'
+  });
+  private _state = h('span', { class: 'jp-gpushare-state' });
+  private _bar = h('div', {
+    class: 'jp-gpushare-bar',
+    role: 'meter',
+    'aria-label': 'GPU memory used of the slice',
+    'aria-valuemin': '0'
+  });
+  private _used = h('div', { class: 'jp-gpushare-seg jp-gpushare-seg-used' });
+  private _usage = h('span', { class: 'jp-gpushare-usage' });
+  private _util = h('span', { class: 'jp-gpushare-util' });
+  private _source = h('span', { class: 'jp-gpushare-source' });
+  private _warnings = h('ul', {
+    class: 'jp-gpushare-warnings',
+    'aria-label': 'Warnings'
+  });
+  private _resize = h(
+    'button',
+    { class: 'jp-gpushare-action jp-gpushare-resize', type: 'button' },
+    'Resize'
+  );
+  private _release = h(
+    'button',
+    { class: 'jp-gpushare-action jp-gpushare-release', type: 'button' },
+    'Release'
+  );
+  private _shutdown = h(
+    'button',
+    { class: 'jp-gpushare-action jp-gpushare-shutdown', type: 'button' },
+    'Shut down'
+  );
+}

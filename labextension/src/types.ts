@@ -1,0 +1,136 @@
+/**
+ * The REST payloads of `{base_url}api/gpushare/`, as the package's OpenAPI document
+ * (`jupyter_gpushare/openapi.yaml`) describes them.
+ *
+ * Each interface names its schema with `@schema`; `tests/unit/test_labextension_types.py`
+ * compares every property (name, optional or required, nullable, enum values, element type)
+ * with the document, so a field added or renamed on the server fails the tests until it is
+ * mirrored here.
+ */
+
+/**
+ * How a slice is shared and enforced (SPEC §2).
+ *
+ * @schema Mode
+ */
+export type Mode = 'exclusive' | 'timeslice' | 'mps' | 'vgpu' | 'mig';
+
+/**
+ * `GET pool`: the devices, what is reserved and used on each, and the queue.
+ *
+ * @schema Pool
+ */
+export interface IPool {
+  backend: 'local' | 'kubernetes';
+  simulated: boolean;
+  overcommit: number;
+  devices: IDevice[];
+  queue: IQueueEntry[];
+}
+
+/**
+ * One GPU of the pool; `memory_reserved` counts every user's slices on it.
+ *
+ * @schema Device
+ */
+export interface IDevice {
+  id: number;
+  uuid: string;
+  name: string;
+  memory_total: number;
+  memory_reserved: number;
+  memory_used: number;
+  utilization: number | null;
+  modes: Mode[];
+  mig: IMigInstance[];
+}
+
+/**
+ * A MIG instance of a device.
+ *
+ * @schema MigInstance
+ */
+export interface IMigInstance {
+  uuid: string;
+  profile: string;
+  memory_total: number;
+  kernel_id: string | null;
+  in_use: boolean;
+}
+
+/**
+ * A request waiting for room; another user's is anonymous.
+ *
+ * @schema QueueEntry
+ */
+export interface IQueueEntry {
+  position: number;
+  kernel_id: string | null;
+  owner: string;
+  memory_request: number | null;
+  size: string;
+  mode: Mode;
+  requested_at: number;
+}
+
+/**
+ * One GPU kernel of this server (`GET kernels`, `GET kernels/{id}`).
+ *
+ * @schema Kernel
+ */
+export interface IKernelSlice {
+  kernel_id: string | null;
+  kernel_name: string;
+  path: string;
+  owner: string;
+  state: 'queued' | 'running' | 'released';
+  queue_position: number | null;
+  device: number | null;
+  mode: Mode | null;
+  memory_request: number | null;
+  size: string | null;
+  memory_used: number;
+  utilization: number | null;
+  usage_source: 'nvml' | 'kernel' | 'simulated' | null;
+  warnings: string[];
+}
+
+/**
+ * The body of `PATCH kernels/{id}`.
+ *
+ * @schema Resize
+ */
+export interface IResize {
+  gpu_memory: string | number;
+}
+
+/**
+ * The `data` of one `usage` event of `GET stream`.
+ *
+ * @schema UsageEvent
+ */
+export interface IUsageEvent {
+  pool: IPool;
+  kernels: IKernelSlice[];
+}
+
+/**
+ * `GET config`: what the size picker offers.
+ *
+ * @schema Config
+ */
+export interface IGPUShareConfig {
+  sizes: string[];
+  default_memory: string;
+  default_mode: Mode;
+  modes: Mode[];
+}
+
+/**
+ * Every error answer: a sentence saying what is wrong.
+ *
+ * @schema Error
+ */
+export interface IErrorBody {
+  message: string;
+}

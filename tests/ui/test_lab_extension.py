@@ -1,0 +1,375 @@
+"""The JupyterLab extension in a real browser against a real ``jupyter lab`` (SPEC §9).
+
+Chromium (the system's) drives JupyterLab served under a JupyterHub-style base URL with token
+authentication, on a simulated pool of two A100-80GB; kernels are real ipykernel processes
+holding real slices in the server's ledger, which the tests read to check what the clicks did.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+
+from jupyter_gpushare.sizes import GiB
+
+from .lab import (
+    Lab,
+    call,
+    open_lab,
+    open_panel,
+    picker_dialog,
+    run_cell,
+    start_notebook,
+    start_other_user,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+ROW = ".jp-gpushare-kernel"
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+def notebook_with_pick(page: Any, lab: Lab, kernel: str = "Python 3 (GPU 4G)", pick: str = "4G") -> str:
+    """Start a notebook from the launcher, pick a preset in the start picker; its kernel id."""
+    start_notebook(page, kernel)
+    dialog = picker_dialog(page)
+    dialog.locator(f'input[type="radio"][value="{pick}"]').check()
+    dialog.get_by_role("button", name="Apply").click()
+    expect(dialog).to_have_count(0)
+    row = page.locator(ROW)
+    expect(row).to_have_count(1, timeout=3_000)
+    return str(row.get_attribute("data-kernel-id"))
+
+
+def test_the_panel_shows_two_devices_and_the_simulated_badge(page: Any, lab: Lab) -> None:
+    tab = page.locator('.jp-SideBar [data-id="jp-gpushare-panel"]')
+    expect(tab).to_have_attribute("title", "GPU sharing")
+    panel = open_panel(page)
+    expect(panel).to_have_attribute("aria-label", "GPU sharing")
+    devices = panel.locator(".jp-gpushare-device")
+    expect(devices).to_have_count(2)
+    expect(devices.nth(0)).to_contain_text("GPU0 · Simulated A100-80GB")
+    expect(devices.nth(1)).to_contain_text("GPU1 · Simulated A100-80GB")
+    expect(devices.nth(0)).to_contain_text("free 80G of 80G")
+    badge = panel.locator(".jp-gpushare-simulated-badge")
+    expect(badge).to_be_visible()
+    expect(badge).to_have_text("simulated")
+    expect(panel.locator(".jp-gpushare-connection")).to_have_text("live")
+    expect(panel.locator(".jp-gpushare-empty").last).to_contain_text("No GPU kernel yet")
+    # The layout restorer brings the panel back after a reload (once the workspace is saved).
+    wait_for(lambda: _left_area(lab) == "jupyter-gpushare-panel", what="the workspace to be saved")
+    open_lab(page, lab, reset=False)
+    expect(page.locator("#jp-gpushare-panel")).to_be_visible()
+    expect(page.locator("#jp-gpushare-panel .jp-gpushare-device")).to_have_count(2)
+
+
+def test_other_users_slices_are_anonymous_occupancy(page: Any, lab: Lab) -> None:
+    other = start_other_user(lab)
+    try:
+        wait_for(lambda: _answers(other), timeout=60, what="the other user's server")
+        status, kernel = call(
+            other.url,
+            other.token,
+            "POST",
+            "api/gpushare/kernels",
+            {"name": "python3-gpu-8g", "gpu_memory": "16G"},
+        )
+        assert status == 201, kernel
+        panel = open_panel(page)
+        device = panel.locator(".jp-gpushare-device").nth(0)
+        expect(device).to_contain_text("others 16G")
+        expect(device.locator(".jp-gpushare-seg-others")).to_have_attribute(
+            "style", re.compile(r"width: 20%")
+        )
+        # Not a kernel of this server: no row, no name, no path.
+        expect(panel.locator(ROW)).to_have_count(0)
+        call(other.url, other.token, "DELETE", f"api/kernels/{kernel['kernel_id']}")
+        expect(device).to_contain_text("others 0", timeout=10_000)
+    finally:
+        other.terminate()
+        other.wait(30)
+
+
+def _left_area(lab: Lab) -> Any:
+    """The widget the saved workspace shows in the left area."""
+    status, workspace = lab.request("GET", "lab/api/workspaces/default")
+    layout = (workspace or {}).get("data", {}).get("layout-restorer:data", {}) if status == 200 else {}
+    return layout.get("left", {}).get("current")
+
+
+def _answers(process: Any) -> bool:
+    try:
+        return call(process.url, process.token, "GET", "api/gpushare/pool")[0] == 200
+    except OSError:
+        return False
+
+
+def test_a_notebook_started_with_a_4g_pick_shows_its_row_within_3_s(page: Any, lab: Lab) -> None:
+    panel = open_panel(page)
+    # The 8G kernelspec, picked down to 4G: the pick is applied to the new kernel.
+    start_notebook(page, "Python 3 (GPU 8G)")
+    dialog = picker_dialog(page)
+    expect(dialog).to_contain_text("GPU for Untitled.ipynb")
+    expect(dialog.locator('input[value="8G"]')).to_be_checked()  # the kernelspec's size first
+    dialog.locator('input[value="4G"]').check()
+    started = time.monotonic()
+    dialog.get_by_role("button", name="Apply").click()
+    row = panel.locator(ROW)
+    expect(row).to_have_count(1, timeout=3_000)
+    expect(row).to_contain_text("4G on GPU0", timeout=3_000)
+    assert time.monotonic() - started < 3.0
+    expect(row.locator(".jp-gpushare-open")).to_have_text("Untitled.ipynb")
+    expect(row.locator(".jp-gpushare-usage")).to_have_text("0 / 4 GiB")
+    kernel_id = row.get_attribute("data-kernel-id")
+    held = lab.slice_of(kernel_id)
+    assert held is not None and held.memory == 4 * GiB and held.size == "4G"
+    # The status bar item of the current notebook.
+    status = page.locator(".jp-gpushare-status")
+    expect(status).to_have_text("GPU 0 / 4 GiB")
+    # The notebook's name in the row opens (here: brings back) the notebook.
+    page.evaluate("() => window.jupyterapp.commands.execute('launcher:create')")
+    notebook_tab = page.locator(".jp-mod-current.lm-TabBar-tab", has_text="Untitled.ipynb")
+    expect(notebook_tab).to_have_count(0)
+    row.locator(".jp-gpushare-open").click()
+    expect(notebook_tab).to_have_count(1)
+
+    # The choice is remembered for the notebook: a new kernel for it offers 4G first.
+    page.evaluate(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.changeKernel({name: 'python3-gpu-8g'})"
+    )
+    dialog = picker_dialog(page)
+    expect(dialog.locator('input[value="4G"]')).to_be_checked()
+    dialog.get_by_role("button", name="Apply").click()
+    rows = "els => els.map(el => el.dataset.kernelId)"
+    new_id = wait_for(
+        lambda: len(ids := row.evaluate_all(rows)) == 1 and ids[0] != kernel_id and ids[0],
+        what="the new kernel's row only",
+    )
+    wait_for(
+        lambda: (s := lab.slice_of(new_id)) is not None and s.memory == 4 * GiB, what="4G on the new kernel"
+    )
+
+
+def test_the_picker_switches_mode_through_the_kernelspec_of_that_mode(page: Any, lab: Lab) -> None:
+    panel = open_panel(page)
+    start_notebook(page, "Python 3 (GPU 8G)")
+    dialog = picker_dialog(page)
+    mode = dialog.get_by_role("combobox", name="GPU sharing mode")
+    expect(mode).to_have_value("timeslice")
+    # The modes this node honours that an installed gpushare kernelspec uses.
+    assert mode.locator("option").all_inner_texts() == ["timeslice", "vgpu"]
+    mode.select_option("vgpu")
+    dialog.locator('input[value="2G"]').check()
+    dialog.get_by_role("button", name="Apply").click()
+    # The notebook changes to the vgpu kernelspec; its new kernel gets 2G without asking again.
+    # (For a moment both kernels exist: the new one with its kernelspec's 4G, the old one.)
+    row = panel.locator(ROW, has_text="vgpu")
+    expect(row).to_contain_text("2G on GPU0 · vgpu", timeout=20_000)
+    expect(panel.locator(ROW)).to_have_count(1)
+    expect(page.locator(".jp-Dialog")).to_have_count(0)
+    kernel_id = row.get_attribute("data-kernel-id")
+    held = lab.slice_of(kernel_id)
+    assert held is not None and (held.mode, held.memory) == ("vgpu", 2 * GiB)
+    assert len(lab.slices()) == 1  # the timeslice kernel it replaced gave its slice back
+
+
+def test_resize_from_the_panel_changes_the_ledger(page: Any, lab: Lab) -> None:
+    panel = open_panel(page)
+    kernel_id = notebook_with_pick(page, lab)
+    row = panel.locator(ROW)
+    row.get_by_role("button", name="Resize the GPU slice of Untitled.ipynb").click()
+    dialog = picker_dialog(page)
+    expect(dialog).to_contain_text("Resize the GPU slice of Untitled.ipynb")
+    expect(dialog.locator('input[value="4G"]')).to_be_checked()
+    expect(dialog.locator('input[value="none"]')).to_have_count(0)  # release is its own button
+    dialog.locator('input[value="8G"]').check()
+    dialog.get_by_role("button", name="Resize").click()
+    wait_for(
+        lambda: (s := lab.slice_of(kernel_id)) is not None and s.memory == 8 * GiB, what="8G in the ledger"
+    )
+    expect(row).to_contain_text("8G on GPU0")
+    expect(row.locator(".jp-gpushare-usage")).to_have_text("0 / 8 GiB")
+
+    # A resize the pool cannot honour is refused with the server's reason, and changes nothing.
+    row.get_by_role("button", name="Resize the GPU slice of Untitled.ipynb").click()
+    dialog = picker_dialog(page)
+    dialog.locator(".jp-gpushare-custom").fill("79G")
+    other = lab.request("POST", "api/gpushare/kernels", {"name": "python3-gpu-8g", "gpu_memory": "70G"})
+    assert other[0] == 201, other
+    dialog.get_by_role("button", name="Resize").click()
+    error = page.locator(".jp-Dialog", has_text="GPU slice not resized")
+    expect(error).to_contain_text("does not fit")
+    error.get_by_role("button", name="Close").click()
+    assert lab.slice_of(kernel_id).memory == 8 * GiB
+
+
+def test_a_queued_kernel_shows_its_position_until_it_runs(page: Any, lab: Lab) -> None:
+    panel = open_panel(page)
+    started = [lab.request("POST", "api/gpushare/kernels", {"name": "python3-gpu-8g", "gpu_memory": "70G"})]
+    started.append(
+        lab.request("POST", "api/gpushare/kernels", {"name": "python3-gpu-8g", "gpu_memory": "70G"})
+    )
+    assert [status for status, _ in started] == [201, 201], started
+    status, queued = lab.request(
+        "POST", "api/gpushare/kernels", {"name": "python3-gpu-8g", "gpu_memory": "70G"}
+    )
+    assert status == 202 and queued["state"] == "queued", queued
+    row = panel.locator(f'{ROW}[data-kernel-id="{queued["kernel_id"]}"]')
+    expect(row).to_contain_text("queued #1 · 70G")
+    expect(row.locator(".jp-gpushare-resize")).to_be_disabled()
+    expect(panel.locator(".jp-gpushare-queue")).to_have_text("1 request waiting for room (1 yours)")
+    # Room is made: the queued kernel starts, and its row says where it runs.
+    first = panel.locator(f'{ROW}[data-kernel-id="{started[0][1]["kernel_id"]}"]')
+    first.locator(".jp-gpushare-shutdown").click()
+    page.locator(".jp-Dialog", has_text="Shut down the kernel?").get_by_role(
+        "button", name="Shut Down"
+    ).click()
+    expect(row).to_contain_text(re.compile(r"70G on GPU\d · timeslice"), timeout=30_000)
+    expect(panel.locator(".jp-gpushare-queue")).to_be_hidden()
+
+
+def test_release_and_shut_down_remove_the_slice(page: Any, lab: Lab) -> None:
+    panel = open_panel(page)
+    kernel_id = notebook_with_pick(page, lab)
+    row = panel.locator(ROW)
+    row.get_by_role("button", name="Release the GPU slice of Untitled.ipynb").click()
+    wait_for(lambda: lab.slice_of(kernel_id) is None, what="the slice to be released")
+    expect(row).to_contain_text("no GPU (released)")
+    expect(row.locator(".jp-gpushare-release")).to_be_disabled()
+    status, kernels = lab.request("GET", "api/kernels")
+    assert [k["id"] for k in kernels] == [kernel_id]  # the kernel keeps running
+
+    # A kernel holding a slice, shut down from its row.
+    status, started = lab.request("POST", "api/gpushare/kernels", {"name": "python3-gpu-8g"})
+    assert status == 201, started
+    held = started["kernel_id"]
+    assert lab.slice_of(held) is not None
+    other_row = panel.locator(f'{ROW}[data-kernel-id="{held}"]')
+    expect(other_row).to_contain_text("8G on GPU0")
+    other_row.locator(".jp-gpushare-shutdown").click()
+    confirm = page.locator(".jp-Dialog", has_text="Shut down the kernel?")
+    confirm.get_by_role("button", name="Shut Down").click()
+    expect(other_row).to_have_count(0)
+    wait_for(lambda: lab.slice_of(held) is None, what="the shut down kernel's slice to be freed")
+    status, kernels = lab.request("GET", "api/kernels")
+    assert [k["id"] for k in kernels] == [kernel_id]
+
+    # And the released one, shut down too.
+    row.get_by_role("button", name="Shut down the kernel of Untitled.ipynb").click()
+    page.locator(".jp-Dialog", has_text="Shut down the kernel?").get_by_role(
+        "button", name="Shut Down"
+    ).click()
+    expect(panel.locator(ROW)).to_have_count(0)
+    assert lab.request("GET", "api/kernels")[1] == []
+    assert lab.slices() == []
+
+
+def test_a_custom_size_abc_is_refused_inline(page: Any, lab: Lab) -> None:
+    sent: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            sent.append(f"{request.method} {request.url}")
+            if request.method in ("PATCH", "DELETE") and "/api/gpushare/" in request.url
+            else None
+        ),
+    )
+    start_notebook(page)
+    dialog = picker_dialog(page)
+    apply = dialog.get_by_role("button", name="Apply")
+    custom = dialog.get_by_role("textbox", name="Custom GPU size")
+    message = dialog.locator(".jp-gpushare-picker-message")
+
+    custom.fill("abc")
+    expect(apply).to_be_disabled()
+    expect(message).to_contain_text("Cannot read GPU size 'abc'; accepted forms: 4G")
+    expect(custom).to_have_attribute("aria-invalid", "true")
+    custom.press("Enter")  # Enter does not accept an invalid size either
+    expect(dialog).to_be_visible()
+
+    custom.fill("100G")
+    expect(apply).to_be_disabled()
+    expect(message).to_contain_text("100G is larger than any GPU here (the largest has 80G)")
+    custom.fill("0")
+    expect(message).to_contain_text("must be more than zero")
+    expect(apply).to_be_disabled()
+    assert sent == []  # nothing was sent for any refused size
+
+    custom.fill("6G")
+    expect(apply).to_be_enabled()
+    expect(message).to_have_text("6G of GPU memory.")
+    expect(custom).to_have_attribute("aria-invalid", "false")
+    with page.expect_request(lambda request: request.method == "PATCH") as patch:
+        apply.click()
+    assert patch.value.url.startswith(f"{lab.server_url}api/gpushare/kernels/")
+    row = page.locator(ROW)
+    kernel_id = wait_for(lambda: row.get_attribute("data-kernel-id"), what="the row")
+    wait_for(
+        lambda: (s := lab.slice_of(kernel_id)) is not None and s.memory == 6 * GiB, what="6G in the ledger"
+    )
+    page.wait_for_timeout(500)  # (lets any other request event arrive)
+    assert len(sent) == 1 and sent[0].startswith("PATCH ")  # that one resize, nothing else
+
+
+def test_an_over_limit_kernel_warns_in_its_row_and_the_status_bar(page: Any, lab: Lab) -> None:
+    panel = open_panel(page)
+    notebook_with_pick(page, lab)
+    status = page.locator(".jp-gpushare-status")
+    expect(status).to_have_text("GPU 0 / 4 GiB")
+    expect(status).not_to_have_class(re.compile(r"jp-mod-(warn|over)"))
+    run_cell(page, "from jupyter_gpushare import kernel as gpu; gpu.simulate_usage('5G')")
+    row = panel.locator(ROW)
+    expect(row.locator(".jp-gpushare-warning").first).to_contain_text(
+        "above its slice: using 5G of 4G", timeout=10_000
+    )
+    expect(row).to_have_class(re.compile(r"\bjp-mod-over\b"))
+    expect(row.locator(".jp-gpushare-usage")).to_have_text("5 / 4 GiB")
+    expect(status).to_have_text("GPU 5 / 4 GiB")
+    expect(status).to_have_class(re.compile(r"\bjp-mod-over\b"))
+    expect(status).to_have_attribute("title", re.compile("above its slice"))
+    # The status bar item is a keyboard-reachable button that opens the panel.
+    page.locator('.jp-SideBar [data-id="jp-gpushare-panel"]').click()  # hide the panel
+    expect(panel).to_be_hidden()
+    expect(status).to_have_attribute("role", "button")
+    status.focus()
+    page.keyboard.press("Enter")
+    expect(panel).to_be_visible()
+
+
+def test_the_stream_pauses_while_the_panel_is_hidden(page: Any, lab: Lab) -> None:
+    opened: list[Any] = []
+    closed: list[Any] = []
+    page.on(
+        "request",
+        lambda r: opened.append(r) if r.url.split("?")[0].endswith("/api/gpushare/stream") else None,
+    )
+    page.on("requestfailed", lambda r: closed.append(r) if r in opened else None)
+    open_panel(page)
+    wait_for(lambda: len(opened) == 1, what="the stream to open", page=page)
+    assert opened[0].url.startswith(f"{lab.server_url}api/gpushare/stream")
+    page.locator('.jp-SideBar [data-id="jp-gpushare-panel"]').click()  # collapse the panel
+    wait_for(lambda: len(closed) == 1, what="the stream to close", page=page)
+    open_panel(page)
+    wait_for(lambda: len(opened) == 2, what="the stream to reopen", page=page)
+
+
+def test_the_panel_reconnects_after_a_server_restart(page: Any, lab: Lab) -> None:
+    panel = open_panel(page)
+    expect(panel.locator(".jp-gpushare-connection")).to_have_text("live")
+    lab.stop()
+    expect(panel.locator(".jp-gpushare-connection")).to_have_text("reconnecting…", timeout=10_000)
+    lab.start()
+    status, started = lab.request("POST", "api/gpushare/kernels", {"name": "python3-gpu-4g"})
+    assert status == 201, started
+    # No reload: the same page's panel shows the kernel the new server started.
+    expect(panel.locator(f'{ROW}[data-kernel-id="{started["kernel_id"]}"]')).to_be_visible(timeout=15_000)
+    expect(panel.locator(".jp-gpushare-connection")).to_have_text("live")
