@@ -145,7 +145,10 @@ def check_cluster(settings: GPUShare, client_factory: Callable[[], Any] | None =
             try:
                 config.load_incluster_config()  # type: ignore[no-untyped-call]
             except config.ConfigException:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
+                # $KUBECONFIG as it is now: the client reads it only once, at import.
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=os.environ.get("KUBECONFIG") or None
+                )
             api_client = client.ApiClient()
     except Exception as error:
         status: Status = "FAIL" if settings.backend == "kubernetes" else "WARN"
