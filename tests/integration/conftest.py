@@ -68,3 +68,23 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     install_kernelspecs(["30G", "4G", "16G"], prefix=str(prefix))
     yield Node(tmp_path, tmp_path / "ledger.sqlite", dict(os.environ), 80 * GiB)
+
+
+@pytest.fixture(autouse=True)
+def close_kernel_manager_contexts() -> Iterator[None]:
+    """After each test, close the zmq contexts its kernel managers created, without lingering.
+
+    A MultiKernelManager terminates its context when garbage-collected; if a kernel died with a
+    message still queued for it, that termination blocks for ever — in whichever later test the
+    collector happens to run. Closing with linger 0 here keeps each test's sockets its own.
+    """
+    yield
+    import gc
+
+    from jupyter_client.multikernelmanager import MultiKernelManager
+
+    for candidate in gc.get_objects():
+        if isinstance(candidate, MultiKernelManager) and candidate._created_context:
+            context = candidate._trait_values.get("context")
+            if context is not None and not context.closed:
+                context.destroy(linger=0)
