@@ -84,7 +84,8 @@ def close_kernel_manager_contexts() -> Iterator[None]:
     from jupyter_client.multikernelmanager import MultiKernelManager
 
     for candidate in gc.get_objects():
-        if isinstance(candidate, MultiKernelManager) and candidate._created_context:
+        # type(), not isinstance(): some objects (torch's lazy modules) warn when asked __class__.
+        if issubclass(type(candidate), MultiKernelManager) and candidate._created_context:
             context = candidate._trait_values.get("context")
             if context is not None and not context.closed:
                 context.destroy(linger=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -177,7 +179,10 @@ async def test_resize_with_jax_imported_needs_restart(node: Node, kernels: Async
     assert record is not None and record.memory == 8 * GiB
     # The kernel ends itself; a server's restarter (here: an explicit restart) brings it back
     # with the resized slice in its environment.
-    await kernels.get_kernel(kernel_id).provisioner.wait()  # type: ignore[union-attr]
+    deadline = time.monotonic() + 30
+    while await kernel.is_alive():
+        assert time.monotonic() < deadline, "the kernel did not end itself"
+        await asyncio.sleep(0.1)
     await kernels.restart_kernel(kernel_id, now=True)
     assert kernel.provisioner.pid != old_pid  # type: ignore[union-attr]
     seen = await run_cell(kernel, "import os; print(os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])")
