@@ -14,10 +14,12 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[lab]'
 
-# Test dependencies, and configurable-http-proxy from npm for the JupyterHub test.
+# Test dependencies, configurable-http-proxy from npm for the JupyterHub test, and Debian's
+# Chromium for the browser tests.
 install-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[lab,test]'
 	npm install --prefix build/node --no-audit --no-fund --silent configurable-http-proxy@4
+	bash scripts/install-chromium.sh
 
 demo: install
 	$(BIN)/jupyter gpushare kernelspec install --sys-prefix
