@@ -153,6 +153,26 @@ class GPUShare(Configurable):
     )
     gpu_type = Unicode("", config=True, help="HAMi nvidia.com/use-gputype for vgpu pods, e.g. 'A100'.")
     kai_queue = Unicode("", config=True, help="KAI scheduler queue label for kernel pods.")
+    server_url = Unicode(
+        "",
+        config=True,
+        help="Where kernel pods reach this server to report their GPU use, e.g. "
+        "'http://jupyter-alice.jhub.svc:8888/user/alice/'. Default: this host's address, the "
+        "server's port and base URL. Empty and a server on loopback only: pods report nothing.",
+    )
+    usage_metrics_url = Unicode(
+        "",
+        config=True,
+        help="A HAMi-style monitor's Prometheus endpoint (e.g. "
+        "'http://hami-device-plugin-monitor.kube-system:31992/metrics') read every "
+        "sample_interval for the memory kernel pods use. Default: none.",
+    )
+    usage_metric_names = List(
+        Unicode(),
+        default_value=["hami_vgpu_memory_used_bytes", "vGPU_device_memory_usage_in_bytes"],
+        config=True,
+        help="Metric names at usage_metrics_url that carry a pod's GPU memory use in bytes.",
+    )
 
     reconcile_on_start = Bool(
         True, config=True, help="Release slices of dead kernels when the pool is first opened."

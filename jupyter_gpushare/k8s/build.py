@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config import GPUShare
 from ..slice_request import SliceRequest
-from .manifests import KernelPodSpec, make_pod
+from .manifests import SIZE_ANNOTATION, KernelPodSpec, make_pod
 from .presets import resolve_preset
 from .requests import ClusterFacts, PodRequest, pod_request
 
@@ -50,12 +50,15 @@ def kernel_pod(
     argv: Sequence[str] = DEFAULT_ARGV,
     namespace: str | None = None,
     annotations: Mapping[str, str] | None = None,
+    report_url: str | None = None,
 ) -> tuple[dict[str, Any], PodRequest]:
     """The kernel pod manifest and the pod request it carries."""
     resources = pod_request(request.mode.name, request.size, request.cores, cluster)
     env: dict[str, str] = {"JUPYTER_GPUSHARE_MODE": request.mode.name}
     for name in _FORWARDED:
         env[f"JUPYTER_GPUSHARE_{name.upper()}"] = str(getattr(settings, name))
+    if report_url:
+        env["JUPYTER_GPUSHARE_REPORT_URL"] = report_url  # where the kernel reports its GPU use
     spec = KernelPodSpec(
         kernel_id=kernel_id,
         server_id=server_id,
@@ -70,7 +73,7 @@ def kernel_pod(
         tolerations=[dict(toleration) for toleration in settings.tolerations],
         scheduler_name=settings.scheduler_name or None,
         template=dict(settings.pod_template),
-        annotations=dict(annotations or {}),
+        annotations={**(annotations or {}), SIZE_ANNOTATION: request.size.text},
     )
     return make_pod(spec), resources
 

@@ -30,6 +30,7 @@ OWNER_LABEL = "jupyter-gpushare.io/owner"
 SERVER_ANNOTATION = "jupyter-gpushare.io/server-id"
 MOUNT_PATH = "/etc/jupyter-gpushare"  # the Secret, read-only
 RUNTIME_PATH = "/run/jupyter-gpushare"  # an emptyDir (memory) holding the kernel's connection file
+SIZE_ANNOTATION = "jupyter-gpushare.io/size"  # the slice size as asked ("6G", "25%", "whole")
 HOLDER_ANNOTATION = "jupyter-gpushare.io/holder"  # host/pid/start of the process that made the object
 CONNECTION_FILE = "connection.json"
 TOKEN_FILE = "token"

@@ -24,6 +24,12 @@ def load_ipython_extension(shell: Any) -> None:
 
     caps.install_import_hook()
     shell.register_magics(GPUMagics)
+    from . import pod
+
+    in_pod = pod.current()
+    if in_pod is not None:
+        in_pod.start_reporting()  # the server shows this kernel's GPU use from these reports
+        return  # a pod's slice is the pod's: nothing to release when idle, no ledger to read
     if _activity is None:
         from .api import own_slice
 

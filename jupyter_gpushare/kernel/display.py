@@ -101,6 +101,42 @@ class SliceStatus(TextView):
 
 
 @dataclass(repr=False)
+class PodSliceStatus(TextView):
+    """``%gpu status`` in a kernel pod: the slice from the pod, its use from the server's view."""
+
+    mode: str
+    memory: int | None
+    view: dict[str, Any] | None  # this kernel's GET kernels entry, None when unreachable
+    problem: str | None = None
+    caps: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        view = self.view or {}
+        memory = view.get("memory_request") or self.memory
+        size = format_bytes(memory) if memory else "a"
+        where = f" in pod {view['pod']}" if view.get("pod") else " in a kernel pod"
+        if view.get("node"):
+            where += f" on node {view['node']}"
+        lines = [f"GPU slice: {size} ({self.mode or '?'}){where}"]
+        if self.problem:
+            lines.append(f"Usage unknown: {self.problem}")
+        elif view.get("usage_source") and memory:
+            used = int(view.get("memory_used") or 0)
+            lines.append(
+                f"Used: {format_bytes(used)} of {format_bytes(memory)}{_percent(used, memory)}"
+                f" [{view['usage_source']}]"
+            )
+        else:
+            lines.append("Used: not reported yet")
+        lines.extend(f"Cap: {cap}" for cap in self.caps)
+        lines.extend(f"Warning: {warning}" for warning in view.get("warnings") or [])
+        lines.append("The slice is fixed for the pod's life: %gpu resize SIZE --restart makes a new pod.")
+        lines.extend(self.notes)
+        return lines
+
+
+@dataclass(repr=False)
 class PoolStatus(TextView):
     """``%gpu pool``."""
 
@@ -108,10 +144,13 @@ class PoolStatus(TextView):
 
     def lines(self) -> list[str]:
         pool = self.pool
+        kind = "GPU node(s)" if pool.get("backend") == "kubernetes" else "GPU(s)"
         lines = [
-            f"{len(pool['devices'])} GPU(s){' (simulated)' if pool['simulated'] else ''}, "
+            f"{len(pool['devices'])} {kind}{' (simulated)' if pool['simulated'] else ''}, "
             f"overcommit {pool['overcommit']:g}, {len(pool['queue'])} waiting"
         ]
+        if pool.get("problem"):
+            lines.append(f"Warning: {pool['problem']}")
         for device in pool["devices"]:
             free = max(0, int(device["memory_total"] * pool["overcommit"]) - device["memory_reserved"])
             lines.append(

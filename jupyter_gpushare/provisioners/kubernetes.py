@@ -33,6 +33,7 @@ them from its connection file (ipykernel >= 7.4).
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import os
@@ -54,16 +55,20 @@ from ..errors import ConfigurationError, DoesNotFitError, GPUShareError
 from ..k8s.build import cluster_facts, kernel_pod
 from ..k8s.cluster import Cluster, ClusterError, load_configuration
 from ..k8s.manifests import (
+    APP,
+    APP_LABEL,
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
     KERNEL_ID_LABEL,
     KERNEL_PORTS,
+    OWNER_LABEL,
     label_value,
     make_secret,
     pod_name,
     secret_name,
     selector,
 )
+from ..k8s.pool import held_by_user, read_pod, user_quota_refusal
 from ..k8s.presets import resolve_preset
 from ..k8s.requests import ClusterFacts, describe
 from ..k8s.status import (
@@ -86,6 +91,16 @@ StateCallback = Callable[[str], None]
 
 NODES_CACHED_FOR = 60.0  # seconds the nodes' GPU facts are reused between kernel starts
 CONFLICT_RETRY = 0.2  # seconds between tries to reuse the name of a pod still being deleted
+
+# Where kernel pods reach the server that runs in this process, to report their GPU use
+# ("http://10.1.2.3:8888/user/alice/"); the server extension sets it (a function: the server's
+# port is known only once it listens), None outside a server.
+_report_base: Callable[[], str | None] | None = None
+
+
+def set_report_base(base: Callable[[], str | None] | None) -> None:
+    global _report_base
+    _report_base = base
 
 
 class KernelPodError(GPUShareError):
@@ -132,6 +147,30 @@ class Backend:
     _collected: bool = False
     _facts_at: float = -NODES_CACHED_FOR
     _nodes: tuple[tuple[str, ...], int | None] = ((), None)
+    # Bytes asked for by this process's starts whose pods may not exist yet (per-user quota).
+    _claims: dict[str, int] = field(default_factory=dict)
+
+    def claim(self, owner: str, kernel_id: str, wanted: int, limit: int | None) -> None:
+        """Count ``wanted`` bytes against ``owner``'s limit across all their kernel pods (every
+        server of theirs in the namespace), or raise with the reason. Held until ``unclaim``."""
+        with self._lock:
+            if limit is not None:
+                listed = self.cluster.list_pods(f"{APP_LABEL}={APP},{OWNER_LABEL}={label_value(owner)}")
+                slices = [item for item in map(read_pod, listed) if item is not None]
+                counted = {item.kernel_id for item in slices}
+                held = held_by_user(slices, owner, excluding=kernel_id) + sum(
+                    amount
+                    for other, amount in self._claims.items()
+                    if other != kernel_id and other not in counted
+                )
+                refusal = user_quota_refusal(owner, wanted, held, limit)
+                if refusal is not None:
+                    raise DoesNotFitError(refusal)
+            self._claims[kernel_id] = wanted
+
+    def unclaim(self, kernel_id: str) -> None:
+        with self._lock:
+            self._claims.pop(kernel_id, None)
 
     def collect_orphans(self) -> list[str]:
         """Delete this server's pods and Secrets whose creating process is gone (blocking; once)."""
@@ -191,6 +230,10 @@ class Backend:
         return tuple(sorted(profiles)), (min(memories) if memories else None)
 
 
+def _bytes_or_none(size: str | None) -> int | None:
+    return None if size is None else parse_size(size).resolve(0)
+
+
 def _held(obj: dict[str, Any]) -> bool:
     holder = ((obj.get("metadata") or {}).get("annotations") or {}).get(HOLDER_ANNOTATION)
     return bool(holder) and holder_alive(str(holder))
@@ -246,6 +289,8 @@ class KubernetesProvisioner(GPUShareProvisioner):
     _manifests: tuple[dict[str, Any], dict[str, Any]] | None = None
     _on_state: StateCallback | None = None
     _pod_ip: str | None = None
+    _token: str | None = None  # the kernel's own-slice token (kept across restarts)
+    _resized: bool = False  # gpu_memory was changed by resize_to; the start arguments are stale
 
     # ---- identity ------------------------------------------------------------------------------
 
@@ -272,7 +317,9 @@ class KubernetesProvisioner(GPUShareProvisioner):
         settings = self._settings = load_settings(self.config, reconcile=False)
         for name in ("gpu_memory", "gpu_mode", "gpu_cores"):
             if name in kwargs:
-                setattr(self, name, kwargs.pop(name))
+                value = kwargs.pop(name)
+                if not (self._resized and name == "gpu_memory"):
+                    setattr(self, name, value)
         kwargs.pop("gpushare_path", None)
         self._on_state = kwargs.pop("gpushare_on_state", None)
         request = self._request(settings)
@@ -280,6 +327,10 @@ class KubernetesProvisioner(GPUShareProvisioner):
         await asyncio.to_thread(backend.collect_orphans)
         facts = await asyncio.to_thread(backend.facts, settings)
         argv = [*self.kernel_spec.argv, *kwargs.pop("extra_arguments", [])]
+        if self._token is None:
+            self._token = secrets.token_urlsafe(24)
+        base = _report_base() if _report_base is not None else None
+        report_url = f"{base}api/gpushare/kernels/{self.kernel_id}/usage" if base else None
         pod, pod_request = kernel_pod(
             settings,
             kernel_id=self.kernel_id,
@@ -290,6 +341,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
             argv=argv,
             namespace=backend.cluster.namespace,
             annotations={HOLDER_ANNOTATION: backend.holder},
+            report_url=report_url,
         )
         kernel_file = self._kernel_connection_file(settings)
         secret = make_secret(
@@ -298,7 +350,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
             backend.owner,
             backend.cluster.namespace,
             kernel_file,
-            secrets.token_urlsafe(24),
+            self._token,
             annotations={HOLDER_ANNOTATION: backend.holder},
         )
         self._manifests = (secret, pod)
@@ -315,6 +367,9 @@ class KubernetesProvisioner(GPUShareProvisioner):
         kwargs = await super().pre_launch(**kwargs)
         kwargs["env"] = {}  # the server's environment stays in the server; the pod has its own
         kwargs["cmd"] = argv
+        # Last, so nothing after it can fail and leave the claim behind (launch_kernel drops it).
+        limit = _bytes_or_none(settings.max_memory_per_user)
+        await asyncio.to_thread(backend.claim, backend.owner, self.kernel_id, pod_request.memory or 0, limit)
         return kwargs
 
     def _request(self, settings: GPUShare) -> SliceRequest:
@@ -372,6 +427,9 @@ class KubernetesProvisioner(GPUShareProvisioner):
             self._launched = False
             await asyncio.shield(asyncio.to_thread(self._delete_objects))
             raise
+        finally:
+            if self._backend is not None:
+                self._backend.unclaim(self.kernel_id)  # the pod, or nothing, counts from now on
         self._pod_ip = ip
         info: KernelConnectionInfo = json.loads(secret["stringData"][CONNECTION_FILE])
         info["ip"] = ip
@@ -482,6 +540,25 @@ class KubernetesProvisioner(GPUShareProvisioner):
             except Exception:  # a listener's failure must not fail the start
                 self.log.exception("Kernel %s: the state listener failed", self.kernel_id)
 
+    # ---- the kernel's own slice ------------------------------------------------------------------
+
+    def resize_to(self, memory: object) -> None:
+        """Use ``memory`` for the kernel's next pod (a pod's resources are fixed: the caller
+        restarts the kernel). Validated here, so a bad size changes nothing."""
+        assert self._settings is not None, "the kernel pod is not prepared (pre_launch)"
+        previous = self.gpu_memory
+        self.gpu_memory = memory
+        try:
+            self._request(self._settings)
+        except BaseException:
+            self.gpu_memory = previous
+            raise
+        self._resized = True
+
+    def token_matches(self, token: str | None) -> bool:
+        """Whether ``token`` is the one this kernel's Secret carries."""
+        return bool(token and self._token) and hmac.compare_digest(str(token), str(self._token))
+
     # ---- running -------------------------------------------------------------------------------
 
     async def poll(self) -> int | None:
@@ -585,6 +662,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
         """Delete pod and Secret; a restart makes new ones from pre_launch."""
         self._launched = False
         if self._backend is not None:
+            self._backend.unclaim(self.kernel_id)
             await asyncio.to_thread(self._delete_objects)
 
     def _delete_objects(self) -> None:
@@ -628,4 +706,11 @@ class KubernetesProvisioner(GPUShareProvisioner):
         self._launched = True
 
 
-__all__ = ["Backend", "KernelPodError", "KubernetesProvisioner", "backend_for", "server_identity"]
+__all__ = [
+    "Backend",
+    "KernelPodError",
+    "KubernetesProvisioner",
+    "backend_for",
+    "server_identity",
+    "set_report_base",
+]

@@ -11,9 +11,14 @@ from typing import Any
 
 from tornado import web
 
+from ..errors import DoesNotFitError, GPUShareError
+from ..k8s.pool import never_fits, user_quota_refusal
 from ..provisioners import GPUShareProvisioner
 from ..service import GPUShareService
+from ..sizes import format_bytes, parse_size
+from ..slice_request import SliceRequest, make_slice_request
 from ..views import kernel_view
+from .cluster_pool import ClusterPool
 from .starts import Starts
 from .stream import StreamHub
 
@@ -27,8 +32,11 @@ class GPUShareContext:
     kernel_manager: Any
     kernel_spec_manager: Any
     starts: Starts = field(default_factory=Starts)
+    cluster: ClusterPool | None = None  # the Kubernetes backend's pool; None for the local one
     hub: StreamHub = field(init=False)
     _rendered: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    # (kernelspec, notebook path) of kernels started through POST kernels, for pod kernel views
+    started_as: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.hub = StreamHub(self.stream_snapshot, lambda: self.service.settings.sample_interval)
@@ -99,9 +107,19 @@ class GPUShareContext:
             return False
         return isinstance(getattr(kernel, "provisioner", None), GPUShareProvisioner)
 
+    def provisioner_of(self, kernel_id: str) -> Any:
+        """The provisioner of one of this server's kernels (None when it has none yet)."""
+        try:
+            kernel = self.kernel_manager.get_kernel(kernel_id)
+        except (KeyError, web.HTTPError):
+            return None
+        return getattr(kernel, "provisioner", None)
+
     def server_kernels(self) -> list[dict[str, Any]]:
         """``GET kernels``: this server's slices, queued and running, and its gpushare kernels
         that run without one (released)."""
+        if self.cluster is not None:
+            return self._pod_kernels(self.cluster)
         service = self.service
         own = self.own_kernel_ids()
         records = service.ledger.records()
@@ -119,11 +137,54 @@ class GPUShareContext:
                 views.append(self._released_view(kernel_id))
         return views
 
-    def _released_view(self, kernel_id: str) -> dict[str, Any]:
-        kernel = self.kernel_manager.get_kernel(kernel_id)
+    def _pod_kernels(self, cluster: ClusterPool) -> list[dict[str, Any]]:
+        """Kernel pods of this server, with what each start is doing right now."""
+        own = self.own_kernel_ids()
+        details: dict[str, str] = {}
+        names: dict[str, tuple[str, str]] = {}
+        for kernel_id in own:
+            start = self.starts.get(kernel_id)
+            provisioner = self.provisioner_of(kernel_id)
+            state = getattr(provisioner, "state", "") if provisioner is not None else ""
+            if start is not None:
+                names[kernel_id] = (start.kernel_name, start.path)
+                state = start.detail or state
+            elif kernel_id in self.started_as:
+                names[kernel_id] = self.started_as[kernel_id]
+            else:
+                kernel = self.kernel_manager.get_kernel(kernel_id)
+                names[kernel_id] = (str(getattr(kernel, "kernel_name", "")), "")
+            if state:
+                details[kernel_id] = state
+        views = cluster.kernels(own, details, names)
+        listed = {view["kernel_id"] for view in views}
+        for kernel_id in sorted(own - listed):
+            # No pod (yet, or any more): a start being checked, a restart between two pods, or
+            # a pod that ended before the server restarts the kernel.
+            start = self.starts.get(kernel_id)
+            provisioner = self.provisioner_of(kernel_id)
+            if start is None and not isinstance(provisioner, GPUShareProvisioner):
+                continue
+            kernel_name, path = names.get(kernel_id, ("", ""))
+            view = self._preparing_view(kernel_id, kernel_name, path, details.get(kernel_id))
+            if getattr(provisioner, "ended_reason", None) and not getattr(provisioner, "has_process", True):
+                view["state"] = "released"
+            views.append(view)
+        return views
+
+    def _preparing_view(
+        self, kernel_id: str, kernel_name: str, path: str, detail: str | None
+    ) -> dict[str, Any]:
+        view = self._released_view(kernel_id, kernel_name)
+        view.update(state="queued", path=path, detail=detail or "preparing the kernel pod")
+        return view
+
+    def _released_view(self, kernel_id: str, kernel_name: str | None = None) -> dict[str, Any]:
+        if kernel_name is None:
+            kernel_name = str(getattr(self.kernel_manager.get_kernel(kernel_id), "kernel_name", ""))
         return {
             "kernel_id": kernel_id,
-            "kernel_name": getattr(kernel, "kernel_name", ""),
+            "kernel_name": kernel_name,
             "path": "",
             "owner": self.service.owner,
             "state": "released",
@@ -150,6 +211,11 @@ class GPUShareContext:
     async def wait_for_start(self, kernel_id: str, task: asyncio.Future[Any], answer_within: float) -> bool:
         """True once the kernel runs; False if it is still queued after ``answer_within`` s."""
         deadline = time.monotonic() + answer_within
+        while not task.done() and self.cluster is not None:
+            # A pod is "queued" until it runs: Kubernetes schedules, pulls and starts it.
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
         while not task.done():
             record = self.service.ledger.get(kernel_id)
             placed = record is not None and record.state == "running"
@@ -168,7 +234,12 @@ class GPUShareContext:
         Under load most requests then cost a version check instead of reading and rendering
         every slice on the node; any commit (a start, a resize, a sampling round) renews it.
         """
-        marker = (self.service.ledger.change_marker(), frozenset(self.kernel_manager.list_kernel_ids()))
+        marker = (
+            self.service.ledger.change_marker() if self.cluster is None else self.cluster.marker(),
+            frozenset(self.kernel_manager.list_kernel_ids()),
+            tuple((start.kernel_id, start.detail) for start in self.starts.pending()),
+            tuple(sorted(self._pod_states().items())),
+        )
         cached = self._rendered.get(name)
         if cached is not None and cached[0] == marker:
             return cached[1]
@@ -176,14 +247,79 @@ class GPUShareContext:
         self._rendered[name] = (marker, text)
         return text
 
+    def _pod_states(self) -> dict[str, str]:
+        """What this server's kernel pods are doing (their provisioners' words), for the cache."""
+        if self.cluster is None:
+            return {}
+        states = {}
+        for kernel_id in self.kernel_manager.list_kernel_ids():
+            state = getattr(self.provisioner_of(kernel_id), "state", None)
+            if isinstance(state, str):
+                states[kernel_id] = state
+        return states
+
+    # ---- the pool ------------------------------------------------------------------------
+
+    def pool(self) -> dict[str, Any]:
+        return self.cluster.pool() if self.cluster is not None else self.service.pool()
+
+    def check_request(self, memory: object, mode: object, cores: object, kernel_id: str) -> SliceRequest:
+        """Refuse what can never start, before anything starts (bad size or mode, a quota)."""
+        if self.cluster is None:
+            return self.service.make_request(memory, mode, cores, kernel_id)
+        settings = self.service.settings
+        request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
+        if request.size.kind == "bytes":
+            wanted = request.size.resolve(0)
+            too_large = never_fits(wanted, self.cluster.nodes())
+            if too_large is not None:
+                raise DoesNotFitError(too_large)
+            if settings.max_memory_per_kernel:
+                limit = parse_size(settings.max_memory_per_kernel).resolve(0)
+                if wanted > limit:
+                    raise DoesNotFitError(
+                        f"{format_bytes(wanted)} is above the per-kernel limit of {format_bytes(limit)}"
+                    )
+            if settings.max_memory_per_user:
+                owner = self.service.owner
+                refusal = user_quota_refusal(
+                    owner,
+                    wanted,
+                    self.cluster.held_by_user(owner, excluding=kernel_id),
+                    parse_size(settings.max_memory_per_user).resolve(0),
+                )
+                if refusal is not None:
+                    raise DoesNotFitError(refusal)
+        return request
+
+    async def resize_pod_kernel(self, kernel_id: str, memory: object, restart: bool) -> None:
+        """A pod's resources are fixed: resizing means a new pod, so it needs ``restart``."""
+        provisioner = self.provisioner_of(kernel_id)
+        if provisioner is None or not hasattr(provisioner, "resize_to"):
+            raise web.HTTPError(409, f"kernel {kernel_id} has no kernel pod to resize")
+        self.check_request(memory, getattr(provisioner, "gpu_mode", None), None, kernel_id)
+        if not restart:
+            raise web.HTTPError(
+                409,
+                "a kernel pod's GPU slice is fixed for the pod's life: nothing was changed. Resize "
+                'with a restart: {"gpu_memory": ..., "restart": true} (%gpu resize SIZE --restart)',
+            )
+        try:
+            provisioner.resize_to(memory)
+        except GPUShareError as error:
+            raise web.HTTPError(409 if error.status == 409 else 400, str(error)) from None
+        await self.kernel_manager.restart_kernel(kernel_id)
+
     # ---- snapshots -----------------------------------------------------------------------
 
     def stream_snapshot(self) -> dict[str, Any]:
-        if not self.service.monitor.running:
+        if self.cluster is None and not self.service.monitor.running:
             self.service.monitor.sample_once()  # keep device figures live with no kernel held
-        return {"pool": self.service.pool(), "kernels": self.server_kernels()}
+        return {"pool": self.pool(), "kernels": self.server_kernels()}
 
     def metrics_snapshot(self) -> dict[str, Any]:
+        if self.cluster is not None:
+            return {"pool": self.cluster.pool(), "kernels": self.server_kernels()}
         return {"pool": self.service.pool(), "kernels": self.service.kernels()}
 
     @staticmethod

@@ -19,6 +19,7 @@ class Start:
     failure: str | None = None
     failure_status: int = 500
     ended_at: float | None = None
+    detail: str | None = None  # what the start is doing ("pending: 0/4 nodes are available…")
 
 
 @dataclass
@@ -45,6 +46,11 @@ class Starts:
     def get(self, kernel_id: str) -> Start | None:
         self._forget_old()
         return self._starts.get(kernel_id)
+
+    def note(self, kernel_id: str, detail: str) -> None:
+        start = self._starts.get(kernel_id)
+        if start is not None:
+            start.detail = detail
 
     def forget(self, kernel_id: str) -> None:
         self._starts.pop(kernel_id, None)

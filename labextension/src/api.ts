@@ -112,9 +112,18 @@ export class GPUShareAPI {
     }
   }
 
-  /** `PATCH kernels/{id}`: resize the slice in place (409 with the reason if it cannot). */
-  resize(kernelId: string, size: string): Promise<IKernelSlice> {
-    const body: IResize = { gpu_memory: size };
+  /**
+   * `PATCH kernels/{id}`: resize the slice in place (409 with the reason if it cannot); with
+   * `restart`, the kernel restarts with the new size (how a kernel pod is resized).
+   */
+  resize(
+    kernelId: string,
+    size: string,
+    restart = false
+  ): Promise<IKernelSlice> {
+    const body: IResize = restart
+      ? { gpu_memory: size, restart: true }
+      : { gpu_memory: size };
     return this.request<IKernelSlice>('PATCH', ['kernels', kernelId], body);
   }
 

@@ -106,10 +106,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
               modes: [],
               mode: kernel.mode ?? '',
               deviceMemory: await deviceMemory(),
-              acceptLabel: 'Resize'
+              acceptLabel: kernel.pod ? 'Restart in a new pod' : 'Resize'
             });
             if (pick?.memory && kernel.kernel_id) {
-              await api.resize(kernel.kernel_id, pick.memory);
+              // A pod's resources are fixed: its kernel restarts in a new pod of the new size.
+              await api.resize(
+                kernel.kernel_id,
+                pick.memory,
+                Boolean(kernel.pod)
+              );
             }
           } catch (error) {
             await showErrorMessage(

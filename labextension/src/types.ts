@@ -26,6 +26,7 @@ export interface IPool {
   overcommit: number;
   devices: IDevice[];
   queue: IQueueEntry[];
+  problem?: string;
 }
 
 /**
@@ -43,6 +44,10 @@ export interface IDevice {
   utilization: number | null;
   modes: Mode[];
   mig: IMigInstance[];
+  node?: string;
+  cards?: number | null;
+  sharing?: string | null;
+  allocatable?: Record<string, string>;
 }
 
 /**
@@ -71,6 +76,7 @@ export interface IQueueEntry {
   size: string;
   mode: Mode;
   requested_at: number;
+  reason?: string | null;
 }
 
 /**
@@ -91,8 +97,11 @@ export interface IKernelSlice {
   size: string | null;
   memory_used: number;
   utilization: number | null;
-  usage_source: 'nvml' | 'kernel' | 'simulated' | null;
+  usage_source: 'nvml' | 'kernel' | 'simulated' | 'hami' | null;
   warnings: string[];
+  pod?: string | null;
+  node?: string | null;
+  detail?: string | null;
 }
 
 /**
@@ -102,6 +111,7 @@ export interface IKernelSlice {
  */
 export interface IResize {
   gpu_memory: string | number;
+  restart?: boolean;
 }
 
 /**

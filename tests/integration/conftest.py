@@ -14,7 +14,14 @@ from jupyter_gpushare.kernelspec import install_kernelspecs
 from jupyter_gpushare.ledger import Ledger, SliceRecord
 from jupyter_gpushare.sizes import GiB
 
+from .k8s_sim import SimulatedCluster
+
 BIN = Path(sys.executable).parent
+
+# The simulated cluster of the Kubernetes backend's tests.
+NAMESPACE = "kernels"
+IMAGE = "jupyter-gpushare-kernel:test"
+BROKEN_IMAGE = "registry.example.com/jupyter-gpushare-kernel:missing"
 
 
 @dataclass
@@ -89,3 +96,17 @@ def close_kernel_manager_contexts() -> Iterator[None]:
             context = candidate._trait_values.get("context")
             if context is not None and not context.closed:
                 context.destroy(linger=0)
+
+
+@pytest.fixture
+def cluster(node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SimulatedCluster]:
+    """A four-node HAMi cluster (one 80 GiB card per node) and a kubeconfig pointing at it."""
+    from .kernels import write_kernelspec  # kernels.py imports this module
+
+    with SimulatedCluster(tmp_path / "cluster", NAMESPACE, broken_images=[BROKEN_IMAGE]) as simulated:
+        monkeypatch.setenv("KUBECONFIG", str(simulated.kubeconfig))
+        monkeypatch.setenv("JUPYTER_GPUSHARE_OWNER", "alice")
+        write_kernelspec(node, "gpu-6g-vgpu", {"gpu_memory": "6G", "gpu_mode": "vgpu", "gpu_cores": 30})
+        write_kernelspec(node, "gpu-200g-vgpu", {"gpu_memory": "200G", "gpu_mode": "vgpu"})
+        yield simulated
+        assert simulated.violations == []

@@ -989,6 +989,13 @@ class SimulatedCluster:
 
         return self.call(create)
 
+    def remove(self, resource: kmock.resource, namespace: str | None, name: str) -> None:
+        async def delete() -> None:
+            async with self.api._lock:
+                await self.api.remove(resource, namespace, name)
+
+        self.call(delete)
+
     @property
     def violations(self) -> list[str]:
         return list(self.node.violations)

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,27 +42,11 @@ from jupyter_gpushare.processes import current_process, identify
 from jupyter_gpushare.provisioners import GPUShareProvisioner
 from jupyter_gpushare.provisioners.kubernetes import KernelPodError, KubernetesProvisioner, server_identity
 
-from .conftest import Node
+from .conftest import BROKEN_IMAGE, IMAGE, NAMESPACE, Node
 from .k8s_sim import EVENTS, PODS, SECRETS, SimulatedCluster
-from .kernels import run_cell, write_kernelspec
+from .kernels import run_cell
 
 pytestmark = pytest.mark.integration
-
-NAMESPACE = "kernels"
-IMAGE = "jupyter-gpushare-kernel:test"
-BROKEN_IMAGE = "registry.example.com/jupyter-gpushare-kernel:missing"
-
-
-@pytest.fixture
-def cluster(node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SimulatedCluster]:
-    """A four-node HAMi cluster (one 80 GiB card per node) and a kubeconfig pointing at it."""
-    with SimulatedCluster(tmp_path / "cluster", NAMESPACE, broken_images=[BROKEN_IMAGE]) as simulated:
-        monkeypatch.setenv("KUBECONFIG", str(simulated.kubeconfig))
-        monkeypatch.setenv("JUPYTER_GPUSHARE_OWNER", "alice")
-        write_kernelspec(node, "gpu-6g-vgpu", {"gpu_memory": "6G", "gpu_mode": "vgpu", "gpu_cores": 30})
-        write_kernelspec(node, "gpu-200g-vgpu", {"gpu_memory": "200G", "gpu_mode": "vgpu"})
-        yield simulated
-        assert simulated.violations == []
 
 
 def manager(**gpushare: object) -> AsyncMultiKernelManager:

@@ -167,7 +167,9 @@ def test_the_document_lists_every_route_and_method_the_extension_registers(
             method
             for method in ("get", "post", "put", "patch", "delete")
             if any(
-                method in cls.__dict__ for cls in handler.__mro__ if issubclass(cls, handlers.GPUShareHandler)
+                method in cls.__dict__
+                for cls in handler.__mro__
+                if issubclass(cls, (handlers.GPUShareHandler, handlers.KernelTokenHandler))
             )
         }
         registered[path] = methods

@@ -172,7 +172,11 @@ def test_pod_resources_annotations_and_scheduler_by_mode_and_preset(preset: str,
     limits, annotations, scheduler = GOLDEN[preset, mode]
     pod = build(settings(resource_preset=preset), mode=mode, cores=golden_cores(preset, mode))
     assert container(pod)["resources"] == {"limits": limits}
-    assert pod["metadata"]["annotations"] == {**annotations, "jupyter-gpushare.io/server-id": SERVER_ID}
+    assert pod["metadata"]["annotations"] == {
+        **annotations,
+        "jupyter-gpushare.io/server-id": SERVER_ID,
+        "jupyter-gpushare.io/size": "whole" if mode == "exclusive" else "6G",
+    }
     assert pod["spec"].get("schedulerName") == scheduler
     validate(pod)
 
@@ -435,6 +439,7 @@ def test_the_golden_hami_vgpu_pod() -> None:
             "annotations": {
                 "jupyter-gpushare.io/holder": "jupyter-alice/7/1700000000.0",
                 "jupyter-gpushare.io/server-id": SERVER_ID,
+                "jupyter-gpushare.io/size": "6G",
             },
         },
         "spec": {

@@ -99,6 +99,8 @@ class Normaliser:
             atoms = {"number"}
         elif schema.get("type") in ("string", "boolean"):
             atoms = {schema["type"]}
+        elif schema.get("type") == "object" and isinstance(schema.get("additionalProperties"), dict):
+            atoms = {("map", self.schema_type(schema["additionalProperties"]))}  # Record<string, X>
         else:
             raise AssertionError(f"the test does not know this schema: {schema}")
         if schema.get("nullable"):
@@ -112,6 +114,8 @@ class Normaliser:
         for part in (piece.strip() for piece in text.split("|")):
             if part.endswith("[]"):
                 atoms.add(("array", self.ts_type(part[:-2])))
+            elif part.startswith("Record<string,") and part.endswith(">"):
+                atoms.add(("map", self.ts_type(part[len("Record<string,") : -1])))
             elif part in self.aliases:
                 atoms |= self.ts_type(self.aliases[part])
             else:

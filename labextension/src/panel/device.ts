@@ -59,7 +59,11 @@ export class DeviceCard {
     const total = device.memory_total;
     const free = Math.max(0, total - device.memory_reserved);
     this.node.dataset.uuid = device.uuid;
-    setText(this._name, `GPU${device.id} · ${device.name}`);
+    // On Kubernetes a device is a GPU node, named "2× NVIDIA A100 on gpu-node-1".
+    setText(
+      this._name,
+      device.node ? device.name : `GPU${device.id} · ${device.name}`
+    );
     setAttr(this._name, 'title', device.uuid);
     setText(
       this._util,

@@ -55,6 +55,7 @@ export class KernelRow {
       'li',
       { class: KERNEL_CLASS },
       h('div', { class: 'jp-gpushare-kernel-head' }, this._open, this._state),
+      this._detail,
       this._bar,
       h(
         'div',
@@ -119,15 +120,20 @@ export class KernelRow {
     );
 
     let state: string;
+    const where = kernel.node ? kernel.node : `GPU${kernel.device}`;
     if (kernel.state === 'queued') {
       state = `queued #${kernel.queue_position ?? '?'} · ${kernel.size ?? ''}`;
     } else if (kernel.state === 'released') {
       state = 'no GPU (released)';
     } else {
-      state = `${kernel.size ?? formatBytes(request)} on GPU${kernel.device} · ${kernel.mode}`;
+      state = `${kernel.size ?? formatBytes(request)} on ${where} · ${kernel.mode}`;
     }
     setText(this._state, state);
     this._state.className = `jp-gpushare-state jp-gpushare-state-${kernel.state}`;
+    // A kernel pod's start in the cluster's words ("pending: 0/4 nodes are available: …").
+    const detail = kernel.state === 'queued' ? (kernel.detail ?? '') : '';
+    setText(this._detail, detail);
+    this._detail.hidden = !detail;
 
     this._bar.hidden = !running;
     this._used.style.width = percentOf(kernel.memory_used, request);
@@ -161,7 +167,16 @@ export class KernelRow {
     this._warnings.hidden = warnings.length === 0;
 
     this._resize.disabled = !running;
-    this._release.disabled = kernel.state === 'released';
+    // A pod holds its GPU for its life; only a queued pod's start can be withdrawn.
+    this._release.disabled =
+      kernel.state === 'released' || (Boolean(kernel.pod) && running);
+    setAttr(
+      this._release,
+      'title',
+      kernel.pod && running
+        ? 'A kernel pod keeps its GPU until it ends: shut the kernel down to free it'
+        : 'Release the GPU slice; the kernel keeps running'
+    );
     const name = notebook.label;
     setAttr(this._resize, 'aria-label', `Resize the GPU slice of ${name}`);
     setAttr(this._release, 'aria-label', `Release the GPU slice of ${name}`);
@@ -171,6 +186,7 @@ export class KernelRow {
   private _kernel: IKernelSlice | null = null;
   private _path: string | null = null;
   private _shownWarnings = '';
+  private _detail = h('div', { class: 'jp-gpushare-detail', role: 'status' });
   private _open = h('button', {
     class: 'jp-gpushare-open',
     type: 'button'

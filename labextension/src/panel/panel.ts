@@ -79,8 +79,10 @@ export class GPUSharePanel extends Widget {
     this._badge.hidden = !pool?.simulated;
     setText(this._connection, CONNECTION_LABELS[model.connection]);
     this._connection.dataset.state = model.connection;
-    this._error.hidden = !model.error;
-    setText(this._error, model.error ?? '');
+    // The server's own problem reading the cluster (Kubernetes backend) shows like ours.
+    const problem = model.error ?? pool?.problem ?? '';
+    this._error.hidden = !problem;
+    setText(this._error, problem);
 
     // Devices, keyed by uuid.
     const devices = pool?.devices ?? [];

@@ -1,0 +1,178 @@
+"""The kernel side in a Kubernetes pod: its slice, its usage reports, and resizing by restart.
+
+A pod kernel has no node ledger: Kubernetes placed it and holds its slice for the pod's life.
+It talks to the server that started it over HTTP, at ``JUPYTER_GPUSHARE_REPORT_URL`` (set by the
+provisioner), proving who it is with the token mounted from its Secret — the same token the
+server's provisioner keeps. A reporter thread sends the kernel's GPU use every
+``sample_interval``; ``%gpu status``/``pool`` read the server's view; ``%gpu resize SIZE
+--restart`` asks the server for a new pod of that size.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import urllib.error
+import urllib.request
+from typing import Any
+
+from ..errors import GPUShareError
+from ..sizes import parse_size
+
+log = logging.getLogger("jupyter_gpushare")
+
+ENV_REPORT_URL = "JUPYTER_GPUSHARE_REPORT_URL"
+ENV_TOKEN_FILE = "JUPYTER_GPUSHARE_TOKEN_FILE"
+TOKEN_HEADER = "X-GPUShare-Token"
+REQUEST_TIMEOUT = 5.0
+
+
+class ServerUnreachableError(GPUShareError):
+    """The server that started this pod kernel cannot be reached (or was never told)."""
+
+    status = 503
+
+
+class ServerRefusedError(GPUShareError):
+    """The server refused what this kernel asked; the message is the server's reason."""
+
+
+class PodKernel:
+    """This kernel, running in a pod the Kubernetes backend made."""
+
+    def __init__(self, environ: dict[str, str] | None = None) -> None:
+        env = dict(os.environ if environ is None else environ)
+        self.kernel_id = env.get("JUPYTER_GPUSHARE_KERNEL_ID", "")
+        self.mode = env.get("JUPYTER_GPUSHARE_MODE", "")
+        memory = env.get("JUPYTER_GPUSHARE_MEMORY_BYTES", "")
+        self.memory = int(memory) if memory.isdigit() else None
+        report_url = env.get(ENV_REPORT_URL, "")
+        self.report_url = report_url or None
+        self.kernel_url = report_url.removesuffix("/usage") if report_url else None
+        self.interval = max(float(env.get("JUPYTER_GPUSHARE_SAMPLE_INTERVAL") or 1.0), 0.2)
+        self._token = _read(env.get(ENV_TOKEN_FILE, ""))
+        self.declared: tuple[int, int | None] | None = None
+        self._problem: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- talking to the server -----------------------------------------------------------
+
+    def call(self, method: str, suffix: str, body: dict[str, Any] | None = None) -> Any:
+        """One request to this kernel's own routes on the server; its JSON answer, or raises
+        with the server's message."""
+        if not self.kernel_url:
+            raise ServerUnreachableError(
+                "this kernel pod was started without a server to report to (no "
+                f"{ENV_REPORT_URL}); the GPU panel and %gpu need a jupyter server with the "
+                "Kubernetes backend"
+            )
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.kernel_url}{suffix}",
+            data=data,
+            method=method,
+            headers={TOKEN_HEADER: self._token or "", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
+                text = response.read().decode()
+        except urllib.error.HTTPError as error:
+            try:
+                message = json.loads(error.read().decode() or "{}").get("message") or error.reason
+            except ValueError:
+                message = error.reason
+            raise ServerRefusedError(str(message)) from None
+        except (urllib.error.URLError, OSError) as error:
+            raise ServerUnreachableError(f"cannot reach the server at {self.kernel_url}: {error}") from None
+        return json.loads(text) if text else None
+
+    def view(self) -> dict[str, Any]:
+        """``{"kernel": <GET kernels entry>, "pool": <GET pool>}`` as the server sees them."""
+        answer: dict[str, Any] = self.call("GET", "/self")
+        return answer
+
+    def resize(self, memory: object, restart: bool) -> str:
+        parse_size(memory)  # a bad size is refused before anything else
+        if not restart:
+            from .own_slice import NeedsRestartError
+
+            raise NeedsRestartError(
+                "a kernel pod's GPU slice is fixed for the pod's life: nothing was changed. Run "
+                f"%gpu resize {memory} --restart to restart this kernel in a new pod of that size"
+            )
+        answer = self.call("POST", "/resize", {"gpu_memory": memory})
+        return str((answer or {}).get("message") or "restarting in a new pod")
+
+    # ---- usage ---------------------------------------------------------------------------
+
+    def declare(self, memory: object, utilization: int | None = None) -> None:
+        """Declare this kernel's use (demos and tests; labelled simulated), sent at once."""
+        used = parse_size(memory).resolve(0) if memory not in (0, "0") else 0
+        if utilization is not None and not (isinstance(utilization, int) and 0 <= utilization <= 100):
+            raise GPUShareError(f"utilization must be a whole percentage 0-100, not {utilization!r}")
+        self.declared = (used, utilization)
+        self.report_once(raise_errors=True)
+
+    def measure(self) -> tuple[int, int | None, str] | None:
+        """``(bytes, utilization, source)``: declared use, else PyTorch's own accounting of
+        the memory it holds; None when nothing can be measured from inside the pod."""
+        if self.declared is not None:
+            return (*self.declared, "simulated")
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+                held = sum(torch.cuda.memory_reserved(index) for index in range(torch.cuda.device_count()))
+                return int(held), None, "kernel"
+        except Exception:  # a broken CUDA setup must not break the kernel
+            return None
+        return None
+
+    def report_once(self, raise_errors: bool = False) -> None:
+        measured = self.measure()
+        if measured is None or not self.kernel_url:
+            return
+        used, utilization, source = measured
+        try:
+            self.call("POST", "/usage", {"memory_used": used, "utilization": utilization, "source": source})
+        except GPUShareError as error:
+            if raise_errors:
+                raise
+            if str(error) != self._problem:  # say it once, not every second
+                log.warning("GPU usage report failed: %s", error)
+            self._problem = str(error)
+        else:
+            self._problem = None
+
+    def start_reporting(self) -> None:
+        if self._thread is None and self.kernel_url:
+            self._thread = threading.Thread(target=self._report_forever, name="gpushare-report", daemon=True)
+            self._thread.start()
+
+    def _report_forever(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.report_once()
+
+
+def _read(path: str) -> str | None:
+    if not path:
+        return None
+    try:
+        with open(path) as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
+
+
+_pod: PodKernel | None = None
+
+
+def current() -> PodKernel | None:
+    """This kernel's pod handle, or None when the kernel does not run in a kernel pod."""
+    global _pod
+    if _pod is None and os.environ.get(ENV_TOKEN_FILE) and os.environ.get("JUPYTER_GPUSHARE_KERNEL_ID"):
+        _pod = PodKernel()
+    return _pod
