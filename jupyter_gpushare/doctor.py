@@ -206,7 +206,14 @@ def check_cluster(settings: GPUShare, client_factory: Callable[[], Any] | None =
 def _check_rbac(client: Any, api_client: Any, namespace: str) -> Check:
     authorization = client.AuthorizationV1Api(api_client)
     missing = []
-    for resource, verb in (("pods", "create"), ("pods", "delete"), ("secrets", "create"), ("events", "list")):
+    wanted = (
+        ("pods", "create"),
+        ("pods", "delete"),
+        ("pods", "watch"),
+        ("secrets", "create"),
+        ("events", "list"),
+    )
+    for resource, verb in wanted:
         review = client.V1SelfSubjectAccessReview(
             spec=client.V1SelfSubjectAccessReviewSpec(
                 resource_attributes=client.V1ResourceAttributes(

@@ -870,10 +870,10 @@ def test_render_pod_reports_a_bad_resource_names_setting(
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kubernetes"
 
-# What the backend calls (jupyter_gpushare/k8s/cluster.py), per resource: the Role grants this
+# What the backend calls (jupyter_gpushare/k8s/cluster.py and watch.py), per resource: the Role grants this
 # and nothing more.
 BACKEND_CALLS = {
-    "pods": {"create", "get", "list", "delete"},
+    "pods": {"create", "get", "list", "watch", "delete"},
     "pods/log": {"get"},
     "secrets": {"create", "list", "delete"},
     "events": {"list"},
@@ -909,7 +909,7 @@ def test_the_example_role_is_least_privilege() -> None:
             granted.setdefault(resource, set()).update(rule["verbs"])
     assert granted == BACKEND_CALLS
     [cluster_role] = [doc for doc in documents if doc["kind"] == "ClusterRole"]
-    assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
     # Bindings point at the server's ServiceAccount; kernel pods get one with no rights and no token.
     accounts = {
         (doc["metadata"]["namespace"], doc["metadata"]["name"]): doc

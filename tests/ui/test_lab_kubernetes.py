@@ -1,0 +1,107 @@
+"""The GPU panel of a ``jupyter lab`` on the Kubernetes backend, in Chromium.
+
+The server talks to the emulated cluster of the integration tests (kmock's API server and a
+simulated node running kernel pods as local processes): three GPU nodes whose 80 GiB cards have
+half their vGPU memory promised elsewhere, so a 60G kernel pod waits with the scheduler's reason
+while a 6G one runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.k8s_sim import SimNode, SimulatedCluster
+
+from .conftest import VIEWPORT
+from .lab import Lab, free_port, make_environment, open_lab, open_panel, wait_for
+
+ROW = ".jp-gpushare-kernel"
+NAMESPACE = "kernels"
+IMAGE = "jupyter-gpushare-kernel:test"
+REASON = "0/3 nodes are available: 3 Insufficient nvidia.com/gpumem."
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+@pytest.fixture(scope="module")
+def cluster_lab() -> Iterator[Lab]:
+    root = Path(tempfile.mkdtemp(prefix="gpushare-ui-k8s-"))
+    nodes = [
+        SimNode(
+            f"gpu-node-{index}",
+            {"nvidia.com/gpu": "10", "nvidia.com/gpumem": "40960", "nvidia.com/gpucores": "100"},
+            {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.memory": "81920"},
+        )
+        for index in range(1, 4)
+    ]
+    with SimulatedCluster(root / "cluster", NAMESPACE, nodes=nodes) as cluster:
+        gpushare = {"backend": "kubernetes", "resource_preset": "hami", "kernel_image": IMAGE}
+        env = make_environment(root, {**gpushare, "owner": "alice"})
+        env["KUBECONFIG"] = str(cluster.kubeconfig)
+        config = Path(env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json"
+        settings = json.loads(config.read_text())
+        settings["KubernetesProvisioner"] = {"poll_interval": 0.1, "unschedulable_grace": 120}
+        config.write_text(json.dumps(settings))
+        lab = Lab(root=root, env=env, port=free_port(), token="ui-test-token").start()
+        try:
+            yield lab
+        finally:
+            lab.stop()
+        assert cluster.violations == []
+
+
+def test_the_panel_shows_gpu_nodes_and_kernel_pods_with_the_schedulers_words(
+    browser: Any, cluster_lab: Lab
+) -> None:
+    lab = cluster_lab
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    try:
+        open_lab(page, lab)
+        panel = open_panel(page)
+        devices = panel.locator(".jp-gpushare-device")
+        expect(devices).to_have_count(3)
+        expect(devices.nth(0)).to_contain_text("NVIDIA A100 SXM4 80GB on gpu-node-1")
+        expect(devices.nth(0)).not_to_contain_text("GPU0")
+        expect(panel.locator(".jp-gpushare-simulated-badge")).to_be_hidden()
+
+        status, waiting = lab.request(
+            "POST", "api/gpushare/kernels", {"name": "python3-gpu-4g-vgpu", "gpu_memory": "60G"}
+        )
+        assert status == 202 and waiting["state"] == "queued", waiting
+        pending = panel.locator(f'{ROW}[data-kernel-id="{waiting["kernel_id"]}"]')
+        expect(pending).to_contain_text("queued #1 · 60G")
+        expect(pending.locator(".jp-gpushare-detail")).to_have_text(f"pending: {REASON}", timeout=30_000)
+
+        status, started = lab.request("POST", "api/gpushare/kernels", {"name": "python3-gpu-4g-vgpu"})
+        assert status in (201, 202), started
+        running = panel.locator(f'{ROW}[data-kernel-id="{started["kernel_id"]}"]')
+        expect(running).to_contain_text(re.compile(r"4G on gpu-node-\d · vgpu"), timeout=30_000)
+        expect(running.locator(".jp-gpushare-detail")).to_be_hidden()
+        release = running.locator(".jp-gpushare-release")
+        expect(release).to_be_disabled()
+        expect(release).to_have_attribute("title", re.compile("keeps its GPU until it ends"))
+
+        # Withdrawing the waiting start and shutting the running kernel down empty the panel.
+        assert lab.request("DELETE", f"api/gpushare/kernels/{waiting['kernel_id']}/gpu")[0] == 204
+        assert lab.request("DELETE", f"api/kernels/{started['kernel_id']}")[0] == 204
+        expect(panel.locator(ROW)).to_have_count(0, timeout=30_000)
+        wait_for(
+            lambda: lab.request("GET", "api/gpushare/pool")[1]["queue"] == [],
+            timeout=30,
+            what="the cluster's queue to be empty",
+        )
+    finally:
+        context.close()
