@@ -110,7 +110,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _status(as_json: bool) -> int:
-    service = GPUShareService(load_settings())  # reconciles on creation
+    settings = load_settings()
+    if settings.backend == "kubernetes":
+        from .k8s.snapshot import cluster_status
+
+        status = cluster_status(settings)
+        if as_json:
+            print(json.dumps(status, indent=2))
+        else:
+            namespace = settings.namespace or "the kubeconfig's namespace"
+            print(_format_status(status["pool"], status["kernels"], f"kernel pods in {namespace}", None))
+        return 0
+    service = GPUShareService(settings)  # reconciles on creation
     pool = service.pool()
     kernels = service.kernels()
     if as_json:
@@ -126,27 +137,31 @@ def _format_status(
     lines = [
         f"Pool: {len(pool['devices'])} device(s){' (simulated)' if pool['simulated'] else ''}, "
         f"backend {pool['backend']}, overcommit {pool['overcommit']:g}",
-        f"Ledger: {ledger}",
+        f"Ledger: {ledger}" if pool["backend"] == "local" else f"Cluster: {ledger}",
     ]
+    if pool.get("problem"):
+        lines.append(f"Problem: {pool['problem']}")
     if not pool["devices"]:
         lines.append(problem or "no GPU found")
     for device in pool["devices"]:
+        label = "" if device.get("node") else f"GPU{device['id']}  "
         lines.append(
-            f"GPU{device['id']}  {device['name']}  reserved {format_bytes(device['memory_reserved'])}"
+            f"{label}{device['name']}  reserved {format_bytes(device['memory_reserved'])}"
             f" of {format_bytes(device['memory_total'])}  modes: {', '.join(device['modes']) or '-'}"
         )
         for kernel in kernels:
             if kernel["state"] == "running" and kernel["device"] == device["id"]:
                 lines.append(
                     f"  {kernel['kernel_id'] or '(hidden)'}  {kernel['owner']}  "
-                    f"{format_bytes(kernel['memory_request'])} {kernel['mode']}  {kernel['path']}".rstrip()
+                    f"{format_bytes(kernel['memory_request'] or 0)} {kernel['mode']}  "
+                    f"{kernel.get('pod') or kernel['path']}".rstrip()
                 )
     queued = [kernel for kernel in kernels if kernel["state"] == "queued"]
     lines.append(f"Queue: {len(queued)} waiting")
     for kernel in queued:
         lines.append(
             f"  {kernel['queue_position']}. {kernel['kernel_id'] or '(hidden)'}  {kernel['owner']}  "
-            f"{kernel['size']} {kernel['mode']}"
+            f"{kernel['size']} {kernel['mode']}" + (f"  {kernel['detail']}" if kernel.get("detail") else "")
         )
     return "\n".join(lines)
 

@@ -38,7 +38,8 @@ class GPUShareCollector(Collector):
             ),
         }
         for device in pool["devices"]:
-            labels = [f"GPU{device['id']}", device["uuid"], device["name"]]
+            # On Kubernetes a device is a GPU node, labelled by its name.
+            labels = [device.get("node") or f"GPU{device['id']}", device["uuid"], device["name"]]
             families["total"].add_metric(labels, device["memory_total"])
             families["reserved"].add_metric(labels, device["memory_reserved"])
             families["used"].add_metric(labels, device["memory_used"])
@@ -58,7 +59,8 @@ class GPUShareCollector(Collector):
         for kernel in kernels:
             if kernel["state"] != "running":
                 continue
-            key = (kernel["kernel_id"] or "", kernel["owner"], f"GPU{kernel['device']}", kernel["mode"])
+            where = kernel.get("node") or f"GPU{kernel['device']}"
+            key = (kernel["kernel_id"] or "", kernel["owner"], where, kernel["mode"])
             sums = totals.setdefault(key, [0, 0])
             sums[0] += kernel["memory_request"] or 0
             sums[1] += kernel["memory_used"] or 0

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s_client
+from prometheus_client.parser import text_string_to_metric_families
 from tornado.websocket import websocket_connect
 
 from jupyter_gpushare.errors import DoesNotFitError
@@ -36,6 +37,7 @@ from .kernels import write_kernelspec
 from .servers import JupyterServer, Response, start_server
 from .test_kubernetes import manager, nothing_left
 from .test_openapi import Contract, load_document
+from .test_rest_api import metrics
 
 pytestmark = pytest.mark.integration
 
@@ -308,6 +310,14 @@ async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
     assert view["memory_used"] == int(5.5 * GiB) and view["usage_source"] == "simulated"
     assert view["warnings"] == ["near its slice: using 5.5G of 6G (92%)"]
     assert get(server, "pool")["devices"][view["device"]]["memory_used"] == int(5.5 * GiB)
+    series = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(await asyncio.to_thread(metrics, server))
+        for sample in family.samples
+    }
+    labels = (("device", view["node"]), ("kernel_id", kernel_id), ("mode", "vgpu"), ("owner", "alice"))
+    assert series["jupyter_gpushare_kernel_memory_used_bytes", labels] == int(5.5 * GiB)
+    assert series["jupyter_gpushare_kernel_memory_request_bytes", labels] == 6 * GiB
     out, _ = await execute(server, kernel_id, "%gpu pool")
     assert "4 GPU node(s)" in out and "NVIDIA A100 SXM4 80GB on gpu-node-" in out
 
@@ -552,3 +562,37 @@ async def test_hami_metrics_give_the_use_of_kernels_that_do_not_report(
     finally:
         await asyncio.to_thread(server.stop)
         monitor.shutdown()
+
+
+# ---- the command line ----------------------------------------------------------------------------
+
+
+async def test_status_reads_the_cluster_on_the_kubernetes_backend(
+    cluster: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jupyter_gpushare.cli import main
+
+    monkeypatch.setenv("JUPYTER_GPUSHARE_BACKEND", "kubernetes")
+    monkeypatch.setenv("JUPYTER_GPUSHARE_RESOURCE_PRESET", "hami")
+    kernels = manager()
+    kernel_id = await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
+    try:
+        assert await asyncio.to_thread(main, ["status", "--json"]) == 0
+        status = json.loads(capsys.readouterr().out)
+        assert [device["node"] for device in status["pool"]["devices"]] == [
+            f"gpu-node-{i}" for i in range(1, 5)
+        ]
+        [kernel] = status["kernels"]
+        assert (kernel["kernel_id"], kernel["state"], kernel["memory_request"]) == (
+            kernel_id,
+            "running",
+            6 * GiB,
+        )
+        assert sum(device["memory_reserved"] for device in status["pool"]["devices"]) == 6 * GiB
+        assert await asyncio.to_thread(main, ["status"]) == 0
+        text = capsys.readouterr().out
+        assert "Cluster: kernel pods in the kubeconfig's namespace" in text
+        assert f"{kernel_id}  alice  6G vgpu  {pod_name(kernel_id)}" in text
+    finally:
+        await kernels.shutdown_all()
+    await nothing_left(cluster)
