@@ -177,6 +177,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     if arguments.preset:
         settings.resource_preset = arguments.preset
     argv: tuple[str, ...] = DEFAULT_ARGV
+    kernel_env: dict[str, str] = {}
     memory, mode, cores = arguments.memory, arguments.mode, arguments.cores
     if arguments.kernelspec:
         try:
@@ -184,6 +185,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
         except NoSuchKernel:
             raise CommandError(f"no kernelspec named {arguments.kernelspec!r}") from None
         argv = tuple(spec.argv)
+        kernel_env = dict(spec.env or {})
         config = ((spec.metadata or {}).get("kernel_provisioner") or {}).get("config") or {}
         memory = memory or config.get("gpu_memory")
         mode = mode or config.get("gpu_mode")
@@ -197,6 +199,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
         request=request,
         cluster=cluster_facts(settings),
         argv=argv,
+        kernel_env=kernel_env,
     )
     print("# The connection file and token are mounted from a Secret of the same name + -conn.")
     print(yaml.safe_dump(pod, sort_keys=False), end="")

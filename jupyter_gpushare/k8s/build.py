@@ -51,10 +51,13 @@ def kernel_pod(
     namespace: str | None = None,
     annotations: Mapping[str, str] | None = None,
     report_url: str | None = None,
+    kernel_env: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], PodRequest]:
-    """The kernel pod manifest and the pod request it carries."""
+    """The kernel pod manifest and the pod request it carries; ``kernel_env`` is the kernelspec's
+    ``env`` (ours wins where a name is both)."""
     resources = pod_request(request.mode.name, request.size, request.cores, cluster)
-    env: dict[str, str] = {"JUPYTER_GPUSHARE_MODE": request.mode.name}
+    env: dict[str, str] = {str(name): str(value) for name, value in (kernel_env or {}).items()}
+    env["JUPYTER_GPUSHARE_MODE"] = request.mode.name
     for name in _FORWARDED:
         env[f"JUPYTER_GPUSHARE_{name.upper()}"] = str(getattr(settings, name))
     if report_url:

@@ -342,6 +342,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
             namespace=backend.cluster.namespace,
             annotations={HOLDER_ANNOTATION: backend.holder},
             report_url=report_url,
+            kernel_env=dict(getattr(self.kernel_spec, "env", None) or {}),
         )
         kernel_file = self._kernel_connection_file(settings)
         secret = make_secret(

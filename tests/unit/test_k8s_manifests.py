@@ -936,3 +936,11 @@ def test_the_kernel_image_recipe_installs_what_kernel_pods_need() -> None:
     assert "zmq.has('curve')" in dockerfile
     assert "command -v cp" in dockerfile  # the init container copies the connection file with cp
     assert "USER 1000" in dockerfile
+
+
+def test_the_kernelspecs_env_reaches_the_pod_and_ours_wins() -> None:
+    pod = build(kernel_env={"OMP_NUM_THREADS": "4", "JUPYTER_GPUSHARE_MODE": "exclusive"})
+    env = env_of(pod)
+    assert env["OMP_NUM_THREADS"] == "4"
+    assert env["JUPYTER_GPUSHARE_MODE"] == "vgpu"  # the slice's own variables cannot be overridden
+    validate(pod)
