@@ -25,6 +25,19 @@ class GPUShareProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             cls = backend_class(kwargs.get("parent"))
         return super().__new__(cls, *args, **kwargs)
 
+    def forget_failed_start(self) -> None:
+        """Drop this kernel from its multi-kernel manager's pending starts after a failed start.
+
+        jupyter_client keeps a kernel whose start raised (a slice that does not fit, a pod the
+        cluster cannot place) in ``MultiKernelManager._pending_kernels`` for ever, and a server's
+        shutdown then waits on it. A refused GPU request must not cost a hung shutdown; there is
+        no public call for this, hence the private attribute (absent: nothing to do).
+        """
+        manager = getattr(self.parent, "parent", None)
+        pending = getattr(manager, "_pending_kernels", None)
+        if isinstance(pending, dict):
+            pending.pop(self.kernel_id, None)
+
 
 def backend_class(parent: Any) -> type[GPUShareProvisioner]:
     """The provisioner class of the configured backend."""

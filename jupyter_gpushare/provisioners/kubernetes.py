@@ -314,6 +314,13 @@ class KubernetesProvisioner(GPUShareProvisioner):
     # ---- start ---------------------------------------------------------------------------------
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return await self._prepare(**kwargs)
+        except BaseException:
+            self.forget_failed_start()
+            raise
+
+    async def _prepare(self, **kwargs: Any) -> dict[str, Any]:
         settings = self._settings = load_settings(self.config, reconcile=False)
         for name in ("gpu_memory", "gpu_mode", "gpu_cores"):
             if name in kwargs:
@@ -426,6 +433,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
             ip = await self._wait_running(self._settings.launch_timeout)
         except BaseException:
             self._launched = False
+            self.forget_failed_start()
             await asyncio.shield(asyncio.to_thread(self._delete_objects))
             raise
         finally:

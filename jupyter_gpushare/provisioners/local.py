@@ -57,14 +57,18 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
         session_path = kwargs.pop("gpushare_path", None) or (kwargs.get("env") or {}).get(
             "JPY_SESSION_NAME", ""
         )
-        request = service.make_request(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
-        record = await service.acquire(
-            self.kernel_id,
-            request,
-            kernel_name=getattr(self.parent, "kernel_name", "") or "",
-            path=session_path,
-            on_wait=self._report_wait,
-        )
+        try:
+            request = service.make_request(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
+            record = await service.acquire(
+                self.kernel_id,
+                request,
+                kernel_name=getattr(self.parent, "kernel_name", "") or "",
+                path=session_path,
+                on_wait=self._report_wait,
+            )
+        except BaseException:
+            self.forget_failed_start()
+            raise
         try:
             kwargs = await super().pre_launch(**kwargs)
             env: dict[str, str] = kwargs["env"]
@@ -76,6 +80,7 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
                 kwargs["cmd"] = [*kwargs["cmd"], f"--ext={KERNEL_EXTENSION}"]
         except BaseException:
             service.release(self.kernel_id)
+            self.forget_failed_start()
             raise
         self.log.info(
             "Kernel %s holds a %s GPU slice (%d bytes) on %s",
@@ -96,6 +101,7 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
             connection_info = await super().launch_kernel(cmd, **kwargs)
         except BaseException:
             self.service.release(self.kernel_id)
+            self.forget_failed_start()
             raise
         self.service.attach_kernel(self.kernel_id, self.pid)
         self.service.monitor.ensure_running()
