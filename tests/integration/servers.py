@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,3 +118,45 @@ def start_server(node: Node, name: str = "server", extra_env: dict[str, str] | N
         time.sleep(0.2)
     server.stop()
     raise RuntimeError(f"jupyter server did not answer in 60 s:\n{server.log()}")
+
+
+async def execute(server: JupyterServer, kernel_id: str, code: str, timeout: float = 60) -> tuple[str, str]:
+    """Run ``code`` in the server's kernel over its websocket, as the browser does."""
+    url = f"{server.url.replace('http', 'ws')}/api/kernels/{kernel_id}/channels?token={server.token}"
+    from tornado.websocket import websocket_connect
+
+    connection = await websocket_connect(url)
+    msg_id = uuid.uuid4().hex
+    header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "test"}
+    header |= {"session": uuid.uuid4().hex, "version": "5.3", "date": ""}
+    content = {"code": code, "silent": False, "allow_stdin": False}
+    connection.write_message(
+        json.dumps(
+            {"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": "shell"}
+        )
+    )
+    out, err, replied, idle = "", "", False, False
+    deadline = time.monotonic() + timeout
+    try:
+        while not (replied and idle):
+            assert time.monotonic() < deadline, f"no reply to {code!r}: {server.log()[-2000:]}"
+            message = json.loads(await asyncio.wait_for(connection.read_message(), timeout))  # type: ignore[arg-type]
+            if message.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = message["msg_type"]
+            if kind == "stream":
+                if message["content"]["name"] == "stdout":
+                    out += message["content"]["text"]
+                else:
+                    err += message["content"]["text"]
+            elif kind in ("execute_result", "display_data"):
+                out += message["content"]["data"].get("text/plain", "") + "\n"
+            elif kind == "error":
+                err += "\n".join(message["content"]["traceback"])
+            elif kind == "execute_reply":
+                replied = True
+            elif kind == "status" and message["content"]["execution_state"] == "idle":
+                idle = True
+    finally:
+        connection.close()
+    return out, err

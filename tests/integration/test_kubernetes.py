@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -315,9 +314,7 @@ async def test_a_jupyter_server_runs_a_pod_kernel_over_its_websocket(
 ) -> None:
     """The server's own path: REST start, the browser's websocket (the server's ZMQ sockets to the
     pod use the Curve keys), REST shutdown."""
-    from tornado.websocket import websocket_connect
-
-    from .servers import start_server
+    from .servers import execute, start_server
 
     config = Path(node.env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json"
     config.write_text(json.dumps({"KubernetesProvisioner": {"poll_interval": 0.1}}))
@@ -336,43 +333,8 @@ async def test_a_jupyter_server_runs_a_pod_kernel_over_its_websocket(
         [pod], [_] = ours(cluster)
         assert pod["metadata"]["name"] == pod_name(kernel_id)
 
-        url = f"{server.url.replace('http', 'ws')}/api/kernels/{kernel_id}/channels?token={server.token}"
-        socket = await websocket_connect(url)
-        msg_id = uuid.uuid4().hex
-        socket.write_message(
-            json.dumps(
-                {
-                    "header": {
-                        "msg_id": msg_id,
-                        "msg_type": "execute_request",
-                        "username": "test",
-                        "session": uuid.uuid4().hex,
-                        "version": "5.3",
-                        "date": "",
-                    },
-                    "parent_header": {},
-                    "metadata": {},
-                    "content": {"code": "print(6 * 7)", "silent": False, "allow_stdin": False},
-                    "channel": "shell",
-                    "buffers": [],
-                }
-            )
-        )
-        output, replied, idle = "", False, False
-        deadline = time.monotonic() + 60
-        while not (replied and idle):  # the reply (shell) and the output (iopub) come in any order
-            assert time.monotonic() < deadline, f"no reply: {server.log()[-2000:]}"
-            message = json.loads(await asyncio.wait_for(socket.read_message(), 60))
-            if message.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if message["msg_type"] == "stream":
-                output += message["content"]["text"]
-            elif message["msg_type"] == "execute_reply":
-                assert message["content"]["status"] == "ok"
-                replied = True
-            elif message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
-                idle = True
-        socket.close()
+        output, errors = await execute(server, kernel_id, "print(6 * 7)")
+        assert errors == ""
         assert output == "42\n"
 
         stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")

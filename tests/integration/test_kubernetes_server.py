@@ -14,7 +14,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s_client
 from prometheus_client.parser import text_string_to_metric_families
-from tornado.websocket import websocket_connect
 
 from jupyter_gpushare.errors import DoesNotFitError
 from jupyter_gpushare.k8s.cluster import Cluster, load_configuration
@@ -34,7 +32,7 @@ from jupyter_gpushare.sizes import GiB, MiB
 from .conftest import IMAGE, NAMESPACE, Node
 from .k8s_sim import NODES, PODS, SimNode, SimulatedCluster
 from .kernels import write_kernelspec
-from .servers import JupyterServer, Response, start_server
+from .servers import JupyterServer, Response, execute, start_server
 from .test_kubernetes import manager, nothing_left
 from .test_openapi import Contract, load_document
 from .test_rest_api import metrics
@@ -91,46 +89,6 @@ def get(server: JupyterServer, path: str) -> Any:
     assert response.status == 200, response.body
     route = "/kernels/{kernel_id}" if path.startswith("kernels/") else f"/{path}"
     return CONTRACT.check(response, route, "GET", 200)
-
-
-async def execute(server: JupyterServer, kernel_id: str, code: str, timeout: float = 60) -> tuple[str, str]:
-    """Run ``code`` in the server's kernel over its websocket, as the browser does."""
-    url = f"{server.url.replace('http', 'ws')}/api/kernels/{kernel_id}/channels?token={server.token}"
-    socket = await websocket_connect(url)
-    msg_id = uuid.uuid4().hex
-    header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "test"}
-    header |= {"session": uuid.uuid4().hex, "version": "5.3", "date": ""}
-    content = {"code": code, "silent": False, "allow_stdin": False}
-    socket.write_message(
-        json.dumps(
-            {"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": "shell"}
-        )
-    )
-    out, err, replied, idle = "", "", False, False
-    deadline = time.monotonic() + timeout
-    try:
-        while not (replied and idle):
-            assert time.monotonic() < deadline, f"no reply to {code!r}: {server.log()[-2000:]}"
-            message = json.loads(await asyncio.wait_for(socket.read_message(), timeout))  # type: ignore[arg-type]
-            if message.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            kind = message["msg_type"]
-            if kind == "stream":
-                if message["content"]["name"] == "stdout":
-                    out += message["content"]["text"]
-                else:
-                    err += message["content"]["text"]
-            elif kind in ("execute_result", "display_data"):
-                out += message["content"]["data"].get("text/plain", "") + "\n"
-            elif kind == "error":
-                err += "\n".join(message["content"]["traceback"])
-            elif kind == "execute_reply":
-                replied = True
-            elif kind == "status" and message["content"]["execution_state"] == "idle":
-                idle = True
-    finally:
-        socket.close()
-    return out, err
 
 
 def kernel_token(cluster: SimulatedCluster, kernel_id: str) -> str:
