@@ -62,7 +62,8 @@ def test_bad_declarations_and_resizes_change_nothing(tmp_path: Path) -> None:
     assert kernel.declared is None
     with pytest.raises(SizeError):
         kernel.resize("abc", restart=True)
-    with pytest.raises(NeedsRestartError, match=re.escape("nothing was changed. Run %gpu resize 8G --restart")):
+    refusal = re.escape("nothing was changed. Run %gpu resize 8G --restart")
+    with pytest.raises(NeedsRestartError, match=refusal):
         kernel.resize("8G", restart=False)
     kernel.declared = (2 * GiB, 40)
     assert kernel.measure() == (2 * GiB, 40, "simulated")
