@@ -46,7 +46,9 @@ def test_without_a_server_the_pod_says_so_and_reports_nothing(tmp_path: Path) ->
 
 def test_an_unreachable_server_is_named(tmp_path: Path) -> None:
     kernel = PodKernel(pod_env(tmp_path, "http://127.0.0.1:9/api/gpushare/kernels/k-1/usage"))
-    with pytest.raises(ServerUnreachableError, match=re.escape("cannot reach the server at http://127.0.0.1:9")):
+    with pytest.raises(
+        ServerUnreachableError, match=re.escape("cannot reach the server at http://127.0.0.1:9")
+    ):
         kernel.view()
     kernel.declared = (1, None)
     kernel.report_once()  # the reporter thread's path: logged once, never raised
