@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS slices (
     memory_used INTEGER,
     utilization INTEGER,
     usage_source TEXT,
-    usage_at REAL,
+    usage_at REAL,  -- when the usage last changed
     warnings TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS slices_by_state ON slices (state, seq);
@@ -418,35 +418,57 @@ class Ledger:
         A sample whose ``source`` is None carries warnings only: the usage stays as the kernel
         reported it, so a report made while the sampler ran is not overwritten.
         """
+        # Rows are written only where a figure changed: a round that changes nothing leaves the
+        # database as it was, so readers' caches (keyed on PRAGMA data_version) stay valid and
+        # the REST API does not re-render every slice once per sampling round.
         now = time.time()
         with self._write() as db:
             db.executemany(
                 """UPDATE slices SET memory_used = ?, utilization = ?, usage_source = ?,
-                   usage_at = ?, warnings = ? WHERE kernel_id = ?""",
+                   usage_at = ?, warnings = ?
+                   WHERE kernel_id = ? AND (memory_used IS NOT ? OR utilization IS NOT ?
+                                            OR usage_source IS NOT ? OR warnings IS NOT ?)""",
                 [
                     (
                         sample.memory_used,
                         sample.utilization,
                         sample.source,
                         now,
-                        json.dumps(list(sample.warnings)),
+                        warnings,
                         sample.kernel_id,
+                        sample.memory_used,
+                        sample.utilization,
+                        sample.source,
+                        warnings,
                     )
                     for sample in kernel_samples
                     if sample.source is not None
+                    for warnings in [json.dumps(list(sample.warnings))]
                 ],
             )
             db.executemany(
-                "UPDATE slices SET warnings = ? WHERE kernel_id = ?",
+                "UPDATE slices SET warnings = ? WHERE kernel_id = ? AND warnings IS NOT ?",
                 [
-                    (json.dumps(list(sample.warnings)), sample.kernel_id)
+                    (warnings, sample.kernel_id, warnings)
                     for sample in kernel_samples
                     if sample.source is None
+                    for warnings in [json.dumps(list(sample.warnings))]
                 ],
             )
             db.executemany(
-                "UPDATE devices SET memory_used = ?, utilization = ?, sampled_at = ? WHERE uuid = ?",
-                [(sample.memory_used, sample.utilization, now, sample.uuid) for sample in device_samples],
+                """UPDATE devices SET memory_used = ?, utilization = ?, sampled_at = ?
+                   WHERE uuid = ? AND (memory_used IS NOT ? OR utilization IS NOT ?)""",
+                [
+                    (
+                        sample.memory_used,
+                        sample.utilization,
+                        now,
+                        sample.uuid,
+                        sample.memory_used,
+                        sample.utilization,
+                    )
+                    for sample in device_samples
+                ],
             )
 
     def report_usage(self, kernel_id: str, memory_used: int, utilization: int | None, source: str) -> None:

@@ -15,7 +15,16 @@ import pytest
 
 from jupyter_gpushare.allocator import Placement, Policy, Refusal
 from jupyter_gpushare.inventory import parse_simulation
-from jupyter_gpushare.ledger import Ledger, NewRequest, Placed, Refused, SliceRecord, Waiting
+from jupyter_gpushare.ledger import (
+    DeviceSample,
+    KernelSample,
+    Ledger,
+    NewRequest,
+    Placed,
+    Refused,
+    SliceRecord,
+    Waiting,
+)
 from jupyter_gpushare.processes import ProcessIdentity, current_process, identify, is_alive
 
 GiB = 2**30
@@ -491,3 +500,22 @@ def test_a_ledger_file_of_the_first_release_is_still_read(tmp_path: Path) -> Non
     ledger.release("old")
     assert isinstance(ledger.try_place("new", Policy()), Placed)
     ledger.close()
+
+
+def test_a_sampling_round_that_changes_nothing_leaves_the_ledger_unchanged(ledger: Ledger) -> None:
+    """Readers cache on the ledger's change marker; a steady kernel must not invalidate them."""
+    record = place(ledger, "k-1", "4G")
+    device = DeviceSample(str(record.device_uuid), 2 * GiB, 30)
+    sample = KernelSample("k-1", 1 * GiB, 20, "nvml", ("near its slice",))
+    ledger.record_usage([sample], [device])
+    before = ledger.change_marker()
+    ledger.record_usage([sample], [device])
+    ledger.record_usage([KernelSample("k-1", None, None, None, ("near its slice",))])
+    assert ledger.change_marker() == before
+    ledger.record_usage([KernelSample("k-1", 1 * GiB, 21, "nvml", ("near its slice",))], [device])
+    assert ledger.change_marker() != before
+    assert ledger.get("k-1").utilization == 21  # type: ignore[union-attr]
+    changed = ledger.change_marker()
+    ledger.record_usage([], [DeviceSample(device.uuid, 3 * GiB, 30)])
+    assert ledger.change_marker() != changed
+    assert {d.uuid: d.memory_used for d in ledger.devices()}[device.uuid] == 3 * GiB
