@@ -70,7 +70,7 @@ from ..k8s.manifests import (
 )
 from ..k8s.pool import held_by_user, read_pod, user_quota_refusal
 from ..k8s.presets import resolve_preset
-from ..k8s.requests import ClusterFacts, describe
+from ..k8s.requests import ClusterFacts, PodRequest, describe
 from ..k8s.status import (
     IMAGE_FAILURES,
     container_problem,
@@ -291,6 +291,9 @@ class KubernetesProvisioner(GPUShareProvisioner):
     _pod_ip: str | None = None
     _token: str | None = None  # the kernel's own-slice token (kept across restarts)
     _resized: bool = False  # gpu_memory was changed by resize_to; the start arguments are stale
+    _size_before_resize: tuple[object] | None = None  # the size to come back to if a resize fails
+    _argv: list[str] = []  # noqa: RUF012 (replaced per start, never mutated)
+    resize_failure: str | None = None  # why the last resize did not happen ("the resize to 60G…")
 
     # ---- identity ------------------------------------------------------------------------------
 
@@ -329,15 +332,31 @@ class KubernetesProvisioner(GPUShareProvisioner):
                     setattr(self, name, value)
         kwargs.pop("gpushare_path", None)
         self._on_state = kwargs.pop("gpushare_on_state", None)
-        request = self._request(settings)
+        self._request(settings)  # a bad request fails before anything is asked of the cluster
         backend = self._backend = await asyncio.to_thread(backend_for, settings)
         await asyncio.to_thread(backend.collect_orphans)
-        facts = await asyncio.to_thread(backend.facts, settings)
-        argv = [*self.kernel_spec.argv, *kwargs.pop("extra_arguments", [])]
+        self._argv = [*self.kernel_spec.argv, *kwargs.pop("extra_arguments", [])]
         if self._token is None:
             self._token = secrets.token_urlsafe(24)
+        pod_request = await self._build_manifests(settings, backend)
+        # Pods take no signals: the kernel manager interrupts through the control channel.
+        if self.kernel_spec is not None:
+            self.kernel_spec.interrupt_mode = "message"
+        kwargs = await super().pre_launch(**kwargs)
+        kwargs["env"] = {}  # the server's environment stays in the server; the pod has its own
+        kwargs["cmd"] = self._argv
+        # Last, so nothing after it can fail and leave the claim behind (launch_kernel drops it).
+        limit = _bytes_or_none(settings.max_memory_per_user)
+        await asyncio.to_thread(backend.claim, backend.owner, self.kernel_id, pod_request.memory or 0, limit)
+        return kwargs
+
+    async def _build_manifests(self, settings: GPUShare, backend: Backend) -> PodRequest:
+        """The Secret and pod of this kernel's slice as it stands (``self._manifests``)."""
+        request = self._request(settings)
+        facts = await asyncio.to_thread(backend.facts, settings)
         base = _report_base() if _report_base is not None else None
         report_url = f"{base}api/gpushare/kernels/{self.kernel_id}/usage" if base else None
+        assert self._token is not None
         pod, pod_request = kernel_pod(
             settings,
             kernel_id=self.kernel_id,
@@ -345,26 +364,22 @@ class KubernetesProvisioner(GPUShareProvisioner):
             owner=backend.owner,
             request=request,
             cluster=facts,
-            argv=argv,
+            argv=self._argv,
             namespace=backend.cluster.namespace,
             annotations={HOLDER_ANNOTATION: backend.holder},
             report_url=report_url,
             kernel_env=dict(getattr(self.kernel_spec, "env", None) or {}),
         )
-        kernel_file = self._kernel_connection_file(settings)
         secret = make_secret(
             self.kernel_id,
             backend.server_id,
             backend.owner,
             backend.cluster.namespace,
-            kernel_file,
+            self._kernel_connection_file(settings),
             self._token,
             annotations={HOLDER_ANNOTATION: backend.holder},
         )
         self._manifests = (secret, pod)
-        # Pods take no signals: the kernel manager interrupts through the control channel.
-        if self.kernel_spec is not None:
-            self.kernel_spec.interrupt_mode = "message"
         self.log.info(
             "Kernel %s: pod %s in namespace %s asks for %s",
             self.kernel_id,
@@ -372,13 +387,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
             backend.cluster.namespace,
             describe(pod_request) or "no GPU",
         )
-        kwargs = await super().pre_launch(**kwargs)
-        kwargs["env"] = {}  # the server's environment stays in the server; the pod has its own
-        kwargs["cmd"] = argv
-        # Last, so nothing after it can fail and leave the claim behind (launch_kernel drops it).
-        limit = _bytes_or_none(settings.max_memory_per_user)
-        await asyncio.to_thread(backend.claim, backend.owner, self.kernel_id, pod_request.memory or 0, limit)
-        return kwargs
+        return pod_request
 
     def _request(self, settings: GPUShare) -> SliceRequest:
         request = make_slice_request(
@@ -423,6 +432,27 @@ class KubernetesProvisioner(GPUShareProvisioner):
         return info
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        try:
+            return await self._launch()
+        except DoesNotFitError as error:
+            if self._size_before_resize is None or self._settings is None or self._backend is None:
+                raise
+            # A restart into a new size the cluster cannot place: come back with the size that
+            # ran, rather than leave the user without a kernel, and say why.
+            wanted, previous = self.gpu_memory, self._size_before_resize[0]
+            # It stays "resized": a later restart keeps this size, not the one the start asked for.
+            self.gpu_memory, self._size_before_resize = previous, None
+            self.resize_failure = f"the resize to {wanted} failed: {error}"
+            self.log.warning(
+                "Kernel %s: %s; restarting with %s", self.kernel_id, self.resize_failure, previous
+            )
+            self._set_state(f"resize to {wanted} failed; restarting with the previous size")
+            await self._build_manifests(self._settings, self._backend)
+            return await self._launch()
+        finally:
+            self._size_before_resize = None  # the resize is settled, one way or the other
+
+    async def _launch(self) -> KernelConnectionInfo:
         assert self._manifests is not None and self._settings is not None, "pre_launch first"
         secret, pod = self._manifests
         self._exit_code, self.ended_reason, self._deleted, self._pod_ip = None, None, False, None
@@ -553,7 +583,9 @@ class KubernetesProvisioner(GPUShareProvisioner):
 
     def resize_to(self, memory: object) -> None:
         """Use ``memory`` for the kernel's next pod (a pod's resources are fixed: the caller
-        restarts the kernel). Validated here, so a bad size changes nothing."""
+        restarts the kernel). Validated here, so a bad size changes nothing. If the cluster
+        cannot place the new size, the restart comes back with the previous one
+        (``resize_failure`` says why)."""
         assert self._settings is not None, "the kernel pod is not prepared (pre_launch)"
         previous = self.gpu_memory
         self.gpu_memory = memory
@@ -563,6 +595,8 @@ class KubernetesProvisioner(GPUShareProvisioner):
             self.gpu_memory = previous
             raise
         self._resized = True
+        self._size_before_resize = (previous,)
+        self.resize_failure = None
 
     def token_matches(self, token: str | None) -> bool:
         """Whether ``token`` is the one this kernel's Secret carries."""

@@ -157,6 +157,10 @@ class GPUShareContext:
             if state:
                 details[kernel_id] = state
         views = cluster.kernels(own, details, names)
+        for view in views:
+            failure = getattr(self.provisioner_of(view["kernel_id"]), "resize_failure", None)
+            if failure:  # until the next resize: why the kernel still has its old size
+                view["warnings"] = [*view["warnings"], f"{failure}; the kernel kept its previous size"]
         listed = {view["kernel_id"] for view in views}
         for kernel_id in sorted(own - listed):
             # No pod (yet, or any more): a start being checked, a restart between two pods, or
@@ -309,6 +313,10 @@ class GPUShareContext:
         except GPUShareError as error:
             raise web.HTTPError(409 if error.status == 409 else 400, str(error)) from None
         await self.kernel_manager.restart_kernel(kernel_id)
+        if provisioner.resize_failure:
+            raise web.HTTPError(
+                409, f"{provisioner.resize_failure}; the kernel restarted with its previous size"
+            )
 
     # ---- snapshots -----------------------------------------------------------------------
 

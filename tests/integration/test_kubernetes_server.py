@@ -388,6 +388,30 @@ async def _unschedulable(node: Node, cluster: SimulatedCluster) -> None:
         assert reason in failed.body["message"] and "nvidia.com/gpumem=61440" in failed.body["message"]
         await nothing_left(cluster)
         assert get(server, "pool")["queue"] == []
+
+        # A resize by restart into a size the cluster cannot place comes back with the old size.
+        small = await asyncio.to_thread(start, server, {"name": "gpu-60g-vgpu", "gpu_memory": "6G"})
+        kernel_id = small["kernel_id"]
+        await asyncio.to_thread(running_view, server, kernel_id)
+        refused = await asyncio.to_thread(
+            server.request,
+            "PATCH",
+            f"/api/gpushare/kernels/{kernel_id}",
+            {"gpu_memory": "60G", "restart": True},
+        )
+        assert refused.status == 409, refused.body
+        assert refused.body["message"].startswith("the resize to 60G failed: the cluster cannot place")
+        assert reason in refused.body["message"]
+        assert refused.body["message"].endswith("; the kernel restarted with its previous size")
+        view = await asyncio.to_thread(running_view, server, kernel_id)
+        assert view["memory_request"] == 6 * GiB
+        assert view["warnings"] and view["warnings"][0].startswith("the resize to 60G failed")
+        [pod] = cluster.pods()
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] == "6144"
+        out, _ = await execute(server, kernel_id, "print(6 * 7)")
+        assert out == "42\n"
+        await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
+        await nothing_left(cluster)
     finally:
         await asyncio.to_thread(server.stop)
 
