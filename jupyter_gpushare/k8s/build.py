@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config import GPUShare
 from ..slice_request import SliceRequest
-from .manifests import SIZE_ANNOTATION, KernelPodSpec, make_pod
+from .manifests import SIZE_ANNOTATION, KernelPodSpec, kernel_ports, make_pod
 from .presets import resolve_preset
 from .requests import ClusterFacts, PodRequest, pod_request
 
@@ -52,6 +52,7 @@ def kernel_pod(
     annotations: Mapping[str, str] | None = None,
     report_url: str | None = None,
     kernel_env: Mapping[str, str] | None = None,
+    ports: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, Any], PodRequest]:
     """The kernel pod manifest and the pod request it carries; ``kernel_env`` is the kernelspec's
     ``env`` (ours wins where a name is both)."""
@@ -77,6 +78,7 @@ def kernel_pod(
         scheduler_name=settings.scheduler_name or None,
         template=dict(settings.pod_template),
         annotations={**(annotations or {}), SIZE_ANNOTATION: request.size.text},
+        ports=dict(ports or kernel_ports()),
     )
     return make_pod(spec), resources
 

@@ -42,6 +42,20 @@ KERNEL_PORTS = {
     "hb": 50005,
 }
 
+PORT_BLOCKS = 1000  # ports 50001-50005 for a kernel's first pod, 50011-50015 for its next… to 59995
+
+
+def kernel_ports(generation: int = 0) -> dict[str, int]:
+    """The ports of a kernel's ``generation``-th pod (0: its first).
+
+    A restarted kernel comes back in a new pod with a new IP, and jupyter_server renews a
+    reconnecting browser's channels only when the kernel's ports change — with the same ports it
+    would keep talking to the old pod's address. So each pod of one kernel has ports of its own.
+    """
+    offset = 10 * (generation % PORT_BLOCKS)
+    return {channel: port + offset for channel, port in KERNEL_PORTS.items()}
+
+
 _NOT_LABEL_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -94,6 +108,7 @@ class KernelPodSpec:
     scheduler_name: str | None = None  # overrides the preset's
     template: Mapping[str, Any] = field(default_factory=dict)  # c.GPUShare.pod_template overlay
     annotations: Mapping[str, str] = field(default_factory=dict)  # extra metadata.annotations
+    ports: Mapping[str, int] = field(default_factory=kernel_ports)  # channel -> port
 
 
 def labels(kernel_id: str, server_id: str, owner: str) -> dict[str, str]:
@@ -158,7 +173,7 @@ def make_pod(spec: KernelPodSpec) -> dict[str, Any]:
         "command": container_command(spec.argv),
         "env": [{"name": name, "value": value} for name, value in sorted(env.items())],
         "ports": [
-            {"name": name, "containerPort": port, "protocol": "TCP"} for name, port in KERNEL_PORTS.items()
+            {"name": name, "containerPort": port, "protocol": "TCP"} for name, port in spec.ports.items()
         ],
         "resources": {"limits": dict(request.resources)},
         "volumeMounts": [

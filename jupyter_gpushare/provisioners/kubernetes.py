@@ -60,8 +60,8 @@ from ..k8s.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
     KERNEL_ID_LABEL,
-    KERNEL_PORTS,
     OWNER_LABEL,
+    kernel_ports,
     label_value,
     make_secret,
     pod_name,
@@ -101,6 +101,16 @@ _report_base: Callable[[], str | None] | None = None
 def set_report_base(base: Callable[[], str | None] | None) -> None:
     global _report_base
     _report_base = base
+
+
+# Told the kernel id whenever a kernel comes back in a new pod (the server extension makes its
+# browsers reconnect); None outside a server.
+_new_pod_listener: Callable[[str], object] | None = None
+
+
+def set_new_pod_listener(listener: Callable[[str], object] | None) -> None:
+    global _new_pod_listener
+    _new_pod_listener = listener
 
 
 class KernelPodError(GPUShareError):
@@ -294,6 +304,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
     _size_before_resize: tuple[object] | None = None  # the size to come back to if a resize fails
     _argv: list[str] = []  # noqa: RUF012 (replaced per start, never mutated)
     resize_failure: str | None = None  # why the last resize did not happen ("the resize to 60G…")
+    _generation: int = -1  # how many pods this kernel had before its current one
 
     # ---- identity ------------------------------------------------------------------------------
 
@@ -336,6 +347,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
         backend = self._backend = await asyncio.to_thread(backend_for, settings)
         await asyncio.to_thread(backend.collect_orphans)
         self._argv = [*self.kernel_spec.argv, *kwargs.pop("extra_arguments", [])]
+        self._generation += 1  # every pod of this kernel gets ports of its own (see kernel_ports)
         if self._token is None:
             self._token = secrets.token_urlsafe(24)
         pod_request = await self._build_manifests(settings, backend)
@@ -369,6 +381,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
             annotations={HOLDER_ANNOTATION: backend.holder},
             report_url=report_url,
             kernel_env=dict(getattr(self.kernel_spec, "env", None) or {}),
+            ports=kernel_ports(self._generation),
         )
         secret = make_secret(
             self.kernel_id,
@@ -422,7 +435,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
         info: dict[str, Any] = {
             "transport": "tcp",
             "ip": "0.0.0.0",
-            **{f"{channel}_port": port for channel, port in KERNEL_PORTS.items()},
+            **{f"{channel}_port": port for channel, port in kernel_ports(self._generation).items()},
             "key": self._key,
             "signature_scheme": "hmac-sha256",
             "kernel_name": str(getattr(self.parent, "kernel_name", "") or ""),
@@ -470,6 +483,9 @@ class KubernetesProvisioner(GPUShareProvisioner):
             if self._backend is not None:
                 self._backend.unclaim(self.kernel_id)  # the pod, or nothing, counts from now on
         self._pod_ip = ip
+        if self._generation > 0:
+            # Once this start has completed: the listener's browsers must find the new pod.
+            asyncio.get_running_loop().call_soon(self._tell_new_pod)
         info: KernelConnectionInfo = json.loads(secret["stringData"][CONNECTION_FILE])
         info["ip"] = ip
         # Typed str, but the kernel manager compares it with its own key, which is bytes.
@@ -567,6 +583,13 @@ class KubernetesProvisioner(GPUShareProvisioner):
                     f"(c.GPUShare.launch_timeout); last: {self.state}"
                 )
             await asyncio.sleep(self.poll_interval)
+
+    def _tell_new_pod(self) -> None:
+        if _new_pod_listener is not None:
+            told = _new_pod_listener(self.kernel_id)
+            self.log.info(
+                "Kernel %s: back in a new pod; %s browser connection(s) reconnect", self.kernel_id, told
+            )
 
     def _set_state(self, state: str) -> None:
         if state == self.state:
@@ -755,5 +778,6 @@ __all__ = [
     "KubernetesProvisioner",
     "backend_for",
     "server_identity",
+    "set_new_pod_listener",
     "set_report_base",
 ]

@@ -8,11 +8,12 @@ from typing import Any
 from jupyter_server.utils import url_path_join
 
 from ..config import GPUShare, load_settings
-from ..provisioners.kubernetes import server_identity, set_report_base
+from ..provisioners.kubernetes import server_identity, set_new_pod_listener, set_report_base
 from ..service import service_for
 from . import handlers, metrics
 from .cluster_pool import ClusterPool
 from .context import GPUShareContext
+from .websockets import close_kernel_websockets
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 EVERY_INTERFACE = ("", "0.0.0.0", "*", "::")
@@ -39,6 +40,7 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
         server_id, owner = server_identity(settings)
         cluster = ClusterPool(settings, server_id, owner)
         set_report_base(lambda: report_base(settings, serverapp))
+        set_new_pod_listener(close_kernel_websockets)
         if not settings.server_url and str(serverapp.ip) in LOOPBACK:
             serverapp.log.warning(
                 "jupyter_gpushare: this server listens on %s only; kernel pods in a cluster cannot "

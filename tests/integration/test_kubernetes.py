@@ -302,6 +302,11 @@ async def test_a_restart_makes_a_new_pod_and_the_kernel_answers_again(cluster: S
         [second], [_] = ours(cluster)
         assert second["metadata"]["uid"] != first["metadata"]["uid"]
         assert km.ip == second["status"]["podIP"] != first["status"]["podIP"]
+        # New ports too: jupyter_server renews a reconnecting browser's channels only then.
+        assert km.shell_port == KERNEL_PORTS["shell"] + 10
+        assert {port["containerPort"] for port in second["spec"]["containers"][0]["ports"]} == {
+            port + 10 for port in KERNEL_PORTS.values()
+        }
         cell = await run_cell(km, "print('x' in dir())")
         assert cell.stdout == "False\n"  # a fresh kernel process
     finally:

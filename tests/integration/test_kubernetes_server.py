@@ -578,3 +578,27 @@ async def test_status_reads_the_cluster_on_the_kubernetes_backend(
     finally:
         await kernels.shutdown_all()
     await nothing_left(cluster)
+
+
+async def test_browsers_reconnect_when_their_kernel_comes_back_in_a_new_pod(
+    server: JupyterServer, cluster: SimulatedCluster
+) -> None:
+    """A new pod has a new address and new ports: the server closes the kernel's websockets, so a
+    browser reconnects (JupyterLab does so by itself) and gets channels to the new pod."""
+    from tornado.websocket import websocket_connect
+
+    started = await asyncio.to_thread(start, server, {"name": "gpu-6g-vgpu"})
+    kernel_id = started["kernel_id"]
+    await asyncio.to_thread(running_view, server, kernel_id)
+    url = f"{server.url.replace('http', 'ws')}/api/kernels/{kernel_id}/channels?token={server.token}"
+    browser = await websocket_connect(url)
+    resized = await asyncio.to_thread(
+        server.request, "PATCH", f"/api/gpushare/kernels/{kernel_id}", {"gpu_memory": "8G", "restart": True}
+    )
+    assert resized.status == 200, resized.body
+    while await asyncio.wait_for(browser.read_message(), 10) is not None:
+        pass  # status messages until the server closes the connection
+    out, _ = await execute(server, kernel_id, "print(6 * 7)")  # a reconnecting client
+    assert out == "42\n"
+    await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
+    await nothing_left(cluster)

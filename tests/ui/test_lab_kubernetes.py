@@ -17,10 +17,21 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpushare.sizes import GiB
 from tests.integration.k8s_sim import SimNode, SimulatedCluster
 
 from .conftest import VIEWPORT
-from .lab import Lab, free_port, make_environment, open_lab, open_panel, wait_for
+from .lab import (
+    Lab,
+    free_port,
+    make_environment,
+    open_lab,
+    open_panel,
+    picker_dialog,
+    run_cell,
+    start_notebook,
+    wait_for,
+)
 
 ROW = ".jp-gpushare-kernel"
 NAMESPACE = "kernels"
@@ -105,3 +116,37 @@ def test_the_panel_shows_gpu_nodes_and_kernel_pods_with_the_schedulers_words(
         )
     finally:
         context.close()
+
+
+def test_a_notebook_on_a_kernel_pod_takes_the_picked_size_in_a_new_pod(
+    browser: Any, cluster_lab: Lab
+) -> None:
+    """The launcher starts a kernel pod of the kernelspec's size; the start picker's other size
+    restarts it in a new pod of that size, and the notebook runs code in it."""
+    lab = cluster_lab
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    try:
+        open_lab(page, lab)
+        panel = open_panel(page)
+        start_notebook(page, "Python 3 (GPU 4G, vgpu)")
+        dialog = picker_dialog(page)
+        expect(dialog.locator('input[value="4G"]')).to_be_checked()
+        dialog.locator('input[value="8G"]').check()
+        dialog.get_by_role("button", name="Apply").click()
+        row = panel.locator(ROW)
+        expect(row).to_have_count(1)
+        expect(row).to_contain_text(re.compile(r"8G on gpu-node-\d · vgpu"), timeout=60_000)
+        kernel_id = row.get_attribute("data-kernel-id")
+        pods = lab.request("GET", f"api/gpushare/kernels/{kernel_id}")[1]
+        assert pods["memory_request"] == 8 * GiB and pods["pod"], pods
+        run_cell(page, "print(6 * 7)")
+        output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output").first
+        expect(output).to_have_text("42", timeout=60_000)
+    finally:
+        context.close()
+        status, sessions = lab.request("GET", "api/sessions")
+        for session in sessions if status == 200 else []:
+            lab.request("DELETE", f"api/sessions/{session['id']}")
+        wait_for(lambda: lab.request("GET", "api/gpushare/kernels")[1] == [], timeout=30, what="no kernels")

@@ -31,6 +31,7 @@ from jupyter_gpushare.k8s.manifests import (
     MOUNT_PATH,
     RUNTIME_PATH,
     TOKEN_FILE,
+    kernel_ports,
     label_value,
     make_secret,
     overlay,
@@ -943,4 +944,13 @@ def test_the_kernelspecs_env_reaches_the_pod_and_ours_wins() -> None:
     env = env_of(pod)
     assert env["OMP_NUM_THREADS"] == "4"
     assert env["JUPYTER_GPUSHARE_MODE"] == "vgpu"  # the slice's own variables cannot be overridden
+    validate(pod)
+
+
+def test_each_pod_of_a_kernel_has_ports_of_its_own() -> None:
+    assert kernel_ports(0) == KERNEL_PORTS
+    assert kernel_ports(1) == {channel: port + 10 for channel, port in KERNEL_PORTS.items()}
+    assert max(kernel_ports(999).values()) == 59995 and kernel_ports(1000) == KERNEL_PORTS
+    pod = build(ports=kernel_ports(3))
+    assert {port["containerPort"] for port in container(pod)["ports"]} == set(kernel_ports(3).values())
     validate(pod)

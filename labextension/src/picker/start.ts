@@ -192,7 +192,8 @@ export class StartPicker {
           'the kernel holds no GPU slice any more; run `%gpu request SIZE` in it to take one'
         );
       } else if ((now.size ?? '').toLowerCase() !== pick.memory.toLowerCase()) {
-        await api.resize(kernel.id, pick.memory);
+        // A kernel pod's slice is fixed: it restarts in a new pod of the picked size.
+        await api.resize(kernel.id, pick.memory, Boolean(now.pod));
       }
       await this._remember(context.path, { ...pick, kernelId: kernel.id });
     } catch (error) {
