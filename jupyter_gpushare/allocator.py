@@ -191,23 +191,31 @@ def _fit_mig(
 
 
 def _quota_refusal(request: Request, wanted: int, held: list[Held], policy: Policy) -> Refusal | None:
-    if policy.max_memory_per_kernel is not None and wanted > policy.max_memory_per_kernel:
-        return Refusal(
-            f"{format_bytes(wanted)} is above the per-kernel limit of "
-            f"{format_bytes(policy.max_memory_per_kernel)}",
-            retry=False,
-        )
-    if policy.max_memory_per_user is not None:
+    reason = kernel_limit_refusal(wanted, policy.max_memory_per_kernel)
+    if reason is None:
         in_use = sum(slice_.memory for slice_ in held if slice_.owner == request.owner)
-        if in_use + wanted > policy.max_memory_per_user:
-            return Refusal(
-                f"{format_bytes(wanted)} would take {request.owner} to "
-                f"{format_bytes(in_use + wanted)}, above the per-user limit of "
-                f"{format_bytes(policy.max_memory_per_user)} "
-                f"({format_bytes(in_use)} already held)",
-                retry=False,
-            )
-    return None
+        reason = user_limit_refusal(request.owner, wanted, in_use, policy.max_memory_per_user)
+    return None if reason is None else Refusal(reason, retry=False)
+
+
+def kernel_limit_refusal(wanted: int, limit: int | None) -> str | None:
+    """Why ``wanted`` bytes break the per-kernel limit, or None."""
+    if limit is None or wanted <= limit:
+        return None
+    return f"{format_bytes(wanted)} is above the per-kernel limit of {format_bytes(limit)}"
+
+
+def user_limit_refusal(
+    owner: str, wanted: int, held: int, limit: int | None, holders: str = ""
+) -> str | None:
+    """Why ``wanted`` more bytes would take ``owner`` (holding ``held``) past the per-user limit,
+    or None; ``holders`` names what holds them (" by their kernel pods")."""
+    if limit is None or held + wanted <= limit:
+        return None
+    return (
+        f"{format_bytes(wanted)} would take {owner} to {format_bytes(held + wanted)}, above the "
+        f"per-user limit of {format_bytes(limit)} ({format_bytes(held)} already held{holders})"
+    )
 
 
 def free_memory(device: Device, held: Iterable[Held], overcommit: float) -> int:

@@ -15,6 +15,7 @@ import getpass
 import json
 import math
 import os
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,17 @@ class GPUShare(Configurable):
         value = float(proposal["value"])
         if value < 0:
             raise ValueError(f"GPUShare.{proposal['trait'].name} must not be negative")
+        return value
+
+    @validate("server_url", "usage_metrics_url")
+    def _check_url(self, proposal: Any) -> str:
+        value = str(proposal["value"]).strip()
+        parsed = urllib.parse.urlsplit(value)
+        if value and (parsed.scheme not in ("http", "https") or not parsed.hostname):
+            raise ValueError(
+                f"GPUShare.{proposal['trait'].name} must be an http:// or https:// URL with a host, "
+                f"such as 'http://jupyter-alice.jhub.svc:8888/user/alice/', not {value!r}"
+            )
         return value
 
     # ---- resolved values -------------------------------------------------------------------

@@ -32,7 +32,7 @@ from .inventory import Device, Inventory, discover
 from .ledger import Ledger, NewRequest, Placed, Refused, SliceRecord, Waiting
 from .modes import Grant, NodeFacts, get_mode, probe_node
 from .processes import ProcessIdentity, current_process, identify
-from .sizes import format_bytes, parse_size
+from .sizes import bytes_or_none, format_bytes
 from .slice_request import SliceRequest, make_slice_request
 from .usage.monitor import UsageMonitor
 from .views import kernels_view, pool_view
@@ -84,8 +84,8 @@ class GPUShareService:
         settings = self.settings
         return Policy(
             overcommit=settings.overcommit,
-            max_memory_per_kernel=_bytes_or_none(settings.max_memory_per_kernel),
-            max_memory_per_user=_bytes_or_none(settings.max_memory_per_user),
+            max_memory_per_kernel=bytes_or_none(settings.max_memory_per_kernel),
+            max_memory_per_user=bytes_or_none(settings.max_memory_per_user),
         )
 
     def devices(self) -> list[Device]:
@@ -324,10 +324,6 @@ class GPUShareService:
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _bytes_or_none(size: str | None) -> int | None:
-    return None if size is None else parse_size(size).resolve(0)
 
 
 _services: dict[ServiceKey, GPUShareService] = {}

@@ -136,3 +136,8 @@ def format_bytes(size_bytes: int) -> str:
 def to_mib(size_bytes: int) -> int:
     """Whole MiB, rounded up so a cap in MiB never undercuts the bytes reserved."""
     return -(-size_bytes // MiB)
+
+
+def bytes_or_none(size: str | None) -> int | None:
+    """Bytes of an amount such as a quota (``"16G"``), None for no size (no limit)."""
+    return None if size is None else parse_size(size).resolve(0)

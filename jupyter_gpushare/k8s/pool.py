@@ -231,16 +231,6 @@ def held_by_user(slices: Sequence[PodSlice], owner: str, excluding: str | None =
     )
 
 
-def user_quota_refusal(owner: str, wanted: int, held: int, limit: int | None) -> str | None:
-    """Why a new slice of ``wanted`` bytes would break ``owner``'s limit, or None."""
-    if limit is None or held + wanted <= limit:
-        return None
-    return (
-        f"{format_bytes(wanted)} would take {owner} to {format_bytes(held + wanted)}, above the "
-        f"per-user limit of {format_bytes(limit)} ({format_bytes(held)} already held by their kernel pods)"
-    )
-
-
 def never_fits(wanted: int, nodes: Sequence[NodeGPUs]) -> str | None:
     """Why no node could ever hold a slice of ``wanted`` bytes (None when one could, or when the
     nodes say nothing of their memory). A slice lives on one card, so cards are compared."""

@@ -23,9 +23,9 @@ from ..modes.base import SLICE_ENV_VARIABLES
 from ..service import ENV_TOKEN, GPUShareService, service_for
 from ..sizes import format_bytes, parse_size
 from . import caps
+from .pod import ENV_TOKEN_FILE, read_token_file
 
 ENV_KERNEL_ID = "JUPYTER_GPUSHARE_KERNEL_ID"
-ENV_TOKEN_FILE = "JUPYTER_GPUSHARE_TOKEN_FILE"  # where a kernel pod's token is mounted
 
 T = TypeVar("T")
 
@@ -53,18 +53,6 @@ def _kernel_id_from_connection_file() -> str | None:
     return match.group(1) if match else None
 
 
-def _token_from_file() -> str | None:
-    """A kernel pod's token: mounted from its Secret (never in its environment)."""
-    path = os.environ.get(ENV_TOKEN_FILE)
-    if not path:
-        return None
-    try:
-        with open(path) as file:
-            return file.read().strip() or None
-    except OSError:
-        return None
-
-
 class OwnSlice:
     """This kernel's slice."""
 
@@ -75,7 +63,7 @@ class OwnSlice:
         self.kernel_id = (
             os.environ.get(ENV_KERNEL_ID) or _kernel_id_from_connection_file() or f"process-{os.getpid()}"
         )
-        token = os.environ.get(ENV_TOKEN) or _token_from_file()
+        token = os.environ.get(ENV_TOKEN) or read_token_file(os.environ.get(ENV_TOKEN_FILE))
         if token:
             self.service.remember_token(self.kernel_id, token)
         self._token = token

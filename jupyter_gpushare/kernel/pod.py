@@ -25,7 +25,7 @@ from ..sizes import parse_size
 log = logging.getLogger("jupyter_gpushare")
 
 ENV_REPORT_URL = "JUPYTER_GPUSHARE_REPORT_URL"
-ENV_TOKEN_FILE = "JUPYTER_GPUSHARE_TOKEN_FILE"
+ENV_TOKEN_FILE = "JUPYTER_GPUSHARE_TOKEN_FILE"  # where a kernel pod's token is mounted
 TOKEN_HEADER = "X-GPUShare-Token"
 REQUEST_TIMEOUT = 5.0
 
@@ -53,7 +53,7 @@ class PodKernel:
         self.report_url = report_url or None
         self.kernel_url = report_url.removesuffix("/usage") if report_url else None
         self.interval = max(float(env.get("JUPYTER_GPUSHARE_SAMPLE_INTERVAL") or 1.0), 0.2)
-        self._token = _read(env.get(ENV_TOKEN_FILE, ""))
+        self._token = read_token_file(env.get(ENV_TOKEN_FILE))
         self.declared: tuple[int, int | None] | None = None
         self._problem: str | None = None
         self._stop = threading.Event()
@@ -98,7 +98,7 @@ class PodKernel:
     def resize(self, memory: object, restart: bool) -> str:
         parse_size(memory)  # a bad size is refused before anything else
         if not restart:
-            from .own_slice import NeedsRestartError
+            from .own_slice import NeedsRestartError  # the service behind it loads only here
 
             raise NeedsRestartError(
                 "a kernel pod's GPU slice is fixed for the pod's life: nothing was changed. Run "
@@ -157,7 +157,8 @@ class PodKernel:
             self.report_once()
 
 
-def _read(path: str) -> str | None:
+def read_token_file(path: str | None) -> str | None:
+    """A kernel pod's token: mounted from its Secret (never in its environment)."""
     if not path:
         return None
     try:

@@ -50,6 +50,7 @@ from jupyter_client.connect import KernelConnectionInfo
 from traitlets import Any as AnyTrait
 from traitlets import Float
 
+from ..allocator import kernel_limit_refusal, user_limit_refusal
 from ..config import GPUShare, load_settings
 from ..errors import ConfigurationError, DoesNotFitError, GPUShareError
 from ..k8s.build import cluster_facts, kernel_pod
@@ -68,7 +69,7 @@ from ..k8s.manifests import (
     secret_name,
     selector,
 )
-from ..k8s.pool import held_by_user, read_pod, user_quota_refusal
+from ..k8s.pool import held_by_user, read_pod
 from ..k8s.presets import resolve_preset
 from ..k8s.requests import ClusterFacts, PodRequest, describe
 from ..k8s.status import (
@@ -81,7 +82,7 @@ from ..k8s.status import (
     unschedulable_reason,
 )
 from ..processes import ProcessIdentity, current_process, is_alive
-from ..sizes import MiB, format_bytes, parse_size
+from ..sizes import MiB, bytes_or_none
 from ..slice_request import SliceRequest, make_slice_request
 from .base import GPUShareProvisioner
 
@@ -90,6 +91,7 @@ log = logging.getLogger("jupyter_gpushare")
 StateCallback = Callable[[str], None]
 
 NODES_CACHED_FOR = 60.0  # seconds the nodes' GPU facts are reused between kernel starts
+POD_HOLDERS = " by their kernel pods"  # whose memory a per-user refusal counts
 CONFLICT_RETRY = 0.2  # seconds between tries to reuse the name of a pod still being deleted
 
 # Where kernel pods reach the server that runs in this process, to report their GPU use
@@ -173,7 +175,7 @@ class Backend:
                     for other, amount in self._claims.items()
                     if other != kernel_id and other not in counted
                 )
-                refusal = user_quota_refusal(owner, wanted, held, limit)
+                refusal = user_limit_refusal(owner, wanted, held, limit, POD_HOLDERS)
                 if refusal is not None:
                     raise DoesNotFitError(refusal)
             self._claims[kernel_id] = wanted
@@ -238,10 +240,6 @@ class Backend:
                 memories.append(int(memory) * MiB)
         # On mixed clusters a share resolves against the smallest card: never more than asked.
         return tuple(sorted(profiles)), (min(memories) if memories else None)
-
-
-def _bytes_or_none(size: str | None) -> int | None:
-    return None if size is None else parse_size(size).resolve(0)
 
 
 def _held(obj: dict[str, Any]) -> bool:
@@ -358,7 +356,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
         kwargs["env"] = {}  # the server's environment stays in the server; the pod has its own
         kwargs["cmd"] = self._argv
         # Last, so nothing after it can fail and leave the claim behind (launch_kernel drops it).
-        limit = _bytes_or_none(settings.max_memory_per_user)
+        limit = bytes_or_none(settings.max_memory_per_user)
         await asyncio.to_thread(backend.claim, backend.owner, self.kernel_id, pod_request.memory or 0, limit)
         return kwargs
 
@@ -406,13 +404,12 @@ class KubernetesProvisioner(GPUShareProvisioner):
         request = make_slice_request(
             self.gpu_memory, self.gpu_mode, self.gpu_cores, settings.default_memory, settings.default_mode
         )
-        if settings.max_memory_per_kernel and request.size.kind == "bytes":
-            limit = parse_size(settings.max_memory_per_kernel).resolve(0)
-            wanted = request.size.resolve(0)
-            if wanted > limit:
-                raise DoesNotFitError(
-                    f"{format_bytes(wanted)} is above the per-kernel limit of {format_bytes(limit)}"
-                )
+        if request.size.kind == "bytes":
+            refusal = kernel_limit_refusal(
+                request.size.resolve(0), bytes_or_none(settings.max_memory_per_kernel)
+            )
+            if refusal is not None:
+                raise DoesNotFitError(refusal)
         return request
 
     def _kernel_connection_file(self, settings: GPUShare) -> dict[str, Any]:

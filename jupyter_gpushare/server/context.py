@@ -11,11 +11,13 @@ from typing import Any
 
 from tornado import web
 
+from ..allocator import kernel_limit_refusal, user_limit_refusal
 from ..errors import DoesNotFitError, GPUShareError
-from ..k8s.pool import never_fits, user_quota_refusal
+from ..k8s.pool import never_fits
 from ..provisioners import GPUShareProvisioner
+from ..provisioners.kubernetes import POD_HOLDERS
 from ..service import GPUShareService
-from ..sizes import format_bytes, parse_size
+from ..sizes import bytes_or_none
 from ..slice_request import SliceRequest, make_slice_request
 from ..views import kernel_view
 from .cluster_pool import ClusterPool
@@ -278,22 +280,18 @@ class GPUShareContext:
             too_large = never_fits(wanted, self.cluster.nodes())
             if too_large is not None:
                 raise DoesNotFitError(too_large)
-            if settings.max_memory_per_kernel:
-                limit = parse_size(settings.max_memory_per_kernel).resolve(0)
-                if wanted > limit:
-                    raise DoesNotFitError(
-                        f"{format_bytes(wanted)} is above the per-kernel limit of {format_bytes(limit)}"
-                    )
-            if settings.max_memory_per_user:
+            refusal = kernel_limit_refusal(wanted, bytes_or_none(settings.max_memory_per_kernel))
+            if refusal is None:
                 owner = self.service.owner
-                refusal = user_quota_refusal(
+                refusal = user_limit_refusal(
                     owner,
                     wanted,
                     self.cluster.held_by_user(owner, excluding=kernel_id),
-                    parse_size(settings.max_memory_per_user).resolve(0),
+                    bytes_or_none(settings.max_memory_per_user),
+                    POD_HOLDERS,
                 )
-                if refusal is not None:
-                    raise DoesNotFitError(refusal)
+            if refusal is not None:
+                raise DoesNotFitError(refusal)
         return request
 
     async def resize_pod_kernel(self, kernel_id: str, memory: object, restart: bool) -> None:

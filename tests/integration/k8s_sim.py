@@ -415,13 +415,17 @@ class SimNode:
         }
 
 
-def hami_nodes(count: int = 4, gpumem_mib: int = 81920) -> list[SimNode]:
-    """``count`` nodes with one 80 GiB card each, as HAMi advertises them (10 vGPUs per card)."""
+def hami_nodes(count: int = 4, gpumem_mib: int = 81920, card_mib: int = 81920) -> list[SimNode]:
+    """``count`` nodes with one 80 GiB card each, as HAMi advertises them (10 vGPUs per card).
+
+    ``gpumem_mib`` below ``card_mib``: part of each card's vGPU memory is promised elsewhere, so
+    a slice can fit a card and still find no room (the scheduler says "Insufficient").
+    """
     return [
         SimNode(
             f"gpu-node-{index}",
             {"nvidia.com/gpu": "10", "nvidia.com/gpumem": str(gpumem_mib), "nvidia.com/gpucores": "100"},
-            {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.memory": str(gpumem_mib)},
+            {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.memory": str(card_mib)},
         )
         for index in range(1, count + 1)
     ]

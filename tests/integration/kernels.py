@@ -84,10 +84,11 @@ def wait_for_exit(pid: int, timeout: float = 20) -> None:
     raise AssertionError(f"process {pid} still runs after {timeout} s")
 
 
-def wait_until(condition: Any, timeout: float = 30.0, interval: float = 0.05) -> None:
-    """Poll ``condition()`` until it is true, failing the test after ``timeout`` seconds."""
+def wait_until(condition: Any, timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll ``condition()`` until it is true (its value), failing the test after ``timeout`` s."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not (value := condition()):
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(interval)
+    return value

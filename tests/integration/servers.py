@@ -7,13 +7,12 @@ import json
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..json_http import json_call
 from .conftest import BIN, Node
 
 
@@ -48,26 +47,15 @@ class JupyterServer:
         token: str | bool | None = True,
     ) -> Response:
         """One HTTP call; ``token=None`` sends no credentials, a string sends that token."""
-        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
+        headers = {}
         if token is True:
             headers["Authorization"] = f"token {self.token}"
         elif isinstance(token, str):
             headers["Authorization"] = f"token {token}"
-        if data is None and method in ("POST", "PATCH", "PUT"):
-            data = b""
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as reply:
-                raw = reply.read()
-                return Response(reply.status, json.loads(raw) if raw else None)
-        except urllib.error.HTTPError as error:
-            raw = error.read()
-            try:
-                parsed = json.loads(raw)
-            except ValueError:
-                parsed = raw.decode(errors="replace")
-            return Response(error.code, parsed)
+        status, answer = json_call(
+            f"{self.url}{path}", method, body, headers=headers, raw=raw, timeout=timeout
+        )
+        return Response(status, answer)
 
     def stop(self, timeout: float = 30) -> None:
         if self._closed:

@@ -10,8 +10,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ import pytest
 
 from jupyter_gpushare.sizes import GiB
 
+from ..json_http import json_call
 from .conftest import BIN, Node
 from .servers import free_port
 
@@ -82,25 +81,8 @@ class Hub:
     log: Path
 
     def call(self, method: str, path: str, body: Any = None, token: str = ADMIN_TOKEN) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        if data is None and method in ("POST", "PATCH"):
-            data = b""
-        request = urllib.request.Request(
-            f"{self.url}{path}",
-            data=data,
-            method=method,
-            headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=120) as reply:
-                raw = reply.read()
-                return reply.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as error:
-            raw = error.read()
-            try:
-                return error.code, json.loads(raw)
-            except ValueError:
-                return error.code, raw.decode(errors="replace")
+        headers = {"Authorization": f"token {token}"}
+        return json_call(f"{self.url}{path}", method, body, headers=headers, timeout=120)
 
 
 @pytest.fixture

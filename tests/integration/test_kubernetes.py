@@ -227,9 +227,9 @@ async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
         cell = await run_cell(
             km,
             "import os\n"
-            "from jupyter_gpushare.kernel.own_slice import _token_from_file\n"
+            "from jupyter_gpushare.kernel.pod import ENV_TOKEN_FILE, read_token_file\n"
             "print(os.environ['JUPYTER_GPUSHARE_MODE'], os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])\n"
-            "print('JUPYTER_GPUSHARE_TOKEN' in os.environ, _token_from_file())\n"
+            "print('JUPYTER_GPUSHARE_TOKEN' in os.environ, read_token_file(os.environ[ENV_TOKEN_FILE]))\n"
             "print(6 * 7)",
         )
         assert cell.error is None, cell
@@ -312,41 +312,6 @@ async def test_a_restart_makes_a_new_pod_and_the_kernel_answers_again(cluster: S
     finally:
         await kernels.shutdown_all()
     await nothing_left(cluster)
-
-
-async def test_a_jupyter_server_runs_a_pod_kernel_over_its_websocket(
-    node: Node, cluster: SimulatedCluster
-) -> None:
-    """The server's own path: REST start, the browser's websocket (the server's ZMQ sockets to the
-    pod use the Curve keys), REST shutdown."""
-    from .servers import execute, start_server
-
-    config = Path(node.env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json"
-    config.write_text(json.dumps({"KubernetesProvisioner": {"poll_interval": 0.1}}))
-    environment = {
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "JUPYTER_GPUSHARE_BACKEND": "kubernetes",
-        "JUPYTER_GPUSHARE_RESOURCE_PRESET": "hami",
-        "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
-        "JUPYTER_GPUSHARE_OWNER": "alice",
-    }
-    server = await asyncio.to_thread(start_server, node, "k8s", environment)
-    try:
-        started = await asyncio.to_thread(server.request, "POST", "/api/kernels", {"name": "gpu-6g-vgpu"})
-        assert started.status == 201, started.body
-        kernel_id = started.body["id"]
-        [pod], [_] = ours(cluster)
-        assert pod["metadata"]["name"] == pod_name(kernel_id)
-
-        output, errors = await execute(server, kernel_id, "print(6 * 7)")
-        assert errors == ""
-        assert output == "42\n"
-
-        stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
-        assert stopped.status == 204, stopped.body
-        await nothing_left(cluster)
-    finally:
-        await asyncio.to_thread(server.stop)
 
 
 # ---- failures: the cluster's reason, and nothing left behind ----------------------------------

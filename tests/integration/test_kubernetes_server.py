@@ -12,8 +12,6 @@ import base64
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,8 +27,9 @@ from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, pod_name, secret_name
 from jupyter_gpushare.k8s.watch import ClusterWatch
 from jupyter_gpushare.sizes import GiB, MiB
 
+from ..json_http import json_call
 from .conftest import IMAGE, NAMESPACE, Node
-from .k8s_sim import NODES, PODS, SimNode, SimulatedCluster
+from .k8s_sim import NODES, PODS, SimNode, SimulatedCluster, hami_nodes
 from .kernels import write_kernelspec
 from .servers import JupyterServer, Response, execute, start_server
 from .test_kubernetes import manager, nothing_left
@@ -98,18 +97,15 @@ def kernel_token(cluster: SimulatedCluster, kernel_id: str) -> str:
 
 def kernel_call(server: JupyterServer, kernel_id: str, route: str, body: Any, token: str) -> tuple[int, Any]:
     """A call to a kernel pod's own routes, as the kernel makes it (its token, no server login)."""
-    request = urllib.request.Request(
-        f"{server.url}/api/gpushare/kernels/{kernel_id}/{route}",
-        data=None if body is None else json.dumps(body).encode(),
-        method="GET" if body is None else "POST",
-        headers={"X-GPUShare-Token": token, "Content-Type": "application/json"},
+    answer = Response(
+        *json_call(
+            f"{server.url}/api/gpushare/kernels/{kernel_id}/{route}",
+            "GET" if body is None else "POST",
+            body,
+            headers={"X-GPUShare-Token": token},
+            timeout=30,
+        )
     )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            raw = reply.read()
-            answer = Response(reply.status, json.loads(raw) if raw else None)
-    except urllib.error.HTTPError as error:
-        answer = Response(error.code, json.loads(error.read() or b"null"))
     CONTRACT.check(answer, "/kernels/{kernel_id}/" + route, "GET" if body is None else "POST")
     return answer.status, answer.body
 
@@ -237,6 +233,23 @@ def test_without_a_cluster_the_pool_says_why(node: Node, cluster: SimulatedClust
 # ---- a kernel pod through the REST API ------------------------------------------------------------
 
 
+async def test_a_pod_kernel_started_through_the_servers_own_api_answers_over_its_websocket(
+    server: JupyterServer, cluster: SimulatedCluster
+) -> None:
+    """The stock path: POST /api/kernels, the browser's websocket (the server's ZMQ sockets to the
+    pod use the Curve keys), DELETE /api/kernels."""
+    started = await asyncio.to_thread(server.request, "POST", "/api/kernels", {"name": "gpu-6g-vgpu"})
+    assert started.status == 201, started.body
+    kernel_id = started.body["id"]
+    [pod] = cluster.pods()
+    assert pod["metadata"]["name"] == pod_name(kernel_id)
+    out, errors = await execute(server, kernel_id, "print(6 * 7)")
+    assert (out, errors) == ("42\n", "")
+    stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
+    assert stopped.status == 204, stopped.body
+    await nothing_left(cluster)
+
+
 async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
     server: JupyterServer, cluster: SimulatedCluster
 ) -> None:
@@ -333,14 +346,7 @@ async def test_an_unschedulable_pod_shows_the_schedulers_reason_then_fails(
 ) -> None:
     """Four nodes with 80 GiB cards whose vGPU memory is half promised elsewhere: a 60G slice
     fits a card, so it is asked for, and the scheduler says why it cannot be placed."""
-    busy_nodes = [
-        SimNode(
-            f"gpu-node-{index}",
-            {"nvidia.com/gpu": "10", "nvidia.com/gpumem": "40960", "nvidia.com/gpucores": "100"},
-            {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.memory": "81920"},
-        )
-        for index in range(1, 5)
-    ]
+    busy_nodes = hami_nodes(4, gpumem_mib=40960)
     write_kernelspec(node, "gpu-60g-vgpu", {"gpu_memory": "60G", "gpu_mode": "vgpu"})
     with SimulatedCluster(tmp_path / "busy", NAMESPACE, nodes=busy_nodes) as cluster:
         await _unschedulable(node, cluster)
@@ -467,6 +473,13 @@ async def test_only_the_kernel_itself_reports_and_bad_reports_change_nothing(
     for bad in bad_reports:
         status, body = kernel_call(server, kernel_id, "usage", bad, token)
         assert status == 400 and body["message"], bad
+    for bad_resize in ({}, {"gpu_memory": None}, {"gpu_memory": "8G", "restart": True}, ["8G"]):
+        status, body = kernel_call(server, kernel_id, "resize", bad_resize, token)
+        assert status == 400 and body["message"], bad_resize
+    patched = server.request(
+        "PATCH", f"/api/gpushare/kernels/{kernel_id}", {"gpu_memory": "8G", "restart": "yes"}
+    )
+    assert (patched.status, patched.body["message"]) == (400, 'restart must be true or false, not "yes"')
     status, body = kernel_call(server, kernel_id, "resize", {"gpu_memory": "abc"}, token)
     assert status == 400 and "cannot read GPU size 'abc'; accepted forms" in body["message"]
     status, body = kernel_call(server, kernel_id, "resize", {"gpu_memory": "100G"}, token)

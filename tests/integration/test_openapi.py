@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import jupyter_gpushare
 from jupyter_gpushare.sizes import GiB
 
 from .conftest import Node
+from .kernels import wait_until
 from .servers import JupyterServer, Response, start_server
 
 pytestmark = pytest.mark.integration
@@ -206,17 +206,6 @@ def read_first_event(server: JupyterServer, timeout: float = 30) -> tuple[dict[s
     return fields, json.loads(fields["data"])
 
 
-def wait_for(condition: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.1)
-
-
 def test_real_responses_match_the_document(contract: Contract, node: Node, server: JupyterServer) -> None:
     def call(method: str, path: str, template: str, body: Any = None, status: int | None = None) -> Any:
         return contract.check(server.request(method, f"{API}{path}", body), template, method, status)
@@ -268,7 +257,7 @@ def test_real_responses_match_the_document(contract: Contract, node: Node, serve
     resized = call("PATCH", f"/kernels/{ids[0]}", kernel, {"gpu_memory": "10G"}, status=200)
     assert (resized["memory_request"], resized["size"], resized["state"]) == (10 * GiB, "10G", "running")
     # 10G + 30G now leave room for the queued 30G.
-    wait_for(lambda: call("GET", f"/kernels/{ids[2]}", kernel, status=200)["state"] == "running")
+    wait_until(lambda: call("GET", f"/kernels/{ids[2]}", kernel, status=200)["state"] == "running", 60)
     call("DELETE", f"/kernels/{ids[1]}/gpu", "/kernels/{kernel_id}/gpu", status=204)
     released = call("GET", f"/kernels/{ids[1]}", kernel, status=200)
     assert released["state"] == "released" and released["memory_request"] is None

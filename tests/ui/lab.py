@@ -16,8 +16,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +23,8 @@ from typing import Any
 
 from jupyter_gpushare.kernelspec import install_kernelspecs
 from jupyter_gpushare.ledger import Ledger, SliceRecord
+
+from ..json_http import json_call
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -139,25 +139,7 @@ class Lab:
 
     def request(self, method: str, path: str, body: Any = None, timeout: float = 60) -> tuple[int, Any]:
         """One authenticated call to a route under the base URL, e.g. ``api/gpushare/pool``."""
-        data = None if body is None else json.dumps(body).encode()
-        if data is None and method in ("POST", "PATCH", "PUT"):
-            data = b"{}"
-        request = urllib.request.Request(
-            self.server_url + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as reply:
-                raw = reply.read()
-                return reply.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as error:
-            raw = error.read()
-            try:
-                return error.code, json.loads(raw)
-            except ValueError:
-                return error.code, raw.decode(errors="replace")
+        return call(self.server_url, self.token, method, path, body, timeout)
 
     def start(self) -> Lab:
         """Start (or restart, on the same port and directories) the server and wait for it."""
@@ -297,19 +279,10 @@ def start_other_user(lab: Lab, owner: str = "bob") -> subprocess.Popen[bytes]:
     return process
 
 
-def call(url: str, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    request = urllib.request.Request(
-        url + path,
-        data=None if body is None else json.dumps(body).encode(),
-        method=method,
-        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
-            raw = reply.read()
-            return reply.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(errors="replace")
+def call(
+    url: str, token: str, method: str, path: str, body: Any = None, timeout: float = 60
+) -> tuple[int, Any]:
+    return json_call(url + path, method, body, headers={"Authorization": f"token {token}"}, timeout=timeout)
 
 
 def wait_for(

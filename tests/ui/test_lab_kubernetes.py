@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpushare.sizes import GiB
-from tests.integration.k8s_sim import SimNode, SimulatedCluster
+from tests.integration.k8s_sim import SimulatedCluster, hami_nodes
 
 from .conftest import VIEWPORT
 from .lab import (
@@ -48,14 +48,7 @@ def expect(locator: Any) -> Any:
 @pytest.fixture(scope="module")
 def cluster_lab() -> Iterator[Lab]:
     root = Path(tempfile.mkdtemp(prefix="gpushare-ui-k8s-"))
-    nodes = [
-        SimNode(
-            f"gpu-node-{index}",
-            {"nvidia.com/gpu": "10", "nvidia.com/gpumem": "40960", "nvidia.com/gpucores": "100"},
-            {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.memory": "81920"},
-        )
-        for index in range(1, 4)
-    ]
+    nodes = hami_nodes(3, gpumem_mib=40960)
     with SimulatedCluster(root / "cluster", NAMESPACE, nodes=nodes) as cluster:
         gpushare = {"backend": "kubernetes", "resource_preset": "hami", "kernel_image": IMAGE}
         env = make_environment(root, {**gpushare, "owner": "alice"})
@@ -72,81 +65,76 @@ def cluster_lab() -> Iterator[Lab]:
         assert cluster.violations == []
 
 
-def test_the_panel_shows_gpu_nodes_and_kernel_pods_with_the_schedulers_words(
-    browser: Any, cluster_lab: Lab
-) -> None:
-    lab = cluster_lab
+@pytest.fixture
+def cluster_page(browser: Any, cluster_lab: Lab) -> Iterator[Any]:
+    """JupyterLab on the cluster in a new browser context; its sessions and kernels end after."""
     context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(20_000)
     page = context.new_page()
-    try:
-        open_lab(page, lab)
-        panel = open_panel(page)
-        devices = panel.locator(".jp-gpushare-device")
-        expect(devices).to_have_count(3)
-        expect(devices.nth(0)).to_contain_text("NVIDIA A100 SXM4 80GB on gpu-node-1")
-        expect(devices.nth(0)).not_to_contain_text("GPU0")
-        expect(panel.locator(".jp-gpushare-simulated-badge")).to_be_hidden()
+    open_lab(page, cluster_lab)
+    yield page
+    context.close()
+    cluster_lab.reset()  # sessions, kernels and notebooks gone
+    wait_for(lambda: cluster_lab.request("GET", "api/gpushare/kernels")[1] == [], what="no kernel pods")
 
-        status, waiting = lab.request(
-            "POST", "api/gpushare/kernels", {"name": "python3-gpu-4g-vgpu", "gpu_memory": "60G"}
-        )
-        assert status == 202 and waiting["state"] == "queued", waiting
-        pending = panel.locator(f'{ROW}[data-kernel-id="{waiting["kernel_id"]}"]')
-        expect(pending).to_contain_text("queued #1 · 60G")
-        expect(pending.locator(".jp-gpushare-detail")).to_have_text(f"pending: {REASON}", timeout=30_000)
 
-        status, started = lab.request("POST", "api/gpushare/kernels", {"name": "python3-gpu-4g-vgpu"})
-        assert status in (201, 202), started
-        running = panel.locator(f'{ROW}[data-kernel-id="{started["kernel_id"]}"]')
-        expect(running).to_contain_text(re.compile(r"4G on gpu-node-\d · vgpu"), timeout=30_000)
-        expect(running.locator(".jp-gpushare-detail")).to_be_hidden()
-        release = running.locator(".jp-gpushare-release")
-        expect(release).to_be_disabled()
-        expect(release).to_have_attribute("title", re.compile("keeps its GPU until it ends"))
+def test_the_panel_shows_gpu_nodes_and_kernel_pods_with_the_schedulers_words(
+    cluster_page: Any, cluster_lab: Lab
+) -> None:
+    page, lab = cluster_page, cluster_lab
+    panel = open_panel(page)
+    devices = panel.locator(".jp-gpushare-device")
+    expect(devices).to_have_count(3)
+    expect(devices.nth(0)).to_contain_text("NVIDIA A100 SXM4 80GB on gpu-node-1")
+    expect(devices.nth(0)).not_to_contain_text("GPU0")
+    expect(panel.locator(".jp-gpushare-simulated-badge")).to_be_hidden()
 
-        # Withdrawing the waiting start and shutting the running kernel down empty the panel.
-        assert lab.request("DELETE", f"api/gpushare/kernels/{waiting['kernel_id']}/gpu")[0] == 204
-        assert lab.request("DELETE", f"api/kernels/{started['kernel_id']}")[0] == 204
-        expect(panel.locator(ROW)).to_have_count(0, timeout=30_000)
-        wait_for(
-            lambda: lab.request("GET", "api/gpushare/pool")[1]["queue"] == [],
-            timeout=30,
-            what="the cluster's queue to be empty",
-        )
-    finally:
-        context.close()
+    status, waiting = lab.request(
+        "POST", "api/gpushare/kernels", {"name": "python3-gpu-4g-vgpu", "gpu_memory": "60G"}
+    )
+    assert status == 202 and waiting["state"] == "queued", waiting
+    pending = panel.locator(f'{ROW}[data-kernel-id="{waiting["kernel_id"]}"]')
+    expect(pending).to_contain_text("queued #1 · 60G")
+    expect(pending.locator(".jp-gpushare-detail")).to_have_text(f"pending: {REASON}", timeout=30_000)
+
+    status, started = lab.request("POST", "api/gpushare/kernels", {"name": "python3-gpu-4g-vgpu"})
+    assert status in (201, 202), started
+    running = panel.locator(f'{ROW}[data-kernel-id="{started["kernel_id"]}"]')
+    expect(running).to_contain_text(re.compile(r"4G on gpu-node-\d · vgpu"), timeout=30_000)
+    expect(running.locator(".jp-gpushare-detail")).to_be_hidden()
+    release = running.locator(".jp-gpushare-release")
+    expect(release).to_be_disabled()
+    expect(release).to_have_attribute("title", re.compile("keeps its GPU until it ends"))
+
+    # Withdrawing the waiting start and shutting the running kernel down empty the panel.
+    assert lab.request("DELETE", f"api/gpushare/kernels/{waiting['kernel_id']}/gpu")[0] == 204
+    assert lab.request("DELETE", f"api/kernels/{started['kernel_id']}")[0] == 204
+    expect(panel.locator(ROW)).to_have_count(0, timeout=30_000)
+    wait_for(
+        lambda: lab.request("GET", "api/gpushare/pool")[1]["queue"] == [],
+        timeout=30,
+        what="the cluster's queue to be empty",
+    )
 
 
 def test_a_notebook_on_a_kernel_pod_takes_the_picked_size_in_a_new_pod(
-    browser: Any, cluster_lab: Lab
+    cluster_page: Any, cluster_lab: Lab
 ) -> None:
     """The launcher starts a kernel pod of the kernelspec's size; the start picker's other size
     restarts it in a new pod of that size, and the notebook runs code in it."""
-    lab = cluster_lab
-    context = browser.new_context(viewport=VIEWPORT)
-    context.set_default_timeout(20_000)
-    page = context.new_page()
-    try:
-        open_lab(page, lab)
-        panel = open_panel(page)
-        start_notebook(page, "Python 3 (GPU 4G, vgpu)")
-        dialog = picker_dialog(page)
-        expect(dialog.locator('input[value="4G"]')).to_be_checked()
-        dialog.locator('input[value="8G"]').check()
-        dialog.get_by_role("button", name="Apply").click()
-        row = panel.locator(ROW)
-        expect(row).to_have_count(1)
-        expect(row).to_contain_text(re.compile(r"8G on gpu-node-\d · vgpu"), timeout=60_000)
-        kernel_id = row.get_attribute("data-kernel-id")
-        pods = lab.request("GET", f"api/gpushare/kernels/{kernel_id}")[1]
-        assert pods["memory_request"] == 8 * GiB and pods["pod"], pods
-        run_cell(page, "print(6 * 7)")
-        output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output").first
-        expect(output).to_have_text("42", timeout=60_000)
-    finally:
-        context.close()
-        status, sessions = lab.request("GET", "api/sessions")
-        for session in sessions if status == 200 else []:
-            lab.request("DELETE", f"api/sessions/{session['id']}")
-        wait_for(lambda: lab.request("GET", "api/gpushare/kernels")[1] == [], timeout=30, what="no kernels")
+    page, lab = cluster_page, cluster_lab
+    panel = open_panel(page)
+    start_notebook(page, "Python 3 (GPU 4G, vgpu)")
+    dialog = picker_dialog(page)
+    expect(dialog.locator('input[value="4G"]')).to_be_checked()
+    dialog.locator('input[value="8G"]').check()
+    dialog.get_by_role("button", name="Apply").click()
+    row = panel.locator(ROW)
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text(re.compile(r"8G on gpu-node-\d · vgpu"), timeout=60_000)
+    kernel_id = row.get_attribute("data-kernel-id")
+    pods = lab.request("GET", f"api/gpushare/kernels/{kernel_id}")[1]
+    assert pods["memory_request"] == 8 * GiB and pods["pod"], pods
+    run_cell(page, "print(6 * 7)")
+    output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output").first
+    expect(output).to_have_text("42", timeout=60_000)

@@ -46,12 +46,21 @@ def config_dir() -> Path:
         ("sizes", ["2G", "0"]),
         ("queue_timeout", -1.0),
         ("sample_interval", -0.5),
+        ("server_url", "jupyter-alice:8888"),  # no scheme
+        ("server_url", "ftp://jupyter-alice/"),
+        ("usage_metrics_url", "http://"),  # no host
+        ("usage_metrics_url", "hami-monitor/metrics"),
     ],
 )
 def test_invalid_values_are_refused_naming_the_trait(trait: str, value: object) -> None:
     with pytest.raises(ValueError) as caught:
         GPUShare(**{trait: value})
     assert trait in str(caught.value)
+
+
+def test_urls_are_accepted_as_given_or_empty() -> None:
+    settings = GPUShare(server_url="https://hub.example.com/user/a/", usage_metrics_url="")
+    assert (settings.server_url, settings.usage_metrics_url) == ("https://hub.example.com/user/a/", "")
 
 
 @pytest.mark.parametrize("trait", ["default_memory", "max_memory_per_kernel", "sizes"])

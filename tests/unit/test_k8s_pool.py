@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpushare.allocator import user_limit_refusal
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.k8s.build import cluster_facts, kernel_pod
 from jupyter_gpushare.k8s.pool import (
@@ -19,7 +20,6 @@ from jupyter_gpushare.k8s.pool import (
     pool_view,
     read_node,
     read_pod,
-    user_quota_refusal,
 )
 from jupyter_gpushare.k8s.presets import resolve_preset
 from jupyter_gpushare.k8s.usage import MetricsFormatError, pod_memory_used
@@ -174,11 +174,12 @@ def test_the_per_user_quota_counts_every_live_pod_of_the_user() -> None:
     ]
     assert held_by_user(slices, "alice") == 14 * GiB
     assert held_by_user(slices, "alice", excluding="a") == 8 * GiB
-    assert user_quota_refusal("alice", 4 * GiB, 14 * GiB, 18 * GiB) is None
-    assert user_quota_refusal("alice", 6 * GiB, 14 * GiB, 16 * GiB) == (
+    pods = " by their kernel pods"
+    assert user_limit_refusal("alice", 4 * GiB, 14 * GiB, 18 * GiB, pods) is None
+    assert user_limit_refusal("alice", 6 * GiB, 14 * GiB, 16 * GiB, pods) == (
         "6G would take alice to 20G, above the per-user limit of 16G (14G already held by their kernel pods)"
     )
-    assert user_quota_refusal("alice", 100 * GiB, 0, None) is None
+    assert user_limit_refusal("alice", 100 * GiB, 0, None) is None
 
 
 def test_a_slice_larger_than_every_card_never_fits() -> None:
