@@ -206,9 +206,10 @@ def fill_ledger(ledger_path: Path, server_id: str, holder_pid: int, count: int, 
     """``count`` running slices held by ``holder_pid``; returns the bytes reserved."""
     from jupyter_gpushare.allocator import Policy
     from jupyter_gpushare.inventory import parse_simulation
-    from jupyter_gpushare.ledger import Ledger, NewRequest, Placed
+    from jupyter_gpushare.ledger import Ledger
     from jupyter_gpushare.modes import get_mode
     from jupyter_gpushare.processes import identify
+    from jupyter_gpushare.records import NewRequest, Placed
 
     holder = identify(holder_pid)
     if holder is None:

@@ -114,8 +114,9 @@ def _worker(
     results: mp.Queue[Any],
 ) -> None:
     from jupyter_gpushare.allocator import Policy
-    from jupyter_gpushare.ledger import Ledger, NewRequest, Placed, Waiting
+    from jupyter_gpushare.ledger import Ledger
     from jupyter_gpushare.processes import current_process
+    from jupyter_gpushare.records import NewRequest, Placed, Waiting
 
     sleep_for = _pause(variant)
     rng = random.Random(seed * 1000 + worker)
@@ -231,8 +232,9 @@ def run_processes(
 def _time_calls(directory: Path, count: int, seed: int) -> dict[str, float]:
     """Microseconds per call of the ledger calls alone, and of the transaction floors."""
     from jupyter_gpushare.allocator import Policy
-    from jupyter_gpushare.ledger import Ledger, NewRequest, Placed, Waiting
+    from jupyter_gpushare.ledger import Ledger
     from jupyter_gpushare.processes import current_process, is_alive
+    from jupyter_gpushare.records import NewRequest, Placed, Waiting
 
     path = str(directory / "ledger-breakdown.sqlite")
     _setup_ledger(path)
@@ -331,8 +333,9 @@ def _poll_cost(directory: Path, depths: list[int], repeats: int = 3) -> list[tup
     a single round of a few milliseconds is easily stretched by other work on the machine.
     """
     from jupyter_gpushare.allocator import Policy
-    from jupyter_gpushare.ledger import Ledger, NewRequest, Placed, Waiting
+    from jupyter_gpushare.ledger import Ledger
     from jupyter_gpushare.processes import current_process
+    from jupyter_gpushare.records import NewRequest, Placed, Waiting
 
     path = str(directory / "ledger-queue.sqlite")
     _setup_ledger(path)
@@ -367,8 +370,9 @@ def _poll_cost(directory: Path, depths: list[int], repeats: int = 3) -> list[tup
 
 def _profile(directory: Path, count: int, seed: int, top: int = 14) -> tuple[str, str]:
     from jupyter_gpushare.allocator import Policy
-    from jupyter_gpushare.ledger import Ledger, NewRequest
+    from jupyter_gpushare.ledger import Ledger
     from jupyter_gpushare.processes import current_process
+    from jupyter_gpushare.records import NewRequest
 
     path = str(directory / "ledger-profile.sqlite")
     _setup_ledger(path)

@@ -20,13 +20,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from .allocator import Held, Placement, PlacementKind, Policy, Refusal, Request, fit, fit_on_device
+from .allocator import Held, Placement, Policy, Refusal, Request, fit, fit_on_device
 from .inventory import Device, MigInstance
-from .processes import ProcessIdentity, is_alive
+from .processes import is_alive
+from .records import (
+    DeviceSample,
+    KernelSample,
+    NewRequest,
+    Outcome,
+    Placed,
+    ProcessIdentity,
+    Refused,
+    SliceRecord,
+    Waiting,
+)
 from .sizes import parse_size
 
 SCHEMA_VERSION = 2
@@ -90,102 +99,6 @@ _ADDED_COLUMNS = (
 )
 
 LivenessCheck = Callable[[ProcessIdentity], bool]
-
-
-@dataclass(frozen=True)
-class SliceRecord:
-    """One row of the ledger."""
-
-    kernel_id: str
-    seq: int
-    state: Literal["queued", "running"]
-    owner: str
-    server_id: str
-    kernel_name: str
-    path: str
-    mode: str
-    kind: PlacementKind
-    size: str
-    cores: int | None
-    device_uuid: str | None
-    unit_uuid: str | None
-    memory: int
-    whole_card: bool
-    holder: ProcessIdentity
-    kernel: ProcessIdentity | None
-    requested_at: float
-    placed_at: float | None
-    token_hash: str | None = None
-    memory_used: int | None = None  # bytes, as last sampled or reported
-    utilization: int | None = None  # percent of the device's SM time, where known
-    usage_source: str | None = None  # "nvml", "kernel" (the kernel's own report) or "simulated"
-    usage_at: float | None = None
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def process(self) -> ProcessIdentity:
-        """The process whose life the slice follows."""
-        return self.kernel or self.holder
-
-    def held(self) -> Held:
-        assert self.device_uuid is not None and self.unit_uuid is not None
-        return Held(
-            self.kernel_id, self.owner, self.device_uuid, self.unit_uuid, self.memory, self.whole_card
-        )
-
-
-@dataclass(frozen=True)
-class NewRequest:
-    """What a caller asks the ledger to queue."""
-
-    kernel_id: str
-    owner: str
-    server_id: str
-    mode: str
-    kind: PlacementKind
-    size: str
-    cores: int | None
-    holder: ProcessIdentity
-    kernel_name: str = ""
-    path: str = ""
-    token_hash: str | None = None
-
-
-@dataclass(frozen=True)
-class KernelSample:
-    """One kernel's usage in a sampling round, with the warnings it should see."""
-
-    kernel_id: str
-    memory_used: int | None
-    utilization: int | None
-    source: str | None
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class DeviceSample:
-    uuid: str
-    memory_used: int | None
-    utilization: int | None
-
-
-@dataclass(frozen=True)
-class Placed:
-    record: SliceRecord
-
-
-@dataclass(frozen=True)
-class Waiting:
-    position: int  # 1 = next in line
-    reason: str
-
-
-@dataclass(frozen=True)
-class Refused:
-    reason: str
-
-
-Outcome = Placed | Waiting | Refused
 
 
 class Ledger:

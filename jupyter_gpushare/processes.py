@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import psutil
 
+from .records import ProcessIdentity
+
 # psutil derives start times from boot time and clock ticks: equal to 1/100 s for one process.
 _START_TOLERANCE = 0.05
-
-
-@dataclass(frozen=True)
-class ProcessIdentity:
-    pid: int
-    start: float  # seconds since the epoch, as psutil reports the process's creation
 
 
 def identify(pid: int) -> ProcessIdentity | None:

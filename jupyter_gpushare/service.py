@@ -29,9 +29,10 @@ from .errors import (
     QueueTimeoutError,
 )
 from .inventory import Device, Inventory, discover
-from .ledger import Ledger, NewRequest, Placed, Refused, SliceRecord, Waiting
+from .ledger import Ledger
 from .modes import Grant, NodeFacts, get_mode, probe_node
-from .processes import ProcessIdentity, current_process, identify
+from .processes import current_process, identify
+from .records import NewRequest, Placed, ProcessIdentity, Refused, SliceRecord, Waiting
 from .sizes import bytes_or_none, format_bytes
 from .slice_request import SliceRequest, make_slice_request
 from .usage.monitor import UsageMonitor

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .inventory import Device
-from .ledger import SliceRecord
 from .modes import MODES, NodeFacts
+from .records import SliceRecord
 from .sizes import parse_size
 
 ANONYMOUS = "another user"

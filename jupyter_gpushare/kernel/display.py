@@ -6,7 +6,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ledger import SliceRecord
+from ..records import SliceRecord
 from ..sizes import format_bytes
 
 

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from ..config import load_settings
 from ..errors import GPUShareError
-from ..ledger import SliceRecord
 from ..modes.base import SLICE_ENV_VARIABLES
+from ..records import SliceRecord
 from ..service import ENV_TOKEN, GPUShareService, service_for
 from ..sizes import format_bytes, parse_size
 from . import caps

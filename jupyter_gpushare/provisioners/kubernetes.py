@@ -81,7 +81,8 @@ from ..k8s.status import (
     termination,
     unschedulable_reason,
 )
-from ..processes import ProcessIdentity, current_process, is_alive
+from ..processes import current_process, is_alive
+from ..records import ProcessIdentity
 from ..sizes import MiB, bytes_or_none
 from ..slice_request import SliceRequest, make_slice_request
 from .base import GPUShareProvisioner

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from ..ledger import DeviceSample, KernelSample, SliceRecord
 from ..modes import get_mode
 from ..processes import is_alive
+from ..records import DeviceSample, KernelSample, SliceRecord
 from ..sizes import format_bytes
 from .attribution import ProcessUsage, attribute
 from .watchdog import DeviceUsage, KernelUsage, assess

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpushare.kernelspec import install_kernelspecs
-from jupyter_gpushare.ledger import Ledger, SliceRecord
+from jupyter_gpushare.ledger import Ledger
+from jupyter_gpushare.records import SliceRecord
 from jupyter_gpushare.sizes import GiB
 
 from .k8s_sim import SimulatedCluster

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_gpushare.kernelspec import install_kernelspecs
-from jupyter_gpushare.ledger import Ledger, SliceRecord
+from jupyter_gpushare.ledger import Ledger
+from jupyter_gpushare.records import SliceRecord
 
 from ..json_http import json_call
 

@@ -12,8 +12,9 @@ import pytest
 from jupyter_gpushare.allocator import Policy
 from jupyter_gpushare.cli import main
 from jupyter_gpushare.inventory import parse_simulation
-from jupyter_gpushare.ledger import Ledger, NewRequest, Placed
-from jupyter_gpushare.processes import ProcessIdentity, current_process, identify
+from jupyter_gpushare.ledger import Ledger
+from jupyter_gpushare.processes import current_process, identify
+from jupyter_gpushare.records import NewRequest, Placed, ProcessIdentity
 from jupyter_gpushare.sizes import ACCEPTED_FORMS
 
 GiB = 2**30

@@ -15,17 +15,18 @@ import pytest
 
 from jupyter_gpushare.allocator import Placement, Policy, Refusal
 from jupyter_gpushare.inventory import parse_simulation
-from jupyter_gpushare.ledger import (
+from jupyter_gpushare.ledger import Ledger
+from jupyter_gpushare.processes import current_process, identify, is_alive
+from jupyter_gpushare.records import (
     DeviceSample,
     KernelSample,
-    Ledger,
     NewRequest,
     Placed,
+    ProcessIdentity,
     Refused,
     SliceRecord,
     Waiting,
 )
-from jupyter_gpushare.processes import ProcessIdentity, current_process, identify, is_alive
 
 GiB = 2**30
 MiB = 2**20
@@ -411,8 +412,9 @@ WORKER = textwrap.dedent(
     """
     import json, sys
     from jupyter_gpushare.allocator import Policy
-    from jupyter_gpushare.ledger import Ledger, NewRequest, Placed
-    from jupyter_gpushare.processes import ProcessIdentity
+    from jupyter_gpushare.ledger import Ledger
+    from jupyter_gpushare.records import NewRequest, Placed
+    from jupyter_gpushare.records import ProcessIdentity
 
     path, name, holder_pid, holder_start = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     ledger = Ledger(path)

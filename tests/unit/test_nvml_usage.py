@@ -27,8 +27,8 @@ from nvml_fake import (
 )
 
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.ledger import SliceRecord
-from jupyter_gpushare.processes import ProcessIdentity, identify, is_alive
+from jupyter_gpushare.processes import identify, is_alive
+from jupyter_gpushare.records import ProcessIdentity, SliceRecord
 from jupyter_gpushare.service import GPUShareService
 from jupyter_gpushare.sizes import GiB, MiB
 from jupyter_gpushare.usage.attribution import ProcessUsage

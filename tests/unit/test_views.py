@@ -9,9 +9,10 @@ import pytest
 
 from jupyter_gpushare.allocator import Policy
 from jupyter_gpushare.inventory import parse_simulation
-from jupyter_gpushare.ledger import KernelSample, Ledger, NewRequest, Placed
+from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.modes import NodeFacts
 from jupyter_gpushare.processes import current_process
+from jupyter_gpushare.records import KernelSample, NewRequest, Placed
 from jupyter_gpushare.views import kernel_view, kernels_view, pool_view
 
 GiB = 2**30
