@@ -8,14 +8,15 @@ board can group by either; other users' kernels are labelled anonymously, as eve
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
+from ..payloads import StatusPayload
+
 
 class GPUShareCollector(Collector):
-    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, snapshot: Callable[[], StatusPayload]) -> None:
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -60,7 +61,7 @@ class GPUShareCollector(Collector):
             if kernel["state"] != "running":
                 continue
             where = kernel.get("node") or f"GPU{kernel['device']}"
-            key = (kernel["kernel_id"] or "", kernel["owner"], where, kernel["mode"])
+            key = (kernel["kernel_id"] or "", kernel["owner"], where, kernel["mode"] or "")
             sums = totals.setdefault(key, [0, 0])
             sums[0] += kernel["memory_request"] or 0
             sums[1] += kernel["memory_used"] or 0
@@ -77,7 +78,7 @@ class GPUShareCollector(Collector):
 _registered: GPUShareCollector | None = None
 
 
-def register(snapshot: Callable[[], dict[str, Any]]) -> GPUShareCollector:
+def register(snapshot: Callable[[], StatusPayload]) -> GPUShareCollector:
     """Register (or replace, for a second server in one process) the collector."""
     global _registered
     if _registered is not None:
