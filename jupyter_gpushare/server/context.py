@@ -14,6 +14,8 @@ from tornado import web
 from ..allocator import kernel_limit_refusal, user_limit_refusal
 from ..errors import DoesNotFitError, GPUShareError
 from ..k8s.pool import never_fits
+from ..k8s.preview import preview_pod
+from ..preview import Preview
 from ..provisioners import GPUShareProvisioner
 from ..provisioners.kubernetes import POD_HOLDERS
 from ..service import GPUShareService
@@ -293,6 +295,24 @@ class GPUShareContext:
             if refusal is not None:
                 raise DoesNotFitError(refusal)
         return request
+
+    def preview(self, memory: object, mode: object, cores: object) -> Preview:
+        """What a start of this size would do now (``GET fit``), from what decides the start:
+        the node ledger's allocator, or the watched cluster for kernel pods."""
+        if self.cluster is None:
+            return self.service.preview(memory, mode, cores)
+        settings = self.service.settings
+        request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
+        return preview_pod(
+            request.size,
+            request.mode.name,
+            self.cluster.owner,
+            self.cluster.nodes(),
+            self.cluster.slices(),
+            self.cluster.preset,
+            max_memory_per_kernel=bytes_or_none(settings.max_memory_per_kernel),
+            max_memory_per_user=bytes_or_none(settings.max_memory_per_user),
+        )
 
     async def resize_pod_kernel(self, kernel_id: str, memory: object, restart: bool) -> None:
         """A pod's resources are fixed: resizing means a new pod, so it needs ``restart``."""

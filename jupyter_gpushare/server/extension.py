@@ -69,6 +69,7 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, "kernels", kernel, "resize"), handlers.KernelResizeHandler),
             (url_path_join(base, "stream"), handlers.StreamHandler),
             (url_path_join(base, "config"), handlers.ConfigHandler),
+            (url_path_join(base, "fit"), handlers.FitHandler),
             (url_path_join(base, "openapi.yaml"), handlers.OpenAPIHandler),
         ],
     )

@@ -283,6 +283,40 @@ class ConfigHandler(GPUShareHandler):
         )
 
 
+class FitHandler(GPUShareHandler):
+    """``GET fit?gpu_memory=SIZE[&gpu_memory=SIZE…][&gpu_mode=M][&gpu_cores=N]``: what starting
+    a kernel of each size would do now, in the order asked (the start picker's annotations).
+    Nothing is reserved; a size that cannot be read is a 400, as ``POST kernels`` answers it."""
+
+    MAX_SIZES = 32
+    PARAMETERS = frozenset({"gpu_memory", "gpu_mode", "gpu_cores"})
+
+    @web.authenticated  # type: ignore[untyped-decorator]
+    @authorized  # type: ignore[untyped-decorator]
+    async def get(self) -> None:
+        unknown = sorted(set(self.request.query_arguments) - self.PARAMETERS)
+        if unknown:
+            raise web.HTTPError(400, f"unknown parameter {unknown[0]!r}; ask with ?gpu_memory=SIZE")
+        sizes = self.get_arguments("gpu_memory")
+        if not sizes:
+            raise web.HTTPError(400, "ask with ?gpu_memory=SIZE (one or more times)")
+        if len(sizes) > self.MAX_SIZES:
+            raise web.HTTPError(400, f"at most {self.MAX_SIZES} sizes at once, not {len(sizes)}")
+        mode, cores = (self._single(name) for name in ("gpu_mode", "gpu_cores"))
+        context = self.gpushare
+
+        def answer() -> list[dict[str, Any]]:
+            return [context.preview(size, mode, cores).as_json(size) for size in sizes]
+
+        self.write_json(await asyncio.to_thread(answer))
+
+    def _single(self, name: str) -> str | None:
+        values = self.get_arguments(name)
+        if len(values) > 1:
+            raise web.HTTPError(400, f"{name} may be given once, not {len(values)} times")
+        return values[0] if values else None
+
+
 _restarts: set[asyncio.Future[Any]] = set()  # restarts asked for by kernel pods, until done
 
 
