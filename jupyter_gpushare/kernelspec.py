@@ -19,9 +19,11 @@ from .sizes import parse_size
 TEMPLATE_DIRECTORY = "python3-gpu"
 DEFAULT_MODE = "timeslice"
 LOGO = "logo-svg.svg"  # the launcher's card icon (JupyterLab reads a kernelspec's logo-svg)
-# Pads sizes in display names: JupyterLab's launcher orders cards by display name as text, and a
-# figure space (a digit's width) sorts before every digit, so "  8G" comes before " 16G".
-FIGURE_SPACE = "\u2007"
+# Pads the number of a size in display names to SIZE_DIGITS digits: JupyterLab's launcher orders
+# cards by display name as text (localeCompare), where white space sorts before every digit, so a
+# padded " 8G" comes before "16G". A hair space is all but invisible.
+SORT_SPACE = "\u200a"
+SIZE_DIGITS = 3
 
 
 def _resource(name: str) -> str:
@@ -47,14 +49,12 @@ def kernelspec_name(size: str | None, mode: str, default_mode: str = DEFAULT_MOD
     return f"python3-gpu-{slug}{suffix}"
 
 
-def build_kernelspec(
-    size: str | None, mode: str = DEFAULT_MODE, cores: int | None = None, digits: int = 0
-) -> dict[str, Any]:
+def build_kernelspec(size: str | None, mode: str = DEFAULT_MODE, cores: int | None = None) -> dict[str, Any]:
     """The kernel.json for one preset size and mode (validated; raises with the accepted forms).
 
     ``size`` None builds "Python 3 (GPU)": no size of its own, JupyterLab's start picker asks
-    for one (elsewhere, ``GPUShare.default_memory`` applies). ``digits`` pads the size's number
-    in the display name to that many digits, so the launcher orders a set of sizes by size.
+    for one (elsewhere, ``GPUShare.default_memory`` applies). The size's number is padded in
+    the display name so that the launcher orders the sizes by size (see SORT_SPACE).
     """
     get_mode(mode)
     spec = copy.deepcopy(_template())
@@ -63,7 +63,7 @@ def build_kernelspec(
         memory = None
     else:
         parsed = parse_size(size)
-        label = " whole card" if parsed.is_whole else " " + _padded(parsed.text, digits)
+        label = " whole card" if parsed.is_whole else " " + _padded(parsed.text)
         memory = parsed.text
     if mode != DEFAULT_MODE:
         label = f"{label}, {mode}"
@@ -75,9 +75,9 @@ def build_kernelspec(
     return spec
 
 
-def _padded(text: str, digits: int) -> str:
+def _padded(text: str) -> str:
     whole = len(re.match(r"\d*", text).group())  # type: ignore[union-attr]
-    return FIGURE_SPACE * max(0, digits - whole) + text if whole else text
+    return SORT_SPACE * max(0, SIZE_DIGITS - whole) + text if whole else text
 
 
 def install_kernelspecs(
@@ -93,12 +93,8 @@ def install_kernelspecs(
 
     Every size is validated before anything is written, so a typo installs nothing.
     """
-    digits = max((len(re.match(r"\d*", size.strip()).group()) for size in sizes), default=0)  # type: ignore[union-attr]
     chosen: list[str | None] = [None] if asking else []
-    specs = [
-        (kernelspec_name(size, mode), build_kernelspec(size, mode, digits=digits))
-        for size in [*chosen, *sizes]
-    ]
+    specs = [(kernelspec_name(size, mode), build_kernelspec(size, mode)) for size in [*chosen, *sizes]]
     manager = KernelSpecManager()
     installed = []
     for name, spec in specs:

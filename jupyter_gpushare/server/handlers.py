@@ -289,14 +289,11 @@ class FitHandler(GPUShareHandler):
     Nothing is reserved; a size that cannot be read is a 400, as ``POST kernels`` answers it."""
 
     MAX_SIZES = 32
-    PARAMETERS = frozenset({"gpu_memory", "gpu_mode", "gpu_cores"})
 
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
     async def get(self) -> None:
-        unknown = sorted(set(self.request.query_arguments) - self.PARAMETERS)
-        if unknown:
-            raise web.HTTPError(400, f"unknown parameter {unknown[0]!r}; ask with ?gpu_memory=SIZE")
+        # Other parameters are left alone: JupyterLab adds a cache-busting one to every GET.
         sizes = self.get_arguments("gpu_memory")
         if not sizes:
             raise web.HTTPError(400, "ask with ?gpu_memory=SIZE (one or more times)")

@@ -95,7 +95,6 @@ BAD_QUERIES = [
     ("gpu_memory=4G&gpu_mode=bogus", "bogus"),
     ("gpu_memory=4G&gpu_mode=vgpu&gpu_mode=mps", "gpu_mode may be given once"),
     ("gpu_memory=4G&gpu_cores=900", "gpu_cores must be from 1 to 100"),
-    ("gpu_memory=4G&size=8G", "unknown parameter 'size'"),
     ("&".join(["gpu_memory=1G"] * 33), "at most 32 sizes"),
     ("gpu_memory=%FF", "Invalid unicode"),
 ]

@@ -33,7 +33,9 @@ def test_kernelspec_asks_the_gpushare_provisioner_for_the_slice(
 
 def test_the_spec_example() -> None:
     spec = build_kernelspec("4G")
-    assert spec["display_name"] == "Python 3 (GPU 4G)"
+    # (Two hair spaces pad the number, so that the launcher orders sizes by size.)
+    assert spec["display_name"] == "Python 3 (GPU \u200a\u200a4G)"
+    assert spec["display_name"].replace("\u200a", "") == "Python 3 (GPU 4G)"
     assert spec["argv"] == ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     assert provisioner(spec)["config"] == {"gpu_memory": "4G", "gpu_mode": "timeslice", "gpu_cores": None}
 
@@ -60,10 +62,10 @@ def test_installed_sizes_sort_by_size_as_text_and_carry_the_gpu_logo(tmp_path: P
     installed = install_kernelspecs(["16G", "2G", "8G", "whole"], prefix=str(tmp_path), asking=True)
     names = [json.loads((Path(d) / "kernel.json").read_text())["display_name"] for _, d in installed]
     assert names[0] == "Python 3 (GPU)"
-    assert names[2] == "Python 3 (GPU \u20072G)"  # a figure space: a digit's width, sorted first
+    assert names[2] == "Python 3 (GPU \u200a\u200a2G)"  # hair spaces, all but invisible
     # JupyterLab's launcher orders cards by display name with JavaScript's localeCompare, whose
-    # collation puts white space (the figure space too) before digits, as ASCII puts " ".
-    collated = sorted(names[1:], key=lambda name: name.replace("\u2007", " "))
+    # collation puts white space (a hair space too) before digits, as ASCII puts " ".
+    collated = sorted(names[1:], key=lambda name: name.replace("\u200a", " "))
     assert collated == [names[2], names[3], names[1], names[4]]
     for _, directory in installed:
         assert "<svg" in (Path(directory) / "logo-svg.svg").read_text()
