@@ -67,6 +67,10 @@ def test_the_dry_run_and_the_starts_that_follow_agree(node: Node, server: Jupyte
     assert server.request("DELETE", f"{API}/kernels/{queued.body['kernel_id']}/gpu").status == 204
     started = server.request("POST", f"{API}/kernels", {"name": "python3-gpu-4g", "gpu_memory": "2G"})
     assert started.status == 201 and started.body["memory_request"] == 2 * GiB, started
+    # A restart keeps the picked size, not the kernelspec's.
+    kernel_id = started.body["kernel_id"]
+    assert server.request("POST", f"/api/kernels/{kernel_id}/restart").status == 200
+    assert [r.memory for r in node.running() if r.kernel_id == kernel_id] == [2 * GiB]
 
 
 def test_a_budget_shows_what_is_already_held(node: Node) -> None:
