@@ -23,6 +23,7 @@ from tornado.log import app_log
 from ..errors import GPUShareError
 from ..k8s.pool import Usage
 from ..modes import MODES
+from . import request_body
 from .context import GPUShareContext
 from .starts import Start
 
@@ -49,24 +50,22 @@ class GPUShareHandler(APIHandler):  # type: ignore[misc]
 
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object, or a 400 that says what is wrong with it."""
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise web.HTTPError(400, "the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, "the request body must be a JSON object")
-        return body
+        return request_body.json_object(self.request.body or b"")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # Never a traceback, never a 500 for our refusals: the reason, as a sentence.
-        exc_info = kwargs.get("exc_info")
-        error = exc_info[1] if exc_info else None
-        if isinstance(error, (GPUShareError, web.HTTPError)) and error.log_message:
-            message = str(error) if isinstance(error, GPUShareError) else error.log_message
-        else:
-            message = self._reason
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"message": message}))
+        self.finish(json.dumps({"message": error_message(kwargs.get("exc_info"), self._reason)}))
+
+
+def error_message(exc_info: Any, reason: str) -> str:
+    """The sentence for an error answer: ours as it is, tornado's without its "%%" escaping."""
+    error = exc_info[1] if exc_info else None
+    if isinstance(error, GPUShareError):
+        return str(error)
+    if isinstance(error, web.HTTPError) and error.log_message:
+        return str(error.get_message() if hasattr(error, "get_message") else error.log_message)
+    return reason
 
 
 def _request_fields(body: dict[str, Any]) -> dict[str, Any]:
@@ -101,9 +100,9 @@ class KernelsHandler(GPUShareHandler):
     @authorized  # type: ignore[untyped-decorator]
     async def post(self) -> None:
         body = self.json_body()
-        for name in ("name", "path"):
-            if body.get(name) is not None and not isinstance(body[name], str):
-                raise web.HTTPError(400, f"{name} must be a string, not {json.dumps(body[name])}")
+        for name, limit in (("name", request_body.MAX_NAME_BYTES), ("path", request_body.MAX_PATH_BYTES)):
+            if body.get(name) is not None:
+                request_body.check_label(name, body[name], limit)
         context = self.gpushare
         name = body.get("name") or context.default_kernelspec()
         path = body.get("path") or ""
@@ -180,12 +179,8 @@ class KernelHandler(GPUShareHandler):
             await context.resize_pod_kernel(kernel_id, fields["gpu_memory"], restart)
             self.write_json(await asyncio.to_thread(context.kernel_view, kernel_id))
             return
-        try:
-            await asyncio.to_thread(context.service.resize, kernel_id, fields["gpu_memory"])
-        except GPUShareError as error:
-            if error.status == 409 or "does not fit" in str(error) or "cannot be resized" in str(error):
-                raise web.HTTPError(409, str(error)) from None
-            raise
+        # A refusal keeps the status of its type: 409 does not fit, 400 a bad size, 503 the ledger.
+        await asyncio.to_thread(context.service.resize, kernel_id, fields["gpu_memory"])
         if restart:  # frameworks that read their cap only at start (JAX, TensorFlow) get the new one
             manager: Any = self.kernel_manager
             await manager.restart_kernel(kernel_id)
@@ -217,7 +212,8 @@ class KernelGPUHandler(GPUShareHandler):
             # A queued kernel has no process yet: withdrawing its request cancels its start.
             context.cancel_start(kernel_id)
         else:
-            await asyncio.to_thread(context.service.release, kernel_id)
+            # The kernel runs on: it may take a slice again (%gpu request), and only it may.
+            await asyncio.to_thread(context.service.release, kernel_id, True)
         self.set_status(204)
         self.finish()
 
@@ -304,15 +300,8 @@ class KernelTokenHandler(web.RequestHandler):
         return None
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc_info = kwargs.get("exc_info")
-        error = exc_info[1] if exc_info else None
-        message = self._reason
-        if isinstance(error, GPUShareError):
-            message = str(error)
-        elif isinstance(error, web.HTTPError) and error.log_message:
-            message = error.log_message
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"message": message}))
+        self.finish(json.dumps({"message": error_message(kwargs.get("exc_info"), self._reason)}))
 
     @property
     def gpushare(self) -> GPUShareContext:
@@ -329,10 +318,7 @@ class KernelTokenHandler(web.RequestHandler):
         return provisioner
 
     def json_body(self) -> Any:
-        try:
-            return json.loads(self.request.body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise web.HTTPError(400, "the request body is not valid JSON") from None
+        return request_body.json_value(self.request.body or b"")
 
 
 class KernelUsageHandler(KernelTokenHandler):
