@@ -10,10 +10,11 @@ from typing import Any
 
 from . import __version__
 from .config import load_settings
-from .errors import GPUShareError
+from .errors import GPUShareError, LedgerError
 from .inventory import SimulationSpecError
 from .k8s.presets import PRESETS, PresetError
 from .kernelspec import install_kernelspecs
+from .ledger import Ledger
 from .modes import MODES
 from .service import GPUShareService
 from .sizes import SizeError, format_bytes, parse_size
@@ -102,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             checks = run_checks(load_settings(), kernel=not arguments.no_kernel)
             print(report(checks, arguments.json))
             return 1 if any(check.status == "FAIL" for check in checks) else 0
+    except LedgerError as error:
+        # The node's ledger, not the command, is at fault: the sentence names the file and the fix.
+        print(f"jupyter gpushare: error: {error}", file=sys.stderr)
+        return 1
     except (CommandError, GPUShareError, SizeError, SimulationSpecError, PresetError) as error:
         print(f"jupyter gpushare: error: {error}", file=sys.stderr)
         return 2
@@ -121,6 +126,11 @@ def _status(as_json: bool) -> int:
             namespace = settings.namespace or "the kubeconfig's namespace"
             print(_format_status(status["pool"], status["kernels"], f"kernel pods in {namespace}", None))
         return 0
+    ledger = Ledger(settings.effective_ledger_path(), lock_timeout=settings.ledger_lock_timeout)
+    fault = ledger.check()  # before the service reads it: one sentence, exit status 1
+    ledger.close()
+    if fault is not None:
+        raise fault
     service = GPUShareService(settings)  # reconciles on creation
     pool = service.pool()
     kernels = service.kernels()

@@ -23,6 +23,7 @@ from .allocator import Placement, Policy, Refusal, Request, fit
 from .config import GPUShare, settings_env
 from .errors import (
     DoesNotFitError,
+    LedgerError,
     ModeUnavailableError,
     NoGPUError,
     NotYourSliceError,
@@ -31,10 +32,10 @@ from .errors import (
 from .inventory import Device, Inventory, discover
 from .ledger import Ledger
 from .modes import Grant, NodeFacts, get_mode, probe_node
-from .processes import current_process, identify
+from .processes import current_process, identify, runs_within
 from .records import NewRequest, Placed, ProcessIdentity, Refused, SliceRecord, Waiting
 from .sizes import bytes_or_none, format_bytes
-from .slice_request import SliceRequest, make_slice_request
+from .slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
 from .usage.monitor import UsageMonitor
 from .views import kernels_view, pool_view
 
@@ -61,7 +62,7 @@ class GPUShareService:
     def __init__(self, settings: GPUShare, inventory: Inventory | None = None) -> None:
         self.settings = settings
         self.inventory = inventory if inventory is not None else discover(settings.effective_simulate())
-        self.ledger = Ledger(settings.effective_ledger_path())
+        self.ledger = Ledger(settings.effective_ledger_path(), lock_timeout=settings.ledger_lock_timeout)
         self.facts: NodeFacts = probe_node(
             self.inventory,
             libvgpu_path=settings.libvgpu_path,
@@ -73,10 +74,16 @@ class GPUShareService:
         # The secret each kernel started here proves its identity with (kept only in memory).
         self._tokens: dict[str, str] = {}
         self.monitor = UsageMonitor(self)
-        if self.inventory.devices:
-            self.ledger.register_devices(self.inventory.devices, self.inventory.simulated)
-        if settings.reconcile_on_start:
-            self.reconcile()
+        try:
+            if self.inventory.devices:
+                self.ledger.register_devices(self.inventory.devices, self.inventory.simulated)
+            if settings.reconcile_on_start:
+                self.reconcile()
+        except LedgerError as error:
+            # A broken ledger must not stop a server from loading: every call says what is
+            # wrong, and the guard registers the pool once the file is usable again.
+            log.error("jupyter_gpushare: %s", error)
+        self.ledger.guard(settings.sample_interval)
 
     # ---- settings-derived values ---------------------------------------------------------
 
@@ -87,6 +94,7 @@ class GPUShareService:
             overcommit=settings.overcommit,
             max_memory_per_kernel=bytes_or_none(settings.max_memory_per_kernel),
             max_memory_per_user=bytes_or_none(settings.max_memory_per_user),
+            min_memory=settings.min_memory_bytes(),
         )
 
     def devices(self) -> list[Device]:
@@ -116,7 +124,12 @@ class GPUShareService:
     ) -> SliceRequest:
         """Validate a request and check this node can honour its mode (raises with the reason)."""
         request = make_slice_request(
-            memory, mode, cores, self.settings.default_memory, self.settings.default_mode
+            memory,
+            mode,
+            cores,
+            self.settings.default_memory,
+            self.settings.default_mode,
+            self.settings.min_memory_bytes(),
         )
         if not self.ledger.devices():
             raise NoGPUError(self.inventory.problem or "no GPU found")
@@ -162,11 +175,11 @@ class GPUShareService:
                 server_id=self.server_id,
                 mode=request.mode.name,
                 kind=request.mode.placement,
-                size=request.size.text,
+                size=request.size.canonical,
                 cores=request.cores,
                 holder=self.holder,
-                kernel_name=kernel_name,
-                path=path,
+                kernel_name=stored_label(kernel_name, MAX_NAME_BYTES),
+                path=stored_label(path, MAX_PATH_BYTES),
                 token_hash=token_digest(token),
             ),
             self.policy,
@@ -224,15 +237,42 @@ class GPUShareService:
         """Let the slice follow the kernel process ``pid`` (None: back to this process)."""
         self.ledger.attach_kernel(kernel_id, identify(pid) if pid is not None else None)
 
-    def release(self, kernel_id: str) -> SliceRecord | None:
-        return self.ledger.release(kernel_id)
+    def release(self, kernel_id: str, keep_claim: bool = False) -> SliceRecord | None:
+        """Give a slice back; ``keep_claim`` while its kernel runs on (see ``Ledger.release``)."""
+        return self.ledger.release(kernel_id, keep_claim=keep_claim)
+
+    def check_claim(self, kernel_id: str, token: str | None, caller: ProcessIdentity) -> None:
+        """Refuse a kernel's own request for a slice under ``kernel_id`` unless it is that kernel.
+
+        A kernel that gave its slice back may take one again under its id: it still has the
+        token, and it is the process that held the slice (or runs inside it). Any other caller
+        is refused, whatever it sets ``JUPYTER_GPUSHARE_KERNEL_ID`` to.
+        """
+        released = self.ledger.released(kernel_id)
+        if released is None:
+            return
+        same_token = (
+            bool(token)
+            and released.token_hash is not None
+            and hmac.compare_digest(released.token_hash, token_digest(token or ""))
+        )
+        if not same_token or not runs_within(caller, released.process):
+            raise NotYourSliceError(
+                f"kernel id {kernel_id} belongs to another kernel: only the kernel that gave its "
+                "GPU slice back can take one under that id again"
+            )
 
     def resize(self, kernel_id: str, memory: object) -> SliceRecord:
         """Resize a running slice in place; raises with the reason when it cannot."""
         size = make_slice_request(
-            memory, None, None, self.settings.default_memory, self.settings.default_mode
+            memory,
+            None,
+            None,
+            self.settings.default_memory,
+            self.settings.default_mode,
+            self.settings.min_memory_bytes(),
         ).size
-        outcome = self.ledger.resize(kernel_id, size.text, self.policy)
+        outcome = self.ledger.resize(kernel_id, size.canonical, self.policy)
         if isinstance(outcome, Refusal):
             raise DoesNotFitError(outcome.reason)
         assert isinstance(outcome, Placement)
@@ -318,6 +358,24 @@ class GPUShareService:
             overcommit=self.settings.overcommit,
             viewer=self.owner,
         )
+
+    def pool_or_problem(self) -> dict[str, Any]:
+        """The pool, or when the ledger cannot be read, an empty pool whose ``problem`` says why
+        and how to fix it (what the panel shows as its banner)."""
+        try:
+            return self.pool()
+        except LedgerError as error:
+            return self.problem_pool(str(error))
+
+    def problem_pool(self, problem: str) -> dict[str, Any]:
+        return {
+            "backend": self.settings.backend,
+            "simulated": self.inventory.simulated,
+            "overcommit": self.settings.overcommit,
+            "devices": [],
+            "queue": [],
+            "problem": problem,
+        }
 
     def kernels(self) -> list[dict[str, Any]]:
         return kernels_view(self.ledger.records(), self.devices(), viewer=self.owner)

@@ -16,9 +16,12 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import psutil
+
 from ..config import load_settings
-from ..errors import GPUShareError
+from ..errors import GPUShareError, NotYourSliceError
 from ..modes.base import SLICE_ENV_VARIABLES
+from ..processes import current_process
 from ..records import SliceRecord
 from ..service import ENV_TOKEN, GPUShareService, service_for
 from ..sizes import format_bytes, parse_size
@@ -40,6 +43,23 @@ class NeedsRestartError(GPUShareError):
     """The change needs a kernel restart and was not asked for with ``--restart``."""
 
     status = 409
+
+
+def launch_kernel_ids() -> set[str]:
+    """The ids this process may act under: those it was started with (the provisioner's
+    ``JUPYTER_GPUSHARE_KERNEL_ID`` in its launch environment, its connection file's name) and
+    ``process-<pid>``. Changing ``os.environ`` later does not change the launch environment."""
+    ids = {f"process-{os.getpid()}"}
+    try:
+        launched = psutil.Process().environ()
+    except (psutil.Error, OSError):
+        launched = dict(os.environ)  # platforms where a process cannot read its own start
+    if launched.get(ENV_KERNEL_ID):
+        ids.add(launched[ENV_KERNEL_ID])
+    from_file = _kernel_id_from_connection_file()
+    if from_file:
+        ids.add(from_file)
+    return ids
 
 
 def _kernel_id_from_connection_file() -> str | None:
@@ -109,6 +129,12 @@ class OwnSlice:
                 f"this kernel already holds a {format_bytes(current.memory)} slice on "
                 f"{self.device_label(current)}; use %gpu resize or %gpu release first"
             )
+        self.service.check_claim(self.kernel_id, self._token, current_process())
+        if self.kernel_id not in launch_kernel_ids():
+            raise NotYourSliceError(
+                f"this process was not started as kernel {self.kernel_id}: a kernel takes a GPU "
+                "slice under its own id only"
+            )
         record: SliceRecord = _run_async(
             lambda: self.service.acquire(self.kernel_id, request, on_wait=on_wait)
         )
@@ -140,7 +166,7 @@ class OwnSlice:
 
     def release(self) -> SliceRecord:
         record = self.require()
-        self.service.release(self.kernel_id)
+        self.service.release(self.kernel_id, keep_claim=True)
         for name in SLICE_ENV_VARIABLES - {ENV_TOKEN}:
             os.environ.pop(name, None)
         # New CUDA users in this process (or its children) must not think they have a GPU.

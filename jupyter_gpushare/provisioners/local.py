@@ -20,6 +20,7 @@ from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Any as AnyTrait
 
 from ..config import load_settings
+from ..errors import LedgerError
 from ..modes.base import SLICE_ENV_VARIABLES
 from ..service import GPUShareService, service_for
 from .base import GPUShareProvisioner
@@ -109,11 +110,19 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
 
     async def cleanup(self, restart: bool = False) -> None:
         await super().cleanup(restart=restart)
-        if restart:
-            # Between the old process and the new one, the slice follows this process.
-            self.service.attach_kernel(self.kernel_id, None)
-        else:
-            self.service.release(self.kernel_id)
+        try:
+            if restart:
+                # Between the old process and the new one, the slice follows this process.
+                self.service.attach_kernel(self.kernel_id, None)
+            else:
+                self.service.release(self.kernel_id)
+        except LedgerError as error:
+            # A shutdown must end even when the ledger cannot be written (a server stopping
+            # on SIGTERM above all); the slice's process is gone, so reconciliation frees it
+            # once the ledger is usable again.
+            self.log.warning(
+                "Kernel %s: its GPU slice stays until the ledger is mended: %s", self.kernel_id, error
+            )
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()

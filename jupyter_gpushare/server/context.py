@@ -12,7 +12,7 @@ from typing import Any
 from tornado import web
 
 from ..allocator import kernel_limit_refusal, user_limit_refusal
-from ..errors import DoesNotFitError, GPUShareError
+from ..errors import DoesNotFitError, GPUShareError, LedgerError
 from ..k8s.pool import never_fits
 from ..provisioners import GPUShareProvisioner
 from ..provisioners.kubernetes import POD_HOLDERS
@@ -241,7 +241,7 @@ class GPUShareContext:
         every slice on the node; any commit (a start, a resize, a sampling round) renews it.
         """
         marker = (
-            self.service.ledger.change_marker() if self.cluster is None else self.cluster.marker(),
+            self._ledger_marker() if self.cluster is None else self.cluster.marker(),
             frozenset(self.kernel_manager.list_kernel_ids()),
             tuple((start.kernel_id, start.detail) for start in self.starts.pending()),
             tuple(sorted(self._pod_states().items())),
@@ -252,6 +252,12 @@ class GPUShareContext:
         text = json.dumps(await asyncio.to_thread(build))
         self._rendered[name] = (marker, text)
         return text
+
+    def _ledger_marker(self) -> object:
+        try:
+            return self.service.ledger.change_marker()
+        except LedgerError:
+            return object()  # never equal: a broken ledger is read (and reported) every time
 
     def _pod_states(self) -> dict[str, str]:
         """What this server's kernel pods are doing (their provisioners' words), for the cache."""
@@ -267,14 +273,17 @@ class GPUShareContext:
     # ---- the pool ------------------------------------------------------------------------
 
     def pool(self) -> dict[str, Any]:
-        return self.cluster.pool() if self.cluster is not None else self.service.pool()
+        """``GET pool``: a broken ledger is the pool's ``problem`` (the panel's banner), not an error."""
+        return self.cluster.pool() if self.cluster is not None else self.service.pool_or_problem()
 
     def check_request(self, memory: object, mode: object, cores: object, kernel_id: str) -> SliceRequest:
         """Refuse what can never start, before anything starts (bad size or mode, a quota)."""
         if self.cluster is None:
             return self.service.make_request(memory, mode, cores, kernel_id)
         settings = self.service.settings
-        request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
+        request = make_slice_request(
+            memory, mode, cores, settings.default_memory, settings.default_mode, settings.min_memory_bytes()
+        )
         if request.size.kind == "bytes":
             wanted = request.size.resolve(0)
             too_large = never_fits(wanted, self.cluster.nodes())
@@ -319,14 +328,21 @@ class GPUShareContext:
     # ---- snapshots -----------------------------------------------------------------------
 
     def stream_snapshot(self) -> dict[str, Any]:
-        if self.cluster is None and not self.service.monitor.running:
-            self.service.monitor.sample_once()  # keep device figures live with no kernel held
-        return {"pool": self.pool(), "kernels": self.server_kernels()}
+        try:
+            if self.cluster is None and not self.service.monitor.running:
+                self.service.monitor.sample_once()  # keep device figures live with no kernel held
+            kernels = self.server_kernels()
+        except LedgerError:
+            kernels = []  # the pool carries the problem
+        return {"pool": self.pool(), "kernels": kernels}
 
     def metrics_snapshot(self) -> dict[str, Any]:
         if self.cluster is not None:
             return {"pool": self.cluster.pool(), "kernels": self.server_kernels()}
-        return {"pool": self.service.pool(), "kernels": self.service.kernels()}
+        try:
+            return {"pool": self.service.pool(), "kernels": self.service.kernels()}
+        except LedgerError as error:
+            return {"pool": self.service.problem_pool(str(error)), "kernels": []}
 
     @staticmethod
     def openapi_text() -> str:

@@ -8,9 +8,10 @@ from typing import Any
 from jupyter_server.utils import url_path_join
 
 from ..config import GPUShare, load_settings
+from ..errors import LedgerError
 from ..provisioners.kubernetes import server_identity, set_new_pod_listener, set_report_base
 from ..service import service_for
-from . import handlers, metrics
+from . import handlers, log_filter, metrics
 from .cluster_pool import ClusterPool
 from .context import GPUShareContext
 from .websockets import close_kernel_websockets
@@ -33,6 +34,7 @@ def report_base(settings: GPUShare, serverapp: Any) -> str | None:
 
 
 def load_jupyter_server_extension(serverapp: Any) -> None:
+    log_filter.install(serverapp.log)
     settings = load_settings(serverapp.config)
     service = service_for(settings)
     cluster = None
@@ -79,11 +81,16 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             getattr(cluster, "namespace", "?"),
         )
         return
+    try:
+        devices = service.devices()
+    except LedgerError as error:  # the routes answer it; the guard mends what it can
+        serverapp.log.error("jupyter_gpushare: %s", error)
+        return
     serverapp.log.info(
         "jupyter_gpushare: %d GPU(s)%s, ledger %s",
-        len(service.devices()),
+        len(devices),
         " (simulated)" if service.inventory.simulated else "",
         service.ledger.path,
     )
-    if not service.devices():
+    if not devices:
         serverapp.log.warning("jupyter_gpushare: %s", service.inventory.problem)
