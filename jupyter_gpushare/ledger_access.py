@@ -368,6 +368,7 @@ class LedgerAccess:
 
     def _restore(self, file: _OpenFile) -> _OpenFile:
         """The file is gone: put it back from our open copy, or afresh if that copy is damaged."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # the whole directory may be
         with self._threads.locked_note() as lock:
             now = identity_of(self.path)
             if now is not None:

@@ -190,6 +190,9 @@ def test_a_damaged_ledger_is_one_sentence_everywhere_and_mends_once_moved_away(
         assert answer.status == 503, (method, path, answer)
         assert str(node.ledger_path) in answer.body["message"], answer
     assert_one_sentence(status(node), node.ledger_path)
+    out, err = run(server, held["kernel_id"], "%gpu")
+    assert f"%gpu status: The GPU ledger {node.ledger_path} is damaged" in err, (out, err)
+    assert "Traceback" not in err
 
     # The fix the sentence names; the server records its kernel's slice in a new ledger.
     node.ledger_path.rename(node.ledger_path.with_name("ledger.sqlite.broken"))
