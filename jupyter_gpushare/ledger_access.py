@@ -41,6 +41,7 @@ from .ledger_file import (
     Holder,
     Note,
     command_of,
+    current_pid,
     deleted,
     fd_identity,
     header_problem,
@@ -69,6 +70,7 @@ class _OpenFile:
     ledger_id: str
     generation: int
     pid: int = field(default_factory=os.getpid)
+    stamp: tuple[int, int] | None = None  # (size, mtime) when the header was last found good
     # Used under the access's lock only: one reads and copies, the other holds the write lock
     # while a copy is taken (a connection cannot back up a database it is writing).
     keeper: sqlite3.Connection | None = None
@@ -96,6 +98,7 @@ class LedgerAccess:
         restore_wait: float = RESTORE_WAIT,
     ) -> None:
         self.path = path
+        self._path_text = os.fspath(path)
         self.lock_path = Path(f"{path}.lock")
         self.lock_timeout = lock_timeout
         self.restore_wait = restore_wait
@@ -217,12 +220,23 @@ class LedgerAccess:
     # ---- the current file --------------------------------------------------------------------
 
     def _current(self) -> _OpenFile:
+        # The common case costs one stat: the same file, unchanged since its header was read
+        # (in WAL mode the database file itself changes only at checkpoints).
         file = self._file
-        if file is not None and file.pid == os.getpid() and identity_of(self.path) == file.identity:
-            problem = header_problem(file.fd)
-            if problem is None:
+        if file is not None and file.pid == current_pid():
+            try:
+                status = os.stat(self._path_text)
+            except FileNotFoundError:
+                status = None
+            if status is not None and (status.st_dev, status.st_ino) == file.identity:
+                stamp = (status.st_size, status.st_mtime_ns)
+                if stamp == file.stamp:
+                    return file
+                problem = header_problem(file.fd)
+                if problem is not None:
+                    raise ledger_faults.damaged(self.path, problem)
+                file.stamp = stamp
                 return file
-            raise ledger_faults.damaged(self.path, problem)
         with self._state:
             try:
                 settled = self._settle()
@@ -234,7 +248,7 @@ class LedgerAccess:
 
     def _settle(self) -> _OpenFile:
         file = self._file
-        if file is None or file.pid != os.getpid():
+        if file is None or file.pid != current_pid():
             self._file = None
             return self._open_path()
         now = identity_of(self.path)
@@ -448,7 +462,7 @@ class LedgerAccess:
             except BaseException:
                 unlock(lock)
                 raise
-            if self._file is file and identity_of(self.path) == file.identity:
+            if self._file is file and identity_of(self._path_text) == file.identity:
                 return connection, lock
             # The file changed between the check and the lock: let the check follow it first.
             connection.execute("ROLLBACK")

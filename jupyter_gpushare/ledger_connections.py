@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import ledger_faults
-from .ledger_file import lock_holders
+from .ledger_file import current_pid, lock_holders
 from .ledger_lock import LockTimeout, lock_exclusive, unlock
 
 
@@ -44,24 +44,32 @@ class ThreadConnections:
 
     def connection(self, generation: int) -> sqlite3.Connection:
         """This thread's connection to the file of ``generation``."""
-        return self._cached("connection", generation, self.connect)
+        local = self._local
+        key = (current_pid(), generation)
+        if getattr(local, "connection_key", None) == key:
+            connection: sqlite3.Connection = local.connection
+            return connection
+        return self._replace("connection", key, self.connect)
 
     def watcher(self, generation: int) -> sqlite3.Connection:
         """This thread's connection that never writes (``PRAGMA data_version`` counts every
         commit, by other processes and by this process's other connections alike)."""
-        return self._cached("watcher", generation, lambda: self.connect(check_same_thread=False))
+        local = self._local
+        key = (current_pid(), generation)
+        if getattr(local, "watcher_key", None) == key:
+            watcher: sqlite3.Connection = local.watcher
+            return watcher
+        return self._replace("watcher", key, lambda: self.connect(check_same_thread=False))
 
-    def _cached(
-        self, name: str, generation: int, make: Callable[[], sqlite3.Connection]
+    def _replace(
+        self, name: str, key: tuple[int, int], make: Callable[[], sqlite3.Connection]
     ) -> sqlite3.Connection:
         local = self._local
-        key = (os.getpid(), generation)
-        connection: sqlite3.Connection | None = getattr(local, name, None)
-        if connection is not None and getattr(local, f"{name}_key", None) == key:
-            return connection
-        if connection is not None and getattr(local, f"{name}_key", (None,))[0] == os.getpid():
+        old: sqlite3.Connection | None = getattr(local, name, None)
+        if old is not None and getattr(local, f"{name}_key", (None,))[0] == key[0]:
             with contextlib.suppress(sqlite3.Error):
-                connection.close()
+                old.close()
+        setattr(local, f"{name}_key", None)
         connection = make()
         setattr(local, name, connection)
         setattr(local, f"{name}_key", key)
@@ -72,10 +80,11 @@ class ThreadConnections:
         local = self._local
         for name in ("connection", "watcher"):
             connection = getattr(local, name, None)
-            if connection is not None and getattr(local, f"{name}_key", (None,))[0] == os.getpid():
+            if connection is not None and getattr(local, f"{name}_key", (None,))[0] == current_pid():
                 with contextlib.suppress(sqlite3.Error):
                     connection.close()
             setattr(local, name, None)
+            setattr(local, f"{name}_key", None)
 
     def close(self) -> None:
         """Close this thread's connections and lock file (other threads' go with their objects)."""
@@ -91,7 +100,7 @@ class ThreadConnections:
     def lock_fd(self, generation: int) -> int:
         """This thread's descriptor of the lock file (reopened with each generation)."""
         local = self._local
-        key = (os.getpid(), generation)
+        key = (current_pid(), generation)
         fd: int | None = getattr(local, "lock", None)
         if fd is None or getattr(local, "lock_key", None) != key:
             if fd is not None and getattr(local, "lock_key", (None,))[0] == os.getpid():

@@ -21,8 +21,11 @@ class SentenceOnly(logging.Filter):
         return True
 
 
-def install(logger: logging.Logger | logging.LoggerAdapter[logging.Logger]) -> None:
-    """Add the filter to ``logger`` once (an extension may be loaded again in one process)."""
+def install(logger: object) -> None:
+    """Add the filter to the server's logger once (an extension may be loaded again in one
+    process); anything that is not a standard logger is left as it is."""
     target = logger.logger if isinstance(logger, logging.LoggerAdapter) else logger
-    if not any(isinstance(existing, SentenceOnly) for existing in target.filters):
+    if isinstance(target, logging.Logger) and not any(
+        isinstance(existing, SentenceOnly) for existing in target.filters
+    ):
         target.addFilter(SentenceOnly())

@@ -34,7 +34,7 @@ from jupyter_gpushare.kernelspec import install_kernelspecs
 from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.sizes import GiB
 
-from .conftest import BIN, Node
+from .conftest import BIN, Node, make_node
 from .kernels import wait_until
 from .servers import JupyterServer, execute, start_server
 
@@ -122,10 +122,40 @@ def wait_for_exit(process: subprocess.Popen[bytes], timeout: float) -> float:
     return time.monotonic() - started
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Node, JupyterServer]]:
+    """One server for the faults it survives without a restart: each test mends what it broke,
+    and the next one starts from there (that the server goes on is part of what is tested)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        node = make_node(tmp_path_factory.mktemp("faults"), monkeypatch)
+        running = start_server(node, extra_env=FAST)
+        yield node, running
+        running.stop()
+
+
 @pytest.fixture
-def server(node: Node) -> Iterator[JupyterServer]:
-    running = start_server(node, extra_env=FAST)
+def node(shared: tuple[Node, JupyterServer]) -> Node:
+    return shared[0]
+
+
+@pytest.fixture
+def server(shared: tuple[Node, JupyterServer]) -> Iterator[JupyterServer]:
+    """The shared server, with every kernel a test started shut down after it."""
+    running = shared[1]
     yield running
+    for kernel in running.request("GET", "/api/kernels").body:
+        running.request("DELETE", f"/api/kernels/{kernel['id']}")
+    wait_until(
+        lambda: running.request("GET", f"{API}/pool").body.get("devices") and not any(reserved(running))
+    )
+
+
+@pytest.fixture
+def own_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Node, JupyterServer]]:
+    """A server and node of a test's own, for faults that end the server."""
+    node = make_node(tmp_path, monkeypatch)
+    running = start_server(node, extra_env=FAST)
+    yield node, running
     running.stop()
 
 
@@ -203,7 +233,10 @@ def test_a_damaged_ledger_is_one_sentence_everywhere_and_mends_once_moved_away(
     assert not gpushare_tracebacks(server.log())
 
 
-def test_a_truncated_ledger_neither_hangs_nor_hides_the_routes(node: Node, server: JupyterServer) -> None:
+def test_a_truncated_ledger_neither_hangs_nor_hides_the_routes(
+    own_server: tuple[Node, JupyterServer],
+) -> None:
+    node, server = own_server
     start(server, gpu_memory="16G")
     os.truncate(node.ledger_path, 0)
     started = time.monotonic()
