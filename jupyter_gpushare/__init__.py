@@ -1,6 +1,6 @@
 """jupyter-gpushare: fractional GPUs for Jupyter kernels.
 
-This module holds extension points only; the pieces live in their own modules (see README).
+This module holds extension points only; the pieces live in their own modules (see docs/development.md, "Layout").
 """
 
 from __future__ import annotations
