@@ -30,6 +30,7 @@ lint: install-test labextension/node_modules
 	$(BIN)/ruff check jupyter_gpushare tests benchmarks docs
 	$(BIN)/ruff format --check jupyter_gpushare tests benchmarks docs
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache --no-logo
 	cd labextension && npm run --silent lint
 
 # The JupyterLab extension's npm packages (pip install builds with them; lint needs them too).

@@ -115,7 +115,7 @@ class Server:
 
     @property
     def server_id(self) -> str:
-        # What GPUShareService computes in the server process (service.server_id).
+        # What LocalBackend computes in the server process (service.server_id).
         return f"{OWNER}@{socket.gethostname()}:{self.process.pid}"
 
     def cpu_seconds(self) -> float:
@@ -618,13 +618,13 @@ class _NoKernels:
 
 def attribute(ledger_path: Path, server_id: str, calls: int) -> None:
     """Time and profile what the two handlers do, in this process, on the same ledger."""
+    from jupyter_gpushare.backends.local import LocalBackend
     from jupyter_gpushare.config import GPUShare
     from jupyter_gpushare.server.context import GPUShareContext
-    from jupyter_gpushare.service import GPUShareService
 
-    service = GPUShareService(GPUShare(simulate=POOL, ledger_path=str(ledger_path), owner=OWNER))
+    service = LocalBackend(GPUShare(simulate=POOL, ledger_path=str(ledger_path), owner=OWNER))
     service.server_id = server_id  # list the server's slices, as the server does
-    context = GPUShareContext(service=service, kernel_manager=_NoKernels(), kernel_spec_manager=None)
+    context = GPUShareContext(backend=service, kernel_manager=_NoKernels(), kernel_spec_manager=None)
     pool = service.pool()
     kernels = context.server_kernels()
     steps: list[tuple[str, Callable[[], Any]]] = [

@@ -7,7 +7,7 @@ One ledger file in a fresh temporary directory holds a simulated pool of four 80
 process count (1, 2, 4 by default) that many OS processes are started with the ``spawn`` start
 method; each opens its own :class:`jupyter_gpushare.ledger.Ledger` on the file and, once every
 process is ready, loops for a fixed wall-clock duration over the ledger calls a kernel start and
-shutdown make, exactly as ``GPUShareService.acquire`` and ``release`` make them:
+shutdown make, exactly as ``LocalBackend.acquire`` and ``release`` make them:
 
     Ledger.request(NewRequest(...), policy)  # enqueue + first placement attempt, one write txn
     Ledger.try_place(kernel_id, policy)      # only while the answer is Waiting
@@ -27,7 +27,7 @@ Variants differ in the first attempt or in what a client does when it is answere
 
 * ``backoff`` (the headline, judged): ``request``, then sleep 1 ms between ``try_place`` polls.
 * ``service``: ``request``, then sleep ``GPUShare().queue_poll_interval`` (0.25 s by default)
-  between polls, exactly what ``GPUShareService.acquire`` does - the figure a burst of kernel
+  between polls, exactly what ``LocalBackend.acquire`` does - the figure a burst of kernel
   starts on one node would see.
 * ``spin`` (full run only): ``request``, then poll again at once.
 * ``two-step`` (the comparison): a separate ``enqueue`` write, then ``try_place`` (1 ms backoff),

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.service import GPUShareService
 from jupyter_gpushare.sizes import MiB
 
 GOAL_PERCENT_OF_CORE = 2.0
@@ -33,14 +33,14 @@ def cpu_seconds(action, rounds: int) -> float:  # type: ignore[no-untyped-def]
 
 
 def measure(kernels: int, rounds: int, directory: Path) -> tuple[float, float]:
-    service = GPUShareService(
+    service = LocalBackend(
         GPUShare(simulate="4xA100-80GB", ledger_path=str(directory / f"ledger-{kernels}.sqlite"))
     )
 
     async def fill() -> None:
         for index in range(kernels):
             kernel_id = f"kernel-{index}"
-            await service.acquire(kernel_id, service.make_request("512M"))
+            await service.acquire(kernel_id, service.check("512M"))
             service.ledger.report_usage(kernel_id, (index % 5) * 100 * MiB, index % 50, "simulated")
 
     asyncio.run(fill())

@@ -6,16 +6,16 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from . import __version__
+from .backends import backend_for
 from .config import load_settings
 from .errors import GPUShareError
 from .inventory import SimulationSpecError
 from .k8s.presets import PRESETS, PresetError
 from .kernelspec import install_kernelspecs
 from .modes import MODES
-from .service import GPUShareService
+from .payloads import KernelPayload, PoolPayload, StatusPayload
 from .sizes import SizeError, format_bytes, parse_size
 
 
@@ -110,39 +110,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _status(as_json: bool) -> int:
-    settings = load_settings()
-    if settings.backend == "kubernetes":
-        from .k8s.snapshot import cluster_status
-
-        status = cluster_status(settings)
-        if as_json:
-            print(json.dumps(status, indent=2))
-        else:
-            namespace = settings.namespace or "the kubeconfig's namespace"
-            print(_format_status(status["pool"], status["kernels"], f"kernel pods in {namespace}", None))
-        return 0
-    service = GPUShareService(settings)  # reconciles on creation
-    pool = service.pool()
-    kernels = service.kernels()
+    # The local backend reconciles the ledger as it opens it; the Kubernetes one lists the cluster.
+    backend = backend_for(load_settings())
+    status: StatusPayload = {"pool": backend.pool(), "kernels": backend.all_kernels()}
     if as_json:
-        print(json.dumps({"pool": pool, "kernels": kernels}, indent=2))
+        print(json.dumps(status, indent=2))
         return 0
-    print(_format_status(pool, kernels, str(service.ledger.path), service.inventory.problem))
+    print(_format_status(status["pool"], status["kernels"], backend.location()))
     return 0
 
 
-def _format_status(
-    pool: dict[str, Any], kernels: list[dict[str, Any]], ledger: str, problem: str | None
-) -> str:
+def _format_status(pool: PoolPayload, kernels: list[KernelPayload], location: str) -> str:
     lines = [
         f"Pool: {len(pool['devices'])} device(s){' (simulated)' if pool['simulated'] else ''}, "
         f"backend {pool['backend']}, overcommit {pool['overcommit']:g}",
-        f"Ledger: {ledger}" if pool["backend"] == "local" else f"Cluster: {ledger}",
+        location[:1].upper() + location[1:],
     ]
     if pool.get("problem"):
         lines.append(f"Problem: {pool['problem']}")
-    if not pool["devices"]:
-        lines.append(problem or "no GPU found")
     for device in pool["devices"]:
         label = "" if device.get("node") else f"GPU{device['id']}  "
         lines.append(

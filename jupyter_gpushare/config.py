@@ -24,13 +24,11 @@ from traitlets import Bool, Dict, Enum, Float, List, TraitError, Unicode, valida
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
+from . import env_names
 from .errors import ConfigurationError
 from .modes import MODES, get_mode
 from .sizes import SizeError, parse_size
 
-ENV_SIMULATE = "JUPYTER_GPUSHARE_SIMULATE"
-ENV_LEDGER_PATH = "JUPYTER_GPUSHARE_LEDGER_PATH"
-ENV_OWNER = "JUPYTER_GPUSHARE_OWNER"
 LEDGER_FILENAME = "gpushare-ledger.sqlite"
 
 
@@ -47,7 +45,7 @@ class GPUShare(Configurable):
         "",
         config=True,
         help="Simulated pool such as '2xA100-80GB,1xT4-16GB' (no GPU needed). "
-        f"Also read from ${ENV_SIMULATE}.",
+        f"Also read from ${env_names.SIMULATE}.",
     )
     default_memory = Unicode("4G", config=True, help="Slice size when a request names none.")
     default_mode = Enum(
@@ -88,7 +86,7 @@ class GPUShare(Configurable):
         "",
         config=True,
         help="The node ledger (sqlite). Point several servers at one file to "
-        f"share a node. Default: the Jupyter runtime dir. Also ${ENV_LEDGER_PATH}.",
+        f"share a node. Default: the Jupyter runtime dir. Also ${env_names.LEDGER_PATH}.",
     )
     sample_interval = Float(1.0, config=True, help="Usage sampling period, seconds.")
     libvgpu_path = Unicode(
@@ -230,16 +228,16 @@ class GPUShare(Configurable):
     # ---- resolved values -------------------------------------------------------------------
 
     def effective_simulate(self) -> str:
-        return self.simulate or os.environ.get(ENV_SIMULATE, "")
+        return self.simulate or os.environ.get(env_names.SIMULATE, "")
 
     def effective_ledger_path(self) -> Path:
-        path = self.ledger_path or os.environ.get(ENV_LEDGER_PATH, "")
+        path = self.ledger_path or os.environ.get(env_names.LEDGER_PATH, "")
         return Path(path).expanduser() if path else Path(jupyter_runtime_dir()) / LEDGER_FILENAME
 
     def effective_owner(self) -> str:
         return (
             self.owner
-            or os.environ.get(ENV_OWNER, "")
+            or os.environ.get(env_names.OWNER, "")
             or os.environ.get("JUPYTERHUB_USER", "")
             or getpass.getuser()
         )
@@ -268,9 +266,6 @@ def load_settings(
         raise ConfigurationError(f"invalid GPUShare configuration: {error}") from None
 
 
-ENV_PREFIX = "JUPYTER_GPUSHARE_"
-
-
 def settings_env(settings: GPUShare) -> dict[str, str]:
     """Every configurable setting as ``JUPYTER_GPUSHARE_<TRAIT>`` variables.
 
@@ -284,11 +279,13 @@ def settings_env(settings: GPUShare) -> dict[str, str]:
             continue
         if isinstance(value, (list, dict)) and not value:
             continue
-        env[ENV_PREFIX + name.upper()] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-    env[ENV_LEDGER_PATH] = str(settings.effective_ledger_path())
-    env[ENV_OWNER] = settings.effective_owner()
+        env[env_names.trait_variable(name)] = (
+            json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+        )
+    env[env_names.LEDGER_PATH] = str(settings.effective_ledger_path())
+    env[env_names.OWNER] = settings.effective_owner()
     if settings.effective_simulate():
-        env[ENV_SIMULATE] = settings.effective_simulate()
+        env[env_names.SIMULATE] = settings.effective_simulate()
     return env
 
 
@@ -297,7 +294,7 @@ def _with_environment(config: Config) -> Config:
     section = config.get("GPUShare", {})
     from_env = Config()
     for name, trait in GPUShare.class_traits(config=True).items():
-        variable = ENV_PREFIX + name.upper()
+        variable = env_names.trait_variable(name)
         if name in section or variable not in os.environ:
             continue
         text = os.environ[variable]

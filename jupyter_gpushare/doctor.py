@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import tempfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -132,25 +131,16 @@ def check_kernelspecs() -> Check:
     )
 
 
-def check_cluster(settings: GPUShare, client_factory: Callable[[], Any] | None = None) -> list[Check]:
+def check_cluster(settings: GPUShare) -> list[Check]:
     """Cluster access, RBAC for kernel pods, and the GPU resources nodes advertise."""
+    from .k8s.clients import shared_cluster
+    from .k8s.cluster import ClusterError
+    from .k8s.pool import read_node
+    from .k8s.presets import resolve_preset
+
     try:
-        from kubernetes import client, config
-    except ImportError:
-        return [Check("cluster", "FAIL", "the kubernetes package is missing", "pip install kubernetes")]
-    try:
-        if client_factory is not None:
-            api_client = client_factory()
-        else:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                # $KUBECONFIG as it is now: the client reads it only once, at import.
-                config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=os.environ.get("KUBECONFIG") or None
-                )
-            api_client = client.ApiClient()
-    except Exception as error:
+        cluster = shared_cluster(settings.namespace).cluster
+    except ClusterError as error:
         status: Status = "FAIL" if settings.backend == "kubernetes" else "WARN"
         return [
             Check(
@@ -160,12 +150,9 @@ def check_cluster(settings: GPUShare, client_factory: Callable[[], Any] | None =
                 "run inside the cluster with a service account, or provide a kubeconfig",
             )
         ]
-    core = client.CoreV1Api(api_client)
-    namespace = settings.namespace or "default"
-    checks = []
     try:
-        nodes = core.list_node().items
-    except Exception as error:
+        nodes = cluster.list_nodes()
+    except ClusterError as error:
         return [
             Check(
                 "cluster",
@@ -174,18 +161,15 @@ def check_cluster(settings: GPUShare, client_factory: Callable[[], Any] | None =
                 "apply examples/kubernetes/rbac.yaml (nodes: list) and check the API address",
             )
         ]
-    checks.append(Check("cluster", "OK", f"{len(nodes)} node(s) reachable"))
-    checks.append(_check_rbac(client, api_client, namespace))
+    checks = [Check("cluster", "OK", f"{len(nodes)} node(s) reachable"), _check_rbac(cluster)]
+    preset = resolve_preset(settings.resource_preset, settings.resource_names)
     advertised: dict[str, int] = {}
     strategies = set()
-    for node in nodes:
-        allocatable = (node.status.allocatable if node.status else None) or {}
-        for name, quantity in allocatable.items():
-            if any(key in name for key in ("nvidia.com/", "volcano.sh/vgpu", "aliyun.com/gpu")):
-                advertised[name] = advertised.get(name, 0) + int(str(quantity).rstrip("Mi") or 0)
-        labels = (node.metadata.labels if node.metadata else None) or {}
-        if "nvidia.com/gpu.sharing-strategy" in labels:
-            strategies.add(labels["nvidia.com/gpu.sharing-strategy"])
+    for node in filter(None, (read_node(raw, preset) for raw in nodes)):
+        for name, quantity in node.allocatable.items():
+            advertised[name] = advertised.get(name, 0) + int(quantity.rstrip("Mi") or 0)
+        if node.sharing:
+            strategies.add(node.sharing)
     if advertised:
         detail = ", ".join(f"{name}={count}" for name, count in sorted(advertised.items()))
         if strategies:
@@ -203,39 +187,25 @@ def check_cluster(settings: GPUShare, client_factory: Callable[[], Any] | None =
     return checks
 
 
-def _check_rbac(client: Any, api_client: Any, namespace: str) -> Check:
-    authorization = client.AuthorizationV1Api(api_client)
-    missing = []
-    wanted = (
-        ("pods", "create"),
-        ("pods", "delete"),
-        ("pods", "watch"),
-        ("secrets", "create"),
-        ("events", "list"),
-    )
-    for resource, verb in wanted:
-        review = client.V1SelfSubjectAccessReview(
-            spec=client.V1SelfSubjectAccessReviewSpec(
-                resource_attributes=client.V1ResourceAttributes(
-                    namespace=namespace, verb=verb, resource=resource
-                )
-            )
-        )
-        try:
-            answer = authorization.create_self_subject_access_review(review)
-            allowed = bool(answer.status.allowed)
-        except Exception:
-            allowed = False
-        if not allowed:
-            missing.append(f"{verb} {resource}")
+RBAC_NEEDED = (
+    ("pods", "create"),
+    ("pods", "delete"),
+    ("pods", "watch"),
+    ("secrets", "create"),
+    ("events", "list"),
+)
+
+
+def _check_rbac(cluster: Any) -> Check:
+    missing = [f"{verb} {resource}" for resource, verb in RBAC_NEEDED if not cluster.allowed(verb, resource)]
     if missing:
         return Check(
             "RBAC",
             "FAIL",
-            f"not allowed in namespace {namespace}: {', '.join(missing)}",
+            f"not allowed in namespace {cluster.namespace}: {', '.join(missing)}",
             "apply examples/kubernetes/rbac.yaml to the server's service account",
         )
-    return Check("RBAC", "OK", f"may create and delete kernel pods and Secrets in {namespace}")
+    return Check("RBAC", "OK", f"may create and delete kernel pods and Secrets in {cluster.namespace}")
 
 
 TEST_KERNEL_CODE = """
@@ -321,9 +291,7 @@ async def _run_test_kernel(size: str) -> dict[str, Any]:
     return json.loads(output[-1]) if output else {}
 
 
-def run_checks(
-    settings: GPUShare, *, kernel: bool = True, cluster_client: Callable[[], Any] | None = None
-) -> list[Check]:
+def run_checks(settings: GPUShare, *, kernel: bool = True) -> list[Check]:
     inventory = discover(settings.effective_simulate())
     checks = [
         check_gpus(inventory),
@@ -332,7 +300,7 @@ def run_checks(
         check_vgpu(settings),
         check_ledger(settings),
         check_kernelspecs(),
-        *check_cluster(settings, cluster_client),
+        *check_cluster(settings),
     ]
     if kernel:
         checks.append(check_test_kernel(inventory))

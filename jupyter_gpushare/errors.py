@@ -1,31 +1,35 @@
 """Errors whose message is the reason a person reads (the same text in REST, magics and logs).
 
-They are tornado ``HTTPError``s so that a refusal raised while jupyter_server's own
-``POST /api/kernels`` starts a kernel reaches the client as a 4xx carrying our message, instead
-of the server's opaque "Unhandled error" 500.
+Plain exceptions: the pure core raises them without knowing about HTTP. Each class declares the
+HTTP ``status`` a server answers it with — the status comes from the type, never from the text —
+and :mod:`jupyter_gpushare.http_errors` turns them into HTTP answers at the edges (the REST
+handlers, and the provisioners whose refusals jupyter_server's own ``POST /api/kernels`` reports).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from tornado.web import HTTPError
 
-
-class GPUShareError(HTTPError):
+class GPUShareError(Exception):
     """Base class; ``str(error)`` is a complete sentence for the user."""
 
     status: ClassVar[int] = 400
 
     def __init__(self, message: str) -> None:
-        super().__init__(self.status, log_message=message)
+        super().__init__(message)
         self.message = message
 
     def __str__(self) -> str:
         return self.message
 
     def __reduce__(self) -> tuple[type, tuple[str]]:  # picklable across processes
-        return (type(self), (self.message,))
+        return (self.plain_type(), (self.message,))
+
+    @classmethod
+    def plain_type(cls) -> type[GPUShareError]:
+        """The domain class itself (an HTTP-answerable copy of an error reports its origin)."""
+        return cls
 
 
 class InvalidRequestError(GPUShareError, ValueError):
@@ -64,3 +68,34 @@ class NotYourSliceError(GPUShareError):
     """A caller tried to act on a slice that is not its own."""
 
     status = 403
+
+
+class NoSliceError(GPUShareError):
+    """The kernel holds no slice for the operation to act on."""
+
+    status = 409
+
+
+class NoSuchKernelError(GPUShareError):
+    """No kernel of that id belongs to the caller (another user's kernel reads the same)."""
+
+    status = 404
+
+
+class NeedsRestartError(GPUShareError):
+    """The change needs a kernel restart and was not asked for with ``--restart``."""
+
+    status = 409
+
+
+class HeldForLifeError(GPUShareError):
+    """The slice cannot change while the kernel runs (a kernel pod's resources are fixed)."""
+
+    status = 409
+
+
+class BackendUnavailableError(GPUShareError):
+    """What holds the pool (the cluster's API, the server a kernel pod reports to) cannot be
+    reached or refused; the message says which and why."""
+
+    status = 503

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from . import env_names
 from .k8s.presets import resolve_preset
 from .k8s.requests import ClusterFacts, PodRequest, pod_request
 from .sizes import format_bytes, parse_size
@@ -23,8 +24,6 @@ OPTION = "gpu"
 # SPEC §3 amounts: 6G, 6g, 6GB, 6GiB, 0.5G, 512M, 512MB, 512MiB, or a bare integer (MiB).
 CUSTOM_SIZE_REGEX = r"^\s*(\d+(\.\d+)?|\.\d+)\s*([gGmM]([iI]?[bB])?)?\s*$"
 CUSTOM_SIZE_MESSAGE = "A GPU memory size such as 6G, 512M or 4096 (MiB)."
-
-BUDGET_VARIABLE = "JUPYTER_GPUSHARE_MAX_MEMORY_PER_USER"
 
 
 def _choice_slug(size: str) -> str:
@@ -43,12 +42,12 @@ def _label(size: str) -> str:
 def spawner_overrides(request: PodRequest, size: str, mode: str) -> dict[str, Any]:
     """KubeSpawner trait overrides for one GPU choice."""
     environment = {
-        "JUPYTER_GPUSHARE_DEFAULT_MODE": mode,
-        "JUPYTER_GPUSHARE_GPU_SIZE": size,
+        env_names.DEFAULT_MODE: mode,
+        env_names.GPU_SIZE: size,
     }
     if request.memory is not None:
         # The server's kernels share this slice among themselves, each capped by gpushare.
-        environment[BUDGET_VARIABLE] = str(request.memory // (1024 * 1024))
+        environment[env_names.MAX_MEMORY_PER_USER] = str(request.memory // (1024 * 1024))
     overrides: dict[str, Any] = {
         "extra_resource_limits": dict(request.resources),
         "environment": {**request.env, **environment},
@@ -198,8 +197,8 @@ def _templated_custom(mode: str, preset: Any, cores: int | None) -> tuple[str, d
         overrides: dict[str, Any] = {
             "extra_resource_limits": limits,
             "environment": {
-                "JUPYTER_GPUSHARE_DEFAULT_MODE": mode,
-                BUDGET_VARIABLE: "{value}" if unit == "MiB" else "{value}G",
+                env_names.DEFAULT_MODE: mode,
+                env_names.MAX_MEMORY_PER_USER: "{value}" if unit == "MiB" else "{value}G",
             },
         }
         if annotations:
@@ -211,7 +210,7 @@ def _templated_custom(mode: str, preset: Any, cores: int | None) -> tuple[str, d
         resource = preset.timeslice_gpu if mode == "timeslice" else preset.mps_gpu
         return "MiB", {
             "extra_resource_limits": {resource: "1"},
-            "environment": {"JUPYTER_GPUSHARE_DEFAULT_MODE": mode, BUDGET_VARIABLE: "{value}"},
+            "environment": {env_names.DEFAULT_MODE: mode, env_names.MAX_MEMORY_PER_USER: "{value}"},
         }
     return None  # exclusive and MIG have no custom amount
 
@@ -251,9 +250,9 @@ def budget_environment(user_options: Mapping[str, Any], ledger_path: str | None 
     environment: dict[str, str] = {}
     if budget:
         parse_size(budget)
-        environment[BUDGET_VARIABLE] = str(budget)
+        environment[env_names.MAX_MEMORY_PER_USER] = str(budget)
     if ledger_path:
-        environment["JUPYTER_GPUSHARE_LEDGER_PATH"] = ledger_path
+        environment[env_names.LEDGER_PATH] = ledger_path
     return environment
 
 

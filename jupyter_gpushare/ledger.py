@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .allocator import Held, Placement, Policy, Refusal, Request, fit, fit_on_device
-from .inventory import Device, MigInstance
+from .devices import Device, MigInstance
 from .processes import is_alive
 from .records import (
     DeviceSample,

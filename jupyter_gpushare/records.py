@@ -114,3 +114,12 @@ class Refused:
 
 
 Outcome = Placed | Waiting | Refused
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """A kernel's GPU use as reported by the kernel itself, or by a cluster's metrics."""
+
+    memory_used: int  # bytes
+    utilization: int | None  # percent of the device's SM time, where known
+    source: str  # "kernel" (measured inside it), "simulated" (declared) or "hami" (metrics)

@@ -1,16 +1,15 @@
-"""The JSON shapes of SPEC §7 (``GET pool``, ``GET kernels``), built from ledger rows. Pure."""
+"""The JSON shapes of SPEC §7 (``GET pool``, ``GET kernels``) built from ledger rows. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from .inventory import Device
+from .devices import Device
 from .modes import MODES, NodeFacts
+from .payloads import DevicePayload, KernelPayload, PoolPayload, QueuePayload, State
 from .records import SliceRecord
 from .sizes import parse_size
-
-ANONYMOUS = "another user"
+from .visibility import kernel_as_seen, queue_entry_as_seen, visible_kernel_id
 
 
 def pool_view(
@@ -22,33 +21,41 @@ def pool_view(
     simulated: bool,
     overcommit: float,
     viewer: str,
-) -> dict[str, Any]:
+    problem: str | None = None,
+) -> PoolPayload:
     """``GET pool``: devices with reserved/used memory and the queue, others anonymised."""
     running = [record for record in records if record.state == "running"]
     queued = [record for record in records if record.state == "queued"]
-    return {
-        "backend": backend,
-        "simulated": simulated,
-        "overcommit": overcommit,
-        "devices": [_device_view(device, running, facts, viewer) for device in devices],
-        "queue": [
+    queue: list[QueuePayload] = [
+        queue_entry_as_seen(
             {
                 "position": position,
-                "kernel_id": record.kernel_id if record.owner == viewer else None,
-                "owner": record.owner if record.owner == viewer else ANONYMOUS,
+                "kernel_id": record.kernel_id,
+                "owner": record.owner,
                 "memory_request": requested_bytes(record),
                 "size": record.size,
                 "mode": record.mode,
                 "requested_at": record.requested_at,
-            }
-            for position, record in enumerate(queued, start=1)
-        ],
+            },
+            viewer,
+        )
+        for position, record in enumerate(queued, start=1)
+    ]
+    view: PoolPayload = {
+        "backend": backend,
+        "simulated": simulated,
+        "overcommit": overcommit,
+        "devices": [_device_view(device, running, facts, viewer) for device in devices],
+        "queue": queue,
     }
+    if problem:
+        view["problem"] = problem
+    return view
 
 
 def _device_view(
     device: Device, running: Sequence[SliceRecord], facts: NodeFacts, viewer: str
-) -> dict[str, Any]:
+) -> DevicePayload:
     on_device = [record for record in running if record.device_uuid == device.uuid]
     by_unit = {record.unit_uuid: record for record in on_device}
     if device.mig_enabled:
@@ -73,12 +80,16 @@ def _device_view(
                 "uuid": instance.uuid,
                 "profile": instance.profile,
                 "memory_total": instance.memory_total,
-                "kernel_id": _visible_kernel_id(by_unit.get(instance.uuid), viewer),
+                "kernel_id": _holder_id(by_unit.get(instance.uuid), viewer),
                 "in_use": instance.uuid in by_unit,
             }
             for instance in device.mig
         ],
     }
+
+
+def _holder_id(record: SliceRecord | None, viewer: str) -> str | None:
+    return None if record is None else visible_kernel_id(record.kernel_id, record.owner, viewer)
 
 
 def requested_bytes(record: SliceRecord) -> int | None:
@@ -90,23 +101,16 @@ def requested_bytes(record: SliceRecord) -> int | None:
     return size.resolve(0) if size.kind == "bytes" else None
 
 
-def _visible_kernel_id(record: SliceRecord | None, viewer: str) -> str | None:
-    if record is None or record.owner != viewer:
-        return None
-    return record.kernel_id
-
-
 def kernel_view(
     record: SliceRecord, devices: Sequence[Device], queue_position: int | None, viewer: str
-) -> dict[str, Any]:
+) -> KernelPayload:
     """One entry of ``GET kernels``; a slice of another user is occupancy with no details."""
     index_of = {device.uuid: device.index for device in devices}
-    mine = record.owner == viewer
-    return {
-        "kernel_id": record.kernel_id if mine else None,
-        "kernel_name": record.kernel_name if mine else "",
-        "path": record.path if mine else "",
-        "owner": record.owner if mine else ANONYMOUS,
+    view: KernelPayload = {
+        "kernel_id": record.kernel_id,
+        "kernel_name": record.kernel_name,
+        "path": record.path,
+        "owner": record.owner,
         "state": record.state,
         "queue_position": queue_position,
         "device": index_of.get(record.device_uuid) if record.device_uuid else None,
@@ -117,15 +121,50 @@ def kernel_view(
         "utilization": record.utilization,
         # "nvml" (measured), "kernel" (the kernel's own report) or "simulated" (declared).
         "usage_source": record.usage_source,
-        "warnings": list(record.warnings) if mine else [],
+        "warnings": list(record.warnings),
     }
+    return kernel_as_seen(view, viewer)
+
+
+def queue_positions(records: Sequence[SliceRecord]) -> dict[str, int]:
+    queued = (record for record in records if record.state == "queued")
+    return {record.kernel_id: position for position, record in enumerate(queued, start=1)}
 
 
 def kernels_view(
     records: Sequence[SliceRecord], devices: Sequence[Device], viewer: str
-) -> list[dict[str, Any]]:
-    positions = {
-        record.kernel_id: position
-        for position, record in enumerate((record for record in records if record.state == "queued"), start=1)
-    }
+) -> list[KernelPayload]:
+    positions = queue_positions(records)
     return [kernel_view(record, devices, positions.get(record.kernel_id), viewer) for record in records]
+
+
+def slice_less_view(
+    kernel_id: str,
+    *,
+    kernel_name: str,
+    path: str,
+    owner: str,
+    state: State,
+    detail: str | None = None,
+) -> KernelPayload:
+    """A kernel of the viewer's that holds no slice now: released, or one whose slice is still
+    being prepared (``state = "queued"`` with ``detail`` saying what happens)."""
+    view: KernelPayload = {
+        "kernel_id": kernel_id,
+        "kernel_name": kernel_name,
+        "path": path,
+        "owner": owner,
+        "state": state,
+        "queue_position": None,
+        "device": None,
+        "mode": None,
+        "memory_request": None,
+        "size": None,
+        "memory_used": 0,
+        "utilization": None,
+        "usage_source": None,
+        "warnings": [],
+    }
+    if detail is not None:
+        view["detail"] = detail
+    return view

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .devices import Device, Inventory, MigInstance
+from ..devices import Device, Inventory, MigInstance
 from .nvml import read_nvml_inventory
 from .simulated import SimulationSpecError, parse_simulation
 

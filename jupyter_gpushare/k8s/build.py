@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import env_names
 from ..config import GPUShare
 from ..slice_request import SliceRequest
 from .manifests import SIZE_ANNOTATION, KernelPodSpec, kernel_ports, make_pod
@@ -58,11 +59,11 @@ def kernel_pod(
     ``env`` (ours wins where a name is both)."""
     resources = pod_request(request.mode.name, request.size, request.cores, cluster)
     env: dict[str, str] = {str(name): str(value) for name, value in (kernel_env or {}).items()}
-    env["JUPYTER_GPUSHARE_MODE"] = request.mode.name
+    env[env_names.MODE] = request.mode.name
     for name in _FORWARDED:
         env[f"JUPYTER_GPUSHARE_{name.upper()}"] = str(getattr(settings, name))
     if report_url:
-        env["JUPYTER_GPUSHARE_REPORT_URL"] = report_url  # where the kernel reports its GPU use
+        env[env_names.REPORT_URL] = report_url  # where the kernel reports its GPU use
     spec = KernelPodSpec(
         kernel_id=kernel_id,
         server_id=server_id,

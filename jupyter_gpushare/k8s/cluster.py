@@ -195,6 +195,24 @@ class Cluster:
         listed = self._call("list nodes", lambda: self.core.list_node(_preload_content=False))
         return list(listed.get("items") or [])
 
+    def allowed(self, verb: str, resource: str) -> bool:
+        """Whether this client may ``verb`` ``resource`` in the namespace (a
+        SelfSubjectAccessReview); False where the API cannot say."""
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"namespace": self.namespace, "verb": verb, "resource": resource}},
+        }
+        authorization = k8s_client.AuthorizationV1Api(self.api_client)
+        try:
+            answer = self._call(
+                f"review whether it may {verb} {resource}",
+                lambda: authorization.create_self_subject_access_review(review, _preload_content=False),  # type: ignore[arg-type]
+            )
+        except ClusterError:
+            return False
+        return bool((answer.get("status") or {}).get("allowed"))
+
     # ---- plumbing -----------------------------------------------------------------------------
 
     def _call(self, what: str, call: Callable[[], Any]) -> dict[str, Any]:

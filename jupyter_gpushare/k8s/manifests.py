@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import env_names
 from .requests import PodRequest
 
 APP_LABEL = "app.kubernetes.io/name"
@@ -161,12 +162,12 @@ def make_pod(spec: KernelPodSpec) -> dict[str, Any]:
     env = {
         **request.env,
         **spec.env,
-        "JUPYTER_GPUSHARE_KERNEL_ID": spec.kernel_id,
-        "JUPYTER_GPUSHARE_TOKEN_FILE": f"{MOUNT_PATH}/{TOKEN_FILE}",
-        "JUPYTER_GPUSHARE_OWNER": spec.owner,
+        env_names.KERNEL_ID: spec.kernel_id,
+        env_names.TOKEN_FILE: f"{MOUNT_PATH}/{TOKEN_FILE}",
+        env_names.OWNER: spec.owner,
     }
     if request.memory is not None:
-        env["JUPYTER_GPUSHARE_MEMORY_BYTES"] = str(request.memory)
+        env[env_names.MEMORY_BYTES] = str(request.memory)
     container: dict[str, Any] = {
         "name": "kernel",
         "image": spec.image,
@@ -272,3 +273,21 @@ def _merge_list(current: list[Any], additions: list[Any], merge_key: str) -> lis
         else:
             merged.append(copy.deepcopy(item))
     return merged
+
+
+def connection_info(
+    ports: Mapping[str, int], key: str, kernel_name: str, curve: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """The connection file a kernel pod reads: it binds every interface of its pod; with
+    ``curve`` (public, secret) its traffic is CurveZMQ-encrypted."""
+    info: dict[str, Any] = {
+        "transport": "tcp",
+        "ip": "0.0.0.0",
+        **{f"{channel}_port": port for channel, port in ports.items()},
+        "key": key,
+        "signature_scheme": "hmac-sha256",
+        "kernel_name": kernel_name,
+    }
+    if curve is not None:
+        info["curve_publickey"], info["curve_secretkey"] = curve
+    return info

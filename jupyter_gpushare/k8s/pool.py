@@ -14,12 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import env_names
+from ..payloads import DevicePayload, KernelPayload, MigPayload, PoolPayload, QueuePayload, State
+from ..records import UsageReport
 from ..sizes import GiB, MiB, format_bytes
 from ..usage.watchdog import DeviceUsage, KernelUsage, assess
+from ..visibility import kernel_as_seen, queue_entry_as_seen, visible_kernel_id
 from .manifests import SERVER_LABEL, SIZE_ANNOTATION
 from .presets import ResourcePreset
 
-ANONYMOUS = "another user"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_MEMORY = "nvidia.com/gpu.memory"  # MiB per card
 GFD_COUNT = "nvidia.com/gpu.count"
@@ -69,13 +72,7 @@ class PodSlice:
         return bool(self.node) and not self.ended
 
 
-@dataclass(frozen=True)
-class Usage:
-    """A kernel pod's latest usage: from the kernel's own report or the cluster's metrics."""
-
-    memory_used: int
-    utilization: int | None
-    source: str  # "kernel", "simulated" or "hami"
+Usage = UsageReport  # a kernel pod's latest use: its own report, or the cluster's metrics
 
 
 def _int(text: object) -> int | None:
@@ -199,7 +196,7 @@ def read_pod(pod: Mapping[str, Any]) -> PodSlice | None:
     if kernel is None:
         return None
     env = _env(kernel)
-    kernel_id = env.get("JUPYTER_GPUSHARE_KERNEL_ID")
+    kernel_id = env.get(env_names.KERNEL_ID)
     if not kernel_id:
         return None
     unschedulable = None
@@ -209,11 +206,11 @@ def read_pod(pod: Mapping[str, Any]) -> PodSlice | None:
     return PodSlice(
         kernel_id=kernel_id,
         pod=str(metadata.get("name") or ""),
-        owner=env.get("JUPYTER_GPUSHARE_OWNER", ""),
+        owner=env.get(env_names.OWNER, ""),
         server=str((metadata.get("labels") or {}).get(SERVER_LABEL, "")),
-        mode=env.get("JUPYTER_GPUSHARE_MODE"),
+        mode=env.get(env_names.MODE),
         size=(metadata.get("annotations") or {}).get(SIZE_ANNOTATION),
-        memory=_int(env.get("JUPYTER_GPUSHARE_MEMORY_BYTES")),
+        memory=_int(env.get(env_names.MEMORY_BYTES)),
         node=spec.get("nodeName") or None,
         phase=str(status.get("phase") or "Pending"),
         created=str(metadata.get("creationTimestamp") or ""),
@@ -258,29 +255,32 @@ def pool_view(
     *,
     viewer: str,
     problem: str | None = None,
-) -> dict[str, Any]:
+) -> PoolPayload:
     """``GET pool`` for the Kubernetes backend."""
-    queue = waiting(slices)
-    view: dict[str, Any] = {
+    queue: list[QueuePayload] = [
+        queue_entry_as_seen(
+            {
+                "position": position,
+                "kernel_id": item.kernel_id,
+                "owner": item.owner,
+                "memory_request": item.memory,
+                "size": item.size or "",
+                "mode": item.mode or "",
+                "requested_at": epoch_seconds(item.created),
+                "reason": item.unschedulable,
+            },
+            viewer,
+        )
+        for position, item in enumerate(waiting(slices), start=1)
+    ]
+    view: PoolPayload = {
         "backend": "kubernetes",
         "simulated": False,
         "overcommit": 1.0,
         "devices": [
             _node_view(index, node, slices, preset, usage, viewer) for index, node in enumerate(nodes)
         ],
-        "queue": [
-            {
-                "position": position,
-                "kernel_id": item.kernel_id if item.owner == viewer else None,
-                "owner": item.owner if item.owner == viewer else ANONYMOUS,
-                "memory_request": item.memory,
-                "size": item.size,
-                "mode": item.mode,
-                "requested_at": epoch_seconds(item.created),
-                "reason": item.unschedulable,
-            }
-            for position, item in enumerate(queue, start=1)
-        ],
+        "queue": queue,
     }
     if problem:
         view["problem"] = problem
@@ -294,11 +294,11 @@ def _node_view(
     preset: ResourcePreset,
     usage: Mapping[str, Usage],
     viewer: str,
-) -> dict[str, Any]:
+) -> DevicePayload:
     here = [item for item in slices if item.node == node.name and item.placed]
     measured = [usage[item.kernel_id] for item in here if item.kernel_id in usage]
     mig_slices = [item for item in here if item.mode == "mig"]
-    instances: list[dict[str, Any]] = []
+    instances: list[MigPayload] = []
     for profile, count in sorted(node.mig.items()):
         holders = [item for item in mig_slices if item.size and _profile_of(item, profile)]
         for number in range(count):
@@ -308,7 +308,9 @@ def _node_view(
                     "uuid": f"{node.name}/mig-{profile}/{number}",
                     "profile": profile,
                     "memory_total": mig_memory(profile),
-                    "kernel_id": holder.kernel_id if holder and holder.owner == viewer else None,
+                    "kernel_id": visible_kernel_id(holder.kernel_id, holder.owner, viewer)
+                    if holder
+                    else None,
                     "in_use": holder is not None,
                 }
             )
@@ -345,13 +347,12 @@ def kernel_view(
     kernel_name: str = "",
     path: str = "",
     detail: str | None = None,
-) -> dict[str, Any]:
+) -> KernelPayload:
     """One entry of ``GET kernels`` for a kernel pod; ``detail`` is what its start is doing."""
-    mine = item.owner == viewer
     index_of = {node.name: index for index, node in enumerate(nodes)}
     queue = waiting(slices)
     position = next((n for n, other in enumerate(queue, start=1) if other.kernel_id == item.kernel_id), None)
-    state = "running" if item.placed and item.phase == "Running" else "queued"
+    state: State = "running" if item.placed and item.phase == "Running" else "queued"
     if item.ended:
         state = "released"
     if detail is None:
@@ -364,11 +365,11 @@ def kernel_view(
             KernelUsage(item.kernel_id, item.memory, usage.memory_used, usage.utilization), device, (), 1.0
         )
         warnings = list(verdict.warnings)
-    return {
-        "kernel_id": item.kernel_id if mine else None,
-        "kernel_name": kernel_name if mine else "",
-        "path": path if mine else "",
-        "owner": item.owner if mine else ANONYMOUS,
+    view: KernelPayload = {
+        "kernel_id": item.kernel_id,
+        "kernel_name": kernel_name,
+        "path": path,
+        "owner": item.owner,
         "state": state,
         "queue_position": position if state == "queued" else None,
         "device": index_of.get(item.node) if item.node else None,
@@ -378,8 +379,9 @@ def kernel_view(
         "memory_used": usage.memory_used if usage else 0,
         "utilization": usage.utilization if usage else None,
         "usage_source": usage.source if usage else None,
-        "warnings": warnings if mine else [],
-        "pod": item.pod if mine else None,
+        "warnings": warnings,
+        "pod": item.pod,
         "node": item.node,
-        "detail": detail if mine else None,
+        "detail": detail,
     }
+    return kernel_as_seen(view, viewer)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import InvalidRequestError, ModeUnavailableError
@@ -41,14 +41,32 @@ class ClusterFacts:
 
 
 def pod_request(mode: str, size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
-    """Resources for one kernel's slice, as the mode object answers it."""
-    from ..modes import get_mode
-
-    return get_mode(mode).pod_request(size, cores, cluster)
+    """Resources for one kernel's slice in ``mode`` (a name the mode objects know)."""
+    try:
+        translate = POD_REQUESTS[mode]
+    except KeyError:
+        raise InvalidRequestError(
+            f"no pod request for mode {mode!r}; modes: {', '.join(POD_REQUESTS)}"
+        ) from None
+    return translate(size, cores, cluster)
 
 
 def whole_card(cluster: ClusterFacts) -> PodRequest:
     return PodRequest({cluster.preset.gpu: "1"}, memory=cluster.gpu_memory)
+
+
+def timeslice_request(size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
+    return shared_replica(cluster.preset.timeslice_gpu, size, cluster)
+
+
+def mps_request(size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
+    request = shared_replica(cluster.preset.mps_gpu, size, cluster)
+    # The device plugin's MPS sharing enforces memory per client through the same variables.
+    if request.memory is not None and not size.is_whole:
+        request.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={request.memory // MiB}M"
+    if cores is not None:
+        request.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(cores)
+    return request
 
 
 def shared_replica(resource: str, size: Size, cluster: ClusterFacts) -> PodRequest:
@@ -147,3 +165,14 @@ def describe(request: PodRequest) -> str:
     parts += [f"{name}={value} (annotation)" for name, value in sorted(request.annotations.items())]
     memory = f", slice {format_bytes(request.memory)}" if request.memory else ""
     return ", ".join(parts) + memory
+
+
+# What a kernel pod asks for, by mode (the mode objects answer for local kernels; this table is
+# the device-plugin dialect of the same modes).
+POD_REQUESTS: dict[str, Callable[[Size, int | None, ClusterFacts], PodRequest]] = {
+    "exclusive": lambda size, cores, cluster: whole_card(cluster),
+    "timeslice": timeslice_request,
+    "mps": mps_request,
+    "vgpu": vgpu_request,
+    "mig": lambda size, cores, cluster: mig_request(size, cluster),
+}

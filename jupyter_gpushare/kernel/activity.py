@@ -11,18 +11,27 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .. import env_names
 
 if TYPE_CHECKING:
-    from .own_slice import OwnSlice
+    from ..records import SliceRecord
+
+
+class IdleReleasable(Protocol):
+    """What the idle timer needs of this kernel's slice (the ledger's ``OwnSlice``)."""
+
+    def record(self) -> SliceRecord | None: ...
+
+    def give_back(self) -> SliceRecord: ...
 
 
 class ActivityWatch:
-    """``own`` is called for the kernel's slice handle only when one is needed, so loading the
-    extension costs a kernel's start nothing but these hooks."""
+    """``own`` opens the ledger only when it is first needed, so loading the extension costs a
+    kernel's start nothing but these hooks."""
 
-    def __init__(self, own: Callable[[], OwnSlice], idle_release_after: float) -> None:
+    def __init__(self, own: IdleReleasable, idle_release_after: float) -> None:
         self._own = own
         self.idle_release_after = idle_release_after
         self.last_activity = time.monotonic()
@@ -67,10 +76,9 @@ class ActivityWatch:
             if self.running_cell or idle_for < self.idle_release_after:
                 return False
         try:
-            own = self._own()
-            if own.record() is None:
+            if self._own.record() is None:
                 return False
-            released = own.release()
+            released = self._own.give_back()
         except Exception:
             return False
         from ..sizes import format_bytes
@@ -85,8 +93,8 @@ class ActivityWatch:
 
     def _warnings(self) -> tuple[str, ...]:
         """This kernel's warnings, read straight from the ledger (cheap after every cell)."""
-        kernel_id = os.environ.get("JUPYTER_GPUSHARE_KERNEL_ID")
-        ledger_path = os.environ.get("JUPYTER_GPUSHARE_LEDGER_PATH")
+        kernel_id = os.environ.get(env_names.KERNEL_ID)
+        ledger_path = os.environ.get(env_names.LEDGER_PATH)
         if not kernel_id or not ledger_path or not os.path.exists(ledger_path):
             return ()
         if self._ledger is None:

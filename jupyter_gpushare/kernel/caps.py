@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-log = logging.getLogger("jupyter_gpushare.kernel")
+from .. import env_names
 
-MEMORY_VARIABLE = "JUPYTER_GPUSHARE_MEMORY_BYTES"
+log = logging.getLogger("jupyter_gpushare.kernel")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class CapResult:
 
 
 def slice_bytes() -> int | None:
-    value = os.environ.get(MEMORY_VARIABLE)
+    value = os.environ.get(env_names.MEMORY_BYTES)
     return int(value) if value and value.isdigit() else None
 
 
@@ -205,3 +205,8 @@ def install_import_hook() -> None:
     for name, module in list(sys.modules.items()):
         if name in APPLIERS and name not in _results:
             apply(name, module)
+
+
+def descriptions() -> list[str]:
+    """What was applied to each framework imported so far, as ``%gpu`` lists it."""
+    return [f"{result.framework}: {result.detail}" for result in results().values()]

@@ -144,7 +144,8 @@ class PoolStatus(TextView):
 
     def lines(self) -> list[str]:
         pool = self.pool
-        kind = "GPU node(s)" if pool.get("backend") == "kubernetes" else "GPU(s)"
+        devices = pool["devices"]
+        kind = "GPU node(s)" if devices and all(device.get("node") for device in devices) else "GPU(s)"
         lines = [
             f"{len(pool['devices'])} {kind}{' (simulated)' if pool['simulated'] else ''}, "
             f"overcommit {pool['overcommit']:g}, {len(pool['queue'])} waiting"

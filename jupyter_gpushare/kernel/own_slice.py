@@ -1,10 +1,9 @@
-"""The kernel acting on its own slice: what ``%gpu`` and ``jupyter_gpushare.kernel`` use.
+"""A local kernel acting on its own slice in the node ledger (one of the two ``MySlice`` kinds).
 
 A kernel proves who it is with the secret token its provisioner put in its environment
-(``JUPYTER_GPUSHARE_TOKEN``), or, in a Kubernetes pod, in a file mounted from the kernel's Secret
-(``JUPYTER_GPUSHARE_TOKEN_FILE``); the service compares it with the digest stored beside the slice
-in the ledger, so a kernel can act on its own slice and on no other. Every change goes through
-the same service API as the server and the CLI.
+(``JUPYTER_GPUSHARE_TOKEN``); the backend compares it with the digest stored beside the slice in
+the ledger, so a kernel can act on its own slice and on no other. Every change goes through the
+same local backend as the server and the CLI.
 """
 
 from __future__ import annotations
@@ -14,32 +13,19 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from ..config import load_settings
-from ..errors import GPUShareError
-from ..modes.base import SLICE_ENV_VARIABLES
+from .. import env_names
+from ..errors import GPUShareError, NeedsRestartError, NoSliceError
 from ..records import SliceRecord
-from ..service import ENV_TOKEN, GPUShareService, service_for
 from ..sizes import format_bytes, parse_size
 from . import caps
-from .pod import ENV_TOKEN_FILE, read_token_file
+from .display import PoolStatus, SliceStatus
 
-ENV_KERNEL_ID = "JUPYTER_GPUSHARE_KERNEL_ID"
+if TYPE_CHECKING:
+    from ..backends.local import LocalBackend
 
-T = TypeVar("T")
-
-
-class NoSliceError(GPUShareError):
-    """The kernel holds no slice for the operation to act on."""
-
-    status = 404
-
-
-class NeedsRestartError(GPUShareError):
-    """The change needs a kernel restart and was not asked for with ``--restart``."""
-
-    status = 409
+WaitCallback = Callable[[int, str], None]
 
 
 def _kernel_id_from_connection_file() -> str | None:
@@ -54,24 +40,41 @@ def _kernel_id_from_connection_file() -> str | None:
 
 
 class OwnSlice:
-    """This kernel's slice."""
+    """This kernel's slice in the node ledger."""
 
-    def __init__(self, service: GPUShareService | None = None) -> None:
-        # The provisioner handed this kernel its settings as JUPYTER_GPUSHARE_* variables; a
-        # kernel reads no config files and leaves reconciling the node to the servers.
-        self.service = service or service_for(load_settings(from_files=False, reconcile=False))
+    def __init__(self, backend: LocalBackend | None = None) -> None:
+        self._backend = backend
         self.kernel_id = (
-            os.environ.get(ENV_KERNEL_ID) or _kernel_id_from_connection_file() or f"process-{os.getpid()}"
+            os.environ.get(env_names.KERNEL_ID)
+            or _kernel_id_from_connection_file()
+            or f"process-{os.getpid()}"
         )
-        token = os.environ.get(ENV_TOKEN) or read_token_file(os.environ.get(ENV_TOKEN_FILE))
-        if token:
-            self.service.remember_token(self.kernel_id, token)
-        self._token = token
+        self._token = os.environ.get(env_names.TOKEN)
+
+    @property
+    def backend(self) -> LocalBackend:
+        """The local backend, built on first use (a kernel starts without opening the ledger).
+
+        The provisioner handed this kernel its settings as JUPYTER_GPUSHARE_* variables; a
+        kernel reads no config files and leaves reconciling the node to the servers.
+        """
+        if self._backend is None:
+            from ..backends.local import local_backend
+            from ..config import load_settings
+
+            self._backend = local_backend(load_settings(from_files=False, reconcile=False))
+            if self._token:
+                self._backend.remember_token(self.kernel_id, self._token)
+        return self._backend
+
+    @property
+    def sample_interval(self) -> float:
+        return self.backend.settings.sample_interval
 
     # ---- reading -------------------------------------------------------------------------
 
     def record(self) -> SliceRecord | None:
-        return self.service.own_slice(self.kernel_id, self._token)
+        return self.backend.own_slice(self.kernel_id, self._token)
 
     def require(self) -> SliceRecord:
         record = self.record()
@@ -80,17 +83,33 @@ class OwnSlice:
         return record
 
     def device_label(self, record: SliceRecord) -> str:
-        for device in self.service.ledger.devices():
+        for device in self.backend.ledger.devices():
             if device.uuid == record.device_uuid:
                 return f"{device.label} ({device.name})"
         return record.device_uuid or "?"
 
     def free_on_device(self, record: SliceRecord) -> int | None:
-        for device in self.service.pool()["devices"]:
+        for device in self.backend.pool()["devices"]:
             if device["uuid"] == record.device_uuid:
-                capacity = int(device["memory_total"] * self.service.settings.overcommit)
+                capacity = int(device["memory_total"] * self.backend.settings.overcommit)
                 return max(0, capacity - int(device["memory_reserved"]))
         return None
+
+    def status(self, notes: list[str] | None = None) -> SliceStatus:
+        record = self.record()
+        backend = self.backend
+        return SliceStatus(
+            kernel_id=self.kernel_id,
+            record=record,
+            device=self.device_label(record) if record else "",
+            free_on_device=self.free_on_device(record) if record else None,
+            simulated=backend.inventory.simulated or backend.ledger.simulated(),
+            caps=caps.descriptions(),
+            notes=list(notes or []),
+        )
+
+    def pool(self) -> PoolStatus:
+        return PoolStatus(dict(self.backend.pool()))
 
     # ---- changing ------------------------------------------------------------------------
 
@@ -99,26 +118,33 @@ class OwnSlice:
         memory: object,
         mode: object = None,
         cores: object = None,
-        on_wait: Callable[[int, str], None] | None = None,
-    ) -> SliceRecord:
+        on_wait: WaitCallback | None = None,
+    ) -> SliceStatus:
         """Take a new slice (waiting in the queue like a kernel start would)."""
-        request = self.service.make_request(memory, mode, cores, self.kernel_id)
+        self.take(memory, mode, cores, on_wait)
+        return self.status(
+            ["New slice taken. Frameworks that already use the GPU keep their device until restart."]
+        )
+
+    def take(
+        self, memory: object, mode: object = None, cores: object = None, on_wait: WaitCallback | None = None
+    ) -> SliceRecord:
+        backend = self.backend
+        request = backend.check(memory, mode, cores, self.kernel_id)
         current = self.record()
         if current is not None:
             raise GPUShareError(
                 f"this kernel already holds a {format_bytes(current.memory)} slice on "
                 f"{self.device_label(current)}; use %gpu resize or %gpu release first"
             )
-        record: SliceRecord = _run_async(
-            lambda: self.service.acquire(self.kernel_id, request, on_wait=on_wait)
-        )
-        self.service.attach_kernel(self.kernel_id, os.getpid())
-        self._token = self.service.token_for(self.kernel_id)
+        record: SliceRecord = _run_async(lambda: backend.acquire(self.kernel_id, request, on_wait=on_wait))
+        backend.attach_kernel(self.kernel_id, os.getpid())
+        self._token = backend.token_for(self.kernel_id)
         self._adopt(record)
         return record
 
-    def resize(self, memory: object, restart: bool = False) -> tuple[SliceRecord, list[str]]:
-        """Resize in place; returns the slice and what was done to apply it."""
+    def resize(self, memory: object, restart: bool = False) -> SliceStatus:
+        """Resize in place; JAX/TensorFlow read their cap only at start, so they need ``restart``."""
         self.require()
         parse_size(memory)  # a bad size is refused before anything else is considered
         blocking = caps.imported_needing_restart()
@@ -128,40 +154,63 @@ class OwnSlice:
                 f"{names} read the memory cap only when they start: nothing was changed. "
                 f"Run %gpu resize {memory} --restart to resize and restart the kernel"
             )
-        record = self.service.resize(self.kernel_id, memory)
+        record = self.backend.resize(self.kernel_id, memory)
         self._adopt(record)
         notes = [f"{result.framework}: {result.detail}" for result in caps.reapply_imported()]
         if restart:
             notes.append("restarting the kernel so every framework starts with the new cap")
             # While no kernel process exists, the slice follows the process that started us.
-            self.service.attach_kernel(self.kernel_id, None)
+            self.backend.attach_kernel(self.kernel_id, None)
             _restart_soon()
-        return record, notes
+        return self.status(notes)
 
-    def release(self) -> SliceRecord:
+    def release(self) -> SliceStatus:
+        released = self.give_back()
+        return self.status(
+            [
+                f"Released {format_bytes(released.memory)}. Memory a framework already holds stays in "
+                "use until you free it (e.g. torch.cuda.empty_cache()) or restart the kernel."
+            ]
+        )
+
+    def give_back(self) -> SliceRecord:
+        """Release the slice; returns what it was (the idle timer says so to the user)."""
         record = self.require()
-        self.service.release(self.kernel_id)
-        for name in SLICE_ENV_VARIABLES - {ENV_TOKEN}:
+        self.backend.free(self.kernel_id)
+        for name in env_names.SLICE_VARIABLES - {env_names.TOKEN}:
             os.environ.pop(name, None)
         # New CUDA users in this process (or its children) must not think they have a GPU.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         return record
 
-    def report_usage(self, memory: object, utilization: int | None = None) -> None:
+    def declare_usage(self, memory: object, utilization: int | None = None) -> None:
         """Declare this kernel's usage on a simulated pool (demos and tests drive the panel)."""
         self.require()
-        if not self.service.inventory.simulated and not self.service.ledger.simulated():
+        backend = self.backend
+        if not backend.inventory.simulated and not backend.ledger.simulated():
             raise GPUShareError(
                 "declared usage is for simulated pools; on real GPUs usage is measured by NVML"
             )
         used = parse_size(memory).resolve(0) if memory not in (0, "0") else 0
         if utilization is not None and not (isinstance(utilization, int) and 0 <= utilization <= 100):
             raise GPUShareError(f"utilization must be a whole percentage 0-100, not {utilization!r}")
-        self.service.ledger.report_usage(self.kernel_id, used, utilization, "simulated")
+        backend.ledger.report_usage(self.kernel_id, used, utilization, "simulated")
+
+    def watch(self, **kwargs: Any) -> Any:
+        from .widgets import SliceWatch
+
+        return SliceWatch(self, **kwargs)
+
+    def start(self, shell: Any) -> None:
+        """Show new warnings after cells, and give the slice back after ``idle_release_after``."""
+        from .activity import ActivityWatch
+
+        idle_after = float(os.environ.get(env_names.IDLE_RELEASE_AFTER) or 0)
+        ActivityWatch(self, idle_after).register(shell)
 
     def _adopt(self, record: SliceRecord) -> None:
         """Make this process's environment describe ``record``, for what starts from now on."""
-        os.environ.update(self.service.kernel_env(record))
+        os.environ.update(self.backend.kernel_env(record))
 
 
 def _run_async(make: Callable[[], Any]) -> Any:

@@ -1,4 +1,4 @@
-"""The kernel side in a Kubernetes pod: its slice, its usage reports, and resizing by restart.
+"""A kernel in a Kubernetes pod acting on its slice (one of the two ``MySlice`` kinds).
 
 A pod kernel has no node ledger: Kubernetes placed it and holds its slice for the pod's life.
 It talks to the server that started it over HTTP, at ``JUPYTER_GPUSHARE_REPORT_URL`` (set by the
@@ -19,21 +19,24 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from ..errors import GPUShareError
+from .. import env_names
+from ..errors import BackendUnavailableError, GPUShareError, HeldForLifeError, NeedsRestartError
 from ..sizes import parse_size
+from . import caps
+from .display import PodSliceStatus, PoolStatus
 
 log = logging.getLogger("jupyter_gpushare")
 
-ENV_REPORT_URL = "JUPYTER_GPUSHARE_REPORT_URL"
-ENV_TOKEN_FILE = "JUPYTER_GPUSHARE_TOKEN_FILE"  # where a kernel pod's token is mounted
 TOKEN_HEADER = "X-GPUShare-Token"
 REQUEST_TIMEOUT = 5.0
+FIXED_FOR_LIFE = (
+    "a kernel pod gets its GPU slice when the pod starts and keeps it for the pod's life: "
+    "use %gpu resize SIZE --restart for another size, or shut the kernel down to free it"
+)
 
 
-class ServerUnreachableError(GPUShareError):
+class ServerUnreachableError(BackendUnavailableError):
     """The server that started this pod kernel cannot be reached (or was never told)."""
-
-    status = 503
 
 
 class ServerRefusedError(GPUShareError):
@@ -45,15 +48,15 @@ class PodKernel:
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         env = dict(os.environ if environ is None else environ)
-        self.kernel_id = env.get("JUPYTER_GPUSHARE_KERNEL_ID", "")
-        self.mode = env.get("JUPYTER_GPUSHARE_MODE", "")
-        memory = env.get("JUPYTER_GPUSHARE_MEMORY_BYTES", "")
+        self.kernel_id = env.get(env_names.KERNEL_ID, "")
+        self.mode = env.get(env_names.MODE, "")
+        memory = env.get(env_names.MEMORY_BYTES, "")
         self.memory = int(memory) if memory.isdigit() else None
-        report_url = env.get(ENV_REPORT_URL, "")
+        report_url = env.get(env_names.REPORT_URL, "")
         self.report_url = report_url or None
         self.kernel_url = report_url.removesuffix("/usage") if report_url else None
-        self.interval = max(float(env.get("JUPYTER_GPUSHARE_SAMPLE_INTERVAL") or 1.0), 0.2)
-        self._token = read_token_file(env.get(ENV_TOKEN_FILE))
+        self.interval = max(float(env.get(env_names.SAMPLE_INTERVAL) or 1.0), 0.2)
+        self._token = read_token_file(env.get(env_names.TOKEN_FILE))
         self.declared: tuple[int, int | None] | None = None
         self._problem: str | None = None
         self._stop = threading.Event()
@@ -67,7 +70,7 @@ class PodKernel:
         if not self.kernel_url:
             raise ServerUnreachableError(
                 "this kernel pod was started without a server to report to (no "
-                f"{ENV_REPORT_URL}); the GPU panel and %gpu need a jupyter server with the "
+                f"{env_names.REPORT_URL}); the GPU panel and %gpu need a jupyter server with the "
                 "Kubernetes backend"
             )
         data = json.dumps(body).encode() if body is not None else None
@@ -95,17 +98,47 @@ class PodKernel:
         answer: dict[str, Any] = self.call("GET", "/self")
         return answer
 
-    def resize(self, memory: object, restart: bool) -> str:
+    # ---- MySlice ---------------------------------------------------------------------------
+
+    def status(self, notes: list[str] | None = None) -> PodSliceStatus:
+        try:
+            view, problem = self.view().get("kernel"), None
+        except GPUShareError as error:
+            view, problem = None, str(error)
+        return PodSliceStatus(self.mode, self.memory, view, problem, caps.descriptions(), list(notes or []))
+
+    def pool(self) -> PoolStatus:
+        return PoolStatus(self.view()["pool"])
+
+    def request(self, memory: object, mode: object = None, cores: object = None, on_wait: Any = None) -> Any:
+        raise HeldForLifeError(FIXED_FOR_LIFE)
+
+    def release(self) -> Any:
+        raise HeldForLifeError(FIXED_FOR_LIFE)
+
+    def resize(self, memory: object, restart: bool = False) -> PodSliceStatus:
         parse_size(memory)  # a bad size is refused before anything else
         if not restart:
-            from .own_slice import NeedsRestartError  # the service behind it loads only here
-
             raise NeedsRestartError(
                 "a kernel pod's GPU slice is fixed for the pod's life: nothing was changed. Run "
                 f"%gpu resize {memory} --restart to restart this kernel in a new pod of that size"
             )
         answer = self.call("POST", "/resize", {"gpu_memory": memory})
-        return str((answer or {}).get("message") or "restarting in a new pod")
+        message = str((answer or {}).get("message") or "restarting in a new pod")
+        return PodSliceStatus(self.mode, self.memory, None, None, caps.descriptions(), [message])
+
+    def declare_usage(self, memory: object, utilization: int | None = None) -> None:
+        self.declare(memory, utilization)
+
+    def watch(self, **kwargs: Any) -> Any:
+        raise HeldForLifeError(
+            "%gpu watch reads the node ledger, which a kernel pod does not have; the JupyterLab GPU "
+            "panel shows this kernel live, and %gpu status shows its latest use"
+        )
+
+    def start(self, shell: Any) -> None:
+        """Report this kernel's GPU use to its server, which shows it in the panel."""
+        self.start_reporting()
 
     # ---- usage ---------------------------------------------------------------------------
 
@@ -166,14 +199,3 @@ def read_token_file(path: str | None) -> str | None:
             return file.read().strip() or None
     except OSError:
         return None
-
-
-_pod: PodKernel | None = None
-
-
-def current() -> PodKernel | None:
-    """This kernel's pod handle, or None when the kernel does not run in a kernel pod."""
-    global _pod
-    if _pod is None and os.environ.get(ENV_TOKEN_FILE) and os.environ.get("JUPYTER_GPUSHARE_KERNEL_ID"):
-        _pod = PodKernel()
-    return _pod

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from typing import Protocol
 
 import ipywidgets as widgets
 
+from ..records import SliceRecord
 from ..sizes import format_bytes
-from .own_slice import OwnSlice
 
 HISTORY = 60  # samples in the sparkline: one minute at the default 1 s interval
 
@@ -26,12 +27,23 @@ def sparkline(values: list[int | None], width: int = 180, height: int = 28) -> s
     )
 
 
+class WatchedSlice(Protocol):
+    """What the live view reads of this kernel's slice (the ledger's ``OwnSlice``)."""
+
+    @property
+    def sample_interval(self) -> float: ...
+
+    def record(self) -> SliceRecord | None: ...
+
+    def device_label(self, record: SliceRecord) -> str: ...
+
+
 class SliceWatch(widgets.VBox):  # type: ignore[misc]
     """Slice, used memory (bar) and utilisation (sparkline), refreshed every ``interval`` s."""
 
-    def __init__(self, own: OwnSlice, interval: float | None = None, start: bool = True) -> None:
+    def __init__(self, own: WatchedSlice, interval: float | None = None, start: bool = True) -> None:
         self.own = own
-        self.interval = interval or own.service.settings.sample_interval
+        self.interval = interval or own.sample_interval
         self.title = widgets.HTML()
         self.bar = widgets.FloatProgress(min=0.0, max=100.0, description="used")
         self.used = widgets.Label()

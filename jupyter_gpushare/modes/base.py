@@ -4,36 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
+from .. import env_names
 from ..allocator import PlacementKind
-from ..sizes import Size
-
-if TYPE_CHECKING:
-    from ..k8s.requests import ClusterFacts, PodRequest
-
-# Variables that describe one kernel's slice. A server started inside a gpushare kernel inherits
-# them; they are dropped before a new kernel gets its own, so no slice leaks into another.
-SLICE_ENV_VARIABLES = frozenset(
-    {
-        "CUDA_VISIBLE_DEVICES",
-        "JUPYTER_GPUSHARE_KERNEL_ID",
-        "JUPYTER_GPUSHARE_MODE",
-        "JUPYTER_GPUSHARE_DEVICE",
-        "JUPYTER_GPUSHARE_MEMORY_BYTES",
-        "JUPYTER_GPUSHARE_CORES",
-        "JUPYTER_GPUSHARE_TOKEN",
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-        "CUDA_DEVICE_MEMORY_LIMIT",
-        "CUDA_DEVICE_SM_LIMIT",
-        "CUDA_DEVICE_MEMORY_SHARED_CACHE",
-        "XLA_PYTHON_CLIENT_PREALLOCATE",
-        "XLA_PYTHON_CLIENT_MEM_FRACTION",
-        "CUPY_GPU_MEMORY_LIMIT",
-        "TF_FORCE_GPU_ALLOW_GROWTH",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -73,22 +47,18 @@ class Mode(ABC):
     def unavailable_reason(self, facts: NodeFacts) -> str | None:
         """None when this node can honour the mode, else what is missing and how to fix it."""
 
-    @abstractmethod
-    def pod_request(self, size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
-        """Resources, annotations and scheduler a kernel pod gets in this mode (Kubernetes)."""
-
     def kernel_env(self, grant: Grant, facts: NodeFacts) -> dict[str, str]:
         """Environment for a local kernel holding ``grant``."""
         env = {
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "CUDA_VISIBLE_DEVICES": grant.unit_uuid,
-            "JUPYTER_GPUSHARE_KERNEL_ID": grant.kernel_id,
-            "JUPYTER_GPUSHARE_MODE": grant.mode,
-            "JUPYTER_GPUSHARE_DEVICE": grant.unit_uuid,
-            "JUPYTER_GPUSHARE_MEMORY_BYTES": str(grant.memory),
+            env_names.KERNEL_ID: grant.kernel_id,
+            env_names.MODE: grant.mode,
+            env_names.DEVICE: grant.unit_uuid,
+            env_names.MEMORY_BYTES: str(grant.memory),
         }
         if grant.cores is not None:
-            env["JUPYTER_GPUSHARE_CORES"] = str(grant.cores)
+            env[env_names.CORES] = str(grant.cores)
         env.update(self.mode_env(grant, facts))
         return env
 

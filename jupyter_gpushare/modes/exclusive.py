@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ..k8s.requests import ClusterFacts, PodRequest, whole_card
-from ..sizes import Size
 from .base import Mode, NodeFacts
 
 
@@ -14,6 +12,3 @@ class ExclusiveMode(Mode):
 
     def unavailable_reason(self, facts: NodeFacts) -> str | None:
         return None
-
-    def pod_request(self, size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
-        return whole_card(cluster)

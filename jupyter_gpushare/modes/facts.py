@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ..inventory import Inventory
+from ..devices import Inventory
 from .base import NodeFacts
 
 DEFAULT_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ..k8s.requests import ClusterFacts, PodRequest, mig_request
-from ..sizes import Size
 from .base import Grant, Mode, NodeFacts, framework_caps
 
 
@@ -22,6 +20,3 @@ class MIGMode(Mode):
 
     def mode_env(self, grant: Grant, facts: NodeFacts) -> dict[str, str]:
         return framework_caps(grant)
-
-    def pod_request(self, size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
-        return mig_request(size, cluster)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ..k8s.requests import ClusterFacts, PodRequest, shared_replica
-from ..sizes import Size
 from .base import Grant, Mode, NodeFacts, framework_caps, mib_limit
 
 
@@ -28,12 +26,3 @@ class MPSMode(Mode):
         if facts.mps_pipe_directory:
             env["CUDA_MPS_PIPE_DIRECTORY"] = facts.mps_pipe_directory
         return env
-
-    def pod_request(self, size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
-        request = shared_replica(cluster.preset.mps_gpu, size, cluster)
-        # The device plugin's MPS sharing enforces memory per client through the same variables.
-        if request.memory is not None and not size.is_whole:
-            request.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={request.memory // (1024 * 1024)}M"
-        if cores is not None:
-            request.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(cores)
-        return request

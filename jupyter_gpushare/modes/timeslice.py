@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ..k8s.requests import ClusterFacts, PodRequest, shared_replica
-from ..sizes import Size
 from .base import Grant, Mode, NodeFacts, framework_caps
 
 
@@ -18,6 +16,3 @@ class TimesliceMode(Mode):
 
     def mode_env(self, grant: Grant, facts: NodeFacts) -> dict[str, str]:
         return framework_caps(grant)
-
-    def pod_request(self, size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
-        return shared_replica(cluster.preset.timeslice_gpu, size, cluster)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 
-from ..k8s.requests import ClusterFacts, PodRequest, vgpu_request
-from ..sizes import Size
 from .base import Grant, Mode, NodeFacts, framework_caps, mib_limit
 
 
@@ -33,6 +31,3 @@ class VGPUMode(Mode):
         if facts.libvgpu_path:
             env["LD_PRELOAD"] = facts.libvgpu_path
         return env
-
-    def pod_request(self, size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
-        return vgpu_request(size, cores, cluster)

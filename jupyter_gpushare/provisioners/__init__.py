@@ -4,6 +4,24 @@
 of the configured backend (``c.GPUShare.backend``): local processes or Kubernetes pods.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import load_settings
 from .base import GPUShareProvisioner
 
-__all__ = ["GPUShareProvisioner"]
+
+def backend_class(parent: Any) -> type[GPUShareProvisioner]:
+    """The provisioner class of the configured backend (the one place that picks it)."""
+    settings = load_settings(getattr(parent, "config", None), reconcile=False)
+    if settings.backend == "kubernetes":
+        from .kubernetes import KubernetesProvisioner
+
+        return KubernetesProvisioner
+    from .local import LocalGPUShareProvisioner
+
+    return LocalGPUShareProvisioner
+
+
+__all__ = ["GPUShareProvisioner", "backend_class"]

@@ -1,51 +1,76 @@
-"""The ``gpushare-provisioner`` entry point: one name, the backend chosen by configuration.
+"""The ``gpushare-provisioner`` entry point: one name, the kernel's kind chosen by configuration.
 
 Kernelspecs name one provisioner whatever runs the kernels. Constructing
 :class:`GPUShareProvisioner` (as jupyter_client's provisioner factory does, with the kernel
 manager as ``parent``) reads ``c.GPUShare.backend`` from the parent's config (or the config
-files, or ``$JUPYTER_GPUSHARE_BACKEND``) and builds the backend's provisioner instead: a local
+files, or ``$JUPYTER_GPUSHARE_BACKEND``) and builds that backend's provisioner instead: a local
 process (:mod:`.local`) or a Kubernetes pod (:mod:`.kubernetes`). Both are instances of this
-class, so ``isinstance(km.provisioner, GPUShareProvisioner)`` tells a gpushare kernel.
+class and answer the questions below the same way, so a server never asks which it has.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
-from ..config import load_settings
+from ..compat import forget_pending_kernel
+from ..http_errors import answerable
+
+REQUEST_TRAITS = ("gpu_memory", "gpu_mode", "gpu_cores")  # what a start may override
+START_ARGUMENTS = ("gpushare_path", "gpushare_on_state")  # what a server passes to a start
 
 
 class GPUShareProvisioner(KernelProvisionerBase):  # type: ignore[misc]
-    """A kernel holding a GPU slice; which kind of kernel depends on ``GPUShare.backend``."""
+    """A kernel holding a GPU slice; which kind of kernel depends on ``GPUShare.backend``.
+
+    What a server reads of every gpushare kernel, whatever its kind:
+    ``state`` (what its slice or pod is doing, as a person reads it), ``ended_reason``,
+    ``resize_failure``, ``has_process``; :meth:`resize` and :meth:`token_matches`.
+    """
+
+    state: str = ""  # "waiting for a GPU slice: position 2 (…)", "running on gpu-node-2"…
+    ended_reason: str | None = None  # why its pod or process ended, where known
+    resize_failure: str | None = None  # why the last resize did not happen, until the next one
+    _on_state: Callable[[str], object] | None = None  # a server's listener, per start
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is GPUShareProvisioner:
+            from . import backend_class  # the package picks among its modules (no cycle here)
+
             cls = backend_class(kwargs.get("parent"))
         return super().__new__(cls, *args, **kwargs)
 
-    def forget_failed_start(self) -> None:
-        """Drop this kernel from its multi-kernel manager's pending starts after a failed start.
+    @property
+    def has_process(self) -> bool:
+        """Whether the kernel's process (or pod) was launched and has not been cleaned up."""
+        return False
 
-        jupyter_client keeps a kernel whose start raised (a slice that does not fit, a pod the
-        cluster cannot place) in ``MultiKernelManager._pending_kernels`` for ever, and a server's
-        shutdown then waits on it. A refused GPU request must not cost a hung shutdown; there is
-        no public call for this, hence the private attribute (absent: nothing to do).
-        """
-        manager = getattr(self.parent, "parent", None)
-        pending = getattr(manager, "_pending_kernels", None)
-        if isinstance(pending, dict):
-            pending.pop(self.kernel_id, None)
+    async def resize(self, memory: object, restart: bool) -> bool:
+        """Change the kernel's slice to ``memory``; True when the kernel must restart to have it
+        (the caller restarts it). Raises with the reason, changing nothing, when it cannot."""
+        raise NotImplementedError
 
+    def token_matches(self, token: str | None) -> bool:
+        """Whether ``token`` is the secret this kernel proves itself with."""
+        raise NotImplementedError
 
-def backend_class(parent: Any) -> type[GPUShareProvisioner]:
-    """The provisioner class of the configured backend."""
-    settings = load_settings(getattr(parent, "config", None), reconcile=False)
-    if settings.backend == "kubernetes":
-        from .kubernetes import KubernetesProvisioner
+    def failed_start(self, error: BaseException) -> BaseException:
+        """What to raise for a start that failed: the kernel leaves its manager's pending starts
+        (or a server's shutdown would wait on it), and a refusal of ours becomes one that
+        jupyter_server's own ``POST /api/kernels`` answers with its status and sentence."""
+        forget_pending_kernel(getattr(self.parent, "parent", None), self.kernel_id)
+        return answerable(error)
 
-        return KubernetesProvisioner
-    from .local import LocalGPUShareProvisioner
-
-    return LocalGPUShareProvisioner
+    def set_state(self, state: str) -> None:
+        """Record what the kernel's start is doing, and tell the server's listener, if any."""
+        if state == self.state:
+            return
+        self.state = state
+        self.log.info("Kernel %s: %s", self.kernel_id, state)
+        if self._on_state is not None:
+            try:
+                self._on_state(state)
+            except Exception:  # a listener's failure must not fail the start
+                self.log.exception("Kernel %s: the state listener failed", self.kernel_id)

@@ -12,6 +12,8 @@ Lifecycle (the kernel manager calls these in this order):
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import os
 from typing import Any
 
@@ -19,10 +21,10 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Any as AnyTrait
 
+from .. import env_names
+from ..backends.local import LocalBackend, local_backend
 from ..config import load_settings
-from ..modes.base import SLICE_ENV_VARIABLES
-from ..service import GPUShareService, service_for
-from .base import GPUShareProvisioner
+from .base import REQUEST_TRAITS, GPUShareProvisioner
 
 KERNEL_EXTENSION = "jupyter_gpushare.kernel"
 
@@ -40,48 +42,52 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
     gpu_mode = AnyTrait(None, help="Sharing mode; None takes GPUShare.default_mode.")
     gpu_cores = AnyTrait(None, help="Percent of SMs, where the mode can limit it.")
 
-    _service: GPUShareService | None = None
+    _backend: LocalBackend | None = None
 
     @property
-    def service(self) -> GPUShareService:
-        if self._service is None:
-            self._service = service_for(load_settings(self.config))
-        return self._service
+    def backend(self) -> LocalBackend:
+        if self._backend is None:
+            self._backend = local_backend(load_settings(self.config))
+        return self._backend
+
+    @property
+    def has_process(self) -> bool:
+        return self.process is not None
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        service = self.service
+        backend = self.backend
         # A start through the gpushare REST API may override the kernelspec's request.
-        for name in ("gpu_memory", "gpu_mode", "gpu_cores"):
+        for name in REQUEST_TRAITS:
             if name in kwargs:
                 setattr(self, name, kwargs.pop(name))
+        self._on_state = kwargs.pop("gpushare_on_state", None)
         session_path = kwargs.pop("gpushare_path", None) or (kwargs.get("env") or {}).get(
             "JPY_SESSION_NAME", ""
         )
         try:
-            request = service.make_request(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
-            record = await service.acquire(
+            request = backend.check(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
+            record = await backend.acquire(
                 self.kernel_id,
                 request,
                 kernel_name=getattr(self.parent, "kernel_name", "") or "",
                 path=session_path,
                 on_wait=self._report_wait,
             )
-        except BaseException:
-            self.forget_failed_start()
-            raise
+        except BaseException as error:
+            raise self.failed_start(error) from None
         try:
             kwargs = await super().pre_launch(**kwargs)
             env: dict[str, str] = kwargs["env"]
-            for name in SLICE_ENV_VARIABLES & env.keys():
+            for name in env_names.SLICE_VARIABLES & env.keys():
                 del env[name]  # a slice inherited from a parent kernel is not this kernel's
-            env.update(service.kernel_env(record))
+            env.update(backend.kernel_env(record))
             if _is_ipykernel(kwargs["cmd"]):
                 # The %gpu magics and the framework caps, loaded before any user code runs.
                 kwargs["cmd"] = [*kwargs["cmd"], f"--ext={KERNEL_EXTENSION}"]
-        except BaseException:
-            service.release(self.kernel_id)
-            self.forget_failed_start()
-            raise
+        except BaseException as error:
+            backend.free(self.kernel_id)
+            raise self.failed_start(error) from None
+        self.set_state(f"holds {record.size} on {record.unit_uuid}")
         self.log.info(
             "Kernel %s holds a %s GPU slice (%d bytes) on %s",
             self.kernel_id,
@@ -95,27 +101,39 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
         self.log.warning(
             "Kernel %s waits for a GPU slice at queue position %d: %s", self.kernel_id, position, reason
         )
+        self.set_state(f"waiting for a GPU slice: position {position} in the queue ({reason})")
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         try:
             connection_info = await super().launch_kernel(cmd, **kwargs)
-        except BaseException:
-            self.service.release(self.kernel_id)
-            self.forget_failed_start()
-            raise
-        self.service.attach_kernel(self.kernel_id, self.pid)
-        self.service.monitor.ensure_running()
+        except BaseException as error:
+            self.backend.free(self.kernel_id)
+            raise self.failed_start(error) from None
+        self.backend.attach_kernel(self.kernel_id, self.pid)
+        self.backend.monitor.ensure_running()
         return connection_info
 
     async def cleanup(self, restart: bool = False) -> None:
         await super().cleanup(restart=restart)
         if restart:
             # Between the old process and the new one, the slice follows this process.
-            self.service.attach_kernel(self.kernel_id, None)
+            self.backend.attach_kernel(self.kernel_id, None)
         else:
-            self.service.release(self.kernel_id)
+            self.backend.free(self.kernel_id)
+
+    # ---- what a server asks of every gpushare kernel ---------------------------------------
+
+    async def resize(self, memory: object, restart: bool) -> bool:
+        """Resize in place in the ledger; a restart only when asked (JAX/TensorFlow read their
+        cap only at start)."""
+        await asyncio.to_thread(self.backend.resize, self.kernel_id, memory)
+        return restart
+
+    def token_matches(self, token: str | None) -> bool:
+        own = self.backend.token_for(self.kernel_id)
+        return bool(token and own) and hmac.compare_digest(str(token), str(own))
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()
-        info["gpushare"] = {"ledger_path": str(self.service.ledger.path), "pid": os.getpid()}
+        info["gpushare"] = {"ledger_path": str(self.backend.ledger.path), "pid": os.getpid()}
         return info

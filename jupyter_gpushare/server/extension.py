@@ -1,4 +1,4 @@
-"""The jupyter_server extension: routes, stream and metrics wired to the one service."""
+"""The jupyter_server extension: routes, stream and metrics wired to the process's backend."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ from typing import Any
 
 from jupyter_server.utils import url_path_join
 
+from ..backends import ServerHooks, backend_for
 from ..config import GPUShare, load_settings
-from ..provisioners.kubernetes import server_identity, set_new_pod_listener, set_report_base
-from ..service import service_for
-from . import handlers, metrics
-from .cluster_pool import ClusterPool
+from . import handlers, kernel_routes, metrics
 from .context import GPUShareContext
 from .websockets import close_kernel_websockets
 
@@ -20,7 +18,8 @@ EVERY_INTERFACE = ("", "0.0.0.0", "*", "::")
 
 
 def report_base(settings: GPUShare, serverapp: Any) -> str | None:
-    """The URL kernel pods reach this server at: ``server_url``, else this host's address."""
+    """The URL kernels elsewhere (pods) reach this server at: ``server_url``, else this host's
+    address, the server's port and base URL."""
     if settings.server_url:
         return settings.server_url.rstrip("/") + "/"
     ip = str(serverapp.ip or "")
@@ -34,24 +33,14 @@ def report_base(settings: GPUShare, serverapp: Any) -> str | None:
 
 def load_jupyter_server_extension(serverapp: Any) -> None:
     settings = load_settings(serverapp.config)
-    service = service_for(settings)
-    cluster = None
-    if settings.backend == "kubernetes":
-        server_id, owner = server_identity(settings)
-        cluster = ClusterPool(settings, server_id, owner)
-        set_report_base(lambda: report_base(settings, serverapp))
-        set_new_pod_listener(close_kernel_websockets)
-        if not settings.server_url and str(serverapp.ip) in LOOPBACK:
-            serverapp.log.warning(
-                "jupyter_gpushare: this server listens on %s only; kernel pods in a cluster cannot "
-                "reach it to report their GPU use (set c.GPUShare.server_url or ServerApp.ip)",
-                serverapp.ip,
-            )
+    backend = backend_for(settings)
+    backend.attach_server(
+        ServerHooks(report_base=lambda: report_base(settings, serverapp), on_new_pod=close_kernel_websockets)
+    )
     context = GPUShareContext(
-        service=service,
+        backend=backend,
         kernel_manager=serverapp.kernel_manager,
         kernel_spec_manager=serverapp.kernel_spec_manager,
-        cluster=cluster,
     )
     web_app = serverapp.web_app
     web_app.settings["gpushare"] = context
@@ -64,26 +53,22 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, "kernels"), handlers.KernelsHandler),
             (url_path_join(base, "kernels", kernel), handlers.KernelHandler),
             (url_path_join(base, "kernels", kernel, "gpu"), handlers.KernelGPUHandler),
-            (url_path_join(base, "kernels", kernel, "usage"), handlers.KernelUsageHandler),
-            (url_path_join(base, "kernels", kernel, "self"), handlers.KernelSelfHandler),
-            (url_path_join(base, "kernels", kernel, "resize"), handlers.KernelResizeHandler),
+            (url_path_join(base, "kernels", kernel, "usage"), kernel_routes.KernelUsageHandler),
+            (url_path_join(base, "kernels", kernel, "self"), kernel_routes.KernelSelfHandler),
+            (url_path_join(base, "kernels", kernel, "resize"), kernel_routes.KernelResizeHandler),
             (url_path_join(base, "stream"), handlers.StreamHandler),
             (url_path_join(base, "config"), handlers.ConfigHandler),
             (url_path_join(base, "openapi.yaml"), handlers.OpenAPIHandler),
         ],
     )
     metrics.register(context.metrics_snapshot)
-    if cluster is not None:
-        serverapp.log.info(
-            "jupyter_gpushare: Kubernetes backend, kernel pods in namespace %s",
-            getattr(cluster, "namespace", "?"),
+    serverapp.log.info("jupyter_gpushare: %s backend, %s", backend.name, backend.location())
+    problem = backend.problem()
+    if problem:
+        serverapp.log.warning("jupyter_gpushare: %s", problem)
+    if backend.remote_kernels and not settings.server_url and str(serverapp.ip) in LOOPBACK:
+        serverapp.log.warning(
+            "jupyter_gpushare: this server listens on %s only; kernels elsewhere (pods) cannot "
+            "reach it to report their GPU use (set c.GPUShare.server_url or ServerApp.ip)",
+            serverapp.ip,
         )
-        return
-    serverapp.log.info(
-        "jupyter_gpushare: %d GPU(s)%s, ledger %s",
-        len(service.devices()),
-        " (simulated)" if service.inventory.simulated else "",
-        service.ledger.path,
-    )
-    if not service.devices():
-        serverapp.log.warning("jupyter_gpushare: %s", service.inventory.problem)

@@ -1,33 +1,27 @@
-"""REST routes under ``{base_url}api/gpushare/`` (SPEC §7).
+"""REST routes under ``{base_url}api/gpushare/`` (SPEC §7) for the server's users.
 
 Every route is behind jupyter_server's authentication and authorization (resource
-``gpushare``); mutations get the server's usual XSRF check. Bad input is a 4xx with
-``{"message": ...}`` and changes nothing; a refusal carries the same sentence the magic and the
-log show.
+``gpushare``); mutations get the server's usual XSRF check. Handlers parse, call the context and
+write: bad input is a 4xx with ``{"message": ...}`` and changes nothing, and a refusal's status
+comes from its type (:mod:`jupyter_gpushare.http_errors`), carrying the same sentence the magic
+and the log show.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from typing import Any
 
-from jupyter_client.kernelspec import NoSuchKernel
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 from tornado.iostream import StreamClosedError
-from tornado.log import app_log
 
-from ..errors import GPUShareError
-from ..k8s.pool import Usage
-from ..modes import MODES
+from ..http_errors import answering_domain_errors, message_of
 from .context import GPUShareContext
-from .starts import Start
 
 AUTH_RESOURCE = "gpushare"
-START_ANSWER_WITHIN = 1.0  # seconds POST kernels waits before answering "queued"
 REQUEST_FIELDS = ("gpu_memory", "gpu_mode", "gpu_cores")
 
 
@@ -61,16 +55,12 @@ class GPUShareHandler(APIHandler):  # type: ignore[misc]
         # Never a traceback, never a 500 for our refusals: the reason, as a sentence.
         exc_info = kwargs.get("exc_info")
         error = exc_info[1] if exc_info else None
-        if isinstance(error, (GPUShareError, web.HTTPError)) and error.log_message:
-            message = str(error) if isinstance(error, GPUShareError) else error.log_message
-        else:
-            message = self._reason
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"message": message}))
+        self.finish(json.dumps({"message": message_of(error, status_code)}))
 
 
-def _request_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """The slice fields of a body, type-checked (values are checked by the service)."""
+def request_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The slice fields of a body, type-checked (values are checked by the backend)."""
     fields: dict[str, Any] = {}
     for name in REQUEST_FIELDS:
         if name not in body or body[name] is None:
@@ -87,6 +77,7 @@ def _request_fields(body: dict[str, Any]) -> dict[str, Any]:
 class PoolHandler(GPUShareHandler):
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
     async def get(self) -> None:
         self.write_raw(await self.gpushare.rendered("pool", self.gpushare.pool))
 
@@ -94,73 +85,34 @@ class PoolHandler(GPUShareHandler):
 class KernelsHandler(GPUShareHandler):
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
     async def get(self) -> None:
         self.write_raw(await self.gpushare.rendered("kernels", self.gpushare.server_kernels))
 
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
     async def post(self) -> None:
         body = self.json_body()
         for name in ("name", "path"):
             if body.get(name) is not None and not isinstance(body[name], str):
                 raise web.HTTPError(400, f"{name} must be a string, not {json.dumps(body[name])}")
-        context = self.gpushare
-        name = body.get("name") or context.default_kernelspec()
-        path = body.get("path") or ""
-        fields = _request_fields(body)
-        try:
-            spec = self.kernel_spec_manager.get_kernel_spec(name)
-        except NoSuchKernel:
-            raise web.HTTPError(
-                400, f"no kernelspec named {name!r}; gpushare kernelspecs: {context.gpushare_kernelspecs()}"
-            ) from None
-        defaults = context.provisioner_config(spec)
-        if defaults is None:
-            raise web.HTTPError(
-                400,
-                f"kernelspec {name!r} does not use gpushare-provisioner; choose one of "
-                f"{context.gpushare_kernelspecs()}",
-            )
-        merged = {**defaults, **fields}
-        kernel_id = str(uuid.uuid4())
-        # Checked before anything starts: a bad size, an impossible mode or a quota the user has
-        # reached reserves nothing and starts nothing.
-        context.check_request(
-            merged.get("gpu_memory"), merged.get("gpu_mode"), merged.get("gpu_cores"), kernel_id
+        view, started = await self.gpushare.start_kernel(
+            body.get("name") or None, body.get("path") or "", request_fields(body)
         )
-
-        manager: Any = self.kernel_manager
-        extra: dict[str, Any] = {}
-        if context.cluster is not None:
-            # The pod's phase and the scheduler's words, as they come, for GET kernels and the panel.
-            extra["gpushare_on_state"] = lambda state: context.starts.note(kernel_id, state)
-            context.started_as[kernel_id] = (name, path)
-        task = asyncio.ensure_future(
-            manager.start_kernel(
-                kernel_id=kernel_id,
-                kernel_name=name,
-                path=path or None,
-                gpushare_path=path,
-                **fields,
-                **extra,
-            )
-        )
-        context.starts.track(Start(kernel_id, name, path, task), on_failure=context.forget_failed_start)
-        started = await context.wait_for_start(kernel_id, task, START_ANSWER_WITHIN)
-        if task.done() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
-        view = await asyncio.to_thread(context.kernel_view, kernel_id)
         self.write_json(view, status=201 if started else 202)
 
 
 class KernelHandler(GPUShareHandler):
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
     async def get(self, kernel_id: str) -> None:
         self.write_json(await asyncio.to_thread(self.gpushare.kernel_view, kernel_id))
 
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
     async def patch(self, kernel_id: str) -> None:
         body = self.json_body()
         unknown = set(body) - {"gpu_memory", "restart"}
@@ -171,53 +123,19 @@ class KernelHandler(GPUShareHandler):
         restart = body.get("restart", False)
         if not isinstance(restart, bool):
             raise web.HTTPError(400, f"restart must be true or false, not {json.dumps(restart)}")
-        fields = _request_fields(body)
+        fields = request_fields(body)
         if "gpu_memory" not in fields:
             raise web.HTTPError(400, 'gpu_memory must be a size such as "8G", not null')
-        context = self.gpushare
-        context.require_own(kernel_id)
-        if context.cluster is not None:
-            await context.resize_pod_kernel(kernel_id, fields["gpu_memory"], restart)
-            self.write_json(await asyncio.to_thread(context.kernel_view, kernel_id))
-            return
-        try:
-            await asyncio.to_thread(context.service.resize, kernel_id, fields["gpu_memory"])
-        except GPUShareError as error:
-            if error.status == 409 or "does not fit" in str(error) or "cannot be resized" in str(error):
-                raise web.HTTPError(409, str(error)) from None
-            raise
-        if restart:  # frameworks that read their cap only at start (JAX, TensorFlow) get the new one
-            manager: Any = self.kernel_manager
-            await manager.restart_kernel(kernel_id)
-        self.write_json(await asyncio.to_thread(context.kernel_view, kernel_id))
+        await self.gpushare.resize(kernel_id, fields["gpu_memory"], restart)
+        self.write_json(await asyncio.to_thread(self.gpushare.kernel_view, kernel_id))
 
 
 class KernelGPUHandler(GPUShareHandler):
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
     async def delete(self, kernel_id: str) -> None:
-        context = self.gpushare
-        context.require_own(kernel_id)
-        if context.cluster is not None:
-            start = context.starts.get(kernel_id)
-            if start is not None and not start.task.done():
-                context.cancel_start(kernel_id)  # a pod not running yet: withdraw the start
-                self.set_status(204)
-                self.finish()
-                return
-            raise web.HTTPError(
-                409,
-                f"kernel {kernel_id} runs in a pod that holds its GPU until it ends: shut the kernel "
-                "down, or restart it with another size",
-            )
-        record = context.service.ledger.get(kernel_id)
-        if record is None:
-            raise web.HTTPError(409, f"kernel {kernel_id} holds no GPU slice")
-        if record.state == "queued":
-            # A queued kernel has no process yet: withdrawing its request cancels its start.
-            context.cancel_start(kernel_id)
-        else:
-            await asyncio.to_thread(context.service.release, kernel_id)
+        await self.gpushare.release(kernel_id)
         self.set_status(204)
         self.finish()
 
@@ -260,156 +178,22 @@ class StreamHandler(GPUShareHandler):
 
 
 class ConfigHandler(GPUShareHandler):
-    """What the JupyterLab size picker offers: the presets, the defaults, this node's modes."""
+    """What the JupyterLab size picker offers: the presets, the defaults, the pool's modes."""
 
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
     async def get(self) -> None:
-        context = self.gpushare
-        service = context.service
-        settings = service.settings
-        if context.cluster is not None:
-            offered = {mode for device in context.pool()["devices"] for mode in device["modes"]}
-            modes = [name for name in MODES if name in offered]
-        else:
-            modes = [name for name, mode in MODES.items() if mode.unavailable_reason(service.facts) is None]
+        backend = self.gpushare.backend
+        settings = backend.settings
         self.write_json(
             {
                 "sizes": list(settings.sizes),
                 "default_memory": settings.default_memory,
                 "default_mode": settings.default_mode,
-                "modes": modes,
+                "modes": await asyncio.to_thread(backend.modes),
             }
         )
-
-
-_restarts: set[asyncio.Future[Any]] = set()  # restarts asked for by kernel pods, until done
-
-
-def _restart_done(task: asyncio.Future[Any]) -> None:
-    _restarts.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        app_log.error("A kernel pod's restart with a new size failed: %s", task.exception())
-
-
-class KernelTokenHandler(web.RequestHandler):
-    """Routes a kernel pod calls about itself (``kernels/{id}/usage|self|resize``).
-
-    The kernel is not a user of the server: it proves who it is with the token its Secret
-    carries (header ``X-GPUShare-Token``), checked against its provisioner's, and may speak only
-    of itself. No cookie is involved, so there is no XSRF check to make.
-    """
-
-    def check_xsrf_cookie(self) -> None:
-        return None
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc_info = kwargs.get("exc_info")
-        error = exc_info[1] if exc_info else None
-        message = self._reason
-        if isinstance(error, GPUShareError):
-            message = str(error)
-        elif isinstance(error, web.HTTPError) and error.log_message:
-            message = error.log_message
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"message": message}))
-
-    @property
-    def gpushare(self) -> GPUShareContext:
-        return self.settings["gpushare"]  # type: ignore[no-any-return]
-
-    def kernel_pod(self, kernel_id: str) -> Any:
-        """The provisioner of this server's kernel pod ``kernel_id``, once the token matches."""
-        context = self.gpushare
-        provisioner = context.provisioner_of(kernel_id) if context.cluster is not None else None
-        if provisioner is None or not hasattr(provisioner, "token_matches"):
-            raise web.HTTPError(404, f"no kernel pod {kernel_id} on this server")
-        if not provisioner.token_matches(self.request.headers.get("X-GPUShare-Token")):
-            raise web.HTTPError(403, f"the token does not belong to kernel {kernel_id}")
-        return provisioner
-
-    def json_body(self) -> Any:
-        try:
-            return json.loads(self.request.body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise web.HTTPError(400, "the request body is not valid JSON") from None
-
-
-class KernelUsageHandler(KernelTokenHandler):
-    """``POST kernels/{id}/usage``: a kernel pod reports its own GPU use."""
-
-    async def post(self, kernel_id: str) -> None:
-        self.kernel_pod(kernel_id)
-        usage = usage_from_report(self.json_body())
-        cluster = self.gpushare.cluster
-        assert cluster is not None
-        cluster.report(kernel_id, usage)
-        self.set_status(204)
-        self.finish()
-
-
-class KernelSelfHandler(KernelTokenHandler):
-    """``GET kernels/{id}/self``: what ``%gpu status``/``pool`` show in a kernel pod."""
-
-    async def get(self, kernel_id: str) -> None:
-        self.kernel_pod(kernel_id)
-        context = self.gpushare
-        kernel = await asyncio.to_thread(context.kernel_view, kernel_id)
-        pool = await asyncio.to_thread(context.pool)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"kernel": kernel, "pool": pool}))
-
-
-class KernelResizeHandler(KernelTokenHandler):
-    """``POST kernels/{id}/resize`` ``{"gpu_memory"}``: ``%gpu resize SIZE --restart`` in a pod.
-
-    Answers before the restart begins: the restart ends the very kernel that is asking.
-    """
-
-    RESTART_AFTER = 0.5  # seconds: the kernel reads the answer before its pod is replaced
-
-    async def post(self, kernel_id: str) -> None:
-        provisioner = self.kernel_pod(kernel_id)
-        body = self.json_body()
-        if not isinstance(body, dict) or set(body) != {"gpu_memory"}:
-            raise web.HTTPError(400, 'send {"gpu_memory": SIZE}')
-        memory = _request_fields(body).get("gpu_memory")
-        if memory is None:
-            raise web.HTTPError(400, 'gpu_memory must be a size such as "8G", not null')
-        context = self.gpushare
-        context.check_request(memory, getattr(provisioner, "gpu_mode", None), None, kernel_id)
-        try:
-            provisioner.resize_to(memory)
-        except GPUShareError as error:
-            raise web.HTTPError(409 if error.status == 409 else 400, str(error)) from None
-        manager: Any = context.kernel_manager
-
-        def restart() -> None:
-            task = asyncio.ensure_future(manager.restart_kernel(kernel_id))
-            _restarts.add(task)
-            task.add_done_callback(_restart_done)
-
-        asyncio.get_running_loop().call_later(self.RESTART_AFTER, restart)
-        self.set_status(202)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"message": f"restarting kernel {kernel_id} in a new pod with {memory}"}))
-
-
-def usage_from_report(body: Any) -> Usage:
-    """A kernel's report, checked: ``{"memory_used": bytes, "utilization": 0-100|null, "source"}``."""
-    if not isinstance(body, dict):
-        raise web.HTTPError(400, "the report must be a JSON object")
-    used, utilization = body.get("memory_used"), body.get("utilization")
-    source = body.get("source", "kernel")
-    if isinstance(used, bool) or not isinstance(used, int) or used < 0:
-        raise web.HTTPError(400, f"memory_used must be a whole number of bytes, not {json.dumps(used)}")
-    if utilization is not None and (
-        isinstance(utilization, bool) or not isinstance(utilization, int) or not 0 <= utilization <= 100
-    ):
-        raise web.HTTPError(400, f"utilization must be 0-100 or null, not {json.dumps(utilization)}")
-    if source not in ("kernel", "simulated"):
-        raise web.HTTPError(400, f'source must be "kernel" or "simulated", not {json.dumps(source)}')
-    return Usage(used, utilization, source)
 
 
 class OpenAPIHandler(GPUShareHandler):
@@ -417,3 +201,15 @@ class OpenAPIHandler(GPUShareHandler):
     @authorized  # type: ignore[untyped-decorator]
     async def get(self) -> None:
         self.finish(self.gpushare.openapi_text(), set_content_type="application/yaml")
+
+
+__all__ = [
+    "ConfigHandler",
+    "KernelGPUHandler",
+    "KernelHandler",
+    "KernelsHandler",
+    "OpenAPIHandler",
+    "PoolHandler",
+    "StreamHandler",
+    "request_fields",
+]

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
+
+from ..payloads import StatusPayload
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ METRICS = (
 
 
 class GPUShareCollector(Collector):
-    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, snapshot: Callable[[], StatusPayload]) -> None:
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -91,7 +92,7 @@ class GPUShareCollector(Collector):
             if kernel["state"] != "running":
                 continue
             where = kernel.get("node") or f"GPU{kernel['device']}"
-            key = (kernel["kernel_id"] or "", kernel["owner"], where, kernel["mode"])
+            key = (kernel["kernel_id"] or "", kernel["owner"], where, kernel["mode"] or "")
             sums = totals.setdefault(key, [0, 0])
             sums[0] += kernel["memory_request"] or 0
             sums[1] += kernel["memory_used"] or 0
@@ -108,7 +109,7 @@ class GPUShareCollector(Collector):
 _registered: GPUShareCollector | None = None
 
 
-def register(snapshot: Callable[[], dict[str, Any]]) -> GPUShareCollector:
+def register(snapshot: Callable[[], StatusPayload]) -> GPUShareCollector:
     """Register (or replace, for a second server in one process) the collector."""
     global _registered
     if _registered is not None:

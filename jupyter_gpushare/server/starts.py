@@ -10,16 +10,23 @@ from dataclasses import dataclass, field
 FAILED_KEPT_FOR = 600.0  # seconds a failed start stays readable through GET kernels/{id}
 
 
+class StartCancelledError(Exception):
+    """Why a start that was withdrawn before its kernel ran did not finish."""
+
+
 @dataclass
 class Start:
     kernel_id: str
     kernel_name: str
     path: str
     task: asyncio.Task[str]
-    failure: str | None = None
-    failure_status: int = 500
+    error: BaseException | None = None  # why it failed, once it did
     ended_at: float | None = None
     detail: str | None = None  # what the start is doing ("pending: 0/4 nodes are available…")
+
+    @property
+    def pending(self) -> bool:
+        return not self.task.done()
 
 
 @dataclass
@@ -36,8 +43,7 @@ class Starts:
         start.ended_at = time.monotonic()
         if task.cancelled() or task.exception() is not None:
             error = None if task.cancelled() else task.exception()
-            start.failure = str(error) if error else "the kernel start was cancelled"
-            start.failure_status = int(getattr(error, "status_code", 500))
+            start.error = error or StartCancelledError("the kernel start was cancelled")
             if on_failure is not None:
                 on_failure(start.kernel_id)
         else:
@@ -56,7 +62,7 @@ class Starts:
         self._starts.pop(kernel_id, None)
 
     def pending(self) -> list[Start]:
-        return [start for start in self._starts.values() if not start.task.done()]
+        return [start for start in self._starts.values() if start.pending]
 
     def _forget_old(self) -> None:
         now = time.monotonic()

@@ -11,7 +11,8 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+
+from ..payloads import StatusPayload
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -19,7 +20,7 @@ QUEUE_DEPTH = 4  # a slow subscriber skips old snapshots instead of growing a ba
 
 
 class StreamHub:
-    def __init__(self, snapshot: Callable[[], dict[str, Any]], interval: Callable[[], float]) -> None:
+    def __init__(self, snapshot: Callable[[], StatusPayload], interval: Callable[[], float]) -> None:
         self._snapshot = snapshot
         self._interval = interval
         self._subscribers: set[asyncio.Queue[tuple[int, str]]] = set()

@@ -12,7 +12,8 @@
   wording), "pulls" images (unknown ones fail with ``ErrImagePull``), materialises Secret and
   emptyDir volumes in a temp dir the way kubelet lays them out (``..data`` symlinks), runs the
   init and main containers' commands as local processes with the pod's environment (mount paths
-  rewritten to the temp dirs), gives every pod its own loopback address (127.0.0.2, .3, …) as
+  rewritten to the temp dirs), gives every pod its own loopback address (127.X.Y.2, .3, … in a
+  subnet of the cluster's own) as
   pod IP — written into the materialised connection file in place of ``0.0.0.0``, the one liberty
   taken, since pods on one host cannot each own the fixed kernel ports — and reports phase,
   container states and events. Deleting a pod stops its process. A test can OOM-kill or evict a
@@ -32,6 +33,7 @@ import hashlib
 import itertools
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -486,6 +488,9 @@ class Node:
         self.violations: list[str] = []
         self.logs: dict[str, Path] = {}  # pod name -> the kernel's stdout and stderr
         self._addresses = itertools.count(2)
+        # A loopback subnet of this cluster's own (127.X.Y.0/24): two test runs on one machine
+        # (the fixed kernel ports of pods) cannot collide.
+        self._subnet = f"127.{random.randint(1, 254)}.{random.randint(0, 254)}"
         self._pull_failed: dict[str, float] = {}
         self._unschedulable: set[str] = set()
 
@@ -602,7 +607,7 @@ class Node:
             metadata["uid"],
             metadata["namespace"],
             metadata["name"],
-            f"127.0.0.{next(self._addresses)}",
+            f"{self._subnet}.{next(self._addresses)}",
             self.workdir / f"{metadata['name']}-{metadata['uid'][:8]}",
         )
         mounts_by_volume = await self._materialise(pod, running)

@@ -45,9 +45,10 @@ class JupyterServer:
         *,
         raw: bytes | None = None,
         token: str | bool | None = True,
+        headers: dict[str, str] | None = None,
     ) -> Response:
         """One HTTP call; ``token=None`` sends no credentials, a string sends that token."""
-        headers = {}
+        headers = dict(headers or {})
         if token is True:
             headers["Authorization"] = f"token {self.token}"
         elif isinstance(token, str):

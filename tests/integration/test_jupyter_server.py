@@ -38,8 +38,10 @@ def test_two_30g_kernels_run_and_a_third_queues_until_one_ends(node: Node, serve
     wait_until(lambda: len(node.queued()) == 1)
     queued = node.queued()[0]
     assert node.ledger.queue_position(queued.kernel_id) == 1
-    time.sleep(1.0)
-    assert not third, "the third kernel started while the card was full"
+    # The server's own view says the same: queued at position 1, nothing placed for it.
+    (listed,) = [k for k in server.request("GET", "/api/gpushare/kernels").body if k["state"] == "queued"]
+    assert (listed["kernel_id"], listed["queue_position"], listed["device"]) == (queued.kernel_id, 1, None)
+    assert not third and node.reserved() == 60 * GiB, "the third kernel started while the card was full"
 
     assert server.request("DELETE", f"/api/kernels/{first.body['id']}").status == 204
     waiter.join(timeout=60)

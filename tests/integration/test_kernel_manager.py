@@ -40,12 +40,17 @@ async def test_third_kernel_queues_at_position_one_and_starts_when_one_ends(node
     first = await kernels.start_kernel(kernel_name="python3-gpu-30g")
     second = await kernels.start_kernel(kernel_name="python3-gpu-30g")
     assert node.reserved() == 60 * GiB
-    third = asyncio.create_task(kernels.start_kernel(kernel_name="python3-gpu-30g"))
+    states: list[str] = []
+    third = asyncio.create_task(
+        kernels.start_kernel(kernel_name="python3-gpu-30g", gpushare_on_state=states.append)
+    )
     try:
         await wait_until(lambda: len(node.queued()) == 1)
         waiting = node.queued()[0]
         assert node.ledger.queue_position(waiting.kernel_id) == 1
-        await asyncio.sleep(1.0)
+        # The start itself says it waits, and why: the ledger placed nothing for it.
+        await wait_until(lambda: any("position 1" in state for state in states))
+        assert "30G does not fit: 20G free on GPU0" in states[-1]
         assert not third.done(), "a 30G kernel started while only 20G were free"
         assert node.reserved() == 60 * GiB
 

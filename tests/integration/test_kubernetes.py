@@ -25,6 +25,7 @@ from jupyter_client.session import Session
 from kubernetes import client as k8s_client
 from traitlets.config import Config
 
+from jupyter_gpushare.backends.kubernetes import server_identity
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import DoesNotFitError
 from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
@@ -39,7 +40,7 @@ from jupyter_gpushare.k8s.manifests import (
 )
 from jupyter_gpushare.processes import current_process, identify
 from jupyter_gpushare.provisioners import GPUShareProvisioner
-from jupyter_gpushare.provisioners.kubernetes import KernelPodError, KubernetesProvisioner, server_identity
+from jupyter_gpushare.provisioners.kubernetes import KernelPodError, KubernetesProvisioner
 
 from .conftest import BROKEN_IMAGE, IMAGE, NAMESPACE, Node
 from .k8s_sim import EVENTS, PODS, SECRETS, SimulatedCluster
@@ -219,7 +220,7 @@ async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
         assert {connection[f"{channel}_port"] for channel in KERNEL_PORTS} == set(KERNEL_PORTS.values())
 
         # The manager connects to the pod's IP over CurveZMQ with the Secret's keys.
-        assert km.ip == pod["status"]["podIP"] and km.ip.startswith("127.0.0.")
+        assert km.ip == pod["status"]["podIP"] and km.ip.startswith("127.")
         assert connection["curve_publickey"] and km.curve_publickey == connection["curve_publickey"].encode()
         assert km.session.key == connection["key"].encode()
         assert states[-1].startswith("running on gpu-node-") and any("pending" in s for s in states)
@@ -227,9 +228,10 @@ async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
         cell = await run_cell(
             km,
             "import os\n"
-            "from jupyter_gpushare.kernel.pod import ENV_TOKEN_FILE, read_token_file\n"
+            "from jupyter_gpushare.kernel.pod import read_token_file\n"
             "print(os.environ['JUPYTER_GPUSHARE_MODE'], os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])\n"
-            "print('JUPYTER_GPUSHARE_TOKEN' in os.environ, read_token_file(os.environ[ENV_TOKEN_FILE]))\n"
+            "token_file = os.environ['JUPYTER_GPUSHARE_TOKEN_FILE']\n"
+            "print('JUPYTER_GPUSHARE_TOKEN' in os.environ, read_token_file(token_file))\n"
             "print(6 * 7)",
         )
         assert cell.error is None, cell

@@ -589,7 +589,7 @@ async def test_status_reads_the_cluster_on_the_kubernetes_backend(
         assert sum(device["memory_reserved"] for device in status["pool"]["devices"]) == 6 * GiB
         assert await asyncio.to_thread(main, ["status"]) == 0
         text = capsys.readouterr().out
-        assert "Cluster: kernel pods in the kubeconfig's namespace" in text
+        assert "Kernel pods in namespace kernels" in text
         assert f"{kernel_id}  alice  6G vgpu  {pod_name(kernel_id)}" in text
     finally:
         await kernels.shutdown_all()

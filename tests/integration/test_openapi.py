@@ -138,7 +138,7 @@ def test_the_document_lists_every_route_and_method_the_extension_registers(
 ) -> None:
     from traitlets.config import Config
 
-    from jupyter_gpushare.server import extension, handlers
+    from jupyter_gpushare.server import extension, handlers, kernel_routes
 
     routes: list[tuple[str, type]] = []
 
@@ -169,7 +169,7 @@ def test_the_document_lists_every_route_and_method_the_extension_registers(
             if any(
                 method in cls.__dict__
                 for cls in handler.__mro__
-                if issubclass(cls, (handlers.GPUShareHandler, handlers.KernelTokenHandler))
+                if issubclass(cls, (handlers.GPUShareHandler, kernel_routes.KernelTokenHandler))
             )
         }
         registered[path] = methods

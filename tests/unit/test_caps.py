@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 import torch
 
+from jupyter_gpushare import env_names
 from jupyter_gpushare.kernel import caps
 from jupyter_gpushare.sizes import GiB
 
 
 @pytest.fixture
 def slice_of_4g(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(caps.MEMORY_VARIABLE, str(4 * GiB))
+    monkeypatch.setenv(env_names.MEMORY_BYTES, str(4 * GiB))
 
 
 def test_torch_without_cuda_is_left_alone(slice_of_4g: None) -> None:
@@ -51,7 +52,7 @@ def test_torch_with_a_cuda_device_gets_its_fraction(
 def test_a_slice_larger_than_the_device_caps_at_the_whole_device(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv(caps.MEMORY_VARIABLE, str(32 * GiB))
+    monkeypatch.setenv(env_names.MEMORY_BYTES, str(32 * GiB))
     calls: list[float] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(
@@ -75,7 +76,7 @@ def test_a_failing_framework_never_breaks_the_import(
 
 
 def test_no_slice_means_no_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(caps.MEMORY_VARIABLE, raising=False)
+    monkeypatch.delenv(env_names.MEMORY_BYTES, raising=False)
     assert caps.apply("torch", torch) is None
 
 
@@ -138,7 +139,7 @@ def test_the_import_hook_caps_torch_when_it_is_first_imported() -> None:
         "import torch.nn\n"  # submodules import normally through the wrapped loader
         "print(json.dumps({k: [v.applied, v.detail] for k, v in caps.results().items()}))\n"
     )
-    env = dict(os.environ, **{caps.MEMORY_VARIABLE: str(4 * GiB)})
+    env = dict(os.environ, **{env_names.MEMORY_BYTES: str(4 * GiB)})
     output = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True, timeout=120
     )

@@ -108,6 +108,15 @@ def test_a_trait_without_help_is_caught() -> None:
     assert traits_without_help([Undocumented]) == [f"{__name__}.Undocumented.quiet"]
 
 
+def test_the_reference_documents_every_function_of_the_kernel_api() -> None:
+    import jupyter_gpushare.kernel as kernel
+
+    page = (ROOT / "docs" / "reference" / "magics.md").read_text(encoding="utf-8")
+    public = set(kernel.__all__) - {"load_ipython_extension"}
+    missing = [name for name in sorted(public) if f"jupyter_gpushare.kernel.api.{name}\n" not in page]
+    assert not missing, f"docs/reference/magics.md does not document {missing}"
+
+
 # ---- command lines -----------------------------------------------------------------------------
 
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpushare.errors import GPUShareError
-from jupyter_gpushare.kernel.own_slice import NeedsRestartError
+from jupyter_gpushare.errors import GPUShareError, NeedsRestartError
 from jupyter_gpushare.kernel.pod import PodKernel, ServerUnreachableError
 from jupyter_gpushare.sizes import GiB, SizeError
 

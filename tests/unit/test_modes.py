@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from jupyter_gpushare.devices import Device
 from jupyter_gpushare.inventory import Inventory, parse_simulation
-from jupyter_gpushare.inventory.devices import Device
 from jupyter_gpushare.modes import MODES, Grant, NodeFacts, UnknownModeError, get_mode, probe_node
 
 GiB = 2**30

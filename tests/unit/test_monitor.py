@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.processes import identify, is_alive
-from jupyter_gpushare.service import GPUShareService
 from jupyter_gpushare.sizes import GiB
 
 
@@ -23,14 +23,14 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     process.wait()
 
 
-def service(tmp_path: Path, **settings: object) -> GPUShareService:
-    return GPUShareService(
+def service(tmp_path: Path, **settings: object) -> LocalBackend:
+    return LocalBackend(
         GPUShare(simulate="1xA100-80GB", ledger_path=str(tmp_path / "ledger.sqlite"), **settings)
     )
 
 
-async def take(svc: GPUShareService, kernel_id: str, size: str, pid: int) -> None:
-    await svc.acquire(kernel_id, svc.make_request(size))
+async def take(svc: LocalBackend, kernel_id: str, size: str, pid: int) -> None:
+    await svc.acquire(kernel_id, svc.check(size))
     svc.attach_kernel(kernel_id, pid)
 
 
@@ -77,7 +77,7 @@ async def test_the_action_is_edge_triggered(tmp_path: Path, sleeper: subprocess.
 
 async def test_hard_modes_warn_but_never_act(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     svc = service(tmp_path, over_limit_action="kill")
-    await svc.acquire("k1", svc.make_request("4G", "vgpu"))
+    await svc.acquire("k1", svc.check("4G", "vgpu"))
     svc.attach_kernel("k1", sleeper.pid)
     svc.ledger.report_usage("k1", 5 * GiB, None, "simulated")
     svc.monitor.sample_once()

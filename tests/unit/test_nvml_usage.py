@@ -26,10 +26,10 @@ from nvml_fake import (
     FakeProcessUtilization,
 )
 
+from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.processes import identify, is_alive
 from jupyter_gpushare.records import ProcessIdentity, SliceRecord
-from jupyter_gpushare.service import GPUShareService
 from jupyter_gpushare.sizes import GiB, MiB
 from jupyter_gpushare.usage.attribution import ProcessUsage
 from jupyter_gpushare.usage.nvml_usage import read_snapshot
@@ -114,14 +114,14 @@ def boards() -> list[FakeBoard]:
     ]
 
 
-def nvml_service(tmp_path: Path, **settings: Any) -> GPUShareService:
-    service = GPUShareService(GPUShare(ledger_path=str(tmp_path / "ledger.sqlite"), **settings))
+def nvml_service(tmp_path: Path, **settings: Any) -> LocalBackend:
+    service = LocalBackend(GPUShare(ledger_path=str(tmp_path / "ledger.sqlite"), **settings))
     assert service.inventory.source == "nvml"  # the fake boards, not a simulated pool
     return service
 
 
-async def start_kernel(service: GPUShareService, kernel_id: str, size: str, pid: int) -> SliceRecord:
-    await service.acquire(kernel_id, service.make_request(size))
+async def start_kernel(service: LocalBackend, kernel_id: str, size: str, pid: int) -> SliceRecord:
+    await service.acquire(kernel_id, service.check(size))
     service.attach_kernel(kernel_id, pid)
     record = service.ledger.get(kernel_id)
     assert record is not None and record.state == "running" and record.kernel is not None
@@ -132,13 +132,13 @@ def board_of(fakes: Sequence[FakeBoard], record: SliceRecord) -> FakeBoard:
     return next(board for board in fakes if board.uuid == record.device_uuid)
 
 
-def stored(service: GPUShareService, kernel_id: str) -> SliceRecord:
+def stored(service: LocalBackend, kernel_id: str) -> SliceRecord:
     record = service.ledger.get(kernel_id)
     assert record is not None
     return record
 
 
-def device_view(service: GPUShareService, uuid: str) -> dict[str, Any]:
+def device_view(service: LocalBackend, uuid: str) -> dict[str, Any]:
     return next(device for device in service.pool()["devices"] if device["uuid"] == uuid)
 
 
@@ -362,7 +362,7 @@ async def test_kernels_view_shows_nvml_usage_and_own_warnings_only(
     # Both services are this process, which holds both slices: one round samples both.
     assert alice.monitor.sample_once() == 2
 
-    seen_by_alice = alice.kernels()
+    seen_by_alice = alice.all_kernels()
     own = next(entry for entry in seen_by_alice if entry["kernel_id"] == "alice-k")
     assert (own["memory_used"], own["utilization"], own["usage_source"]) == (
         3892 * MiB,
@@ -379,7 +379,7 @@ async def test_kernels_view_shows_nvml_usage_and_own_warnings_only(
     assert "bob" not in repr(theirs) and "above its slice" not in repr(theirs)
 
     # The warnings exist; only their owner sees them.
-    bobs_own = next(entry for entry in bob.kernels() if entry["kernel_id"] == "bob-k")
+    bobs_own = next(entry for entry in bob.all_kernels() if entry["kernel_id"] == "bob-k")
     assert bobs_own["memory_used"] == 6 * GiB and bobs_own["usage_source"] == "nvml"
     assert "above its slice: using 6G of 4G (150%)" in bobs_own["warnings"]
     assert "over_limit_action=warn: nothing was stopped" in bobs_own["warnings"]

@@ -1,7 +1,8 @@
-"""The one service API — acquire, resize, release, list — used by provisioners, CLI and server.
+"""The local backend: slices of this node's GPUs, kept in the node ledger.
 
 Everything that changes a reservation goes through here and from here through the ledger, so no
-front end has a second path around the node's accounting.
+front end — the server, the CLI, a provisioner, a kernel acting on its own slice — has a second
+path around the node's accounting. One instance per process and settings (:func:`local_backend`).
 """
 
 from __future__ import annotations
@@ -15,39 +16,40 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
 
-from .allocator import Placement, Policy, Refusal, Request, fit
-from .config import GPUShare, settings_env
-from .errors import (
+from .. import env_names
+from ..allocator import Placement, Policy, Refusal, Request, fit
+from ..config import GPUShare, settings_env
+from ..errors import (
     DoesNotFitError,
     ModeUnavailableError,
     NoGPUError,
+    NoSliceError,
     NotYourSliceError,
     QueueTimeoutError,
 )
-from .inventory import Device, Inventory, discover
-from .ledger import Ledger
-from .modes import Grant, NodeFacts, get_mode, probe_node
-from .processes import current_process, identify
-from .records import NewRequest, Placed, ProcessIdentity, Refused, SliceRecord, Waiting
-from .sizes import bytes_or_none, format_bytes
-from .slice_request import SliceRequest, make_slice_request
-from .usage.monitor import UsageMonitor
-from .views import kernels_view, pool_view
+from ..inventory import Device, Inventory, discover
+from ..ledger import Ledger
+from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
+from ..payloads import KernelPayload, PoolPayload
+from ..processes import current_process, identify
+from ..records import NewRequest, Placed, ProcessIdentity, Refused, SliceRecord, UsageReport, Waiting
+from ..sizes import bytes_or_none, format_bytes
+from ..slice_request import SliceRequest, make_slice_request
+from ..views import kernel_view, kernels_view, pool_view, queue_positions, slice_less_view
+from .base import ServerHooks, ServerKernels
+from .monitor import UsageMonitor
 
 WaitCallback = Callable[[int, str], None]
-
-ENV_TOKEN = "JUPYTER_GPUSHARE_TOKEN"
 
 log = logging.getLogger("jupyter_gpushare")
 
 
 @dataclass(frozen=True)
-class ServiceKey:
-    """The settings that make two services the same; one service per key per process."""
+class BackendKey:
+    """The settings that make two local backends the same; one per key per process."""
 
     ledger_path: str
     simulate: str
@@ -55,8 +57,11 @@ class ServiceKey:
     mps_pipe_directory: str
 
 
-class GPUShareService:
+class LocalBackend:
     """Slices on this node for one process (a server, a console, an nbclient run)."""
+
+    name = "local"
+    remote_kernels = False
 
     def __init__(self, settings: GPUShare, inventory: Inventory | None = None) -> None:
         self.settings = settings
@@ -111,7 +116,7 @@ class GPUShareService:
             for device in recorded
         ]
 
-    def make_request(
+    def check(
         self, memory: object = None, mode: object = None, cores: object = None, kernel_id: str = ""
     ) -> SliceRequest:
         """Validate a request and check this node can honour its mode (raises with the reason)."""
@@ -224,7 +229,8 @@ class GPUShareService:
         """Let the slice follow the kernel process ``pid`` (None: back to this process)."""
         self.ledger.attach_kernel(kernel_id, identify(pid) if pid is not None else None)
 
-    def release(self, kernel_id: str) -> SliceRecord | None:
+    def free(self, kernel_id: str) -> SliceRecord | None:
+        """Remove the kernel's slice or queued request, if any (a shutdown, a failed start)."""
         return self.ledger.release(kernel_id)
 
     def resize(self, kernel_id: str, memory: object) -> SliceRecord:
@@ -270,7 +276,7 @@ class GPUShareService:
         env.update(get_mode(record.mode).kernel_env(self.grant(record), self.facts))
         token = self._tokens.get(record.kernel_id)
         if token:
-            env[ENV_TOKEN] = token
+            env[env_names.TOKEN] = token
         return env
 
     def own_slice(self, kernel_id: str, token: str | None) -> SliceRecord | None:
@@ -306,41 +312,108 @@ class GPUShareService:
                     return instance.memory_total
         raise LookupError(f"device {record.unit_uuid} is not in the pool")
 
-    # ---- views ---------------------------------------------------------------------------
+    # ---- the service API (backends.base.Backend) --------------------------------------------
 
-    def pool(self) -> dict[str, Any]:
+    def pool(self) -> PoolPayload:
         return pool_view(
             self.devices(),
             self.ledger.records(),
             self.facts,
-            backend=self.settings.backend,
+            backend=self.name,
             simulated=self.inventory.simulated or (not self.inventory.devices and self.ledger.simulated()),
             overcommit=self.settings.overcommit,
             viewer=self.owner,
+            problem=self.problem(),
         )
 
-    def kernels(self) -> list[dict[str, Any]]:
+    def all_kernels(self) -> list[KernelPayload]:
         return kernels_view(self.ledger.records(), self.devices(), viewer=self.owner)
+
+    def kernels(self, server: ServerKernels) -> list[KernelPayload]:
+        """This server's slices (queued and running), and its gpushare kernels without one:
+        released, or a start not in the ledger yet."""
+        records = self.ledger.records()
+        devices = self.devices()
+        positions = queue_positions(records)
+        views = [
+            kernel_view(record, devices, positions.get(record.kernel_id), self.owner)
+            for record in records
+            if record.kernel_id in server.ids or record.server_id == self.server_id
+        ]
+        listed = {view["kernel_id"] for view in views}
+        for kernel_id in sorted(server.gpushare - listed):
+            kernel_name, path = server.name_of(kernel_id)
+            starting = kernel_id in server.starting
+            views.append(
+                slice_less_view(
+                    kernel_id,
+                    kernel_name=kernel_name,
+                    path=path,
+                    owner=self.owner,
+                    state="queued" if starting else "released",
+                    detail=server.details.get(kernel_id) if starting else None,
+                )
+            )
+        for view in views:
+            own = view["kernel_id"]
+            if own is None:
+                continue
+            if view["state"] == "queued" and own in server.details:
+                view["detail"] = server.details[own]
+            if own in server.warnings:
+                view["warnings"] = [*view["warnings"], *server.warnings[own]]
+        return views
+
+    def change_marker(self) -> Hashable:
+        return self.ledger.change_marker()
+
+    def modes(self) -> list[str]:
+        return [name for name, mode in MODES.items() if mode.unavailable_reason(self.facts) is None]
+
+    def is_waiting(self, kernel_id: str) -> bool:
+        record = self.ledger.get(kernel_id)
+        return record is None or record.state == "queued"
+
+    def release(self, kernel_id: str) -> None:
+        """Give the slice back (or withdraw the queued request: its start then fails)."""
+        if self.ledger.release(kernel_id) is None:
+            raise NoSliceError(f"kernel {kernel_id} holds no GPU slice")
+
+    def report_usage(self, kernel_id: str, report: UsageReport) -> None:
+        self.ledger.report_usage(kernel_id, report.memory_used, report.utilization, report.source)
+
+    def refresh(self) -> None:
+        if not self.monitor.running:
+            self.monitor.sample_once()  # keep device figures live with no kernel held
+
+    def problem(self) -> str | None:
+        return None if self.ledger.devices() else (self.inventory.problem or "no GPU found")
+
+    def location(self) -> str:
+        return f"ledger {self.ledger.path}"
+
+    def attach_server(self, hooks: ServerHooks) -> None:
+        """Local kernels reach the ledger themselves: nothing to lend."""
 
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-_services: dict[ServiceKey, GPUShareService] = {}
+_backends: dict[BackendKey, LocalBackend] = {}
 
 
-def service_for(settings: GPUShare) -> GPUShareService:
-    """The process's service for these settings (NVML is probed once, not per kernel start)."""
-    key = ServiceKey(
+def local_backend(settings: GPUShare) -> LocalBackend:
+    """The process's local backend for these settings (NVML is probed once, not per start)."""
+    key = BackendKey(
         str(settings.effective_ledger_path()),
         settings.effective_simulate(),
         settings.libvgpu_path,
         settings.mps_pipe_directory,
     )
-    service = _services.get(key)
-    if service is None or service.holder.pid != os.getpid():
-        service = _services[key] = GPUShareService(settings)
+    backend = _backends.get(key)
+    if backend is None or backend.holder.pid != os.getpid():
+        backend = _backends[key] = LocalBackend(settings)
     else:
-        service.settings = settings  # policy traits may differ between callers; follow the latest
-    return service
+        backend.settings = settings  # policy traits may differ between callers; follow the latest
+    return backend

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from nvml_fake import FakeBoard
 
+from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import DoesNotFitError, ModeUnavailableError, NoGPUError, QueueTimeoutError
-from jupyter_gpushare.service import GPUShareService
 from jupyter_gpushare.sizes import ACCEPTED_FORMS
 
 GiB = 2**30
 
 
-def make_service(tmp_path: Path, simulate: str = "1xT4-16GB", **traits: object) -> GPUShareService:
+def make_service(tmp_path: Path, simulate: str = "1xT4-16GB", **traits: object) -> LocalBackend:
     settings = GPUShare(
         simulate=simulate,
         ledger_path=str(tmp_path / "ledger.sqlite"),
@@ -26,18 +26,18 @@ def make_service(tmp_path: Path, simulate: str = "1xT4-16GB", **traits: object) 
         queue_poll_interval=0.02,
         **{"queue_timeout": 10.0, **traits},
     )
-    return GPUShareService(settings)
+    return LocalBackend(settings)
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[GPUShareService]:
+def service(tmp_path: Path) -> Iterator[LocalBackend]:
     service = make_service(tmp_path)
     yield service
     service.ledger.close()
 
 
-async def test_acquire_gives_a_slice_and_the_kernel_environment(service: GPUShareService) -> None:
-    record = await service.acquire("k1", service.make_request("4G"), kernel_name="spec", path="a.ipynb")
+async def test_acquire_gives_a_slice_and_the_kernel_environment(service: LocalBackend) -> None:
+    record = await service.acquire("k1", service.check("4G"), kernel_name="spec", path="a.ipynb")
     assert record.state == "running"
     assert record.memory == 4 * GiB
     env = service.kernel_env(record)
@@ -45,19 +45,19 @@ async def test_acquire_gives_a_slice_and_the_kernel_environment(service: GPUShar
     assert env["JUPYTER_GPUSHARE_MEMORY_BYTES"] == str(4 * GiB)
     assert env["JUPYTER_GPUSHARE_MODE"] == "timeslice"
     assert Decimal(env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) == Decimal("0.25")
-    assert service.release("k1") is not None
+    assert service.free("k1") is not None
     assert service.ledger.records() == []
 
 
 async def test_defaults_come_from_the_settings(tmp_path: Path) -> None:
     service = make_service(tmp_path, default_memory="2G", default_mode="mps")
-    record = await service.acquire("k1", service.make_request())
+    record = await service.acquire("k1", service.check())
     assert (record.memory, record.mode) == (2 * GiB, "mps")
 
 
 async def test_mig_kernels_are_capped_to_their_instance(tmp_path: Path) -> None:
     service = make_service(tmp_path, simulate="1xA100-80GB:mig=1x3g.40gb+2x1g.10gb")
-    record = await service.acquire("k1", service.make_request("5G", "mig"))
+    record = await service.acquire("k1", service.check("5G", "mig"))
     env = service.kernel_env(record)
     assert env["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
     assert env["JUPYTER_GPUSHARE_MEMORY_BYTES"] == str(10 * GiB)
@@ -66,40 +66,40 @@ async def test_mig_kernels_are_capped_to_their_instance(tmp_path: Path) -> None:
 
 async def test_when_full_fail_refuses_with_the_free_memory_and_reserves_nothing(tmp_path: Path) -> None:
     service = make_service(tmp_path, when_full="fail")
-    await service.acquire("k1", service.make_request("12G"))
+    await service.acquire("k1", service.check("12G"))
     with pytest.raises(DoesNotFitError) as caught:
-        await service.acquire("k2", service.make_request("8G"))
+        await service.acquire("k2", service.check("8G"))
     assert "4G free on GPU0" in str(caught.value)
     assert [record.kernel_id for record in service.ledger.records()] == ["k1"]
 
 
-async def test_a_request_larger_than_every_device_is_refused_at_once(service: GPUShareService) -> None:
+async def test_a_request_larger_than_every_device_is_refused_at_once(service: LocalBackend) -> None:
     with pytest.raises(DoesNotFitError) as caught:
-        await service.acquire("k1", service.make_request("20G"))
+        await service.acquire("k1", service.check("20G"))
     message = str(caught.value)
     assert "16G" in message
     assert service.ledger.records() == []
 
 
-async def test_a_request_larger_than_every_device_lists_the_accepted_forms(service: GPUShareService) -> None:
+async def test_a_request_larger_than_every_device_lists_the_accepted_forms(service: LocalBackend) -> None:
     # SPEC §3: "sizes larger than any device are rejected with a message that lists the accepted forms".
     with pytest.raises(DoesNotFitError) as caught:
-        await service.acquire("k1", service.make_request("20G"))
+        await service.acquire("k1", service.check("20G"))
     assert ACCEPTED_FORMS in str(caught.value)
 
 
 async def test_quota_from_the_settings(tmp_path: Path) -> None:
     service = make_service(tmp_path, max_memory_per_kernel="6G")
     with pytest.raises(DoesNotFitError, match="6G"):
-        await service.acquire("k1", service.make_request("8G"))
+        await service.acquire("k1", service.check("8G"))
     assert service.ledger.records() == []
 
 
-async def test_a_queued_request_is_placed_when_memory_comes_back(service: GPUShareService) -> None:
-    await service.acquire("k1", service.make_request("12G"))
+async def test_a_queued_request_is_placed_when_memory_comes_back(service: LocalBackend) -> None:
+    await service.acquire("k1", service.check("12G"))
     waits: list[tuple[int, str]] = []
     waiting = asyncio.create_task(
-        service.acquire("k2", service.make_request("8G"), on_wait=lambda *wait: waits.append(wait))
+        service.acquire("k2", service.check("8G"), on_wait=lambda *wait: waits.append(wait))
     )
     for _ in range(200):
         if waits:
@@ -109,23 +109,23 @@ async def test_a_queued_request_is_placed_when_memory_comes_back(service: GPUSha
     assert "free on GPU0" in waits[0][1]
     assert service.ledger.queue_position("k2") == 1
     assert not waiting.done()
-    service.release("k1")
+    service.free("k1")
     record = await asyncio.wait_for(waiting, 5)
     assert record.memory == 8 * GiB
 
 
 async def test_queue_timeout_withdraws_the_request(tmp_path: Path) -> None:
     service = make_service(tmp_path, queue_timeout=0.1)
-    await service.acquire("k1", service.make_request("12G"))
+    await service.acquire("k1", service.check("12G"))
     with pytest.raises(QueueTimeoutError) as caught:
-        await service.acquire("k2", service.make_request("8G"))
+        await service.acquire("k2", service.check("8G"))
     assert "free on GPU0" in str(caught.value)
     assert [record.kernel_id for record in service.ledger.records()] == ["k1"]
 
 
-async def test_cancelling_a_wait_withdraws_the_request(service: GPUShareService) -> None:
-    await service.acquire("k1", service.make_request("12G"))
-    waiting = asyncio.create_task(service.acquire("k2", service.make_request("8G")))
+async def test_cancelling_a_wait_withdraws_the_request(service: LocalBackend) -> None:
+    await service.acquire("k1", service.check("12G"))
+    waiting = asyncio.create_task(service.acquire("k2", service.check("8G")))
     for _ in range(200):
         if service.ledger.get("k2") is not None:
             break
@@ -136,16 +136,16 @@ async def test_cancelling_a_wait_withdraws_the_request(service: GPUShareService)
     assert service.ledger.get("k2") is None
 
 
-async def test_a_restarted_kernel_gets_its_slice_back(service: GPUShareService) -> None:
-    first = await service.acquire("k1", service.make_request("4G"))
-    again = await service.acquire("k1", service.make_request("4G"))
+async def test_a_restarted_kernel_gets_its_slice_back(service: LocalBackend) -> None:
+    first = await service.acquire("k1", service.check("4G"))
+    again = await service.acquire("k1", service.check("4G"))
     assert again.unit_uuid == first.unit_uuid
     assert len(service.ledger.records()) == 1
 
 
-async def test_resize(service: GPUShareService) -> None:
-    await service.acquire("k1", service.make_request("4G"))
-    await service.acquire("k2", service.make_request("4G"))
+async def test_resize(service: LocalBackend) -> None:
+    await service.acquire("k1", service.check("4G"))
+    await service.acquire("k2", service.check("4G"))
     assert service.resize("k1", "10G").memory == 10 * GiB
     with pytest.raises(DoesNotFitError) as caught:
         service.resize("k1", "14G")
@@ -158,25 +158,25 @@ def test_make_request_checks_the_mode_against_the_node(tmp_path: Path, fake_nvml
     service = make_service(tmp_path, simulate="")
     assert not service.inventory.simulated
     with pytest.raises(ModeUnavailableError, match="nvidia-cuda-mps-control"):
-        service.make_request("4G", "mps")
+        service.check("4G", "mps")
     with pytest.raises(ModeUnavailableError, match="libvgpu_path"):
-        service.make_request("4G", "vgpu")
-    assert service.make_request("4G", "timeslice").size.resolve(0) == 4 * GiB
+        service.check("4G", "vgpu")
+    assert service.check("4G", "timeslice").size.resolve(0) == 4 * GiB
 
 
 def test_make_request_without_any_gpu(tmp_path: Path) -> None:
     service = make_service(tmp_path, simulate="")
     with pytest.raises(NoGPUError, match="no GPU found"):
-        service.make_request("4G")
+        service.check("4G")
 
 
 def test_a_second_server_on_the_ledger_sees_the_slices_anonymously(tmp_path: Path) -> None:
     alice = make_service(tmp_path, owner="alice")
-    asyncio.run(alice.acquire("k1", alice.make_request("4G"), path="private.ipynb"))
+    asyncio.run(alice.acquire("k1", alice.check("4G"), path="private.ipynb"))
     bob = make_service(tmp_path, owner="bob", when_full="fail")
-    (entry,) = bob.kernels()
+    (entry,) = bob.all_kernels()
     assert entry["kernel_id"] is None and entry["owner"] == "another user" and not entry["path"]
     assert bob.pool()["devices"][0]["memory_reserved"] == 4 * GiB
     with pytest.raises(DoesNotFitError):
-        asyncio.run(bob.acquire("k2", bob.make_request("14G")))  # 12G free
+        asyncio.run(bob.acquire("k2", bob.check("14G")))  # 12G free
     assert [record.kernel_id for record in bob.ledger.records()] == ["k1"]

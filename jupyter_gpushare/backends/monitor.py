@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import psutil
 
@@ -22,11 +22,24 @@ from ..modes import get_mode
 from ..processes import is_alive
 from ..records import DeviceSample, KernelSample, SliceRecord
 from ..sizes import format_bytes
-from .attribution import ProcessUsage, attribute
-from .watchdog import DeviceUsage, KernelUsage, assess
+from ..usage.attribution import ProcessUsage, attribute
+from ..usage.watchdog import DeviceUsage, KernelUsage, assess
 
 if TYPE_CHECKING:
-    from ..service import GPUShareService
+    from ..config import GPUShare
+    from ..devices import Inventory
+    from ..ledger import Ledger
+    from ..records import ProcessIdentity
+
+
+class MonitoredNode(Protocol):
+    """What the monitor samples for: the local backend of its process."""
+
+    settings: GPUShare
+    ledger: Ledger
+    inventory: Inventory
+    holder: ProcessIdentity
+
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -47,8 +60,8 @@ def process_tree(pid: int) -> frozenset[int]:
 
 
 class UsageMonitor:
-    def __init__(self, service: GPUShareService) -> None:
-        self.service = service
+    def __init__(self, node: MonitoredNode) -> None:
+        self.node = node
         self._over_limit: set[str] = set()
         self._last_sample_us = 0
         self._stop = threading.Event()
@@ -74,7 +87,7 @@ class UsageMonitor:
 
     def _loop(self) -> None:
         idle_rounds = 0
-        while not self._stop.wait(self.service.settings.sample_interval):
+        while not self._stop.wait(self.node.settings.sample_interval):
             try:
                 tracked = self.sample_once()
             except Exception:  # a busy or replaced ledger file must not end monitoring
@@ -88,9 +101,9 @@ class UsageMonitor:
 
     def sample_once(self) -> int:
         """Measure, assess, act and record; returns how many of our kernels were sampled."""
-        ledger = self.service.ledger
+        ledger = self.node.ledger
         running = [r for r in ledger.records() if r.state == "running" and r.device_uuid]
-        mine = [record for record in running if record.holder == self.service.holder]
+        mine = [record for record in running if record.holder == self.node.holder]
         devices = ledger.devices()
         measured, device_usage = self._measure(running, [device.uuid for device in devices])
 
@@ -121,14 +134,14 @@ class UsageMonitor:
                 usage[record.kernel_id],
                 DeviceUsage(device.label, device.memory_total, used, utilization),
                 neighbours,
-                self.service.settings.overcommit,
+                self.node.settings.overcommit,
             )
             warnings = list(verdict.warnings)
             if verdict.over_limit and get_mode(record.mode).soft_limit:
                 if record.kernel_id not in self._over_limit:
                     self._over_limit.add(record.kernel_id)
                     self._act(record, usage[record.kernel_id], device.label)
-                warnings.append(_ACTION_NOTES[self.service.settings.over_limit_action])
+                warnings.append(_ACTION_NOTES[self.node.settings.over_limit_action])
             else:
                 self._over_limit.discard(record.kernel_id)
             kernel_measure = measured.get(record.kernel_id)
@@ -151,8 +164,8 @@ class UsageMonitor:
         self, running: list[SliceRecord], device_uuids: list[str]
     ) -> tuple[dict[str, ProcessUsage], dict[str, tuple[int | None, int | None]]]:
         """Per-kernel and per-device usage: NVML where there is a GPU, reports otherwise."""
-        if self.service.inventory.source == "nvml":
-            from .nvml_usage import read_snapshot
+        if self.node.inventory.source == "nvml":
+            from ..usage.nvml_usage import read_snapshot
 
             # Process utilisation over the window since the last round, not NVML's whole buffer.
             since = self._last_sample_us
@@ -180,7 +193,7 @@ class UsageMonitor:
         return {}, reported
 
     def _act(self, record: SliceRecord, usage: KernelUsage, device: str) -> None:
-        action = self.service.settings.over_limit_action
+        action = self.node.settings.over_limit_action
         used = usage.memory_used or 0
         log.warning(
             "Kernel %s uses %s of its %s GPU slice (%d%%) on %s: over its slice; over_limit_action=%s",

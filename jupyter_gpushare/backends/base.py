@@ -1,0 +1,106 @@
+"""What every backend answers: the service API the server, the CLI and the metrics use.
+
+A caller holds a :class:`Backend` and never asks which one it is. Two exist: the node ledger
+(:mod:`.local`: kernels are processes on this node) and the cluster (:mod:`.kubernetes`: kernels
+are pods). Refusals are domain errors (:mod:`jupyter_gpushare.errors`) whose type says which HTTP
+status a server answers with.
+
+Starting, restarting and stopping a kernel are the kernel manager's business: its provisioner
+(:mod:`jupyter_gpushare.provisioners`) takes the slice from the backend of its process. What a
+server knows of its own kernels — their names, what their starts are doing — it hands to the
+backend as :class:`ServerKernels` so that the backend can describe them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..config import GPUShare
+from ..payloads import KernelPayload, PoolPayload
+from ..records import UsageReport
+from ..slice_request import SliceRequest
+
+
+@dataclass(frozen=True)
+class ServerKernels:
+    """What one server knows of its own kernels (a snapshot, taken for each view)."""
+
+    ids: frozenset[str] = frozenset()  # the kernel manager's kernels and starts in flight
+    gpushare: frozenset[str] = frozenset()  # those started by gpushare-provisioner
+    starting: frozenset[str] = frozenset()  # starts not finished yet (queued, or a pod coming up)
+    ended: frozenset[str] = frozenset()  # whose process or pod ended and is not back yet
+    names: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # id -> (kernelspec, path)
+    details: Mapping[str, str] = field(default_factory=dict)  # id -> what its start is doing
+    warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # id -> from the server
+
+    def name_of(self, kernel_id: str) -> tuple[str, str]:
+        return self.names.get(kernel_id, ("", ""))
+
+
+@dataclass(frozen=True)
+class ServerHooks:
+    """What a server lends the backend of its process.
+
+    ``report_base`` is where kernels that cannot reach the pool themselves (pods) report to
+    (``http://10.1.2.3:8888/user/alice/``; a function, because the port is known only once the
+    server listens). ``on_new_pod`` is told a kernel id whenever that kernel comes back in a new
+    pod (the server makes its browsers reconnect).
+    """
+
+    report_base: Callable[[], str | None] | None = None
+    on_new_pod: Callable[[str], object] | None = None
+
+
+class Backend(Protocol):
+    """The pool and its slices as one process sees them."""
+
+    name: str  # "local" or "kubernetes": the ``backend`` field of ``GET pool``
+    settings: GPUShare
+    owner: str  # whose kernels this process starts and shows in full
+    remote_kernels: bool  # kernels run elsewhere (pods) and reach the server over the network
+
+    def pool(self) -> PoolPayload:
+        """``GET pool``: devices, reservations, the queue; other users' slices anonymous."""
+
+    def kernels(self, server: ServerKernels) -> list[KernelPayload]:
+        """``GET kernels``: this server's kernels, queued, running and without a slice."""
+
+    def all_kernels(self) -> list[KernelPayload]:
+        """Every slice this backend sees, other users' as anonymous occupancy (status, metrics)."""
+
+    def change_marker(self) -> Hashable:
+        """Changes whenever ``pool`` or ``kernels`` could answer differently (render caches)."""
+
+    def modes(self) -> list[str]:
+        """The sharing modes this pool can honour now."""
+
+    def check(self, memory: object, mode: object, cores: object, kernel_id: str) -> SliceRequest:
+        """The checked request, or the refusal of what can never start (a bad size or mode, a
+        size larger than any device, a quota): before anything is reserved or created."""
+
+    def is_waiting(self, kernel_id: str) -> bool:
+        """Whether the kernel's slice is not placed yet (queued, or its pod not running)."""
+
+    def release(self, kernel_id: str) -> None:
+        """Give the kernel's slice back while the kernel runs on (or withdraw its queued request);
+        raises when there is none or the backend cannot (a pod holds its GPU for life)."""
+
+    def report_usage(self, kernel_id: str, report: UsageReport) -> None:
+        """A kernel's own report of its GPU use (kernels in pods; simulated pools)."""
+
+    def refresh(self) -> None:
+        """Take a usage sample now if nothing else samples (a panel is open, no kernel runs)."""
+
+    def problem(self) -> str | None:
+        """Why the pool may be empty, stale or wrong now, as a sentence; None when it is fine."""
+
+    def location(self) -> str:
+        """Where the pool is kept, for logs and ``status``: the ledger file, or the namespace."""
+
+    def attach_server(self, hooks: ServerHooks) -> None:
+        """A server in this process lends its hooks (see :class:`ServerHooks`)."""
+
+
+__all__ = ["Backend", "ServerHooks", "ServerKernels"]

@@ -1,0 +1,411 @@
+"""The Kubernetes backend: the cluster's GPU nodes as the pool, kernel pods as the slices.
+
+Kubernetes places each kernel's pod, so there is no ledger here. What the pool looks like comes
+from the process's one list+watch of nodes and kernel pods (:mod:`jupyter_gpushare.k8s.clients`);
+memory use from the kernels' own reports (``POST api/gpushare/kernels/{id}/usage``) and, where
+configured, a HAMi-style monitor's metrics. The views are built by the pure
+:mod:`jupyter_gpushare.k8s.pool`. The kernel pod provisioner of the same process shares this
+object: its API client, the nodes' facts, the per-user quota across starts, orphan collection.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from ..allocator import kernel_limit_refusal, user_limit_refusal
+from ..config import GPUShare
+from ..errors import DoesNotFitError, HeldForLifeError
+from ..k8s.build import cluster_facts
+from ..k8s.clients import SharedCluster, shared_cluster
+from ..k8s.cluster import Cluster, ClusterError
+from ..k8s.holders import holder_text, is_orphan
+from ..k8s.manifests import APP, APP_LABEL, OWNER_LABEL, label_value, selector, server_label
+from ..k8s.pool import (
+    NodeGPUs,
+    PodSlice,
+    held_by_user,
+    kernel_view,
+    never_fits,
+    node_modes,
+    pool_view,
+    read_pod,
+)
+from ..k8s.presets import resolve_preset
+from ..k8s.requests import ClusterFacts
+from ..k8s.usage import MetricsFormatError, pod_memory_used
+from ..modes import MODES
+from ..payloads import KernelPayload, PoolPayload
+from ..processes import current_process
+from ..records import UsageReport
+from ..sizes import bytes_or_none
+from ..slice_request import SliceRequest, make_slice_request
+from ..views import slice_less_view
+from .base import ServerHooks, ServerKernels
+
+log = logging.getLogger("jupyter_gpushare")
+
+POD_HOLDERS = " by their kernel pods"  # whose memory a per-user refusal counts
+REPORTS_KEPT_FOR = 30.0  # seconds a kernel's report counts; older ones mean it stopped reporting
+METRICS_TIMEOUT = 5.0
+HELD_FOR_LIFE = (
+    "kernel {kernel_id} runs in a pod that holds its GPU until it ends: shut the kernel down, or "
+    "restart it with another size"
+)
+
+
+def server_identity(settings: GPUShare) -> tuple[str, str]:
+    """``(server_id, owner)``: the server id is stable across restarts of one server (same owner,
+    same host name — a single-user pod keeps its name), so orphans of a crashed server carry
+    this server's label; which process made an object is in its holder annotation."""
+    owner = settings.effective_owner()
+    return f"{owner}@{socket.gethostname()}", owner
+
+
+@dataclass
+class _Usage:
+    """What kernels reported and what the cluster's metrics say, with a version for caches."""
+
+    reports: dict[str, tuple[UsageReport, float]] = field(default_factory=dict)
+    metrics: dict[str, int] = field(default_factory=dict)  # pod name -> bytes
+    problem: str | None = None
+    version: int = 0
+
+
+class KubernetesBackend:
+    """The cluster as one process sees it (one per process and settings: :func:`kubernetes_backend`)."""
+
+    name = "kubernetes"
+    remote_kernels = True
+
+    def __init__(self, settings: GPUShare) -> None:
+        self.settings = settings
+        self.server_id, self.owner = server_identity(settings)
+        self.server_label = server_label(self.server_id)
+        self.holder = holder_text(current_process())
+        self.preset = resolve_preset(settings.resource_preset, settings.resource_names)
+        self.hooks = ServerHooks()
+        self._shared: SharedCluster | None = None
+        self._problem: str | None = None  # why there is no cluster
+        self._nodes_problem: str | None = None  # why the nodes cannot be read
+        self._usage = _Usage()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._collected = False
+        # Bytes asked for by this process's starts whose pods may not exist yet (per-user quota).
+        self._claims: dict[str, int] = {}
+        self._connect()
+
+    # ---- cluster access ----------------------------------------------------------------------
+
+    def _connect(self) -> SharedCluster | None:
+        if self._shared is None:
+            try:
+                self._shared = shared_cluster(self.settings.namespace)
+                self._problem = None
+            except ClusterError as error:
+                if str(error) != self._problem:
+                    log.warning("jupyter_gpushare: no cluster: %s", error)
+                self._problem = str(error)
+        return self._shared
+
+    @property
+    def cluster(self) -> Cluster:
+        """The API client; raises with the reason when no cluster is configured."""
+        shared = self._connect()
+        if shared is None:
+            raise ClusterError(self._problem or "no Kubernetes cluster is configured")
+        return shared.cluster
+
+    @property
+    def namespace(self) -> str:
+        shared = self._connect()
+        return shared.namespace if shared is not None else (self.settings.namespace or "?")
+
+    def nodes(self) -> list[NodeGPUs]:
+        """The GPU nodes: from the watch in a server, else listed (cached a minute)."""
+        shared = self._connect()
+        if shared is None:
+            return []
+        try:
+            nodes = shared.gpu_nodes(self.preset)
+        except ClusterError as error:  # nodes need a ClusterRole; the pods alone still say a lot
+            self._nodes_problem = str(error)
+            return []
+        self._nodes_problem = None
+        return nodes
+
+    def slices(self) -> list[PodSlice]:
+        """Our kernel pods, oldest first: from the watch in a server, else listed now."""
+        shared = self._connect()
+        if shared is None:
+            return []
+        read = (read_pod(pod) for pod in shared.kernel_pods())
+        return sorted((item for item in read if item is not None), key=lambda item: item.created)
+
+    def facts(self) -> ClusterFacts:
+        """What pod requests depend on: the MIG profiles the nodes advertise and the cards'
+        memory (GPU Feature Discovery); the settings alone where nodes cannot be listed."""
+        shared = self._connect()
+        try:
+            nodes = shared.gpu_nodes(self.preset) if shared is not None else []
+        except ClusterError as error:
+            log.info("GPU facts from settings only: %s", error)
+            nodes = []
+        profiles = sorted({profile for node in nodes for profile in node.mig})
+        memories = [node.card_memory for node in nodes if node.card_memory]
+        # On mixed clusters a share resolves against the smallest card: never more than asked.
+        return cluster_facts(self.settings, profiles, min(memories) if memories else None)
+
+    # ---- the service API (backends.base.Backend) ---------------------------------------------
+
+    def pool(self) -> PoolPayload:
+        slices = self.slices()
+        return pool_view(
+            self.nodes(),
+            slices,
+            self.preset,
+            self._fresh_usage(slices),
+            viewer=self.owner,
+            problem=self.problem(),
+        )
+
+    def kernels(self, server: ServerKernels) -> list[KernelPayload]:
+        """This server's kernel pods (by label, or by id for kernels this process runs), and its
+        kernels without a pod: a start being checked, a restart between two pods, a pod that
+        ended before the server restarts the kernel."""
+        slices, nodes = self.slices(), self.nodes()
+        usage = self._fresh_usage(slices)
+        views: list[KernelPayload] = []
+        for item in slices:
+            if item.server != self.server_label and item.kernel_id not in server.ids:
+                continue
+            if item.ended or item.deleting:
+                continue  # its kernel is ending; the server lists it until it is gone
+            kernel_name, path = server.name_of(item.kernel_id)
+            view = kernel_view(
+                item,
+                nodes,
+                slices,
+                usage.get(item.kernel_id),
+                viewer=self.owner,
+                kernel_name=kernel_name,
+                path=path,
+                detail=server.details.get(item.kernel_id),
+            )
+            view["warnings"] = [*view["warnings"], *server.warnings.get(item.kernel_id, ())]
+            views.append(view)
+        listed = {view["kernel_id"] for view in views}
+        for kernel_id in sorted(server.gpushare - listed):
+            kernel_name, path = server.name_of(kernel_id)
+            ended = kernel_id in server.ended
+            views.append(
+                slice_less_view(
+                    kernel_id,
+                    kernel_name=kernel_name,
+                    path=path,
+                    owner=self.owner,
+                    state="released" if ended else "queued",
+                    detail=server.details.get(kernel_id) or "preparing the kernel pod",
+                )
+            )
+        return views
+
+    def all_kernels(self) -> list[KernelPayload]:
+        slices, nodes = self.slices(), self.nodes()
+        usage = self._fresh_usage(slices)
+        return [
+            kernel_view(item, nodes, slices, usage.get(item.kernel_id), viewer=self.owner)
+            for item in slices
+            if not item.ended
+        ]
+
+    def change_marker(self) -> Hashable:
+        shared = self._shared
+        watch_version = shared.watch().version if shared is not None and shared.watching else -1
+        return (watch_version, self._usage.version, self._problem)
+
+    def modes(self) -> list[str]:
+        offered = {mode for node in self.nodes() for mode in node_modes(node, self.preset)}
+        return [name for name in MODES if name in offered]
+
+    def check(self, memory: object, mode: object, cores: object, kernel_id: str) -> SliceRequest:
+        """Refuse what can never start: a bad request, a size larger than every card the nodes
+        advertise, the per-kernel limit, or the per-user limit across the user's kernel pods."""
+        settings = self.settings
+        request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
+        if request.size.kind != "bytes":
+            return request
+        wanted = request.size.resolve(0)
+        refusal = kernel_limit_refusal(wanted, bytes_or_none(settings.max_memory_per_kernel))
+        if refusal is None and self._connect() is not None:
+            refusal = never_fits(wanted, self.nodes()) or user_limit_refusal(
+                self.owner,
+                wanted,
+                held_by_user(self.slices(), self.owner, excluding=kernel_id),
+                bytes_or_none(settings.max_memory_per_user),
+                POD_HOLDERS,
+            )
+        if refusal is not None:
+            raise DoesNotFitError(refusal)
+        return request
+
+    def is_waiting(self, kernel_id: str) -> bool:
+        item = next((item for item in self.slices() if item.kernel_id == kernel_id), None)
+        return item is None or not (item.placed and item.phase == "Running")
+
+    def release(self, kernel_id: str) -> None:
+        raise HeldForLifeError(HELD_FOR_LIFE.format(kernel_id=kernel_id))
+
+    def report_usage(self, kernel_id: str, report: UsageReport) -> None:
+        with self._lock:
+            self._usage.reports[kernel_id] = (report, time.monotonic())
+            self._usage.version += 1
+
+    def refresh(self) -> None:
+        """Pods report by themselves, and the metrics reader runs on its own clock."""
+
+    def location(self) -> str:
+        return f"kernel pods in namespace {self.namespace}"
+
+    def attach_server(self, hooks: ServerHooks) -> None:
+        """A server shows the pool: watch the cluster from now on, and read the metrics."""
+        self.hooks = hooks
+        shared = self._connect()
+        if shared is not None:
+            threading.Thread(target=shared.watch, name="gpushare-watch-start", daemon=True).start()
+        if self.settings.usage_metrics_url:
+            threading.Thread(target=self._read_metrics_forever, name="gpushare-metrics", daemon=True).start()
+
+    def problem(self) -> str | None:
+        shared = self._shared
+        watch_problem = shared.watch().problem if shared is not None and shared.watching else None
+        problems = [self._problem, self._nodes_problem, watch_problem, self._usage.problem]
+        return "; ".join(problem for problem in problems if problem) or None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # ---- usage ---------------------------------------------------------------------------------
+
+    def _fresh_usage(self, slices: list[PodSlice]) -> dict[str, UsageReport]:
+        """The latest usage per kernel: its own fresh report first, else the cluster's metrics."""
+        now = time.monotonic()
+        found: dict[str, UsageReport] = {}
+        for item in slices:
+            reported = self._usage.reports.get(item.kernel_id)
+            if reported is not None and now - reported[1] <= REPORTS_KEPT_FOR:
+                found[item.kernel_id] = reported[0]
+            elif item.pod in self._usage.metrics:
+                found[item.kernel_id] = UsageReport(self._usage.metrics[item.pod], None, "hami")
+        return found
+
+    def _read_metrics_forever(self) -> None:
+        while not self._stop.is_set():
+            self.read_metrics()
+            self._stop.wait(max(self.settings.sample_interval, 1.0))
+
+    def read_metrics(self) -> None:
+        """One read of ``usage_metrics_url`` (a HAMi-style monitor's Prometheus text)."""
+        url = self.settings.usage_metrics_url
+        usage = self._usage
+        try:
+            with urllib.request.urlopen(url, timeout=METRICS_TIMEOUT) as response:
+                text = response.read().decode("utf-8", errors="replace")
+            metrics = pod_memory_used(text, self.namespace, self.settings.usage_metric_names)
+        except (urllib.error.URLError, OSError, MetricsFormatError) as error:
+            problem = f"cannot read GPU usage from {url}: {error}"
+            if problem != usage.problem:
+                log.warning("jupyter_gpushare: %s", problem)
+                usage.problem = problem
+                usage.version += 1
+            return
+        if usage.problem is not None or metrics != usage.metrics:
+            usage.problem, usage.metrics = None, metrics
+            usage.version += 1
+
+    # ---- what the kernel pod provisioner of this process shares ---------------------------------
+
+    def claim(self, kernel_id: str, wanted: int) -> None:
+        """Count ``wanted`` bytes against the owner's limit across all their kernel pods (every
+        server of theirs in the namespace), or raise with the reason. Held until ``unclaim``."""
+        limit = bytes_or_none(self.settings.max_memory_per_user)
+        with self._lock:
+            if limit is not None:
+                listed = self.cluster.list_pods(f"{APP_LABEL}={APP},{OWNER_LABEL}={label_value(self.owner)}")
+                slices = [item for item in map(read_pod, listed) if item is not None]
+                counted = {item.kernel_id for item in slices}
+                held = held_by_user(slices, self.owner, excluding=kernel_id) + sum(
+                    amount
+                    for other, amount in self._claims.items()
+                    if other != kernel_id and other not in counted
+                )
+                refusal = user_limit_refusal(self.owner, wanted, held, limit, POD_HOLDERS)
+                if refusal is not None:
+                    raise DoesNotFitError(refusal)
+            self._claims[kernel_id] = wanted
+
+    def unclaim(self, kernel_id: str) -> None:
+        with self._lock:
+            self._claims.pop(kernel_id, None)
+
+    def collect_orphans(self) -> list[str]:
+        """Delete this server's pods and Secrets whose creating process is gone (once per process)."""
+        with self._lock:
+            if self._collected:
+                return []
+            cluster = self.cluster
+            label_selector = selector(self.server_id)
+            collected: list[str] = []
+            for pod in cluster.list_pods(label_selector):
+                if is_orphan(pod):
+                    name = pod["metadata"]["name"]
+                    cluster.delete_pod(name, grace_period_seconds=0)
+                    collected.append(f"pod/{name}")
+            for secret in cluster.list_secrets(label_selector):
+                if is_orphan(secret):
+                    name = secret["metadata"]["name"]
+                    cluster.delete_secret(name)
+                    collected.append(f"secret/{name}")
+            if collected:
+                log.info(
+                    "Collected %d orphaned kernel object(s) of server %s (their server process is gone): %s",
+                    len(collected),
+                    self.server_id,
+                    ", ".join(collected),
+                )
+            self._collected = True
+            return collected
+
+    def report_url(self, kernel_id: str) -> str | None:
+        """Where kernel ``kernel_id``'s pod reports its use: the server in this process, if any."""
+        base = self.hooks.report_base() if self.hooks.report_base is not None else None
+        return f"{base}api/gpushare/kernels/{kernel_id}/usage" if base else None
+
+    def new_pod(self, kernel_id: str) -> object:
+        """Tell the server in this process that a kernel came back in a new pod."""
+        return self.hooks.on_new_pod(kernel_id) if self.hooks.on_new_pod is not None else None
+
+
+_backends: dict[tuple[str, ...], KubernetesBackend] = {}
+_backends_lock = threading.Lock()
+
+
+def kubernetes_backend(settings: GPUShare) -> KubernetesBackend:
+    """This process's Kubernetes backend for these settings (one API client, one watch)."""
+    server_id, _ = server_identity(settings)
+    key = (os.environ.get("KUBECONFIG", ""), settings.namespace, server_id, str(os.getpid()))
+    with _backends_lock:
+        backend = _backends.get(key)
+        if backend is None:
+            backend = _backends[key] = KubernetesBackend(settings)
+        else:
+            backend.settings = settings  # policy traits may differ between callers; follow the latest
+        return backend

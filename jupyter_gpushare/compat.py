@@ -1,0 +1,69 @@
+"""Every private detail of another library that jupyter-gpushare relies on, in one place.
+
+Each entry names the upstream version it was checked against, and tests/unit/test_compat.py
+fails when the upstream behaviour it works around changes — then the workaround can go.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tornado.web import HTTPError
+
+
+def forget_pending_kernel(multi_kernel_manager: Any, kernel_id: str) -> None:
+    """Drop ``kernel_id`` from a multi-kernel manager's pending starts after its start failed.
+
+    jupyter_client (checked: 8.10.0) keeps a kernel whose start raised in
+    ``MultiKernelManager._pending_kernels`` for ever, and a server's shutdown then waits on it
+    (~30 s). A refused GPU request must not cost a hung shutdown; there is no public call.
+    Without the attribute (another manager) there is nothing to do.
+    """
+    pending = getattr(multi_kernel_manager, "_pending_kernels", None)
+    if isinstance(pending, dict):
+        pending.pop(kernel_id, None)
+
+
+def open_kernel_websockets() -> dict[str, Any]:
+    """jupyter_server's open kernel websockets, by ``"<kernel id>:<session>"``.
+
+    jupyter_server (checked: 2.21.1) keeps them in the class attribute
+    ``ZMQChannelsWebsocketConnection._open_sessions``; there is no public registry. An empty
+    dict where the attribute is missing (another connection class): nothing can be closed.
+    """
+    from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+
+    sessions = getattr(ZMQChannelsWebsocketConnection, "_open_sessions", None)
+    return sessions if isinstance(sessions, dict) else {}
+
+
+def close_websocket_now(handler: Any, code: int, reason: str) -> None:
+    """Close a tornado websocket with ``code`` and drop its connection at once.
+
+    tornado (checked: 6.6.1) waits for the peer's closing handshake (Chromium takes seconds at
+    times, and what a browser sends meanwhile goes nowhere); the stream it waits on is
+    ``handler.ws_connection.stream``, not public. Without it, the close is the ordinary one.
+    """
+    stream = getattr(getattr(handler, "ws_connection", None), "stream", None)
+    handler.close(code, reason)
+    if stream is not None:
+        stream.close()
+
+
+class ExactLogMessage(HTTPError):
+    """An ``HTTPError`` whose ``log_message`` is the sentence as written.
+
+    tornado (checked: 6.6.1) escapes ``%`` in ``HTTPError.log_message`` when there are no format
+    arguments, for old callers that format it themselves; jupyter_server's ``APIHandler`` shows
+    ``log_message`` as it is, so "50% does not fit" would read "50%% does not fit". The sentence
+    is kept in tornado's private ``_log_message``.
+    """
+
+    @property  # type: ignore[override]
+    def log_message(self) -> str | None:
+        message = getattr(self, "_log_message", None)
+        return None if message is None else str(message)
+
+    @log_message.setter
+    def log_message(self, value: str | None) -> None:
+        self._log_message = value

@@ -1,0 +1,67 @@
+"""This kernel's handle on its own slice, chosen once: what ``%gpu`` and the Python API call.
+
+Two kinds exist. A kernel started by a local provisioner acts on its slice in the node ledger
+itself (:class:`~.own_slice.OwnSlice`); a kernel in a pod asks the server that started it over
+HTTP (:class:`~.pod.PodKernel`). Both prove who they are with the kernel's own token, answer the
+same calls and print the same kinds of views; the magics never ask which one they have.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .. import env_names
+from .display import PoolStatus, TextView
+
+WaitCallback = Callable[[int, str], None]
+
+
+class MySlice(Protocol):
+    kernel_id: str
+
+    def status(self, notes: list[str] | None = None) -> TextView:
+        """The slice, its measured use, caps and warnings (plus ``notes``)."""
+
+    def pool(self) -> PoolStatus:
+        """Every device with reserved and used memory; other users' slices anonymous."""
+
+    def request(
+        self, memory: object, mode: object = None, cores: object = None, on_wait: WaitCallback | None = None
+    ) -> TextView:
+        """Take a slice (waiting in the queue like a start); refused where a slice is fixed."""
+
+    def resize(self, memory: object, restart: bool = False) -> TextView:
+        """Grow or shrink the slice; where that needs a restart, only with ``restart``."""
+
+    def release(self) -> TextView:
+        """Give the slice back while the kernel runs on; refused where a slice is fixed."""
+
+    def declare_usage(self, memory: object, utilization: int | None = None) -> None:
+        """Declare this kernel's use (simulated pools, demos and tests; labelled simulated)."""
+
+    def watch(self, **kwargs: Any) -> Any:
+        """A live ipywidgets view of the slice."""
+
+    def start(self, shell: Any) -> None:
+        """What this kind of slice does in the background once the extension is loaded."""
+
+
+_chosen: MySlice | None = None
+
+
+def my_slice() -> MySlice:
+    """This kernel's slice handle, chosen on first use: a pod's (its token is mounted from its
+    Secret) or the node ledger's. Light to build: nothing is opened before it is needed."""
+    global _chosen
+    if _chosen is None:
+        if os.environ.get(env_names.TOKEN_FILE) and os.environ.get(env_names.KERNEL_ID):
+            from .pod import PodKernel
+
+            _chosen = PodKernel()
+        else:
+            from .own_slice import OwnSlice
+
+            _chosen = OwnSlice()
+    return _chosen

@@ -1,0 +1,175 @@
+"""Bringing one kernel pod up: create its objects, wait for it to run, say why it does not.
+
+Blocking calls run in threads (the API client is synchronous). While the pod waits, its phase and
+the cluster's events are reported as they come (``on_state`` and the log); a pod the scheduler
+cannot place past ``unschedulable_grace``, an image that cannot be pulled, a pod that ends while
+starting, or ``timeout`` end the wait with the cluster's reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BackendUnavailableError, DoesNotFitError
+from ..k8s.cluster import Cluster, ClusterError
+from ..k8s.manifests import KERNEL_ID_LABEL, label_value
+from ..k8s.status import (
+    IMAGE_FAILURES,
+    container_problem,
+    describe_limits,
+    event_key,
+    pending_state,
+    termination,
+    unschedulable_reason,
+)
+
+CONFLICT_RETRY = 0.2  # seconds between tries to reuse the name of a pod still being deleted
+
+
+class KernelPodError(BackendUnavailableError):
+    """The kernel pod could not be started; the message carries the cluster's reason."""
+
+
+@dataclass
+class PodStart:
+    """One start of kernel ``kernel_id``'s pod ``pod`` in ``cluster``."""
+
+    cluster: Cluster
+    kernel_id: str
+    pod: str
+    secret: str
+    on_state: Callable[[str], None]
+    log: logging.Logger | logging.LoggerAdapter[Any]
+    poll_interval: float
+    unschedulable_grace: float
+    last_state: str = ""
+
+    def say(self, state: str) -> None:
+        self.last_state = state
+        self.on_state(state)
+
+    def create_secret(self, body: dict[str, Any]) -> None:
+        """Create the Secret; one of ours left by a start that did not finish is replaced."""
+        try:
+            self.cluster.create_secret(body)
+        except ClusterError as error:
+            if error.api_status != 409:
+                raise
+            self.cluster.delete_secret(self.secret)
+            self.cluster.create_secret(body)
+
+    async def create_pod(self, body: dict[str, Any], deadline: float) -> None:
+        """Create the pod; a pod of the same name still being deleted (a restart) is waited for."""
+        while True:
+            try:
+                await asyncio.to_thread(self.cluster.create_pod, body)
+                return
+            except ClusterError as error:
+                if error.api_status != 409 or time.monotonic() > deadline:
+                    raise
+            existing = await asyncio.to_thread(self.cluster.read_pod, self.pod)
+            labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
+            if existing is not None and labels.get(KERNEL_ID_LABEL) != label_value(self.kernel_id):
+                raise KernelPodError(f"a pod named {self.pod} exists and is not this kernel's")
+            if existing is not None and not existing["metadata"].get("deletionTimestamp"):
+                await asyncio.to_thread(self.cluster.delete_pod, self.pod, 0)
+            self.say("waiting for the previous pod of this kernel to go")
+            await asyncio.sleep(CONFLICT_RETRY)
+
+    async def wait_running(self, timeout: float) -> str:
+        """Wait for the pod to run and have an IP (returned); report phase and events; fail with
+        the cluster's reason."""
+        started = time.monotonic()
+        seen: set[str] = set()
+        unschedulable_since: float | None = None
+        while True:
+            pod = await asyncio.to_thread(self.cluster.read_pod, self.pod)
+            if pod is None:
+                raise KernelPodError(f"the kernel pod {self.pod} was deleted while it started")
+            events = await self._events(pod, seen)
+            status = pod.get("status") or {}
+            phase = status.get("phase") or "Pending"
+            ip = status.get("podIP")
+            if phase == "Running" and ip:
+                self.say(f"running on {(pod.get('spec') or {}).get('nodeName') or '?'} ({ip})")
+                return str(ip)
+            if phase in ("Succeeded", "Failed"):
+                _, reason = termination(pod)
+                output = await self.last_output()
+                raise KernelPodError(f"the kernel pod {self.pod} ended while starting: {reason}{output}")
+            blocked = container_problem(pod)
+            if blocked is not None:
+                reason, message, image = blocked
+                if reason in IMAGE_FAILURES:
+                    raise KernelPodError(f"the kernel image {image} cannot be pulled: {reason}: {message}")
+                raise KernelPodError(f"the kernel container cannot start: {reason}: {message}")
+            unschedulable = unschedulable_reason(pod, events)
+            now = time.monotonic()
+            if unschedulable is not None:
+                unschedulable_since = unschedulable_since if unschedulable_since is not None else now
+                self.say(f"pending: {unschedulable}")
+                scaling_up = any(event.get("reason") == "TriggeredScaleUp" for event in events)
+                if not scaling_up and now - unschedulable_since >= self.unschedulable_grace:
+                    raise DoesNotFitError(
+                        f"the cluster cannot place the kernel pod {self.pod} ({describe_limits(pod)}): "
+                        f"{unschedulable}"
+                    )
+            else:
+                unschedulable_since = None
+                self.say(pending_state(pod, events))
+            if now - started >= timeout:
+                raise KernelPodError(
+                    f"the kernel pod {self.pod} did not start within {timeout:g} s "
+                    f"(c.GPUShare.launch_timeout); last: {self.last_state}"
+                )
+            await asyncio.sleep(self.poll_interval)
+
+    async def _events(self, pod: dict[str, Any], seen: set[str]) -> list[dict[str, Any]]:
+        """This pod's events (not an earlier pod's of the same name), new ones logged."""
+        uid = (pod.get("metadata") or {}).get("uid")
+        events = [
+            event
+            for event in await asyncio.to_thread(self.cluster.pod_events, self.pod)
+            if not uid or (event.get("involvedObject") or {}).get("uid") in (None, uid)
+        ]
+        for event in events:
+            key = event_key(event)
+            if key not in seen:
+                seen.add(key)
+                self.log.info(
+                    "Kernel %s: pod %s: %s: %s",
+                    self.kernel_id,
+                    self.pod,
+                    event.get("reason"),
+                    event.get("message"),
+                )
+        return events
+
+    async def last_output(self) -> str:
+        """The kernel container's last lines, to say why it ended (empty when unreadable)."""
+        try:
+            text = await asyncio.to_thread(self.cluster.pod_log, self.pod)
+        except ClusterError as error:
+            self.log.debug("Kernel %s: no log: %s", self.kernel_id, error)
+            return ""
+        text = text.strip()
+        return f"; its last output:\n{text}" if text else ""
+
+    def delete_objects(self) -> list[str]:
+        """Delete pod (at once) and Secret, whatever state they are in (blocking); the problems."""
+        problems: list[str] = []
+        deletions: list[Callable[[], bool]] = [
+            lambda: self.cluster.delete_pod(self.pod, grace_period_seconds=0),
+            lambda: self.cluster.delete_secret(self.secret),
+        ]
+        for delete in deletions:
+            try:
+                delete()
+            except ClusterError as error:
+                problems.append(str(error))
+        return problems

@@ -1,0 +1,69 @@
+"""The private details of other libraries in jupyter_gpushare.compat still behave as relied on.
+
+Each test fails when the upstream behaviour changes: then the workaround can go (or must change).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.multikernelmanager import AsyncMultiKernelManager
+from tornado.web import HTTPError
+
+from jupyter_gpushare.compat import forget_pending_kernel, open_kernel_websockets
+from jupyter_gpushare.errors import DoesNotFitError
+from jupyter_gpushare.http_errors import answerable
+
+
+async def test_jupyter_client_still_keeps_a_failed_start_pending(tmp_path: Path) -> None:
+    """The reason for forget_pending_kernel: without it a server's shutdown waits on the start."""
+    spec_dir = tmp_path / "kernels" / "broken"
+    spec_dir.mkdir(parents=True)
+    argv = [str(tmp_path / "no-such-interpreter"), "-f", "{connection_file}"]
+    (spec_dir / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "x", "language": "python"})
+    )
+    manager = AsyncMultiKernelManager(
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
+    )
+    with pytest.raises(OSError):
+        await manager.start_kernel(kernel_name="broken", kernel_id="failed-start")
+    assert "failed-start" in manager._pending_kernels  # upstream fixed this: drop the workaround
+    forget_pending_kernel(manager, "failed-start")
+    assert "failed-start" not in manager._pending_kernels
+    forget_pending_kernel(object(), "anything")  # another manager: nothing to do, no error
+
+
+def test_jupyter_server_still_keeps_open_kernel_websockets_privately() -> None:
+    from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+
+    assert isinstance(ZMQChannelsWebsocketConnection._open_sessions, dict)
+    assert open_kernel_websockets() is ZMQChannelsWebsocketConnection._open_sessions
+
+
+def test_tornado_still_escapes_percent_in_log_message_and_ours_does_not() -> None:
+    plain = HTTPError(409, log_message="50% does not fit")
+    assert plain.log_message == "50%% does not fit"  # upstream changed: ExactLogMessage may go
+    refusal = answerable(DoesNotFitError("50% does not fit: 2G free on GPU0"))
+    assert isinstance(refusal, HTTPError) and isinstance(refusal, DoesNotFitError)
+    assert (refusal.status_code, refusal.log_message) == (409, "50% does not fit: 2G free on GPU0")
+    assert str(refusal) == "50% does not fit: 2G free on GPU0"
+
+
+def test_an_answerable_refusal_pickles_as_the_plain_error() -> None:
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(answerable(DoesNotFitError("no room"))))
+    assert type(copy) is DoesNotFitError and str(copy) == "no room"
+
+
+def test_tornado_websockets_still_keep_their_stream_on_the_connection() -> None:
+    """close_websocket_now drops ``handler.ws_connection.stream``; tornado must still have it."""
+    import inspect
+
+    from tornado.websocket import WebSocketProtocol
+
+    assert "self.stream" in inspect.getsource(WebSocketProtocol.__init__)

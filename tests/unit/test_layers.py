@@ -1,0 +1,79 @@
+"""The import contracts of pyproject.toml hold, and they can fail.
+
+``make lint`` runs ``lint-imports`` on the package; here the same contracts run on a copy of the
+package into which an upward import — hidden inside a function, where reviewers miss it — has
+been added, and must be reported.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def lint(directory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo", str(directory / "pyproject.toml")],
+        cwd=directory,
+        env={"PYTHONPATH": str(directory), "PATH": str(Path(sys.executable).parent)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def package_copy(tmp_path: Path) -> Path:
+    shutil.copytree(
+        ROOT / "jupyter_gpushare",
+        tmp_path / "jupyter_gpushare",
+        ignore=shutil.ignore_patterns("__pycache__", "labextension"),
+    )
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def test_the_package_keeps_its_contracts(package_copy: Path) -> None:
+    result = lint(package_copy)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_an_upward_import_inside_a_function_breaks_the_layers(package_copy: Path) -> None:
+    sizes = package_copy / "jupyter_gpushare" / "sizes.py"
+    sizes.write_text(sizes.read_text() + "\n\ndef _shortcut():\n    from .server import handlers\n")
+    result = lint(package_copy)
+    assert result.returncode == 1
+    assert "Layers run one way" in result.stdout and "BROKEN" in result.stdout
+    assert "jupyter_gpushare.sizes -> jupyter_gpushare.server.handlers" in result.stdout
+
+
+def test_a_mode_object_importing_the_cluster_layer_is_reported(package_copy: Path) -> None:
+    timeslice = package_copy / "jupyter_gpushare" / "modes" / "timeslice.py"
+    timeslice.write_text(timeslice.read_text() + "\nfrom ..k8s.requests import timeslice_request\n")
+    result = lint(package_copy)
+    assert result.returncode == 1
+    assert "do not import the Kubernetes layer BROKEN" in " ".join(result.stdout.split())
+
+
+def test_a_cycle_between_siblings_is_reported(package_copy: Path) -> None:
+    handlers = package_copy / "jupyter_gpushare" / "server" / "stream.py"
+    handlers.write_text(handlers.read_text() + "\n\ndef _back():\n    from . import handlers\n")
+    result = lint(package_copy)
+    assert result.returncode == 1
+    assert "No cycles are allowed in jupyter_gpushare.server" in result.stdout
+
+
+def test_a_pure_module_using_tornado_is_reported(package_copy: Path) -> None:
+    allocator = package_copy / "jupyter_gpushare" / "allocator.py"
+    allocator.write_text(allocator.read_text() + "\n\ndef _http():\n    import tornado.web\n")
+    result = lint(package_copy)
+    assert result.returncode == 1
+    assert "jupyter_gpushare.allocator -> tornado" in result.stdout
