@@ -62,12 +62,20 @@ class Placement:
     device_index: int
 
 
+# What kind of refusal, for callers that answer differently (the start picker's short words).
+TOO_LARGE = "too_large"
+KERNEL_LIMIT = "kernel_limit"
+USER_LIMIT = "user_limit"
+NO_ROOM = "no_room"  # the only one waiting can change
+
+
 @dataclass(frozen=True)
 class Refusal:
     """Why a request cannot be placed; ``retry`` is True when freed memory could change that."""
 
     reason: str
     retry: bool
+    code: str = ""
 
 
 def fit(
@@ -115,6 +123,7 @@ def _fit_card(
             f"{request.size} is larger than any GPU in the pool "
             f"(largest: {format_bytes(largest.memory_total)} on {largest.label}); {ACCEPTED_FORMS}",
             retry=False,
+            code=TOO_LARGE,
         )
 
     candidates: list[tuple[int, int, Device, int]] = []
@@ -148,7 +157,7 @@ def _fit_card(
     if len(quota_refusals) == len(usable):
         # Quotas do not change by waiting for other users' kernels to end: fail now.
         return quota_refusals[0]
-    return Refusal(_does_not_fit(request, usable, held, policy, whole_card), retry=True)
+    return Refusal(_does_not_fit(request, usable, held, policy, whole_card), retry=True, code=NO_ROOM)
 
 
 def _fit_mig(
@@ -186,16 +195,20 @@ def _fit_mig(
         return Refusal(
             f"{request.size} is larger than any MIG instance (largest: {format_bytes(biggest)})",
             retry=False,
+            code=TOO_LARGE,
         )
-    return Refusal(f"{request.size} does not fit: every MIG instance that large is in use", retry=True)
+    return Refusal(
+        f"{request.size} does not fit: every MIG instance that large is in use", retry=True, code=NO_ROOM
+    )
 
 
 def _quota_refusal(request: Request, wanted: int, held: list[Held], policy: Policy) -> Refusal | None:
     reason = kernel_limit_refusal(wanted, policy.max_memory_per_kernel)
-    if reason is None:
-        in_use = sum(slice_.memory for slice_ in held if slice_.owner == request.owner)
-        reason = user_limit_refusal(request.owner, wanted, in_use, policy.max_memory_per_user)
-    return None if reason is None else Refusal(reason, retry=False)
+    if reason is not None:
+        return Refusal(reason, retry=False, code=KERNEL_LIMIT)
+    in_use = sum(slice_.memory for slice_ in held if slice_.owner == request.owner)
+    reason = user_limit_refusal(request.owner, wanted, in_use, policy.max_memory_per_user)
+    return None if reason is None else Refusal(reason, retry=False, code=USER_LIMIT)
 
 
 def kernel_limit_refusal(wanted: int, limit: int | None) -> str | None:

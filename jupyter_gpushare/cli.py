@@ -73,9 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     kernelspec_commands = kernelspec.add_subparsers(dest="kernelspec_command", metavar="ACTION")
     kernelspec_commands.required = True
     install = kernelspec_commands.add_parser(
-        "install", help="install one kernelspec per GPU size (default: GPUShare.sizes)"
+        "install",
+        help='install "Python 3 (GPU)" (its size is picked at each start), and one kernelspec per '
+        "size given with --sizes (for nbclient, papermill, jupyter console)",
     )
-    install.add_argument("--sizes", help="comma-separated sizes, e.g. 2G,4G,whole")
+    install.add_argument("--sizes", help="comma-separated fixed sizes, e.g. 2G,4G,whole")
     install.add_argument("--mode", choices=list(MODES), help="sharing mode (default: GPUShare.default_mode)")
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user")
@@ -215,10 +217,10 @@ def _sizes(text: str | None, default: list[str]) -> list[str]:
 
 def _install(arguments: argparse.Namespace) -> int:
     settings = load_settings()
-    sizes = _sizes(arguments.sizes, settings.sizes)
+    sizes = _sizes(arguments.sizes, []) if arguments.sizes is not None else []
     prefix = sys.prefix if arguments.sys_prefix else arguments.prefix
     installed = install_kernelspecs(
-        sizes, arguments.mode or settings.default_mode, user=arguments.user, prefix=prefix
+        sizes, arguments.mode or settings.default_mode, user=arguments.user, prefix=prefix, asking=True
     )
     for name, directory in installed:
         print(f"Installed kernelspec {name} in {directory}")

@@ -34,7 +34,8 @@ from ..inventory import Device, Inventory, discover
 from ..ledger import Ledger
 from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
 from ..payloads import KernelPayload, PoolPayload
-from ..processes import current_process, identify
+from ..preview import Preview, never, preview_start
+from ..processes import current_process, identify, is_alive
 from ..records import NewRequest, Placed, ProcessIdentity, Refused, SliceRecord, UsageReport, Waiting
 from ..sizes import bytes_or_none, format_bytes
 from ..slice_request import SliceRequest, make_slice_request
@@ -140,6 +141,24 @@ class LocalBackend:
         if isinstance(never, Refusal) and not never.retry:
             raise DoesNotFitError(never.reason)
         return request
+
+    def preview(self, memory: object, mode: object = None, cores: object = None) -> Preview:
+        """What starting a kernel with this request would do now (``GET fit``, the start
+        picker): the same placement a start makes, from the same ledger; nothing is reserved."""
+        request = make_slice_request(
+            memory, mode, cores, self.settings.default_memory, self.settings.default_mode
+        )
+        devices = self.ledger.devices()
+        if not devices:
+            return never(self.inventory.problem or "no GPU found", "no GPU in the pool")
+        missing = request.mode.unavailable_reason(self.facts)
+        if missing:
+            return never(missing)
+        records = self.ledger.records()
+        held = [record.held() for record in records if record.state == "running"]
+        ahead = sum(1 for record in records if record.state == "queued" and is_alive(record.process))
+        wanted = Request("", self.owner, request.size, request.mode.placement)
+        return preview_start(wanted, devices, held, ahead, self.policy, self.settings.when_full)
 
     # ---- acquire / release ---------------------------------------------------------------
 

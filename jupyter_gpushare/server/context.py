@@ -22,6 +22,7 @@ from ..backends import Backend, ServerKernels
 from ..compat import forget_pending_kernel
 from ..errors import DoesNotFitError, NoSliceError, NoSuchKernelError, NotYourSliceError
 from ..payloads import KernelPayload, PoolPayload, StatusPayload
+from ..preview import Preview
 from ..provisioners import GPUShareProvisioner
 from ..records import UsageReport
 from .kernelspecs import default_kernelspec, request_defaults
@@ -274,6 +275,10 @@ class GPUShareContext:
 
     def pool(self) -> PoolPayload:
         return self.backend.pool()
+
+    def preview(self, memory: object, mode: object, cores: object) -> Preview:
+        """What a start of this size would do now (``GET fit``), from what decides the start."""
+        return self.backend.preview(memory, mode, cores)
 
     def stream_snapshot(self) -> StatusPayload:
         self.backend.refresh()

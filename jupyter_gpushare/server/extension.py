@@ -58,6 +58,7 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, "kernels", kernel, "resize"), kernel_routes.KernelResizeHandler),
             (url_path_join(base, "stream"), handlers.StreamHandler),
             (url_path_join(base, "config"), handlers.ConfigHandler),
+            (url_path_join(base, "fit"), handlers.FitHandler),
             (url_path_join(base, "openapi.yaml"), handlers.OpenAPIHandler),
         ],
     )

@@ -196,6 +196,38 @@ class ConfigHandler(GPUShareHandler):
         )
 
 
+class FitHandler(GPUShareHandler):
+    """``GET fit?gpu_memory=SIZE[&gpu_memory=SIZE…][&gpu_mode=M][&gpu_cores=N]``: what starting
+    a kernel of each size would do now, in the order asked (the start picker's annotations).
+    Nothing is reserved; a size that cannot be read is a 400, as ``POST kernels`` answers it."""
+
+    MAX_SIZES = 32
+
+    @web.authenticated  # type: ignore[untyped-decorator]
+    @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
+    async def get(self) -> None:
+        # Other parameters are left alone: JupyterLab adds a cache-busting one to every GET.
+        sizes = self.get_arguments("gpu_memory")
+        if not sizes:
+            raise web.HTTPError(400, "ask with ?gpu_memory=SIZE (one or more times)")
+        if len(sizes) > self.MAX_SIZES:
+            raise web.HTTPError(400, f"at most {self.MAX_SIZES} sizes at once, not {len(sizes)}")
+        mode, cores = (self._single(name) for name in ("gpu_mode", "gpu_cores"))
+        context = self.gpushare
+
+        def answer() -> list[dict[str, Any]]:
+            return [context.preview(size, mode, cores).as_json(size) for size in sizes]
+
+        self.write_json(await asyncio.to_thread(answer))
+
+    def _single(self, name: str) -> str | None:
+        values = self.get_arguments(name)
+        if len(values) > 1:
+            raise web.HTTPError(400, f"{name} may be given once, not {len(values)} times")
+        return values[0] if values else None
+
+
 class OpenAPIHandler(GPUShareHandler):
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
@@ -205,6 +237,7 @@ class OpenAPIHandler(GPUShareHandler):
 
 __all__ = [
     "ConfigHandler",
+    "FitHandler",
     "KernelGPUHandler",
     "KernelHandler",
     "KernelsHandler",

@@ -137,6 +137,23 @@ export interface IGPUShareConfig {
 }
 
 /**
+ * What starting a kernel of one size would do now: one entry of `GET fit`.
+ *
+ * @schema Fit
+ */
+export interface IFit {
+  gpu_memory: string;
+  verdict: 'now' | 'queue' | 'full' | 'never';
+  summary: string;
+  reason: string | null;
+  device: number | null;
+  node: string | null;
+  free: number | null;
+  memory_request: number | null;
+  queue_position: number | null;
+}
+
+/**
  * Every error answer: a sentence saying what is wrong.
  *
  * @schema Error
