@@ -25,7 +25,7 @@ from .allocator import (
     fit,
     free_memory,
 )
-from .inventory import Device
+from .devices import Device
 from .sizes import format_bytes
 
 # now: it would start at once; queue: it would wait (position given); full: no room now and this

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from ..config import GPUShare
 from ..payloads import KernelPayload, PoolPayload
+from ..preview import Preview
 from ..records import UsageReport
 from ..slice_request import SliceRequest
 
@@ -79,6 +80,10 @@ class Backend(Protocol):
     def check(self, memory: object, mode: object, cores: object, kernel_id: str) -> SliceRequest:
         """The checked request, or the refusal of what can never start (a bad size or mode, a
         size larger than any device, a quota): before anything is reserved or created."""
+
+    def preview(self, memory: object, mode: object, cores: object) -> Preview:
+        """What a start of this request would do now — start where, wait at which position, or
+        never and why — from what decides a real start; nothing is reserved (``GET fit``)."""
 
     def is_waiting(self, kernel_id: str) -> bool:
         """Whether the kernel's slice is not placed yet (queued, or its pod not running)."""

@@ -39,10 +39,12 @@ from ..k8s.pool import (
     read_pod,
 )
 from ..k8s.presets import resolve_preset
+from ..k8s.preview import preview_pod
 from ..k8s.requests import ClusterFacts
 from ..k8s.usage import MetricsFormatError, pod_memory_used
 from ..modes import MODES
 from ..payloads import KernelPayload, PoolPayload
+from ..preview import Preview
 from ..processes import current_process
 from ..records import UsageReport
 from ..sizes import bytes_or_none
@@ -256,6 +258,22 @@ class KubernetesBackend:
         if refusal is not None:
             raise DoesNotFitError(refusal)
         return request
+
+    def preview(self, memory: object, mode: object, cores: object) -> Preview:
+        """From the watched nodes and kernel pods: the node a pod would fit on now, its place
+        among the pods waiting, or why no node ever could."""
+        settings = self.settings
+        request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
+        return preview_pod(
+            request.size,
+            request.mode.name,
+            self.owner,
+            self.nodes(),
+            self.slices(),
+            self.preset,
+            max_memory_per_kernel=bytes_or_none(settings.max_memory_per_kernel),
+            max_memory_per_user=bytes_or_none(settings.max_memory_per_user),
+        )
 
     def is_waiting(self, kernel_id: str) -> bool:
         item = next((item for item in self.slices() if item.kernel_id == kernel_id), None)

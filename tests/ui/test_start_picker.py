@@ -240,9 +240,15 @@ def test_kernel_actions_are_commands_in_the_palette(page: Any, lab: Lab) -> None
         "gpushare:shutdown-kernel",
         "gpushare:open-kernel-notebook",
     } <= set(commands)
+    # The command is enabled once the panel's model has seen the kernel's slice (the next sample).
+    wait_for(
+        lambda: page.evaluate("() => window.jupyterapp.commands.isEnabled('gpushare:release-kernel')"),
+        what="the release command to be enabled",
+    )
     page.keyboard.press("Control+Shift+C")
     palette = page.locator("#command-palette")
     palette.locator("input").fill("Release the GPU Slice of This Kernel")
-    palette.locator(".lm-CommandPalette-item", has_text="Release the GPU Slice of This Kernel").click()
+    enabled = palette.locator(".lm-CommandPalette-item:not(.lm-mod-disabled)")
+    enabled.filter(has_text="Release the GPU Slice of This Kernel").click()
     wait_for(lambda: lab.slice_of(kernel_id) is None, what="the slice to be released")
     assert kernel_ids(lab) == {kernel_id}  # the kernel keeps running
