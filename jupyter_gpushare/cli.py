@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 
 from . import __version__
 from .backends import backend_for
 from .config import load_settings
-from .errors import GPUShareError
+from .errors import BackendUnavailableError, GPUShareError
 from .inventory import SimulationSpecError
 from .k8s.presets import PRESETS, PresetError
 from .kernelspec import install_kernelspecs
@@ -87,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Faults reach the user once, as the sentence below, not also through the library's log.
+    logging.getLogger("jupyter_gpushare").addHandler(logging.NullHandler())
     parser = build_parser()
     arguments = parser.parse_args(argv)
     try:
@@ -104,6 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             checks = run_checks(load_settings(), kernel=not arguments.no_kernel)
             print(report(checks, arguments.json))
             return 1 if any(check.status == "FAIL" for check in checks) else 0
+    except BackendUnavailableError as error:
+        # The pool (the node's ledger, the cluster), not the command, is at fault: the sentence
+        # names what and the fix.
+        print(f"jupyter gpushare: error: {error}", file=sys.stderr)
+        return 1
     except (CommandError, GPUShareError, SizeError, SimulationSpecError, PresetError) as error:
         print(f"jupyter gpushare: error: {error}", file=sys.stderr)
         return 2
@@ -114,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _status(as_json: bool) -> int:
     # The local backend reconciles the ledger as it opens it; the Kubernetes one lists the cluster.
     backend = backend_for(load_settings())
+    backend.check_access()  # a pool that cannot be read at all: one sentence, exit status 1
     status: StatusPayload = {"pool": backend.pool(), "kernels": backend.all_kernels()}
     if as_json:
         print(json.dumps(status, indent=2))

@@ -98,6 +98,10 @@ class Backend(Protocol):
     def refresh(self) -> None:
         """Take a usage sample now if nothing else samples (a panel is open, no kernel runs)."""
 
+    def check_access(self) -> None:
+        """Raise (a ``BackendUnavailableError``) when the pool cannot be read at all — a broken
+        ledger file, no cluster — with the sentence that says what and the fix."""
+
     def problem(self) -> str | None:
         """Why the pool may be empty, stale or wrong now, as a sentence; None when it is fine."""
 

@@ -242,7 +242,9 @@ class KubernetesBackend:
         """Refuse what can never start: a bad request, a size larger than every card the nodes
         advertise, the per-kernel limit, or the per-user limit across the user's kernel pods."""
         settings = self.settings
-        request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
+        request = make_slice_request(
+            memory, mode, cores, settings.default_memory, settings.default_mode, settings.min_memory_bytes()
+        )
         if request.size.kind != "bytes":
             return request
         wanted = request.size.resolve(0)
@@ -263,7 +265,9 @@ class KubernetesBackend:
         """From the watched nodes and kernel pods: the node a pod would fit on now, its place
         among the pods waiting, or why no node ever could."""
         settings = self.settings
-        request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
+        request = make_slice_request(
+            memory, mode, cores, settings.default_memory, settings.default_mode, settings.min_memory_bytes()
+        )
         return preview_pod(
             request.size,
             request.mode.name,
@@ -301,6 +305,9 @@ class KubernetesBackend:
             threading.Thread(target=shared.watch, name="gpushare-watch-start", daemon=True).start()
         if self.settings.usage_metrics_url:
             threading.Thread(target=self._read_metrics_forever, name="gpushare-metrics", daemon=True).start()
+
+    def check_access(self) -> None:
+        self.cluster  # noqa: B018 (raises ClusterError with the reason when none is configured)
 
     def problem(self) -> str | None:
         shared = self._shared

@@ -24,6 +24,7 @@ from traitlets import Any as AnyTrait
 from .. import env_names
 from ..backends.local import LocalBackend, local_backend
 from ..config import load_settings
+from ..errors import LedgerError
 from .base import REQUEST_TRAITS, GPUShareProvisioner
 
 KERNEL_EXTENSION = "jupyter_gpushare.kernel"
@@ -115,11 +116,19 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
 
     async def cleanup(self, restart: bool = False) -> None:
         await super().cleanup(restart=restart)
-        if restart:
-            # Between the old process and the new one, the slice follows this process.
-            self.backend.attach_kernel(self.kernel_id, None)
-        else:
-            self.backend.free(self.kernel_id)
+        try:
+            if restart:
+                # Between the old process and the new one, the slice follows this process.
+                self.backend.attach_kernel(self.kernel_id, None)
+            else:
+                self.backend.free(self.kernel_id)
+        except LedgerError as error:
+            # A shutdown must end even when the ledger cannot be written (a server stopping
+            # on SIGTERM above all); the slice's process is gone, so reconciliation frees it
+            # once the ledger is usable again.
+            self.log.warning(
+                "Kernel %s: its GPU slice stays until the ledger is mended: %s", self.kernel_id, error
+            )
 
     # ---- what a server asks of every gpushare kernel ---------------------------------------
 

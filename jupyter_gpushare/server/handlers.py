@@ -19,6 +19,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..http_errors import answering_domain_errors, message_of
+from . import request_body
 from .context import GPUShareContext
 
 AUTH_RESOURCE = "gpushare"
@@ -43,13 +44,7 @@ class GPUShareHandler(APIHandler):  # type: ignore[misc]
 
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object, or a 400 that says what is wrong with it."""
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise web.HTTPError(400, "the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, "the request body must be a JSON object")
-        return body
+        return request_body.json_object(self.request.body or b"")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # Never a traceback, never a 500 for our refusals: the reason, as a sentence.
@@ -94,9 +89,9 @@ class KernelsHandler(GPUShareHandler):
     @answering_domain_errors
     async def post(self) -> None:
         body = self.json_body()
-        for name in ("name", "path"):
-            if body.get(name) is not None and not isinstance(body[name], str):
-                raise web.HTTPError(400, f"{name} must be a string, not {json.dumps(body[name])}")
+        for name, limit in (("name", request_body.MAX_NAME_BYTES), ("path", request_body.MAX_PATH_BYTES)):
+            if body.get(name) is not None:
+                request_body.check_label(name, body[name], limit)
         view, started = await self.gpushare.start_kernel(
             body.get("name") or None, body.get("path") or "", request_fields(body)
         )

@@ -26,6 +26,8 @@ export interface IPool {
   overcommit: number;
   devices: IDevice[];
   queue: IQueueEntry[];
+  // Why the view is empty or stale, with its fix (the panel's banner): the cluster cannot be
+  // read, or the node's ledger file cannot be used.
   problem?: string;
 }
 

@@ -256,3 +256,19 @@ def test_the_panel_reconnects_after_a_server_restart(page: Any, lab: Lab) -> Non
     # No reload: the same page's panel shows the kernel the new server started.
     expect(panel.locator(f'{ROW}[data-kernel-id="{started["kernel_id"]}"]')).to_be_visible(timeout=15_000)
     expect(panel.locator(".jp-gpushare-connection")).to_have_text("live")
+
+
+def test_a_broken_ledger_shows_as_a_banner_until_it_is_mended(page: Any, lab: Lab) -> None:
+    """Issue 11: the panel says what is wrong with the node's ledger and how to fix it."""
+    panel = open_panel(page)
+    expect(panel.locator(".jp-gpushare-device")).to_have_count(2)
+    with lab.ledger_path.open("r+b") as ledger:
+        ledger.write(b"garbage " * 4096)
+    banner = panel.locator(".jp-gpushare-error")
+    expect(banner).to_be_visible(timeout=10_000)
+    expect(banner).to_contain_text(f"The GPU ledger {lab.ledger_path} is damaged")
+    expect(banner).to_contain_text("mv ")
+    expect(panel.locator(".jp-gpushare-empty").first).to_be_hidden()  # not "No GPU in this pool"
+    lab.ledger_path.rename(lab.ledger_path.with_name("damaged-ledger.sqlite"))  # the fix
+    expect(banner).to_be_hidden(timeout=10_000)
+    expect(panel.locator(".jp-gpushare-device")).to_have_count(2)

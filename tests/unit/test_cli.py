@@ -226,3 +226,16 @@ def test_usage_errors_exit_2(argv: list[str], capsys) -> None:
         main(argv)
     assert caught.value.code == 2
     assert "usage" in capsys.readouterr().err
+
+
+def test_status_on_a_damaged_ledger_is_one_sentence_and_exit_status_1(
+    ledger_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hold(ledger_path, "k1", "alice", "4G", current_process())
+    ledger_path.write_bytes(b"garbage " * 1024)
+    assert main(["status"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"jupyter gpushare: error: The GPU ledger {ledger_path} is damaged")
+    assert f"mv {ledger_path} {ledger_path}.broken" in line
