@@ -34,6 +34,8 @@ BACKEND = trait_variable("backend")
 DEFAULT_MODE = trait_variable("default_mode")
 SAMPLE_INTERVAL = trait_variable("sample_interval")
 IDLE_RELEASE_AFTER = trait_variable("idle_release_after")
+IDLE_ACTION = trait_variable("idle_action")
+IDLE_POD_RESTART = trait_variable("idle_pod_restart")
 MAX_MEMORY_PER_USER = trait_variable("max_memory_per_user")
 GPU_SIZE = "JUPYTER_GPUSHARE_GPU_SIZE"  # the size a JupyterHub profile picked for a user's server
 

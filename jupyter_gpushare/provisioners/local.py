@@ -132,11 +132,21 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
 
     # ---- what a server asks of every gpushare kernel ---------------------------------------
 
-    async def resize(self, memory: object, restart: bool) -> bool:
+    async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         """Resize in place in the ledger; a restart only when asked (JAX/TensorFlow read their
         cap only at start)."""
-        await asyncio.to_thread(self.backend.resize, self.kernel_id, memory)
+        await asyncio.to_thread(self.backend.resize, self.kernel_id, memory, force)
         return restart
+
+    async def suspend(self) -> None:
+        """This process started the kernel: it has the driver checkpoint it (a helper process
+        does the calls) and gives the slice back once the driver says it is done."""
+        outcome = await asyncio.to_thread(self.backend.suspend, self.kernel_id)
+        self.set_state(f"suspended ({outcome.state.state_bytes} bytes of GPU state in host memory)")
+
+    async def resume(self) -> None:
+        outcome = await self.backend.resume(self.kernel_id, on_wait=self._report_wait)
+        self.set_state(f"holds {outcome.record.size} on {outcome.record.unit_uuid} (resumed)")
 
     def token_matches(self, token: str | None) -> bool:
         own = self.backend.token_for(self.kernel_id)

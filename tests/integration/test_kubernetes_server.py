@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client as k8s_client
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyter_gpushare.errors import DoesNotFitError
+from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, DoesNotFitError
 from jupyter_gpushare.k8s.cluster import Cluster, load_configuration
 from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, pod_name, secret_name
 from jupyter_gpushare.k8s.watch import ClusterWatch
@@ -298,12 +298,15 @@ async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
     # A pod's slice is fixed: resizing without a restart changes nothing, and says so.
     _, err = await execute(server, kernel_id, "%gpu resize 8G")
     assert "fixed for the pod's life: nothing was changed" in err
-    _, err = await execute(server, kernel_id, "%gpu release")
-    assert "keeps it for the pod's life" in err
+    for command in ("%gpu release", "%gpu suspend", "%gpu resume"):
+        _, err = await execute(server, kernel_id, command)
+        assert POD_HOLDS_ITS_GPU in err
     refused = server.request("PATCH", f"/api/gpushare/kernels/{kernel_id}", {"gpu_memory": "8G"})
     assert refused.status == 409 and "nothing was changed" in refused.body["message"]
     refused = server.request("DELETE", f"/api/gpushare/kernels/{kernel_id}/gpu")
-    assert refused.status == 409 and "shut the kernel down" in refused.body["message"]
+    assert refused.status == 409 and POD_HOLDS_ITS_GPU in refused.body["message"]
+    refused = server.request("POST", f"/api/gpushare/kernels/{kernel_id}/suspend")
+    assert refused.status == 409 and POD_HOLDS_ITS_GPU in refused.body["message"]
     assert get(server, f"kernels/{kernel_id}")["memory_request"] == 6 * GiB
 
     # With a restart (the panel's Resize on a pod): a new pod of the new size.
