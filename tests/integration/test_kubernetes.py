@@ -2,7 +2,7 @@
 
 Real kernels start through jupyter_client's AsyncMultiKernelManager with a gpushare kernelspec
 and ``backend = "kubernetes"``: the provisioner talks to kmock's emulator (extended with the real
-API's semantics, see k8s_sim.py) over HTTP with the official client and a kubeconfig; the
+API's semantics, see k8s_sim/) over HTTP with the official client and a kubeconfig; the
 simulated node runs each pod's command as a local process. Nothing of the provisioner is mocked.
 """
 
