@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import os
 import random
@@ -34,6 +35,11 @@ from .api import ApiServer
 from .events import post_event
 from .resources import PODS, now
 from .volumes import materialise, secret_writes
+
+
+def image_id(image: str) -> str:
+    """The image's ID as the container runtime reports it once pulled (a digest; made up here)."""
+    return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
 
 @dataclass
@@ -145,6 +151,7 @@ class Kubelet:
                         {
                             "name": c["name"],
                             "image": c["image"],
+                            "imageID": image_id(c["image"]),
                             "ready": True,
                             "restartCount": 0,
                             "state": {
@@ -157,6 +164,7 @@ class Kubelet:
                         {
                             "name": main["name"],
                             "image": main["image"],
+                            "imageID": image_id(main["image"]),
                             "ready": True,
                             "started": True,
                             "restartCount": 0,
@@ -194,7 +202,14 @@ class Kubelet:
             if old.get("reason") == reason:
                 return
             current["status"][key] = [
-                {"name": target["name"], "image": image, "ready": False, "restartCount": 0, "state": waiting}
+                {
+                    "name": target["name"],
+                    "image": image,
+                    "imageID": "",  # nothing pulled
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": waiting,
+                }
             ]
             await self.api.store(PODS, current)
         if first:
@@ -261,9 +276,18 @@ class Kubelet:
             if message:
                 terminated["message"] = message
             key = "initContainerStatuses" if init else "containerStatuses"
-            name = init or current["spec"]["containers"][0]["name"]
+            spec = current["spec"]
+            ended = next(c for c in spec.get("initContainers") or [] if c["name"] == init) if init else None
+            container = ended or spec["containers"][0]
             current["status"][key] = [
-                {"name": name, "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
+                {
+                    "name": container["name"],
+                    "image": container["image"],
+                    "imageID": image_id(container["image"]),
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": terminated},
+                }
             ]
             current["status"]["phase"] = "Succeeded" if code == 0 and not init else "Failed"
             current["status"]["conditions"] = [
