@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ..polling import wait_until
 from .k8s_sim import SimulatedCluster, hami_nodes
+from .kernels import has_ended
 
 pytestmark = pytest.mark.integration
 
@@ -110,13 +111,6 @@ def pid_of(core: k8s_client.CoreV1Api, name: str) -> int:
     phase(core, name, "Running")
     log = wait_until(lambda: core.read_namespaced_pod_log(name, NAMESPACE), 15, message=f"{name}'s output")
     return int(log.split()[0])
-
-
-def ended(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 # ---- the scheduler ---------------------------------------------------------------------------
@@ -315,12 +309,12 @@ def test_deleting_a_pod_stops_its_process(sim: SimulatedCluster, core: k8s_clien
         marked.metadata.deletion_timestamp is not None and marked.metadata.deletion_grace_period_seconds == 5
     )
     wait_until(lambda: gone(core, "graceful"), 15, message="the graceful pod gone")
-    assert ended(graceful)
+    assert has_ended(graceful)
 
     # Grace 0: gone from the API at once; the node kills the process when it notices.
     core.delete_namespaced_pod("at-once", NAMESPACE, grace_period_seconds=0)
     assert gone(core, "at-once")
-    wait_until(lambda: ended(at_once), 15, message="the process of the deleted pod ended")
+    wait_until(lambda: has_ended(at_once), 15, message="the process of the deleted pod ended")
     wait_until(lambda: sim.node.running == {}, 15, message="the node forgot its pods")
     assert sim.violations == []
 
@@ -336,7 +330,7 @@ def test_an_oom_kill_ends_the_pod_with_oomkilled(sim: SimulatedCluster, core: k8
     assert [(c.type, c.status, c.reason) for c in pod.status.conditions] == [
         ("Ready", "False", "PodCompleted")
     ]
-    assert ended(pid)
+    assert has_ended(pid)
     assert sim.violations == []
 
 

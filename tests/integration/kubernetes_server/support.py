@@ -4,11 +4,10 @@ each answer checked against the OpenAPI document; shared by the tests of this pa
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...polling import wait_until
 from ..conftest import IMAGE, Node
 from ..k8s_sim import SimulatedCluster
 from ..servers import JupyterServer, start_server
@@ -36,16 +35,8 @@ def server_for(
     return start_server(node, name, environment)
 
 
-def until(read: Callable[[], Any], check: Callable[[Any], bool], timeout: float = 20, what: str = "") -> Any:
-    """Read until ``check`` holds; the last value read, or fail with it."""
-    deadline = time.monotonic() + timeout
-    value = read()
-    while not check(value):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what or 'condition'} not reached in {timeout} s; last: {value!r}")
-        time.sleep(0.1)
-        value = read()
-    return value
+# How often the tests poll the server's API (each poll is a request to a busy server).
+POLL = 0.1
 
 
 CONTRACT = Contract(load_document())
@@ -67,10 +58,11 @@ def start(server: JupyterServer, body: dict[str, Any]) -> dict[str, Any]:
 
 def running_view(server: JupyterServer, kernel_id: str, timeout: float = 30) -> dict[str, Any]:
     return dict(
-        until(
+        wait_until(
             lambda: server.request("GET", f"/api/gpushare/kernels/{kernel_id}").body,
-            lambda view: isinstance(view, dict) and view.get("state") == "running",
             timeout,
+            POLL,
             f"kernel {kernel_id} running",
+            until=lambda view: isinstance(view, dict) and view.get("state") == "running",
         )
     )

@@ -14,13 +14,14 @@ from jupyter_gpushare.errors import DoesNotFitError
 from jupyter_gpushare.k8s.manifests import pod_name
 from jupyter_gpushare.sizes import GiB
 
+from ...polling import wait_until
 from ..conftest import NAMESPACE, Node
 from ..k8s_sim import SimulatedCluster, hami_nodes
 from ..kernels import write_kernelspec
 from ..servers import JupyterServer, execute
 from ..test_kubernetes import manager, nothing_left
 from ..test_rest_api import metrics
-from .support import get, running_view, server_for, start, until
+from .support import POLL, get, running_view, server_for, start
 
 pytestmark = pytest.mark.integration
 
@@ -104,11 +105,12 @@ async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
     )
     assert resized.status == 200, resized.body
     view = await asyncio.to_thread(
-        until,
+        wait_until,
         lambda: get(server, f"kernels/{kernel_id}"),
-        lambda v: v["state"] == "running" and v["memory_request"] == 8 * GiB,
         30,
+        POLL,
         "the 8G pod",
+        until=lambda v: v["state"] == "running" and v["memory_request"] == 8 * GiB,
     )
     [pod] = [p for p in cluster.pods() if p["metadata"]["name"] == pod_name(kernel_id)]
     assert pod["metadata"]["uid"] != old_uid
@@ -118,11 +120,12 @@ async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
     out, err = await execute(server, kernel_id, "%gpu resize 10G --restart")
     assert "restarting kernel" in out and "10G" in out, err
     await asyncio.to_thread(
-        until,
+        wait_until,
         lambda: get(server, f"kernels/{kernel_id}"),
-        lambda v: v["state"] == "running" and v["memory_request"] == 10 * GiB,
         40,
+        POLL,
         "the 10G pod",
+        until=lambda v: v["state"] == "running" and v["memory_request"] == 10 * GiB,
     )
     out, _ = await execute(server, kernel_id, "print(6 * 7)")
     assert out == "42\n"
@@ -149,7 +152,12 @@ async def _unschedulable(node: Node, cluster: SimulatedCluster) -> None:
     server = await asyncio.to_thread(server_for, node, cluster, "k8s-wait", {"unschedulable_grace": 4.0})
     try:
         await asyncio.to_thread(
-            until, lambda: get(server, "pool"), lambda p: len(p["devices"]) == 4, 10, "four nodes"
+            wait_until,
+            lambda: get(server, "pool"),
+            10,
+            POLL,
+            "four nodes",
+            until=lambda p: len(p["devices"]) == 4,
         )
         # Larger than any card: refused before anything is made.
         refused = server.request(
@@ -165,22 +173,24 @@ async def _unschedulable(node: Node, cluster: SimulatedCluster) -> None:
         assert started["state"] == "queued"
         reason = "0/4 nodes are available: 4 Insufficient nvidia.com/gpumem."
         view = await asyncio.to_thread(
-            until,
+            wait_until,
             lambda: get(server, f"kernels/{kernel_id}"),
-            lambda v: v.get("detail") == f"pending: {reason}",
             10,
+            POLL,
             "the scheduler's reason",
+            until=lambda v: v.get("detail") == f"pending: {reason}",
         )
         assert view["state"] == "queued" and view["queue_position"] == 1
         assert view["memory_request"] == 60 * GiB
         [entry] = get(server, "pool")["queue"]
         assert entry["kernel_id"] == kernel_id and entry["reason"] == reason
         failed = await asyncio.to_thread(
-            until,
+            wait_until,
             lambda: server.request("GET", f"/api/gpushare/kernels/{kernel_id}"),
-            lambda response: response.status != 200,
             20,
+            POLL,
             "the start to fail",
+            until=lambda response: response.status != 200,
         )
         assert failed.status == 409
         assert reason in failed.body["message"] and "nvidia.com/gpumem=61440" in failed.body["message"]

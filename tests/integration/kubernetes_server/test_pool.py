@@ -15,11 +15,12 @@ from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, pod_name
 from jupyter_gpushare.k8s.watch import ClusterWatch
 from jupyter_gpushare.sizes import GiB, MiB
 
+from ...polling import wait_until
 from ..conftest import IMAGE, NAMESPACE, Node
 from ..k8s_sim import NODES, PODS, SimNode, SimulatedCluster
 from ..servers import JupyterServer, start_server
 from ..test_kubernetes import manager, nothing_left
-from .support import get, until
+from .support import POLL, get
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def test_the_watch_lists_then_follows_nodes_and_kernel_pods(cluster: SimulatedCl
     watch = ClusterWatch(api, on_change=lambda: changes.append(1)).start()
     try:
         assert watch.wait_synced(10) and watch.problem is None
-        until(lambda: len(watch.nodes.items()), lambda n: n == 4, 10, "four nodes")
+        wait_until(lambda: len(watch.nodes.items()), 10, POLL, "four nodes", until=lambda n: n == 4)
         assert watch.pods.items() == []
         kernel = {"metadata": {"name": "k", "namespace": NAMESPACE, "labels": {APP_LABEL: APP}}}
         other = {"metadata": {"name": "web", "namespace": NAMESPACE, "labels": {APP_LABEL: "web"}}}
@@ -40,10 +41,16 @@ def test_the_watch_lists_then_follows_nodes_and_kernel_pods(cluster: SimulatedCl
         cluster.add(
             PODS, {**kernel, "spec": {**elsewhere, "containers": [{"name": "kernel", "image": IMAGE}]}}
         )
-        until(lambda: [p["metadata"]["name"] for p in watch.pods.items()], lambda n: n == ["k"], 10, "pod k")
+        wait_until(
+            lambda: [p["metadata"]["name"] for p in watch.pods.items()],
+            10,
+            POLL,
+            "pod k",
+            until=lambda names: names == ["k"],
+        )
         before = watch.version
         cluster.remove(PODS, NAMESPACE, "k")
-        until(lambda: watch.pods.items(), lambda items: items == [], 10, "pod k gone")
+        wait_until(lambda: watch.pods.items(), 10, POLL, "pod k gone", until=lambda items: items == [])
         assert watch.version > before and changes
     finally:
         watch.stop()
@@ -56,7 +63,7 @@ def test_a_watch_that_cannot_reach_the_api_says_why_and_keeps_trying() -> None:
     api = Cluster(NAMESPACE, configuration=configuration)
     watch = ClusterWatch(api).start()
     try:
-        until(lambda: watch.problem, lambda problem: bool(problem), 10, "a problem")
+        wait_until(lambda: watch.problem, 10, POLL, "a problem")
         assert "cannot reach the Kubernetes API to watch nodes" in str(watch.problem)
         assert not watch.nodes.synced.is_set()
     finally:
@@ -67,7 +74,9 @@ def test_a_watch_that_cannot_reach_the_api_says_why_and_keeps_trying() -> None:
 def test_the_pool_is_the_clusters_gpu_nodes_and_follows_them(
     server: JupyterServer, cluster: SimulatedCluster
 ) -> None:
-    pool = until(lambda: get(server, "pool"), lambda p: len(p["devices"]) == 4, what="four nodes")
+    pool = wait_until(
+        lambda: get(server, "pool"), 20, POLL, "four nodes", until=lambda p: len(p["devices"]) == 4
+    )
     assert pool["backend"] == "kubernetes"
     assert "problem" not in pool
     first = pool["devices"][0]
@@ -98,7 +107,9 @@ def test_the_pool_is_the_clusters_gpu_nodes_and_follows_them(
             },
         ).manifest(),
     )
-    pool = until(lambda: get(server, "pool"), lambda p: len(p["devices"]) == 5, timeout=10, what="5 nodes")
+    pool = wait_until(
+        lambda: get(server, "pool"), 10, POLL, "5 nodes", until=lambda p: len(p["devices"]) == 5
+    )
     joined = pool["devices"][4]
     assert joined["name"] == "2× NVIDIA L4 on gpu-node-5"
     assert joined["cards"] == 2 and joined["sharing"] == "time-slicing"

@@ -15,11 +15,12 @@ from jupyter_gpushare.k8s.manifests import pod_name, secret_name
 from jupyter_gpushare.sizes import GiB
 
 from ...json_http import json_call
+from ...polling import wait_until
 from ..conftest import Node
 from ..k8s_sim import SimulatedCluster
 from ..servers import JupyterServer, Response
 from ..test_kubernetes import nothing_left
-from .support import CONTRACT, get, running_view, server_for, start, until
+from .support import CONTRACT, POLL, get, running_view, server_for, start
 
 pytestmark = pytest.mark.integration
 
@@ -133,16 +134,22 @@ async def test_hami_metrics_give_the_use_of_kernels_that_do_not_report(
             f'vGPU_device_memory_usage_in_bytes{{ctrname="x",podname="other-pod",podnamespace="kernels"}} 1\n'
         )
         view = await asyncio.to_thread(
-            until,
+            wait_until,
             lambda: get(server, f"kernels/{kernel_id}"),
-            lambda v: v["usage_source"] == "hami",
             15,
+            POLL,
             "HAMi's figure",
+            until=lambda v: v["usage_source"] == "hami",
         )
         assert view["memory_used"] == 3 * GiB
         Metrics.text = "this is { not metrics"
         pool = await asyncio.to_thread(
-            until, lambda: get(server, "pool"), lambda p: "problem" in p, 15, "the metrics problem"
+            wait_until,
+            lambda: get(server, "pool"),
+            15,
+            POLL,
+            "the metrics problem",
+            until=lambda p: "problem" in p,
         )
         assert f"cannot read GPU usage from {url}" in pool["problem"]
         await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
