@@ -22,7 +22,8 @@ One job per module:
 * cluster.py — :class:`SimulatedCluster`, both on their own event loop in a thread, and a
   kubeconfig pointing at them.
 
-tests/integration/test_k8s_sim_selectors.py and test_k8s_sim.py test the simulator itself.
+The simulator has tests of its own: tests/unit/test_k8s_sim_selectors.py (the selectors) and
+tests/integration/test_k8s_sim.py (a cluster driven through the official client).
 """
 
 from __future__ import annotations
