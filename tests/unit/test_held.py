@@ -46,7 +46,9 @@ def service(tmp_path: Path) -> Iterator[LocalBackend]:
     service.ledger.close()
 
 
-async def test_a_shrink_below_what_the_kernel_holds_is_refused_with_the_numbers(service: LocalBackend) -> None:
+async def test_a_shrink_below_what_the_kernel_holds_is_refused_with_the_numbers(
+    service: LocalBackend,
+) -> None:
     await start(service, "k1", "4G")
     declare(service, "k1", 3.8)
     with pytest.raises(DoesNotFitError) as refused:
@@ -61,7 +63,9 @@ async def test_a_shrink_below_what_the_kernel_holds_is_refused_with_the_numbers(
     assert service.resize("k1", "3900M").memory == 3900 * 2**20
 
 
-async def test_a_forced_shrink_keeps_the_held_memory_reserved_until_it_is_freed(service: LocalBackend) -> None:
+async def test_a_forced_shrink_keeps_the_held_memory_reserved_until_it_is_freed(
+    service: LocalBackend,
+) -> None:
     await start(service, "k1", "4G")
     declare(service, "k1", 3.8)
     record = service.resize("k1", "1G", force=True)
@@ -70,7 +74,7 @@ async def test_a_forced_shrink_keeps_the_held_memory_reserved_until_it_is_freed(
     view = next(view for view in service.all_kernels() if view["kernel_id"] == "k1")
     assert view["held"] == int(3.8 * GiB) and view["memory_request"] == 1 * GiB
     # 16G card, 3.8G held: 12.2G is all a second kernel can have.
-    with pytest.raises(DoesNotFitError, match="12.2G free on GPU0"):
+    with pytest.raises(DoesNotFitError, match=r"12\.2G free on GPU0"):
         await start(service, "k2", "13G")
     declare(service, "k1", 0.5)  # freed: the slice's own 1G counts again
     assert reserved(service) == 1 * GiB
@@ -149,7 +153,9 @@ steps = st.lists(
 
 @settings(max_examples=60)
 @given(steps)
-def test_no_placement_ever_lands_in_memory_a_live_process_holds(tmp_path_factory, sequence: list[Step]) -> None:
+def test_no_placement_ever_lands_in_memory_a_live_process_holds(
+    tmp_path_factory, sequence: list[Step]
+) -> None:
     service = make_service(tmp_path_factory.mktemp("held"), simulate="2xT4-16GB", when_full="fail")
     capacity = 16 * GiB
     holds: dict[str, int] = {}  # the model: what each kernel's process really holds
