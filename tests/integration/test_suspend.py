@@ -19,9 +19,11 @@ from jupyter_gpushare.sizes import GiB, format_bytes
 from ..polling import async_wait_until
 from .conftest import Node
 from .kernels import run_cell
+from .servers import JupyterServer, execute, start_server
 
 pytestmark = pytest.mark.integration
 
+API = "/api/gpushare"
 DECLARE = "from jupyter_gpushare import kernel as gpu\ngpu.simulate_usage('{}')"
 
 
@@ -84,3 +86,37 @@ async def test_suspend_then_the_next_cell_waits_for_a_slice_resumes_and_runs(
     record = node.ledger.get(kernel_id)
     assert record is not None and record.state == "running" and record.memory == 16 * GiB
     assert record.memory_used is not None and format_bytes(record.memory_used) == "3.8G"
+
+
+async def test_the_rest_routes_suspend_and_resume_and_refuse_bad_requests(node: Node) -> None:
+    server: JupyterServer = await asyncio.to_thread(start_server, node)
+    try:
+        started = server.request("POST", f"{API}/kernels", {"name": "python3-gpu-4g"})
+        kernel_id = started.body["kernel_id"]
+        await execute(server, kernel_id, DECLARE.format("2G") + "\nx = 41")
+        url = f"{API}/kernels/{kernel_id}"
+        refusals = [
+            ("POST", f"{url}/resume", None, 409, "not suspended"),
+            ("POST", f"{url}/suspend", {"now": True}, 400, "takes no fields, not now"),
+            ("POST", f"{API}/kernels/no-such-kernel/suspend", None, 404, "no-such-kernel"),
+            ("PATCH", url, {"gpu_memory": "1G"}, 409, "1G is less than the 2G this kernel holds"),
+            ("PATCH", url, {"gpu_memory": "1G", "force": "yes"}, 400, 'force must be true or false, not "yes"'),
+        ]
+        for method, path, body, status, words in refusals:
+            answer = server.request(method, path, body)
+            assert answer.status == status and words in answer.body["message"], (method, path, answer)
+        assert node.ledger.get(kernel_id).memory == 4 * GiB  # type: ignore[union-attr]
+
+        suspended = server.request("POST", f"{url}/suspend")
+        assert suspended.status == 200 and suspended.body["state"] == "suspended", suspended
+        assert node.ledger.get(kernel_id) is None and node.reserved() == 0
+        again = server.request("POST", f"{url}/suspend")
+        assert again.status == 409 and "suspended already" in again.body["message"]
+
+        resumed = server.request("POST", f"{url}/resume")
+        assert resumed.status == 200 and resumed.body["state"] == "running", resumed
+        assert resumed.body["memory_request"] == 4 * GiB
+        out, err = await execute(server, kernel_id, "print(x + 1)")
+        assert out.strip() == "42" and "Resuming" not in out, (out, err)
+    finally:
+        await asyncio.to_thread(server.stop)
