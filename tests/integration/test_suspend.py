@@ -34,7 +34,9 @@ async def kernels(node: Node) -> AsyncIterator[AsyncMultiKernelManager]:
     await manager.shutdown_all(now=True)
 
 
-async def test_held_memory_is_refused_then_kept_reserved(node: Node, kernels: AsyncMultiKernelManager) -> None:
+async def test_held_memory_is_refused_then_kept_reserved(
+    node: Node, kernels: AsyncMultiKernelManager
+) -> None:
     kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
     kernel = kernels.get_kernel(kernel_id)
     await run_cell(kernel, DECLARE.format("3.8G"))
@@ -100,7 +102,13 @@ async def test_the_rest_routes_suspend_and_resume_and_refuse_bad_requests(node: 
             ("POST", f"{url}/suspend", {"now": True}, 400, "takes no fields, not now"),
             ("POST", f"{API}/kernels/no-such-kernel/suspend", None, 404, "no-such-kernel"),
             ("PATCH", url, {"gpu_memory": "1G"}, 409, "1G is less than the 2G this kernel holds"),
-            ("PATCH", url, {"gpu_memory": "1G", "force": "yes"}, 400, 'force must be true or false, not "yes"'),
+            (
+                "PATCH",
+                url,
+                {"gpu_memory": "1G", "force": "yes"},
+                400,
+                'force must be true or false, not "yes"',
+            ),
         ]
         for method, path, body, status, words in refusals:
             answer = server.request(method, path, body)
