@@ -1,8 +1,8 @@
 /**
  * The JupyterLab commands of jupyter-gpushare (SPEC §9): the panel, and the actions on a GPU
  * kernel — resize, release, suspend and resume, shut down, open its notebook — that the panel's
- * rows run and that
- * the command palette and key bindings reach too (as JupyterLab's running-sessions panel does).
+ * rows run and that the command palette and key bindings reach too (as JupyterLab's
+ * running-sessions panel does).
  *
  * A kernel command takes `{kernelId}`; without it, it acts on the current notebook's kernel.
  */

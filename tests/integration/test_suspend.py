@@ -117,7 +117,8 @@ async def test_the_rest_routes_suspend_and_resume_and_refuse_bad_requests(node: 
 
         suspended = server.request("POST", f"{url}/suspend")
         assert suspended.status == 200 and suspended.body["state"] == "suspended", suspended
-        assert node.ledger.get(kernel_id) is None and node.reserved() == 0
+        left = node.ledger.released(kernel_id)
+        assert node.ledger.get(kernel_id) is None and left is not None and left.suspended is not None
         again = server.request("POST", f"{url}/suspend")
         assert again.status == 409 and "suspended already" in again.body["message"]
 
