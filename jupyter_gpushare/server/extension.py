@@ -55,10 +55,8 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, "kernels"), handlers.KernelsHandler),
             (url_path_join(base, "kernels", kernel), handlers.KernelHandler),
             (url_path_join(base, "kernels", kernel, "gpu"), handlers.KernelGPUHandler),
-            (
-                url_path_join(base, "kernels", kernel, "(?P<action>suspend|resume)"),
-                handlers.KernelStateHandler,
-            ),
+            (url_path_join(base, "kernels", kernel, "suspend"), handlers.KernelSuspendHandler),
+            (url_path_join(base, "kernels", kernel, "resume"), handlers.KernelResumeHandler),
             (url_path_join(base, "kernels", kernel, "idle"), kernel_routes.KernelIdleHandler),
             (url_path_join(base, "kernels", kernel, "usage"), kernel_routes.KernelUsageHandler),
             (url_path_join(base, "kernels", kernel, "self"), kernel_routes.KernelSelfHandler),

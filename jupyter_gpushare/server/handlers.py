@@ -137,21 +137,32 @@ class KernelGPUHandler(GPUShareHandler):
 
 
 class KernelStateHandler(GPUShareHandler):
-    """``POST kernels/{id}/suspend`` and ``POST kernels/{id}/resume`` (no body, or ``{}``)."""
+    """``POST kernels/{id}/suspend`` and ``POST kernels/{id}/resume`` (no body, or ``{}``): one
+    subclass per route, so each route is a path of its own in the OpenAPI document."""
+
+    action = ""
 
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
     @answering_domain_errors
-    async def post(self, kernel_id: str, action: str) -> None:
+    async def post(self, kernel_id: str) -> None:
         if (self.request.body or b"").strip():
             body = self.json_body()
             if body:
-                raise web.HTTPError(400, f"{action} takes no fields, not {', '.join(sorted(body))}")
-        if action == "suspend":
+                raise web.HTTPError(400, f"{self.action} takes no fields, not {', '.join(sorted(body))}")
+        if self.action == "suspend":
             await self.gpushare.suspend(kernel_id)
         else:
             await self.gpushare.resume(kernel_id)
         self.write_json(await asyncio.to_thread(self.gpushare.kernel_view, kernel_id))
+
+
+class KernelSuspendHandler(KernelStateHandler):
+    action = "suspend"
+
+
+class KernelResumeHandler(KernelStateHandler):
+    action = "resume"
 
 
 class StreamHandler(GPUShareHandler):
@@ -254,7 +265,9 @@ __all__ = [
     "FitHandler",
     "KernelGPUHandler",
     "KernelHandler",
+    "KernelResumeHandler",
     "KernelStateHandler",
+    "KernelSuspendHandler",
     "KernelsHandler",
     "OpenAPIHandler",
     "PoolHandler",

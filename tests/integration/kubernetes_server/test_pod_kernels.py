@@ -275,3 +275,31 @@ async def test_browsers_reconnect_when_their_kernel_comes_back_in_a_new_pod(
     assert out == "42\n"
     await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
     await nothing_left(cluster)
+
+
+async def test_an_idle_pod_restarts_in_a_new_pod_only_where_the_admin_opted_in(
+    node: Node, cluster: SimulatedCluster
+) -> None:
+    server = await asyncio.to_thread(
+        server_for, node, cluster, idle_release_after="1", idle_pod_restart="True"
+    )
+    try:
+        started = await asyncio.to_thread(start, server, {"name": "gpu-6g-vgpu"})
+        kernel_id = started["kernel_id"]
+        await asyncio.to_thread(running_view, server, kernel_id)
+        [pod] = [p for p in cluster.pods() if p["metadata"]["name"] == pod_name(kernel_id)]
+        await execute(server, kernel_id, "x = 1")  # the idle clock starts with the first cell
+        # Idle for 1 s: the kernel asks its server, which restarts it in a new pod (x is lost).
+        await asyncio.to_thread(
+            wait_until,
+            lambda: [
+                p["metadata"]["uid"] for p in cluster.pods() if p["metadata"]["name"] == pod_name(kernel_id)
+            ],
+            60,
+            POLL,
+            "a new pod",
+            until=lambda uids: bool(uids) and uids != [pod["metadata"]["uid"]],
+        )
+        await asyncio.to_thread(running_view, server, kernel_id, 60)
+    finally:
+        await asyncio.to_thread(server.stop)
