@@ -23,7 +23,7 @@ from test_local_backend import make_service
 from jupyter_gpushare.backends import suspend as suspending
 from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.checkpoint import InProcessRunner
-from jupyter_gpushare.checkpoint.driver import DriverError
+from jupyter_gpushare.checkpoint.driver import DriverError, NotSupported
 from jupyter_gpushare.errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError
 
 GiB = 2**30
@@ -261,3 +261,27 @@ async def test_a_kernel_holding_nothing_suspends_without_the_driver(
     assert not outcome.state.checkpointed and not driver.calls and reserved(service) == 0
     await service.resume("k1")
     assert not driver.calls and service.ledger.get("k1") is not None
+
+
+async def test_a_mig_instance_says_it_cannot_be_suspended(
+    tmp_path: Path, driver: FakeCheckpointDriver
+) -> None:
+    service = backend(tmp_path, driver, simulate="1xA100-80GB:mig=1x3g.40gb+2x1g.10gb")
+    await service.acquire("k1", service.check("5G", "mig"))
+    service.attach_kernel("k1", os.getpid())
+    with pytest.raises(CannotSuspendError, match="MIG instance is not moved by jupyter-gpushare"):
+        service.suspend("k1")
+    assert not driver.calls and service.ledger.get("k1") is not None
+
+
+async def test_an_mps_client_the_driver_refuses_says_so(tmp_path: Path, driver: FakeCheckpointDriver) -> None:
+    service = make_service(tmp_path, when_full="queue", default_mode="mps")
+    service.runner = InProcessRunner(driver)
+    record = await service.acquire("k1", service.check("4G", "mps"))
+    assert record.mode == "mps"
+    service.attach_kernel("k1", os.getpid())
+    service.ledger.report_usage("k1", GiB, None, "simulated")
+    driver.fail["lock"] = Failure(NotSupported("cuCheckpointProcessLock: CUDA_ERROR_NOT_SUPPORTED", 801))
+    with pytest.raises(CannotSuspendError, match=r"CUDA_ERROR_NOT_SUPPORTED\) \(an MPS client may not be"):
+        service.suspend("k1")
+    assert service.ledger.get("k1") is not None and driver.states.get(os.getpid(), "running") == "running"
