@@ -207,10 +207,11 @@ class CudaCoreDriver:
             target = self._process(pid)
             value = getattr(target, action)
             return value(*args, **kwargs) if callable(value) else value
-        except (RuntimeError, ValueError, TypeError) as error:
+        except Exception as error:  # cuda.core raises RuntimeError or its CUDAError with the words
             text = str(error)
             kind = NotSupported if "not supported" in text.lower() else DriverError
-            raise kind(f"cuda.core checkpoint {action}: {text}") from None
+            code = CUDA_ERROR_TIMEOUT if "CUDA_ERROR_TIMEOUT" in text else None
+            raise kind(f"cuda.core checkpoint {action}: {text}", code) from None
 
     def version(self) -> int:
         return self._version
