@@ -160,9 +160,10 @@ export class KernelRow {
     this._used.style.width = percentOf(kernel.memory_used, request);
     setAttr(this._bar, 'aria-valuenow', String(kernel.memory_used));
     setAttr(this._bar, 'aria-valuemax', String(request));
+    // Memory held beyond the slice shows as use above it ("3.8 / 1 GiB"), which the ledger
+    // keeps reserved; a released kernel's row says what it still holds.
     const usage = running
-      ? `${formatGiB(kernel.memory_used)} / ${formatGiB(request)} GiB` +
-        (kernel.held ? ` · ${formatBytes(kernel.held)} held` : '')
+      ? `${formatGiB(kernel.memory_used)} / ${formatGiB(request)} GiB`
       : '';
     setAttr(this._bar, 'aria-valuetext', usage);
     setText(this._usage, usage);
