@@ -99,3 +99,16 @@ class BackendUnavailableError(GPUShareError):
     reached or refused; the message says which and why."""
 
     status = 503
+
+
+class NotAuthenticatedError(GPUShareError):
+    """A caller of the broker presented no identity it can check (no token, an unknown one)."""
+
+    status = 401
+
+
+class TokenRefusedError(GPUShareError):
+    """The broker's hub does not accept the presented token (unknown, expired, revoked, or not
+    a user's)."""
+
+    status = 403

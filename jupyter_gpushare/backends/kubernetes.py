@@ -10,6 +10,7 @@ object: its API client, the nodes' facts, the per-user quota across starts, orph
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import socket
@@ -88,6 +89,7 @@ class KubernetesBackend:
     def __init__(self, settings: GPUShare) -> None:
         self.settings = settings
         self.server_id, self.owner = server_identity(settings)
+        self.viewer = self.owner  # whose kernels the views show in full (see scoped)
         self.server_label = server_label(self.server_id)
         self.holder = holder_text(current_process())
         self.preset = resolve_preset(settings.resource_preset, settings.resource_names)
@@ -102,6 +104,14 @@ class KubernetesBackend:
         # Bytes asked for by this process's starts whose pods may not exist yet (per-user quota).
         self._claims: dict[str, int] = {}
         self._connect()
+
+    def scoped(self, owner: str, server_id: str, viewer: str) -> KubernetesBackend:
+        """This backend as one caller of a broker sees it: ``owner``'s server ``server_id``, views
+        as ``viewer`` sees them. Shares the client, the watch and the usage reports."""
+        view = copy.copy(self)
+        view.owner, view.server_id, view.viewer = owner, server_id, viewer
+        view.server_label = server_label(server_id)
+        return view
 
     # ---- cluster access ----------------------------------------------------------------------
 
@@ -173,7 +183,7 @@ class KubernetesBackend:
             slices,
             self.preset,
             self._fresh_usage(slices),
-            viewer=self.owner,
+            viewer=self.viewer,
             problem=self.problem(),
         )
 
@@ -195,7 +205,7 @@ class KubernetesBackend:
                 nodes,
                 slices,
                 usage.get(item.kernel_id),
-                viewer=self.owner,
+                viewer=self.viewer,
                 kernel_name=kernel_name,
                 path=path,
                 detail=server.details.get(item.kernel_id),
@@ -222,7 +232,7 @@ class KubernetesBackend:
         slices, nodes = self.slices(), self.nodes()
         usage = self._fresh_usage(slices)
         return [
-            kernel_view(item, nodes, slices, usage.get(item.kernel_id), viewer=self.owner)
+            kernel_view(item, nodes, slices, usage.get(item.kernel_id), viewer=self.viewer)
             for item in slices
             if not item.ended
         ]

@@ -8,6 +8,7 @@ path around the node's accounting. One instance per process and settings (:func:
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import hashlib
 import hmac
@@ -16,7 +17,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 
 from .. import env_names
@@ -35,14 +36,21 @@ from ..ledger import Ledger
 from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
 from ..payloads import KernelPayload, PoolPayload
 from ..processes import current_process, identify
-from ..records import NewRequest, Placed, ProcessIdentity, Refused, SliceRecord, UsageReport, Waiting
+from ..records import (
+    NewRequest,
+    Outcome,
+    Placed,
+    ProcessIdentity,
+    Refused,
+    SliceRecord,
+    UsageReport,
+    Waiting,
+)
 from ..sizes import bytes_or_none, format_bytes
 from ..slice_request import SliceRequest, make_slice_request
 from ..views import kernel_view, kernels_view, pool_view, queue_positions, slice_less_view
-from .base import ServerHooks, ServerKernels
+from .base import ServerHooks, ServerKernels, WaitCallback
 from .monitor import UsageMonitor
-
-WaitCallback = Callable[[int, str], None]
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -73,8 +81,11 @@ class LocalBackend:
             mps_pipe_directory=settings.mps_pipe_directory,
         )
         self.owner = settings.effective_owner()
+        self.viewer = self.owner  # whose kernels the views show in full (see scoped)
         self.holder: ProcessIdentity = current_process()
-        self.server_id = f"{self.owner}@{socket.gethostname()}:{os.getpid()}"
+        self.server_id = server_id_of(self.owner, os.getpid())
+        # A broker samples every slice on the node; a user's process only the kernels it started.
+        self.samples_every_slice = False
         # The secret each kernel started here proves its identity with (kept only in memory).
         self._tokens: dict[str, str] = {}
         self.monitor = UsageMonitor(self)
@@ -143,6 +154,74 @@ class LocalBackend:
 
     # ---- acquire / release ---------------------------------------------------------------
 
+    def scoped(self, owner: str, server_id: str, holder: ProcessIdentity, viewer: str) -> LocalBackend:
+        """This backend as one caller of a broker sees and uses it: requests are ``owner``'s, held
+        by ``holder`` (the caller's process) for server ``server_id``; views are ``viewer``'s.
+        Shares the ledger, the pool and the monitor; costs a shallow copy."""
+        view = copy.copy(self)
+        view.owner, view.server_id, view.holder, view.viewer = owner, server_id, holder, viewer
+        return view
+
+    def ask(
+        self,
+        kernel_id: str,
+        request: SliceRequest,
+        *,
+        kernel_name: str = "",
+        path: str = "",
+        token_hash: str | None = None,
+    ) -> Outcome:
+        """Queue ``request`` for ``kernel_id`` and place it if it fits, in one transaction.
+
+        Placed, or waiting (position and reason), or refused — a refused request, and one that
+        would wait where ``when_full = "fail"``, leaves nothing behind. A kernel that already
+        holds a slice (a restart) gets it back at once.
+        """
+        outcome = self.ledger.request(
+            NewRequest(
+                kernel_id=kernel_id,
+                owner=self.owner,
+                server_id=self.server_id,
+                mode=request.mode.name,
+                kind=request.mode.placement,
+                size=request.size.text,
+                cores=request.cores,
+                holder=self.holder,
+                kernel_name=kernel_name,
+                path=path,
+                token_hash=token_hash,
+            ),
+            self.policy,
+        )
+        return self._settle(kernel_id, outcome)
+
+    def poll(self, kernel_id: str) -> Outcome:
+        """Try again to place a waiting request (strict FIFO); refused once ``queue_timeout`` has
+        passed since it was made, or when it was withdrawn meanwhile."""
+        try:
+            outcome = self.ledger.try_place(kernel_id, self.policy)
+        except LookupError:
+            # Released while queued (a user withdrew it, or reconciliation): a refusal.
+            return Refused(f"the GPU request of kernel {kernel_id} was withdrawn while it waited")
+        return self._settle(kernel_id, outcome)
+
+    def _settle(self, kernel_id: str, outcome: Outcome) -> Outcome:
+        """Apply ``when_full`` and ``queue_timeout`` to a waiting request; drop a refused one."""
+        if isinstance(outcome, Waiting):
+            record = self.ledger.get(kernel_id)
+            waited = time.time() - record.requested_at if record is not None else 0.0
+            if self.settings.when_full == "fail":
+                outcome = Refused(outcome.reason)
+            elif waited >= self.settings.queue_timeout:
+                outcome = Refused(
+                    f"no GPU slice after waiting {waited:.0f} s (queue position {outcome.position}): "
+                    f"{outcome.reason}",
+                    timed_out=True,
+                )
+        if isinstance(outcome, Refused):
+            self.ledger.release(kernel_id)
+        return outcome
+
     async def acquire(
         self,
         kernel_id: str,
@@ -160,70 +239,17 @@ class LocalBackend:
         token = secrets.token_urlsafe(24)
         self._tokens[kernel_id] = token
         first = await asyncio.to_thread(
-            self.ledger.request,
-            NewRequest(
-                kernel_id=kernel_id,
-                owner=self.owner,
-                server_id=self.server_id,
-                mode=request.mode.name,
-                kind=request.mode.placement,
-                size=request.size.text,
-                cores=request.cores,
-                holder=self.holder,
-                kernel_name=kernel_name,
-                path=path,
-                token_hash=token_digest(token),
-            ),
-            self.policy,
+            self.ask, kernel_id, request, kernel_name=kernel_name, path=path, token_hash=token_digest(token)
         )
-        started = time.monotonic()
-        last_position: int | None = None
-        placed = False
-        try:
-            outcome = first
-            while True:
-                if isinstance(outcome, Placed):
-                    placed = True
-                    if last_position is not None:
-                        log.info(
-                            "GPU slice for kernel %s placed after %.1f s in the queue",
-                            kernel_id,
-                            time.monotonic() - started,
-                        )
-                    return outcome.record
-                if isinstance(outcome, Refused):
-                    raise DoesNotFitError(outcome.reason)
-                assert isinstance(outcome, Waiting)
-                if self.settings.when_full == "fail":
-                    raise DoesNotFitError(outcome.reason)
-                waited = time.monotonic() - started
-                if waited >= self.settings.queue_timeout:
-                    raise QueueTimeoutError(
-                        f"no GPU slice after waiting {waited:.0f} s (queue position "
-                        f"{outcome.position}): {outcome.reason}"
-                    )
-                if outcome.position != last_position:
-                    last_position = outcome.position
-                    log.info(
-                        "GPU request %s for kernel %s queued at position %d: %s",
-                        request.size,
-                        kernel_id,
-                        outcome.position,
-                        outcome.reason,
-                    )
-                    if on_wait is not None:
-                        on_wait(outcome.position, outcome.reason)
-                await asyncio.sleep(self.settings.queue_poll_interval)
-                try:
-                    outcome = await asyncio.to_thread(self.ledger.try_place, kernel_id, self.policy)
-                except LookupError:
-                    # Released while queued (a user withdrew it, or reconciliation): a refusal.
-                    raise DoesNotFitError(
-                        f"the GPU request of kernel {kernel_id} was withdrawn while it waited"
-                    ) from None
-        finally:
-            if not placed:
-                await asyncio.to_thread(self.ledger.release, kernel_id)
+        return await wait_for_slice(
+            kernel_id,
+            request,
+            first,
+            lambda: asyncio.to_thread(self.poll, kernel_id),
+            lambda: asyncio.to_thread(self.ledger.release, kernel_id),
+            self.settings.queue_poll_interval,
+            on_wait,
+        )
 
     def attach_kernel(self, kernel_id: str, pid: int | None) -> None:
         """Let the slice follow the kernel process ``pid`` (None: back to this process)."""
@@ -270,10 +296,14 @@ class LocalBackend:
             cores=record.cores,
         )
 
+    def slice_env(self, record: SliceRecord) -> dict[str, str]:
+        """The variables of the slice's mode on this node (device, caps, MPS or HAMi-core)."""
+        return get_mode(record.mode).kernel_env(self.grant(record), self.facts)
+
     def kernel_env(self, record: SliceRecord) -> dict[str, str]:
         """The slice's variables, this process's settings, and the kernel's own-slice token."""
         env = settings_env(self.settings)
-        env.update(get_mode(record.mode).kernel_env(self.grant(record), self.facts))
+        env.update(self.slice_env(record))
         token = self._tokens.get(record.kernel_id)
         if token:
             env[env_names.TOKEN] = token
@@ -295,6 +325,14 @@ class LocalBackend:
         ):
             raise NotYourSliceError(f"the GPU slice of kernel {kernel_id} belongs to another kernel")
         return record
+
+    def simulated(self) -> bool:
+        """Whether the pool is simulated (declared usage is allowed)."""
+        return self.inventory.simulated or self.ledger.simulated()
+
+    def start_monitoring(self) -> None:
+        """Sample the kernels this process started (a kernel was just attached)."""
+        self.monitor.ensure_running()
 
     def token_for(self, kernel_id: str) -> str | None:
         return self._tokens.get(kernel_id)
@@ -322,12 +360,12 @@ class LocalBackend:
             backend=self.name,
             simulated=self.inventory.simulated or (not self.inventory.devices and self.ledger.simulated()),
             overcommit=self.settings.overcommit,
-            viewer=self.owner,
+            viewer=self.viewer,
             problem=self.problem(),
         )
 
     def all_kernels(self) -> list[KernelPayload]:
-        return kernels_view(self.ledger.records(), self.devices(), viewer=self.owner)
+        return kernels_view(self.ledger.records(), self.devices(), viewer=self.viewer)
 
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
         """This server's slices (queued and running), and its gpushare kernels without one:
@@ -336,7 +374,7 @@ class LocalBackend:
         devices = self.devices()
         positions = queue_positions(records)
         views = [
-            kernel_view(record, devices, positions.get(record.kernel_id), self.owner)
+            kernel_view(record, devices, positions.get(record.kernel_id), self.viewer)
             for record in records
             if record.kernel_id in server.ids or record.server_id == self.server_id
         ]
@@ -398,6 +436,61 @@ class LocalBackend:
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def server_id_of(owner: str, pid: int) -> str:
+    """The id of the server (or console, or nbclient run) in process ``pid`` on this node."""
+    return f"{owner}@{socket.gethostname()}:{pid}"
+
+
+async def wait_for_slice(
+    kernel_id: str,
+    request: SliceRequest,
+    first: Outcome,
+    poll: Callable[[], Awaitable[Outcome]],
+    withdraw: Callable[[], Awaitable[object]],
+    interval: float,
+    on_wait: WaitCallback | None = None,
+) -> SliceRecord:
+    """Wait in the queue until ``first`` (then each ``poll()``) is placed; raise with the reason
+    when refused. Whatever ends the wait early — a refusal, cancellation — ``withdraw``s the
+    request. The waiting of a local kernel's start, through the ledger or through a broker."""
+    started = time.monotonic()
+    last_position: int | None = None
+    placed = False
+    try:
+        outcome = first
+        while True:
+            if isinstance(outcome, Placed):
+                placed = True
+                if last_position is not None:
+                    log.info(
+                        "GPU slice for kernel %s placed after %.1f s in the queue",
+                        kernel_id,
+                        time.monotonic() - started,
+                    )
+                return outcome.record
+            if isinstance(outcome, Refused):
+                if outcome.timed_out:
+                    raise QueueTimeoutError(outcome.reason)
+                raise DoesNotFitError(outcome.reason)
+            assert isinstance(outcome, Waiting)
+            if outcome.position != last_position:
+                last_position = outcome.position
+                log.info(
+                    "GPU request %s for kernel %s queued at position %d: %s",
+                    request.size,
+                    kernel_id,
+                    outcome.position,
+                    outcome.reason,
+                )
+                if on_wait is not None:
+                    on_wait(outcome.position, outcome.reason)
+            await asyncio.sleep(interval)
+            outcome = await poll()
+    finally:
+        if not placed:
+            await withdraw()
 
 
 _backends: dict[BackendKey, LocalBackend] = {}
