@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..allocator import kernel_limit_refusal, user_limit_refusal
 from ..config import GPUShare
@@ -159,6 +160,11 @@ class KubernetesBackend:
             return []
         read = (read_pod(pod) for pod in shared.kernel_pods())
         return sorted((item for item in read if item is not None), key=lambda item: item.created)
+
+    def pod_objects(self) -> list[dict[str, Any]]:
+        """Our kernel pods as the API shows them (from the watch in a server or a broker)."""
+        shared = self._connect()
+        return [dict(pod) for pod in shared.kernel_pods()] if shared is not None else []
 
     def facts(self) -> ClusterFacts:
         """What pod requests depend on: the MIG profiles the nodes advertise and the cards'

@@ -82,7 +82,9 @@ class KubernetesAuthority:
         return self.pods.owner_of(kernel_id)
 
     def housekeeping(self) -> None:
-        self.pods.collect_orphans()
+        from .orphans import collect_orphans
+
+        collect_orphans(self.pods)
 
 
 __all__ = ["Authority", "KubernetesAuthority", "LocalAuthority", "require_own"]

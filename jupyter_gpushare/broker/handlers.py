@@ -10,15 +10,16 @@ same error an embedded backend would (:mod:`jupyter_gpushare.backends.wire`).
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import socket
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tornado import web
 
-from .. import __version__
 from ..backends.transport import HOST_HEADER
 from ..backends.wire import error_payload, server_kernels_from_json
 from ..errors import BackendUnavailableError, GPUShareError, InvalidRequestError
@@ -28,6 +29,16 @@ from .authority import Authority, require_own
 from .identity import Caller, HubIdentity, socket_caller
 
 MAX_ID_LENGTH = 200
+BROKER_RUN = uuid.uuid4().hex  # this broker process, in its change markers
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("jupyter-gpushare")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 MAX_TEXT_LENGTH = 4096
 
 
@@ -171,7 +182,7 @@ class InfoHandler(BrokerHandler):
                 "user": self.caller.user,
                 "admin": self.caller.admin,
                 "location": await self.run(backend.location),
-                "version": __version__,
+                "version": package_version(),
             }
         )
 
@@ -204,9 +215,14 @@ class ServerKernelsHandler(BrokerHandler):
 
 
 class MarkerHandler(BrokerHandler):
+    """``GET marker``: changes whenever the pool or any kernel may look different. A restarted
+    broker counts afresh, so its markers carry this process's own id: a server's cached view from
+    before the restart is never taken for current."""
+
     @answering_domain_errors
     async def get(self) -> None:
-        self.answer({"marker": str(await self.run(self.authority.backend.change_marker))})
+        marker = await self.run(self.authority.backend.change_marker)
+        self.answer({"marker": f"{BROKER_RUN}:{marker}"})
 
 
 class ModesHandler(BrokerHandler):
