@@ -410,3 +410,55 @@ def test_broker_down_fails_starts_at_once_and_a_restart_loses_nothing(box: TeamB
     )
     views = alice_server.request("GET", f"{API}/kernels").body
     assert [(view["kernel_id"], view["state"]) for view in views] == [(kernel_id, "running")]
+
+
+# ---- bad input -------------------------------------------------------------------------------------
+
+BAD_INPUT = [
+    ("POST", "slices", None, b"not json"),
+    ("POST", "slices", ["a", "list"], None),
+    ("POST", "slices", {"gpu_memory": "4G"}, None),  # no kernel id
+    ("POST", "slices", {"kernel_id": "k", "gpu_memory": "lots"}, None),
+    ("POST", "slices", {"kernel_id": "k", "gpu_memory": True}, None),
+    ("POST", "slices", {"kernel_id": "k", "gpu_mode": "warp"}, None),
+    ("POST", "slices", {"kernel_id": "k", "gpu_cores": 1000}, None),
+    ("POST", "slices", {"kernel_id": "k", "token_hash": "short"}, None),
+    ("POST", "slices", {"kernel_id": "x" * 1000}, None),
+    ("POST", "slices/none-such/place", {}, None),
+    ("PATCH", "slices/none-such", {"gpu_memory": "2G"}, None),
+    ("PATCH", "slices/none-such", {"gpu_memory": None}, None),
+    ("PATCH", "slices/none-such", {"restart": True}, None),
+    ("PUT", "slices/none-such/kernel", {"pid": "1"}, None),
+    ("PUT", "slices/none-such/kernel", {"pid": 1, "start": "yesterday"}, None),
+    ("POST", "slices/none-such/usage", {"memory_used": -1}, None),
+    ("POST", "slices/none-such/usage", {"memory_used": 1, "utilization": 101}, None),
+    ("POST", "slices/none-such/usage", {"memory_used": 1, "source": "nvml"}, None),
+    ("POST", "check", {"gpu_memory": "0G"}, None),
+    ("POST", "check", {"gpu_memory": "900G"}, None),
+    ("POST", "check", {"kernel_id": 5}, None),
+    ("POST", "server-kernels", {"kernels": {"names": {"a": 1}}}, None),
+    ("DELETE", "slices/none-such/gpu", None, None),
+    ("GET", "no/such/route", None, None),
+    ("POST", "pods", {"kernel_id": "k"}, None),  # a local broker makes no pods
+]
+
+
+def test_every_broker_route_refuses_bad_input_with_a_4xx_and_changes_nothing(box: TeamBox) -> None:
+    from jupyter_gpushare.backends.transport import BrokerAddress
+
+    before = [(kernel["kernel_id"], kernel["memory_request"]) for kernel in kernels_of(box, ALICE)]
+    for method, route, body, raw in BAD_INPUT:
+        connection = BrokerAddress(box.broker_url).connection(30)
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        connection.request(method, BrokerAddress(box.broker_url).path(route), body=data)
+        response = connection.getresponse()
+        answer = json.loads(response.read() or b"{}")
+        connection.close()
+        assert 400 <= response.status < 500 and answer.get("message"), (
+            method,
+            route,
+            response.status,
+            answer,
+        )
+    assert [(kernel["kernel_id"], kernel["memory_request"]) for kernel in kernels_of(box, ALICE)] == before
+    assert "Traceback" not in box.broker_log()
