@@ -108,11 +108,6 @@ class Broker:
         self.addresses: list[str] = []
 
     def listen(self) -> None:
-        if not self.broker.socket and not self.broker.ip:
-            raise ConfigurationError(
-                "the broker needs somewhere to listen: --socket PATH (a team box) or --ip IP --port N "
-                "(a JupyterHub service)"
-            )
         self.server = HTTPServer(make_application(self.state), max_body_size=MAX_BODY)
         if self.broker.socket:
             path = Path(self.broker.socket)
@@ -177,6 +172,11 @@ class Broker:
 def run(settings: GPUShare, broker: GPUShareBroker) -> None:
     """Build the broker for ``settings.backend`` and serve until SIGTERM/SIGINT."""
     logging.basicConfig(level=logging.INFO, format="[%(levelname).1s %(asctime)s %(name)s] %(message)s")
+    if not broker.socket and not broker.ip:
+        raise ConfigurationError(
+            "the broker needs somewhere to listen: --socket PATH (a team box) or --ip IP --port N "
+            "(a JupyterHub service)"
+        )
     if settings.effective_broker_url():
         raise ConfigurationError(
             "the broker holds the pool itself: unset c.GPUShare.broker_url "
