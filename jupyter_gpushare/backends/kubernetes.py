@@ -38,6 +38,7 @@ from ..k8s.pool import (
     never_fits,
     node_modes,
     pool_view,
+    queue_positions,
     read_pod,
 )
 from ..k8s.presets import resolve_preset
@@ -199,6 +200,7 @@ class KubernetesBackend:
         ended before the server restarts the kernel."""
         slices, nodes = self.slices(), self.nodes()
         usage = self._fresh_usage(slices)
+        positions = queue_positions(slices)
         views: list[KernelPayload] = []
         for item in slices:
             if item.server != self.server_label and item.kernel_id not in server.ids:
@@ -215,6 +217,7 @@ class KubernetesBackend:
                 kernel_name=kernel_name,
                 path=path,
                 detail=server.details.get(item.kernel_id),
+                positions=positions,
             )
             view["warnings"] = [*view["warnings"], *server.warnings.get(item.kernel_id, ())]
             views.append(view)
@@ -237,8 +240,11 @@ class KubernetesBackend:
     def all_kernels(self) -> list[KernelPayload]:
         slices, nodes = self.slices(), self.nodes()
         usage = self._fresh_usage(slices)
+        positions = queue_positions(slices)
         return [
-            kernel_view(item, nodes, slices, usage.get(item.kernel_id), viewer=self.viewer)
+            kernel_view(
+                item, nodes, slices, usage.get(item.kernel_id), viewer=self.viewer, positions=positions
+            )
             for item in slices
             if not item.ended
         ]

@@ -172,6 +172,7 @@ class Broker:
 def run(settings: GPUShare, broker: GPUShareBroker) -> None:
     """Build the broker for ``settings.backend`` and serve until SIGTERM/SIGINT."""
     logging.basicConfig(level=logging.INFO, format="[%(levelname).1s %(asctime)s %(name)s] %(message)s")
+    logging.getLogger("tornado.access").setLevel(logging.WARNING)  # a line per request is noise
     if not broker.socket and not broker.ip:
         raise ConfigurationError(
             "the broker needs somewhere to listen: --socket PATH (a team box) or --ip IP --port N "

@@ -61,7 +61,6 @@ def collect_orphans(starts: PodStarts) -> list[str]:
 
 def _collect_secrets(starts: PodStarts, keep_kernels: set[str]) -> list[str]:
     cluster = starts.backend.cluster
-    starts.api_requests += 1
     keep = {label_value(kernel_id) for kernel_id in keep_kernels}
     collected = []
     for secret in cluster.list_secrets(f"{APP_LABEL}={APP}"):
@@ -69,7 +68,6 @@ def _collect_secrets(starts: PodStarts, keep_kernels: set[str]) -> list[str]:
         if labels.get(KERNEL_ID_LABEL) in keep:
             continue
         name = str(secret["metadata"]["name"])
-        starts.api_requests += 1
         try:
             cluster.delete_secret(name)
             collected.append(f"secret/{name}")
