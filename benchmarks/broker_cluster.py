@@ -141,39 +141,61 @@ def start_broker(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[byte
             time.sleep(0.05)
 
 
-def servers_polling(client: BrokerClient, servers: int, window: float) -> list[float]:
-    """``servers`` threads asking the broker for the pool and their kernels once a second."""
-    latencies: list[float] = []
-    stop = time.monotonic() + window
-    lock = threading.Lock()
+def servers_polling(url: str, servers: int, window: float, follow: bool) -> tuple[list[float], int]:
+    """``servers`` single-user servers asking for the pool, the marker and their kernels once a
+    second, as a server's panel stream does: ``RemoteBackend`` objects, each following the
+    broker's event stream when ``follow`` (as servers do), else asking the broker every time.
+    The seconds each round took, and the broker requests they made in all."""
+    from jupyter_gpushare.backends.base import ServerHooks, ServerKernels
+    from jupyter_gpushare.backends.remote import RemoteBackend
+    from jupyter_gpushare.config import GPUShare
 
-    def server(index: int) -> None:
-        own = BrokerClient(client.url)
-        known = {
-            "ids": [],
-            "gpushare": [],
-            "starting": [],
-            "ended": [],
-            "names": {},
-            "details": {},
-            "warnings": {},
-        }
+    made = [0]
+    original = BrokerClient.call
+
+    def counted(self: BrokerClient, *args: Any, **kwargs: Any) -> Any:
+        made[0] += 1
+        return original(self, *args, **kwargs)
+
+    backends = [RemoteBackend(GPUShare(broker_url=url, reconcile_on_start=False)) for _ in range(servers)]
+    if follow:
+        for backend in backends:
+            backend.attach_server(ServerHooks())
+        deadline = time.monotonic() + 30
+        while not all(backend.feed is not None and backend.feed.latest() for backend in backends):
+            assert time.monotonic() < deadline, "the feeds did not come up"
+            time.sleep(0.05)
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop = time.monotonic() + window
+    BrokerClient.call = counted  # type: ignore[method-assign]
+
+    def server(index: int, backend: RemoteBackend) -> None:
+        known = ServerKernels()
         time.sleep(index / servers)  # spread over the second, as independent servers are
         while time.monotonic() < stop:
             began = time.perf_counter()
-            own.call("GET", "marker")
-            own.call("GET", "pool")
-            own.call("POST", "server-kernels", {"kernels": known})
+            backend.change_marker()
+            backend.pool()
+            backend.kernels(known)
             with lock:
-                latencies.append((time.perf_counter() - began) / 3)
+                latencies.append(time.perf_counter() - began)
             time.sleep(max(0.0, 1.0 - (time.perf_counter() - began)))
 
-    threads = [threading.Thread(target=server, args=(index,)) for index in range(servers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return latencies
+    threads = [
+        threading.Thread(target=server, args=(index, backend)) for index, backend in enumerate(backends)
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        BrokerClient.call = original  # type: ignore[method-assign]
+        for backend in backends:
+            if backend.feed is not None:
+                backend.feed.stop()
+    return latencies, made[0]
 
 
 def start_pods(client: BrokerClient, count: int, tag: str) -> tuple[list[float], list[float]]:
@@ -331,8 +353,12 @@ def main() -> int:
             counts.clear()
             broker, client = start_broker(root, env)
             try:
-                latencies = servers_polling(client, arguments.servers, window)
+                asked, asked_requests = servers_polling(client.url, arguments.servers, window, follow=False)
+                followed, followed_requests = servers_polling(
+                    client.url, arguments.servers, window, follow=True
+                )
                 broker_watches = watches()
+                rounds = arguments.servers * window
                 print(f"1. watch connections to the API server ({arguments.servers} single-user servers)")
                 print(
                     f"   embedded: {per_server:.1f} per server (measured on {embedded_processes}) -> "
@@ -340,11 +366,17 @@ def main() -> int:
                 )
                 print(f"   broker:   {broker_watches} in all (nodes and kernel pods, one list+watch each)")
                 print(f"   ratio broker/embedded: {broker_watches / (per_server * arguments.servers):.4f}")
+                servers = arguments.servers
+                print(f"   {servers} servers reading pool, marker and kernels each second for {window:g} s:")
                 print(
-                    f"   broker calls under {arguments.servers} polling servers: p50 "
-                    f"{statistics.median(latencies) * 1000:.1f} ms, "
-                    f"p99 {percentile(latencies, 0.99) * 1000:.1f} ms "
-                    f"({len(latencies) * 3} calls in {window:g} s)"
+                    f"     asking the broker each time: {asked_requests / rounds:.2f} broker requests per "
+                    f"server per second, a round p50 {statistics.median(asked) * 1000:.1f} ms, "
+                    f"p99 {percentile(asked, 0.99) * 1000:.1f} ms"
+                )
+                print(
+                    f"     following its stream (as servers do): {followed_requests / rounds:.2f} requests "
+                    f"per server per second, a round p50 {statistics.median(followed) * 1000:.2f} ms, "
+                    f"p99 {percentile(followed, 0.99) * 1000:.2f} ms"
                 )
 
                 counts.clear()

@@ -109,6 +109,8 @@ class Ledger:
         self._busy_timeout_ms = int(busy_timeout * 1000)
         self._local = threading.local()
         self._initialised = False
+        self._watcher: tuple[sqlite3.Connection, int] | None = None
+        self._watcher_lock = threading.Lock()
 
     # ---- connection handling -------------------------------------------------------------
 
@@ -171,23 +173,25 @@ class Ledger:
         """A number that changes whenever anyone commits to the ledger (a few microseconds).
 
         Read on a connection of its own that never writes, so sqlite's ``data_version`` counts
-        every commit — by other processes and by this process's other connections alike.
+        every commit — by other processes and by this process's other connections alike. One
+        watcher for the whole process: each connection counts from its own start, so markers
+        read on two connections (two threads) could repeat each other across a change.
         """
-        watcher: sqlite3.Connection | None = getattr(self._local, "watcher", None)
-        if watcher is None or getattr(self._local, "watcher_pid", None) != os.getpid():
-            self._connection()  # the file and schema exist before we watch them
-            watcher = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._local.watcher = watcher
-            self._local.watcher_pid = os.getpid()
-        return int(watcher.execute("PRAGMA data_version").fetchone()[0])
+        with self._watcher_lock:
+            if self._watcher is None or self._watcher[1] != os.getpid():
+                self._connection()  # the file and schema exist before we watch them
+                watcher = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                self._watcher = (watcher, os.getpid())
+            return int(self._watcher[0].execute("PRAGMA data_version").fetchone()[0])
 
     def close(self) -> None:
         connection = getattr(self._local, "connection", None)
         if connection is not None and getattr(self._local, "pid", None) == os.getpid():
             connection.close()
-        watcher = getattr(self._local, "watcher", None)
-        if watcher is not None and getattr(self._local, "watcher_pid", None) == os.getpid():
-            watcher.close()
+        with self._watcher_lock:
+            if self._watcher is not None and self._watcher[1] == os.getpid():
+                self._watcher[0].close()
+            self._watcher = None
         lock = getattr(self._local, "lock", None)
         if lock is not None and getattr(self._local, "lock_pid", None) == os.getpid():
             os.close(lock)

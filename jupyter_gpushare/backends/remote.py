@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import json
 import os
 import secrets
-import socket
 import threading
 from collections.abc import Hashable
 from typing import Any
@@ -32,6 +33,7 @@ from ..processes import identify
 from ..records import SliceRecord, UsageReport
 from ..slice_request import SliceRequest, make_slice_request
 from .base import ServerHooks, ServerKernels, WaitCallback
+from .broker_feed import BrokerFeed
 from .local import token_digest, wait_for_slice
 from .transport import BrokerClient, BrokerUnreachableError
 from .wire import (
@@ -54,6 +56,8 @@ class RemoteBackend:
         self._info_lock = threading.Lock()
         self._tokens: dict[str, str] = {}  # own-slice tokens of the kernels this process started
         self._envs: dict[str, dict[str, str]] = {}  # the slice variables the broker gave each
+        self.feed: BrokerFeed | None = None  # a server follows the broker's stream
+        self._kernels_cache: tuple[str, str, list[KernelPayload]] | None = None
         if settings.reconcile_on_start:
             # As a local backend reconciles the ledger it opens: dead kernels' slices go first.
             with contextlib.suppress(GPUShareError):
@@ -92,20 +96,30 @@ class RemoteBackend:
     # ---- the service API (backends.base.Backend) -------------------------------------------------
 
     def pool(self) -> PoolPayload:
-        pool: PoolPayload = self.client.call("GET", "pool")
+        followed = self.feed.pool() if self.feed is not None else None
+        pool: PoolPayload = followed if followed is not None else self.client.call("GET", "pool")  # type: ignore[assignment]
         return pool
 
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
-        body = {"kernels": server_kernels_to_json(server), "host": socket.gethostname()}
-        views: list[KernelPayload] = self.client.call("POST", "server-kernels", body)
-        return views
+        """Asked of the broker — again only once its marker moved, while the feed is live."""
+        known = server_kernels_to_json(server)
+        key = json.dumps(known, sort_keys=True)
+        state = self.feed.latest() if self.feed is not None else None
+        cached = self._kernels_cache
+        if state is not None and cached is not None and cached[:2] == (state.marker, key):
+            return copy.deepcopy(cached[2])
+        views: list[KernelPayload] = self.client.call("POST", "server-kernels", {"kernels": known})
+        if state is not None:
+            self._kernels_cache = (state.marker, key, views)
+        return copy.deepcopy(views)
 
     def all_kernels(self) -> list[KernelPayload]:
         views: list[KernelPayload] = self.client.call("GET", "kernels")
         return views
 
     def change_marker(self) -> Hashable:
-        return str(self.client.call("GET", "marker")["marker"])
+        state = self.feed.latest() if self.feed is not None else None
+        return state.marker if state is not None else str(self.client.call("GET", "marker")["marker"])
 
     def modes(self) -> list[str]:
         return [str(mode) for mode in self.client.call("GET", "modes")]
@@ -148,8 +162,12 @@ class RemoteBackend:
         return f"GPU broker at {self.client.url}{where}"
 
     def attach_server(self, hooks: ServerHooks) -> None:
-        """Kept for the kernel pods this process starts (where they report, browsers to renew)."""
+        """A server in this process: follow the broker's stream from now on; keep the hooks for
+        the kernel pods it starts (where they report, which browsers to renew)."""
         self.hooks = hooks
+        if self.feed is None:
+            self.feed = BrokerFeed(self.client).start()
+            self.client.on_change = self.feed.changed_here
 
     # ---- local kernels' slices (backends.base.NodeSlices) -----------------------------------------
 

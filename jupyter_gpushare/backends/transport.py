@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import urllib.parse
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ CALL_TIMEOUT = 30.0  # seconds; every call is short (a queued start polls instea
 TOKEN_HEADER = "X-GPUShare-Token"  # a kernel's own-slice token, for calls about its own slice
 HOST_HEADER = "X-GPUShare-Host"  # where the caller runs: names its server's kernel pods (HTTP)
 API_PREFIX = "/api/gpushare/broker/"
+READING = frozenset({("POST", "check"), ("POST", "server-kernels")})  # POSTs that change nothing
 
 
 @register_error
@@ -79,9 +81,49 @@ class BrokerClient:
         self.timeout = timeout
         # Over HTTP the hub's word on the caller's token is the identity; the socket needs none.
         self.hub_token = hub_token if hub_token is not None else os.environ.get("JUPYTERHUB_API_TOKEN", "")
+        self.on_change: Callable[[], None] | None = None  # told after every call that changes
 
     def unreachable(self, error: BaseException) -> BrokerUnreachableError:
         return BrokerUnreachableError(f"the GPU broker at {self.url} is not reachable: {error}")
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        """Who we are (over HTTP: our hub token) and where we run; a kernel adds its token."""
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            HOST_HEADER: socket.gethostname(),
+        }
+        if self.hub_token and self.address.socket_path is None:
+            headers["Authorization"] = f"token {self.hub_token}"
+        if token:
+            headers[TOKEN_HEADER] = token
+        return headers
+
+    def events(self, route: str, timeout: float) -> Iterator[Any]:
+        """The events of a server-sent-events route as parsed JSON (None for a keep-alive line),
+        until the broker ends the stream; raises :class:`BrokerUnreachableError` when it breaks.
+        ``timeout`` bounds the wait for any line: the broker sends one at least that often."""
+        connection = self.address.connection(timeout)
+        try:
+            connection.request("GET", self.address.path(route), headers=self.headers())
+            response = connection.getresponse()
+            if response.status >= 400:
+                text = response.read()
+                raise error_from(json.loads(text) if text else None, response.status)
+            data: list[str] = []
+            for raw in response:
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if line.startswith(":"):
+                    yield None
+                elif line.startswith("data:"):
+                    data.append(line[5:].lstrip(" "))
+                elif not line and data:
+                    yield json.loads("".join(data))
+                    data = []
+        except (OSError, http.client.HTTPException, ValueError) as error:
+            raise self.unreachable(error) from None
+        finally:
+            connection.close()
 
     def call(
         self,
@@ -94,15 +136,7 @@ class BrokerClient:
     ) -> Any:
         """The broker's JSON answer to one request; raises its refusal as a domain error, or
         :class:`BrokerUnreachableError`."""
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            HOST_HEADER: socket.gethostname(),
-        }
-        if self.hub_token and self.address.socket_path is None:
-            headers["Authorization"] = f"token {self.hub_token}"
-        if token:
-            headers[TOKEN_HEADER] = token
+        headers = self.headers(token)
         data = json.dumps(body).encode() if body is not None else None
         connection = self.address.connection(timeout or self.timeout)
         try:
@@ -117,6 +151,8 @@ class BrokerClient:
             answer = json.loads(text) if text else None
         except ValueError:
             answer = {"message": text.decode(errors="replace")[:500]}
+        if self.on_change is not None and method != "GET" and (method, route) not in READING:
+            self.on_change()
         if status >= 400:
             raise error_from(answer, status)
         return answer

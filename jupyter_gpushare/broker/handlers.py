@@ -12,14 +12,18 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import json
+import logging
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tornado import web
+from tornado.iostream import StreamClosedError
 
+from ..backends.broker_feed import KEEP_ALIVE
 from ..backends.transport import HOST_HEADER
 from ..backends.wire import error_payload, server_kernels_from_json
 from ..errors import BackendUnavailableError, GPUShareError, InvalidRequestError
@@ -29,6 +33,8 @@ from .authority import Authority, require_own
 from .identity import Caller, HubIdentity, socket_caller
 
 MAX_ID_LENGTH = 200
+STREAM_TICK_MIN, STREAM_TICK_MAX = 0.1, 1.0  # seconds between looks at the marker, per stream
+log = logging.getLogger("jupyter_gpushare.broker")
 BROKER_RUN = uuid.uuid4().hex  # this broker process, in its change markers
 
 
@@ -225,6 +231,38 @@ class MarkerHandler(BrokerHandler):
         self.answer({"marker": f"{BROKER_RUN}:{marker}"})
 
 
+class StreamHandler(BrokerHandler):
+    """``GET stream``: server-sent events ``{"marker", "pool"}`` (the caller's view) whenever the
+    marker changes, and a keep-alive line every ``KEEP_ALIVE`` seconds otherwise. Servers follow
+    it instead of asking for the pool and the marker over and over (:mod:`..backends.broker_feed`)."""
+
+    async def get(self) -> None:
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        backend, scoped = self.authority.backend, self.scoped()
+        interval = min(max(backend.settings.sample_interval, STREAM_TICK_MIN), STREAM_TICK_MAX)
+        last, quiet_since = "", time.monotonic()
+        try:
+            while True:
+                try:
+                    marker = f"{BROKER_RUN}:{await self.run(backend.change_marker)}"
+                    if marker != last:
+                        pool = await self.run(scoped.pool)
+                        event = {"marker": marker, "pool": pool, "tick": interval}
+                        self.write(f"data: {json.dumps(event)}\n\n")
+                        await self.flush()
+                        last, quiet_since = marker, time.monotonic()
+                except GPUShareError as error:  # the pool cannot be read now: say it on the next try
+                    log.debug("stream: %s", error)
+                if time.monotonic() - quiet_since >= KEEP_ALIVE:
+                    self.write(": alive\n\n")
+                    await self.flush()
+                    quiet_since = time.monotonic()
+                await asyncio.sleep(interval)
+        except StreamClosedError:
+            return
+
+
 class ModesHandler(BrokerHandler):
     @answering_domain_errors
     async def get(self) -> None:
@@ -301,6 +339,7 @@ ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     ("kernels", KernelsHandler),
     ("server-kernels", ServerKernelsHandler),
     ("marker", MarkerHandler),
+    ("stream", StreamHandler),
     ("modes", ModesHandler),
     ("check", CheckHandler),
     ("refresh", RefreshHandler),
