@@ -413,10 +413,10 @@ def main() -> int:
                 base = rss_mib(broker.pid)
                 for index in range(idle_pods):
                     cluster.add(k8s_sim.PODS, pending_pod(index))
-                deadline = time.monotonic() + 120
-                while len(client.call("GET", "kernels")) < idle_pods:
-                    assert time.monotonic() < deadline, "the broker's watch did not show the pods"
-                    time.sleep(0.2)
+                deadline = time.monotonic() + 600
+                while (shown := len(client.call("GET", "kernels"))) < idle_pods:
+                    assert time.monotonic() < deadline, f"the broker's watch shows {shown} of the pods"
+                    time.sleep(0.5)
                 began = time.perf_counter()
                 client.call("GET", "pool")
                 listing = client.call("GET", "kernels")
