@@ -433,3 +433,11 @@ def test_a_broker_killed_mid_start_leaves_no_orphan_and_loses_no_kernel(setup: S
     assert [(view["kernel_id"], view["state"]) for view in views] == [(alices, "running")]
     out, _ = asyncio.run(execute(server_of(setup, "alice"), alices, "print(6 * 7)"))
     assert out.strip() == "42"
+    # And the restarted broker resizes it by restart: a new pod of the new size, same kernel.
+    old_ip = setup.cluster.pods()[0]["status"]["podIP"]
+    resized = call(setup, "alice", "PATCH", f"kernels/{alices}", {"gpu_memory": "4G", "restart": True})
+    assert resized[0] == 200 and resized[1]["memory_request"] == 4 * GiB, resized
+    [pod] = setup.cluster.pods()
+    assert pod["status"]["podIP"] != old_ip
+    out, _ = asyncio.run(execute(server_of(setup, "alice"), alices, "print(6 * 7)"))
+    assert out.strip() == "42"

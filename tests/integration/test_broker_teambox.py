@@ -386,6 +386,36 @@ def test_rest_api_stream_and_magics_through_the_broker(box: TeamBox) -> None:
     assert not kernels_of(box, ALICE)
 
 
+def test_nbclient_as_a_user_takes_its_slice_from_the_broker(box: TeamBox) -> None:
+    """A notebook run by nbclient (no server) as bob: the kernel's slice comes from the broker,
+    counted against bob's budget, and is gone after the run."""
+    shut_down_all(box, BOB)
+    seen = box.run_as(
+        box.users[BOB],
+        """
+        import json, os
+        import nbformat
+        from nbclient import NotebookClient
+        from jupyter_gpushare.backends.remote import RemoteBackend
+        from jupyter_gpushare.config import load_settings
+        notebook = nbformat.v4.new_notebook()
+        notebook.cells = [nbformat.v4.new_code_cell(
+            "import os; print(os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])")]
+        broker = RemoteBackend(load_settings(from_files=False, reconcile=False))
+        during = []
+        client = NotebookClient(notebook, kernel_name="python3-gpu-4g", timeout=60)
+        client.on_cell_executed = lambda **_: during.append(
+            [(k["owner"], k["memory_request"]) for k in broker.all_kernels() if k["kernel_id"]])
+        client.execute()
+        print(json.dumps({"out": notebook.cells[0].outputs[0]["text"], "during": during,
+                          "after": broker.all_kernels()}))
+        """,
+    )
+    assert seen["out"].strip() == str(4 * GiB)
+    assert seen["during"] == [[[BOB, 4 * GiB]]]
+    assert seen["after"] == [] and not kernels_of(box, BOB)
+
+
 # ---- the broker goes away, and comes back ------------------------------------------------------
 
 

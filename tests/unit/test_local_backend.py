@@ -220,3 +220,20 @@ async def test_a_waiting_request_is_refused_once_the_queue_timeout_passed(tmp_pa
     refused = service.poll("k2")
     assert isinstance(refused, Refused) and refused.timed_out and "after waiting" in refused.reason
     assert [record.kernel_id for record in service.ledger.records()] == ["k1"]  # withdrawn
+
+
+def test_local_kernels_are_encrypted_where_other_users_share_the_node(tmp_path: Path) -> None:
+    import os
+
+    from jupyter_gpushare.provisioners.local import encrypts_local_kernels
+
+    ledger = tmp_path / "ledger.sqlite"
+    alone = GPUShare(ledger_path=str(ledger))
+    assert not encrypts_local_kernels(alone)  # no ledger yet: nobody else
+    ledger.touch(mode=0o600)
+    os.chmod(ledger, 0o600)
+    assert not encrypts_local_kernels(alone)
+    os.chmod(ledger, 0o660)  # a ledger a group shares
+    assert encrypts_local_kernels(alone)
+    assert not encrypts_local_kernels(GPUShare(ledger_path=str(ledger), encrypt=False))
+    assert encrypts_local_kernels(GPUShare(broker_url="unix:/run/broker.sock"))
