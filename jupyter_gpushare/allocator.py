@@ -49,6 +49,7 @@ class Policy:
     overcommit: float = 1.0
     max_memory_per_kernel: int | None = None
     max_memory_per_user: int | None = None
+    min_memory: int = 0  # bytes: no slice smaller (a share of a small card can be)
 
 
 @dataclass(frozen=True)
@@ -62,12 +63,21 @@ class Placement:
     device_index: int
 
 
+# What kind of refusal, for callers that answer differently (the start picker's short words).
+TOO_LARGE = "too_large"
+KERNEL_LIMIT = "kernel_limit"
+USER_LIMIT = "user_limit"
+TOO_SMALL = "too_small"
+NO_ROOM = "no_room"  # the only one waiting can change
+
+
 @dataclass(frozen=True)
 class Refusal:
     """Why a request cannot be placed; ``retry`` is True when freed memory could change that."""
 
     reason: str
     retry: bool
+    code: str = ""
 
 
 def fit(
@@ -95,11 +105,41 @@ def fit_on_device(
     held: Iterable[Held],
     policy: Policy = Policy(),
 ) -> Placement | Refusal:
-    """Like :func:`fit`, restricted to one device: a live resize cannot move a kernel."""
+    """Like :func:`fit`, restricted to one device: a live resize cannot move a kernel.
+
+    What no device of the pool could hold is refused with the pool's largest device, as
+    :func:`fit` says it; what only this device cannot hold says so.
+    """
     same = [device for device in devices if device.uuid == device_uuid]
     if not same:
         return Refusal("the kernel's device is no longer in the pool", retry=False)
+    too_large = _larger_than_the_pool(request, devices)
+    if too_large is not None:
+        return too_large
+    device = same[0]
+    if request.size.kind == "bytes" and request.size.resolve(0) > device.memory_total:
+        return Refusal(
+            f"{request.size} is larger than {device.label} ({format_bytes(device.memory_total)}), and a "
+            "live resize cannot move a kernel to another GPU: shut the kernel down and start it with "
+            f"{request.size}",
+            retry=False,
+        )
     return fit(request, same, held, policy)
+
+
+def _larger_than_the_pool(request: Request, devices: Sequence[Device]) -> Refusal | None:
+    usable = [device for device in devices if not device.mig_enabled]
+    if request.size.kind != "bytes" or not usable:
+        return None
+    largest = max(usable, key=lambda device: device.memory_total)
+    if request.size.resolve(0) <= largest.memory_total:
+        return None
+    return Refusal(
+        f"{request.size} is larger than any GPU in the pool "
+        f"(largest: {format_bytes(largest.memory_total)} on {largest.label}); {ACCEPTED_FORMS}",
+        retry=False,
+        code=TOO_LARGE,
+    )
 
 
 def _fit_card(
@@ -109,18 +149,18 @@ def _fit_card(
     usable = [device for device in devices if not device.mig_enabled]
     if not usable:
         return Refusal("every GPU is in MIG mode; ask for mode 'mig' or disable MIG on a card", retry=False)
-    largest = max(usable, key=lambda device: device.memory_total)
-    if request.size.kind == "bytes" and request.size.resolve(0) > largest.memory_total:
-        return Refusal(
-            f"{request.size} is larger than any GPU in the pool "
-            f"(largest: {format_bytes(largest.memory_total)} on {largest.label}); {ACCEPTED_FORMS}",
-            retry=False,
-        )
+    too_large = _larger_than_the_pool(request, usable)
+    if too_large is not None:
+        return too_large
 
     candidates: list[tuple[int, int, Device, int]] = []
     quota_refusals: list[Refusal] = []
+    too_small: list[Device] = []
     for device in usable:
         wanted = device.memory_total if whole_card else request.size.resolve(device.memory_total)
+        if wanted < policy.min_memory:
+            too_small.append(device)  # a share of a small card can be below the smallest slice
+            continue
         quota = _quota_refusal(request, wanted, held, policy)
         if quota is not None:
             quota_refusals.append(quota)
@@ -145,10 +185,17 @@ def _fit_card(
     if candidates:
         _, _, device, wanted = min(candidates, key=lambda candidate: candidate[:2])
         return Placement(device.uuid, device.uuid, wanted, whole_card, device.index)
-    if len(quota_refusals) == len(usable):
+    if len(too_small) == len(usable):
+        return Refusal(
+            f"{request.size} is below the smallest GPU slice, {format_bytes(policy.min_memory)} "
+            "(GPUShare.min_memory), on every GPU of the pool",
+            retry=False,
+            code=TOO_SMALL,
+        )
+    if len(quota_refusals) + len(too_small) == len(usable):
         # Quotas do not change by waiting for other users' kernels to end: fail now.
         return quota_refusals[0]
-    return Refusal(_does_not_fit(request, usable, held, policy, whole_card), retry=True)
+    return Refusal(_does_not_fit(request, usable, held, policy, whole_card), retry=True, code=NO_ROOM)
 
 
 def _fit_mig(
@@ -186,16 +233,20 @@ def _fit_mig(
         return Refusal(
             f"{request.size} is larger than any MIG instance (largest: {format_bytes(biggest)})",
             retry=False,
+            code=TOO_LARGE,
         )
-    return Refusal(f"{request.size} does not fit: every MIG instance that large is in use", retry=True)
+    return Refusal(
+        f"{request.size} does not fit: every MIG instance that large is in use", retry=True, code=NO_ROOM
+    )
 
 
 def _quota_refusal(request: Request, wanted: int, held: list[Held], policy: Policy) -> Refusal | None:
     reason = kernel_limit_refusal(wanted, policy.max_memory_per_kernel)
-    if reason is None:
-        in_use = sum(slice_.memory for slice_ in held if slice_.owner == request.owner)
-        reason = user_limit_refusal(request.owner, wanted, in_use, policy.max_memory_per_user)
-    return None if reason is None else Refusal(reason, retry=False)
+    if reason is not None:
+        return Refusal(reason, retry=False, code=KERNEL_LIMIT)
+    in_use = sum(slice_.memory for slice_ in held if slice_.owner == request.owner)
+    reason = user_limit_refusal(request.owner, wanted, in_use, policy.max_memory_per_user)
+    return None if reason is None else Refusal(reason, retry=False, code=USER_LIMIT)
 
 
 def kernel_limit_refusal(wanted: int, limit: int | None) -> str | None:

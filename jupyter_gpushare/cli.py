@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 
 from . import __version__
 from .backends import backend_for
 from .config import load_settings
-from .errors import GPUShareError
+from .errors import BackendUnavailableError, GPUShareError
 from .inventory import SimulationSpecError
 from .k8s.presets import PRESETS, PresetError
 from .kernelspec import install_kernelspecs
@@ -86,9 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     kernelspec_commands = kernelspec.add_subparsers(dest="kernelspec_command", metavar="ACTION")
     kernelspec_commands.required = True
     install = kernelspec_commands.add_parser(
-        "install", help="install one kernelspec per GPU size (default: GPUShare.sizes)"
+        "install",
+        help='install "Python 3 (GPU)" (its size is picked at each start), and one kernelspec per '
+        "size given with --sizes (for nbclient, papermill, jupyter console)",
     )
-    install.add_argument("--sizes", help="comma-separated sizes, e.g. 2G,4G,whole")
+    install.add_argument("--sizes", help="comma-separated fixed sizes, e.g. 2G,4G,whole")
     install.add_argument("--mode", choices=list(MODES), help="sharing mode (default: GPUShare.default_mode)")
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user")
@@ -98,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Faults reach the user once, as the sentence below, not also through the library's log.
+    logging.getLogger("jupyter_gpushare").addHandler(logging.NullHandler())
     parser = build_parser()
     arguments = parser.parse_args(argv)
     try:
@@ -117,6 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             checks = run_checks(load_settings(), kernel=not arguments.no_kernel)
             print(report(checks, arguments.json))
             return 1 if any(check.status == "FAIL" for check in checks) else 0
+    except BackendUnavailableError as error:
+        # The pool (the node's ledger, the cluster), not the command, is at fault: the sentence
+        # names what and the fix.
+        print(f"jupyter gpushare: error: {error}", file=sys.stderr)
+        return 1
     except (CommandError, GPUShareError, SizeError, SimulationSpecError, PresetError) as error:
         print(f"jupyter gpushare: error: {error}", file=sys.stderr)
         return 2
@@ -142,6 +152,7 @@ def _status(as_json: bool) -> int:
     # The local backend reconciles the ledger as it opens it (a broker's client asks the broker
     # to); the Kubernetes one lists the cluster.
     backend = backend_for(load_settings())
+    backend.check_access()  # a pool that cannot be read at all: one sentence, exit status 1
     status: StatusPayload = {"pool": backend.pool(), "kernels": backend.all_kernels()}
     if as_json:
         print(json.dumps(status, indent=2))
@@ -245,10 +256,10 @@ def _sizes(text: str | None, default: list[str]) -> list[str]:
 
 def _install(arguments: argparse.Namespace) -> int:
     settings = load_settings()
-    sizes = _sizes(arguments.sizes, settings.sizes)
+    sizes = _sizes(arguments.sizes, []) if arguments.sizes is not None else []
     prefix = sys.prefix if arguments.sys_prefix else arguments.prefix
     installed = install_kernelspecs(
-        sizes, arguments.mode or settings.default_mode, user=arguments.user, prefix=prefix
+        sizes, arguments.mode or settings.default_mode, user=arguments.user, prefix=prefix, asking=True
     )
     for name, directory in installed:
         print(f"Installed kernelspec {name} in {directory}")

@@ -64,6 +64,13 @@ class GPUShare(Configurable):
     max_memory_per_user = Unicode(
         None, allow_none=True, config=True, help="Most memory one user's kernels may hold together."
     )
+    min_memory = Unicode(
+        "256M",
+        config=True,
+        help="The smallest slice a kernel may hold, e.g. '256M': a CUDA context alone takes "
+        "about that much, so a smaller slice cannot run anything. Also applies to a share of "
+        "a small card ('1%').",
+    )
     when_full = Enum(
         ["queue", "fail"],
         default_value="queue",
@@ -88,7 +95,17 @@ class GPUShare(Configurable):
         help="The node ledger (sqlite). Point several servers at one file to "
         f"share a node. Default: the Jupyter runtime dir. Also ${env_names.LEDGER_PATH}.",
     )
-    sample_interval = Float(1.0, config=True, help="Usage sampling period, seconds.")
+    sample_interval = Float(
+        1.0,
+        config=True,
+        help="Usage sampling period, seconds; also how often the ledger file is checked "
+        "(a deleted ledger is put back within one period).",
+    )
+    ledger_lock_timeout = Float(
+        10.0,
+        config=True,
+        help="Seconds a ledger lock is waited for before the call fails, naming the process that holds it.",
+    )
     libvgpu_path = Unicode(
         "", config=True, help="Path of HAMi-core's libvgpu.so; enables mode 'vgpu' on local kernels."
     )
@@ -198,7 +215,7 @@ class GPUShare(Configurable):
             raise ValueError(f"GPUShare.overcommit must be a finite number of at least 1.0, not {value}")
         return value
 
-    @validate("default_memory", "max_memory_per_kernel", "max_memory_per_user")
+    @validate("default_memory", "max_memory_per_kernel", "max_memory_per_user", "min_memory")
     def _check_size(self, proposal: Any) -> str | None:
         value = proposal["value"]
         name = proposal["trait"].name
@@ -208,7 +225,7 @@ class GPUShare(Configurable):
             size = parse_size(value)
         except SizeError as error:
             raise ValueError(f"GPUShare.{name}: {error}") from None
-        if name.startswith("max_") and size.kind != "bytes":
+        if name.startswith(("max_", "min_")) and size.kind != "bytes":
             raise ValueError(f"GPUShare.{name} must be an amount such as 16G, not {value!r}")
         return str(value)
 
@@ -221,7 +238,9 @@ class GPUShare(Configurable):
                 raise ValueError(f"GPUShare.sizes: {error}") from None
         return list(proposal["value"])
 
-    @validate("queue_timeout", "sample_interval", "queue_poll_interval", "idle_release_after")
+    @validate(
+        "queue_timeout", "sample_interval", "queue_poll_interval", "idle_release_after", "ledger_lock_timeout"
+    )
     def _check_non_negative(self, proposal: Any) -> float:
         value = float(proposal["value"])
         if value < 0:
@@ -265,6 +284,9 @@ class GPUShare(Configurable):
             or os.environ.get("JUPYTERHUB_USER", "")
             or getpass.getuser()
         )
+
+    def min_memory_bytes(self) -> int:
+        return parse_size(self.min_memory).resolve(0)
 
     def default_mode_object(self) -> Any:
         return get_mode(self.default_mode)

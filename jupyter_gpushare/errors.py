@@ -112,3 +112,36 @@ class TokenRefusedError(GPUShareError):
     a user's)."""
 
     status = 403
+
+
+class LedgerError(BackendUnavailableError):
+    """The node ledger file cannot be used now; the message names the file and the fix.
+
+    503: the request may be fine, the node's accounting is not. Nothing was reserved.
+    """
+
+    status = 503
+
+
+class LedgerMissingError(LedgerError):
+    """The ledger file is gone while live processes still hold the deleted one."""
+
+
+class LedgerReplacedError(LedgerError):
+    """Another file took the ledger's place while processes still hold the previous one."""
+
+
+class LedgerDamagedError(LedgerError):
+    """The file is not a ledger any more: garbage, truncated, or sqlite calls it malformed."""
+
+
+class LedgerReadOnlyError(LedgerError):
+    """This process may not write the ledger file or its directory."""
+
+
+class LedgerBusyError(LedgerError):
+    """The ledger stayed locked longer than the lock timeout."""
+
+
+class RequestBodyError(InvalidRequestError):
+    """A REST body broke a limit (size, nesting, text) before any field was read."""

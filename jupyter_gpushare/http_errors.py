@@ -38,7 +38,8 @@ def message_of(error: BaseException | None, status: int) -> str:
     if isinstance(error, GPUShareError):
         return str(error)
     if isinstance(error, HTTPError) and error.log_message:
-        return str(error.log_message)
+        # get_message(), not log_message: tornado escapes "%" in the latter ("50%% ...").
+        return str(error.get_message())
     try:
         return HTTPStatus(status).phrase
     except ValueError:

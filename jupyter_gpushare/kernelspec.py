@@ -18,39 +18,66 @@ from .sizes import parse_size
 
 TEMPLATE_DIRECTORY = "python3-gpu"
 DEFAULT_MODE = "timeslice"
+LOGO = "logo-svg.svg"  # the launcher's card icon (JupyterLab reads a kernelspec's logo-svg)
+# Pads the number of a size in display names to SIZE_DIGITS digits: JupyterLab's launcher orders
+# cards by display name as text (localeCompare), where white space sorts before every digit, so a
+# padded " 8G" comes before "16G". A hair space is all but invisible.
+SORT_SPACE = "\u200a"
+SIZE_DIGITS = 3
+
+
+def _resource(name: str) -> str:
+    # Installed wheels carry the template inside the package; a source checkout has it at the
+    # top-level kernels/ folder that the wheel build copies from.
+    packaged = resources.files("jupyter_gpushare") / "kernels" / TEMPLATE_DIRECTORY / name
+    if packaged.is_file():
+        return packaged.read_text()
+    return (Path(__file__).resolve().parent.parent / "kernels" / TEMPLATE_DIRECTORY / name).read_text()
 
 
 def _template() -> dict[str, Any]:
-    # Installed wheels carry the template inside the package; a source checkout has it at the
-    # top-level kernels/ folder that the wheel build copies from.
-    packaged = resources.files("jupyter_gpushare") / "kernels" / TEMPLATE_DIRECTORY / "kernel.json"
-    if packaged.is_file():
-        return dict(json.loads(packaged.read_text()))
-    source = Path(__file__).resolve().parent.parent / "kernels" / TEMPLATE_DIRECTORY / "kernel.json"
-    return dict(json.loads(source.read_text()))
+    return dict(json.loads(_resource("kernel.json")))
 
 
-def kernelspec_name(size: str, mode: str, default_mode: str = DEFAULT_MODE) -> str:
-    """``python3-gpu-4g``; ``python3-gpu-4g-vgpu`` for a non-default mode."""
-    slug = re.sub(r"[^a-z0-9]+", "-", size.lower().replace("%", "pct")).strip("-")
+def kernelspec_name(size: str | None, mode: str, default_mode: str = DEFAULT_MODE) -> str:
+    """``python3-gpu-4g``; ``python3-gpu-4g-vgpu`` for a non-default mode; ``python3-gpu`` for
+    the kernelspec that asks for its size (``size`` None)."""
     suffix = "" if mode == default_mode else f"-{mode}"
+    if size is None:
+        return f"python3-gpu{suffix}"
+    slug = re.sub(r"[^a-z0-9]+", "-", size.lower().replace("%", "pct")).strip("-")
     return f"python3-gpu-{slug}{suffix}"
 
 
-def build_kernelspec(size: str, mode: str = DEFAULT_MODE, cores: int | None = None) -> dict[str, Any]:
-    """The kernel.json for one preset size and mode (validated; raises with the accepted forms)."""
-    parsed = parse_size(size)
+def build_kernelspec(size: str | None, mode: str = DEFAULT_MODE, cores: int | None = None) -> dict[str, Any]:
+    """The kernel.json for one preset size and mode (validated; raises with the accepted forms).
+
+    ``size`` None builds "Python 3 (GPU)": no size of its own, JupyterLab's start picker asks
+    for one (elsewhere, ``GPUShare.default_memory`` applies). The size's number is padded in
+    the display name so that the launcher orders the sizes by size (see SORT_SPACE).
+    """
     get_mode(mode)
     spec = copy.deepcopy(_template())
-    label = "whole card" if parsed.is_whole else parsed.text
+    if size is None:
+        label = ""
+        memory = None
+    else:
+        parsed = parse_size(size)
+        label = " whole card" if parsed.is_whole else " " + _padded(parsed.text)
+        memory = parsed.text
     if mode != DEFAULT_MODE:
         label = f"{label}, {mode}"
-    spec["display_name"] = spec["display_name"].replace("{size}", label)
+    spec["display_name"] = spec["display_name"].replace("{label}", label)
     config = spec["metadata"]["kernel_provisioner"]["config"]
-    config["gpu_memory"] = parsed.text
+    config["gpu_memory"] = memory
     config["gpu_mode"] = mode
     config["gpu_cores"] = cores
     return spec
+
+
+def _padded(text: str) -> str:
+    whole = len(re.match(r"\d*", text).group())  # type: ignore[union-attr]
+    return SORT_SPACE * max(0, SIZE_DIGITS - whole) + text if whole else text
 
 
 def install_kernelspecs(
@@ -59,12 +86,15 @@ def install_kernelspecs(
     *,
     user: bool = False,
     prefix: str | None = None,
+    asking: bool = False,
 ) -> list[tuple[str, str]]:
-    """Install one kernelspec per size; returns ``(name, directory)`` pairs.
+    """Install one kernelspec per size, and with ``asking`` first "Python 3 (GPU)", whose size
+    is picked at each start; returns ``(name, directory)`` pairs.
 
     Every size is validated before anything is written, so a typo installs nothing.
     """
-    specs = [(kernelspec_name(size, mode), build_kernelspec(size, mode)) for size in sizes]
+    chosen: list[str | None] = [None] if asking else []
+    specs = [(kernelspec_name(size, mode), build_kernelspec(size, mode)) for size in [*chosen, *sizes]]
     manager = KernelSpecManager()
     installed = []
     for name, spec in specs:
@@ -73,6 +103,7 @@ def install_kernelspecs(
             # The copy keeps the staging directory's mode (0700): every user must read a
             # kernelspec installed for the system or a shared environment.
             Path(staging).chmod(0o755)
+            (Path(staging) / LOGO).write_text(_resource(LOGO))
             destination = manager.install_kernel_spec(staging, kernel_name=name, user=user, prefix=prefix)
         installed.append((name, destination))
     return installed

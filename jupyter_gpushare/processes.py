@@ -37,3 +37,19 @@ def is_alive(identity: ProcessIdentity) -> bool:
         return False
     except psutil.AccessDenied:
         return True  # another user's live process: it exists, we just may not inspect it
+
+
+def runs_within(process: ProcessIdentity, ancestor: ProcessIdentity) -> bool:
+    """True when ``process`` is ``ancestor`` or runs under it (a kernel started through a
+    wrapper such as ``conda run`` is the wrapper's child)."""
+    if process == ancestor or (
+        process.pid == ancestor.pid and abs(process.start - ancestor.start) <= _START_TOLERANCE
+    ):
+        return True
+    if not is_alive(ancestor):
+        return False
+    try:
+        parents = psutil.Process(process.pid).parents()
+    except psutil.Error:
+        return False
+    return any(parent.pid == ancestor.pid for parent in parents)

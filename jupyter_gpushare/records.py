@@ -80,6 +80,19 @@ class NewRequest:
 
 
 @dataclass(frozen=True)
+class ReleasedSlice:
+    """What a running kernel left in the ledger when it gave its slice back: its token digest
+    (only it may take a slice under its id again), its name and path (they come back with it)
+    and its process (the claim ends with it)."""
+
+    kernel_id: str
+    token_hash: str | None
+    kernel_name: str
+    path: str
+    process: ProcessIdentity
+
+
+@dataclass(frozen=True)
 class KernelSample:
     """One kernel's usage in a sampling round, with the warnings it should see."""
 

@@ -3,13 +3,19 @@
 Pure code: no I/O. Every accepted form is binary (GiB, MiB); a bare integer is MiB because
 that is the unit HAMi's ``nvidia.com/gpumem`` resource uses, so the same number means the same
 thing in a kernelspec, a magic and a pod manifest.
+
+The rules, strict on purpose so that what the picker, a magic and a REST body accept is one
+thing: digits are ASCII ``0-9`` only (not ``٤`` or ``４``); whitespace around a size is ignored
+(ASCII whitespace only) and none is allowed inside (``4 G`` is refused: write ``4G``); an amount
+is rounded up to whole MiB (the unit of every cap and resource), and the ledger stores one
+canonical spelling per size (``4096``, ``4GB`` and ``4GiB`` are all stored as ``4G``).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Literal
 
 MiB = 1024**2
@@ -33,8 +39,11 @@ _UNITS: dict[str, int] = {
     "mib": MiB,
 }
 
-_AMOUNT = re.compile(r"^(?P<number>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[A-Za-z]*)$")
-_PERCENT = re.compile(r"^(?P<number>\d+(?:\.\d+)?|\.\d+)\s*%$")
+_NUMBER = r"(?P<number>[0-9]+(?:\.[0-9]+)?|\.[0-9]+)"
+_AMOUNT = re.compile(rf"{_NUMBER}(?P<unit>[A-Za-z]*)", re.ASCII)
+_PERCENT = re.compile(rf"{_NUMBER}%", re.ASCII)
+# Whitespace around a size is ignored; only ASCII whitespace, as the picker's mirror does.
+_SURROUNDING = " \t\n\r\f\v"
 
 
 class SizeError(ValueError):
@@ -51,8 +60,18 @@ class Size:
     """A parsed request: an exact byte count, a percentage of a device, or a whole card."""
 
     kind: Literal["bytes", "percent", "whole"]
-    amount: Decimal  # bytes for "bytes", percent (0 < p <= 100) for "percent", 1 for "whole"
-    text: str  # the user's spelling, kept for messages
+    amount: Decimal  # bytes for "bytes" (whole MiB), percent (0 < p <= 100), 1 for "whole"
+    text: str  # the user's spelling (trimmed), kept for messages and labels
+
+    @property
+    def canonical(self) -> str:
+        """The one spelling the ledger stores: ``4G``, ``1536M``, ``12.5%`` or ``whole``."""
+        if self.kind == "whole":
+            return "whole"
+        if self.kind == "percent":
+            return f"{_plain(self.amount)}%"
+        size_bytes = int(self.amount)
+        return f"{size_bytes // GiB}G" if size_bytes % GiB == 0 else f"{size_bytes // MiB}M"
 
     def resolve(self, device_memory: int) -> int:
         """Bytes this size means on a device (or MIG instance) with ``device_memory`` bytes."""
@@ -83,7 +102,7 @@ def parse_size(value: object) -> Size:
         if value <= 0:
             raise SizeError(value, f"GPU size {value} must be more than zero")
         return Size("bytes", Decimal(value * MiB), f"{value}M")
-    text = value.strip()
+    text = value.strip(_SURROUNDING)
     if not text:
         raise SizeError(value, "GPU size is empty")
     if text.lower() == "whole":
@@ -91,14 +110,18 @@ def parse_size(value: object) -> Size:
     if text.startswith("-"):
         raise SizeError(value, f"GPU size {text!r} must be more than zero")
 
-    percent = _PERCENT.match(text)
+    if any(character.isspace() for character in text):
+        raise SizeError(value, f"GPU size {text!r} has a space inside; write it without, e.g. 4G")
+    if any(character.isdecimal() and character not in "0123456789" for character in text):
+        raise SizeError(value, f"GPU size {text!r} has a digit that is not 0-9")
+    percent = _PERCENT.fullmatch(text)
     if percent:
         share = _decimal(percent["number"], value)
         if share < MIN_PERCENT or share > 100:
             raise SizeError(value, f"GPU share {text!r} must be from {MIN_PERCENT}% to 100%")
         return Size("percent", share, text)
 
-    amount = _AMOUNT.match(text)
+    amount = _AMOUNT.fullmatch(text)
     if not amount:
         raise SizeError(value, f"cannot read GPU size {text!r}")
     number = _decimal(amount["number"], value)
@@ -111,10 +134,17 @@ def parse_size(value: object) -> Size:
         scale = _UNITS[unit]
     else:
         raise SizeError(value, f"unknown unit {amount['unit']!r} in GPU size {text!r}")
-    size_bytes = int(number * scale)
-    if size_bytes <= 0:
+    if number * scale <= 0:
         raise SizeError(value, f"GPU size {text!r} must be more than zero")
+    # Whole MiB, rounded up: never less than asked, and what every cap and resource counts in.
+    size_bytes = to_mib(int((number * scale).to_integral_value(rounding=ROUND_CEILING))) * MiB
     return Size("bytes", Decimal(size_bytes), text)
+
+
+def _plain(number: Decimal) -> str:
+    """A decimal without exponent or trailing zeros: ``12.5``, ``25``, ``0.01``."""
+    text = format(number.normalize(), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _decimal(number: str, original: object) -> Decimal:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 from .errors import InvalidRequestError
 from .modes import Mode, UnknownModeError, get_mode
-from .sizes import Size, SizeError, parse_size
+from .sizes import Size, SizeError, format_bytes, parse_size
+
+MAX_PATH_BYTES = 4096  # a notebook path, in UTF-8 (PATH_MAX on Linux)
+MAX_NAME_BYTES = 255  # a kernelspec name
 
 
 @dataclass(frozen=True)
@@ -17,17 +21,29 @@ class SliceRequest:
 
 
 def make_slice_request(
-    memory: object, mode: object, cores: object, default_memory: str, default_mode: str
+    memory: object,
+    mode: object,
+    cores: object,
+    default_memory: str,
+    default_mode: str,
+    min_memory: int = 0,
 ) -> SliceRequest:
     """Validate the three request fields; ``None`` takes the configured default.
 
     An empty string is an error, not a default: a cleared form field or ``%gpu request ""``
-    should say so rather than quietly reserve the default size.
+    should say so rather than quietly reserve the default size. An amount below ``min_memory``
+    bytes (``GPUShare.min_memory``) is refused; a share is checked where it lands.
     """
+    chosen = default_memory if memory is None else memory
     try:
-        size = parse_size(default_memory if memory is None else memory)
+        size = parse_size(chosen)
     except SizeError as error:
         raise InvalidRequestError(str(error)) from None
+    if size.kind == "bytes" and size.resolve(0) < min_memory:
+        raise InvalidRequestError(
+            f"a GPU slice must be at least {format_bytes(min_memory)} (GPUShare.min_memory), "
+            f"not {chosen}: a CUDA context alone needs about that much"
+        )
     try:
         chosen_mode = get_mode(default_mode if mode is None else mode)  # type: ignore[arg-type]
     except UnknownModeError as error:
@@ -52,3 +68,15 @@ def _check_cores(cores: object) -> int | None:
     if not 1 <= value <= 100:
         raise InvalidRequestError(f"gpu_cores must be from 1 to 100 (% of the GPU's SMs), not {value}")
     return value
+
+
+def stored_label(text: str, max_bytes: int) -> str:
+    """A kernel name or path as the ledger stores it and every client shows it: control
+    characters and lone surrogates replaced, cut to ``max_bytes`` of UTF-8.
+
+    The REST API refuses such values outright; names and paths that arrive another way (a
+    session's name through ``/api/kernels``) are made harmless here.
+    """
+    cleaned = "".join("\ufffd" if unicodedata.category(char) in ("Cc", "Cs") else char for char in text)
+    encoded = cleaned.encode("utf-8")
+    return encoded[:max_bytes].decode("utf-8", "ignore") if len(encoded) > max_bytes else cleaned

@@ -1,11 +1,13 @@
-"""Regenerate the README's screenshots of the GPU panel: docs/panel-light.png, docs/panel-dark.png.
+"""Regenerate the README's screenshots: the GPU panel (docs/panel-light.png, docs/panel-dark.png)
+and the size picker before a kernel starts (docs/picker.png, docs/picker-queued.png).
 
     .venv/bin/python scripts/screenshots.py
 
 Uses the browser tests' machinery (tests/ui/lab.py): a real ``jupyter lab`` under a JupyterHub
 base URL on a simulated 2xA100-80GB pool, Chromium from the system, two notebooks of ours with
 declared usage (one near its slice), and a neighbour's kernel from a second server on the same
-ledger, which shows as anonymous occupancy.
+ledger, which shows as anonymous occupancy. The picker is shown on a node with two cards of
+different sizes, partly taken, so that its choices fit now, wait, or can never run.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.ui.lab import (  # noqa: E402
     call,
+    fit_note,
     installed_extension,
     launch_browser,
     open_lab,
@@ -88,11 +91,17 @@ def main() -> None:
                 ("train.ipynb", "16G", "12.5G", 70, 20, 20),
                 ("explore.ipynb", "4G", "3.8G", 25, 15, 9),
             ):
-                page.evaluate(f"() => window.jupyterapp.commands.execute('docmanager:open', {{path: '{name}'}})")
+                page.evaluate(
+                    f"() => window.jupyterapp.commands.execute('docmanager:open', {{path: '{name}'}})"
+                )
                 dialog = picker_dialog(page)
                 dialog.locator(f'input[value="{pick}"]').check()
-                dialog.get_by_role("button", name="Apply").click()
+                dialog.get_by_role("button", name="Start").click()
                 dialog.wait_for(state="detached")
+                # The notebook has its kernel once it runs: the picked size, started once.
+                page.locator(
+                    ".jp-NotebookPanel:visible .jp-Toolbar-kernelName", has_text="GPU"
+                ).first.wait_for()
                 page.locator(".jp-NotebookPanel:visible .jp-Notebook-cell").first.wait_for()
                 run_cell(page, USAGE.format(memory=memory, base=base, swing=swing, period=period))
                 time.sleep(1)
@@ -100,7 +109,9 @@ def main() -> None:
             time.sleep(25)  # let the sparklines fill
             page.mouse.move(900, 700)
             page.screenshot(path=str(DOCS / "panel-light.png"))
-            page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+            page.evaluate(
+                "() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})"
+            )
             page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
             time.sleep(2)
             page.screenshot(path=str(DOCS / "panel-dark.png"))
@@ -109,6 +120,47 @@ def main() -> None:
     finally:
         neighbour.terminate()
         neighbour.wait(30)
+        lab.stop()
+    picker()
+
+
+def picker() -> None:
+    """The start picker on an A100-40GB with 10G free and a T4-16GB with 4G free."""
+    from playwright.sync_api import sync_playwright
+
+    root = Path(tempfile.mkdtemp(prefix="gpushare-screenshots-picker-"))
+    lab = start_lab(root, {"simulate": "1xA100-40GB,1xT4-16GB", "sizes": ["2G", "8G", "24G", "whole", "64G"]})
+    try:
+        for size in ("30G", "12G"):
+            status, body = lab.request(
+                "POST", "api/gpushare/kernels", {"name": "python3-gpu-4g", "gpu_memory": size}
+            )
+            assert status == 201, body
+        (lab.notebook_dir / "train.ipynb").write_text(notebook("python3-gpu"))
+        with sync_playwright() as playwright:
+            browser = launch_browser(playwright)
+            page = browser.new_page(viewport=VIEWPORT)
+            open_lab(page, lab)
+            page.evaluate(
+                "() => window.jupyterapp.commands.execute('docmanager:open', {path: 'train.ipynb'})"
+            )
+            dialog = picker_dialog(page)
+            dialog.locator('input[value="24G"]').check()
+            fit_note(dialog, "64G").filter(has_text="larger than any card").wait_for()
+            dialog.locator(".jp-gpushare-custom").fill("6G")
+            fit_note(dialog, "custom").filter(has_text="fits now").wait_for()
+            dialog.locator('input[value="24G"]').check()
+            page.mouse.move(900, 700)
+            dialog.screenshot(path=str(DOCS / "picker.png"))
+            dialog.get_by_role("button", name="Start").click()
+            indicator = page.locator(".jp-NotebookPanel:visible .jp-gpushare-start-indicator")
+            indicator.filter(has_text="waiting for GPU").wait_for()
+            page.screenshot(
+                path=str(DOCS / "picker-queued.png"), clip={"x": 280, "y": 30, "width": 1000, "height": 110}
+            )
+            browser.close()
+        print(f"wrote {DOCS / 'picker.png'} and {DOCS / 'picker-queued.png'}")
+    finally:
         lab.stop()
 
 

@@ -20,7 +20,8 @@ from typing import Protocol
 from ..config import GPUShare
 from ..devices import Device
 from ..payloads import KernelPayload, PoolPayload
-from ..records import SliceRecord, UsageReport
+from ..preview import Preview
+from ..records import ProcessIdentity, SliceRecord, UsageReport
 from ..slice_request import SliceRequest
 
 WaitCallback = Callable[[int, str], None]  # (queue position, reason) while a request waits
@@ -92,6 +93,10 @@ class Backend(Protocol):
         """The checked request, or the refusal of what can never start (a bad size or mode, a
         size larger than any device, a quota): before anything is reserved or created."""
 
+    def preview(self, memory: object, mode: object, cores: object) -> Preview:
+        """What a start of this request would do now — start where, wait at which position, or
+        never and why — from what decides a real start; nothing is reserved (``GET fit``)."""
+
     def is_waiting(self, kernel_id: str) -> bool:
         """Whether the kernel's slice is not placed yet (queued, or its pod not running)."""
 
@@ -104,6 +109,10 @@ class Backend(Protocol):
 
     def refresh(self) -> None:
         """Take a usage sample now if nothing else samples (a panel is open, no kernel runs)."""
+
+    def check_access(self) -> None:
+        """Raise (a ``BackendUnavailableError``) when the pool cannot be read at all — a broken
+        ledger file, no cluster — with the sentence that says what and the fix."""
 
     def problem(self) -> str | None:
         """Why the pool may be empty, stale or wrong now, as a sentence; None when it is fine."""
@@ -137,8 +146,13 @@ class NodeSlices(Backend, Protocol):
     def start_monitoring(self) -> None:
         """Make sure the kernel just attached is sampled (by this process, or by the broker)."""
 
-    def free(self, kernel_id: str) -> SliceRecord | None:
-        """Remove the kernel's slice or queued request, if any (a shutdown, a failed start)."""
+    def free(self, kernel_id: str, keep_claim: bool = False) -> SliceRecord | None:
+        """Remove the kernel's slice or queued request, if any (a shutdown, a failed start);
+        ``keep_claim`` while its kernel runs on (it may take a slice again under its id)."""
+
+    def check_claim(self, kernel_id: str, token: str | None, caller: ProcessIdentity) -> None:
+        """Refuse a kernel's own request for a slice under ``kernel_id`` unless it is the kernel
+        that gave that id's slice back."""
 
     def resize(self, kernel_id: str, memory: object) -> SliceRecord:
         """Resize a running slice in place; raises with the reason when it cannot."""

@@ -42,10 +42,12 @@ from ..k8s.pool import (
     read_pod,
 )
 from ..k8s.presets import resolve_preset
+from ..k8s.preview import preview_pod
 from ..k8s.requests import ClusterFacts
 from ..k8s.usage import MetricsFormatError, pod_memory_used
 from ..modes import MODES
 from ..payloads import KernelPayload, PoolPayload
+from ..preview import Preview
 from ..processes import current_process
 from ..records import UsageReport
 from ..sizes import bytes_or_none
@@ -262,7 +264,9 @@ class KubernetesBackend:
         """Refuse what can never start: a bad request, a size larger than every card the nodes
         advertise, the per-kernel limit, or the per-user limit across the user's kernel pods."""
         settings = self.settings
-        request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
+        request = make_slice_request(
+            memory, mode, cores, settings.default_memory, settings.default_mode, settings.min_memory_bytes()
+        )
         if request.size.kind != "bytes":
             return request
         wanted = request.size.resolve(0)
@@ -278,6 +282,24 @@ class KubernetesBackend:
         if refusal is not None:
             raise DoesNotFitError(refusal)
         return request
+
+    def preview(self, memory: object, mode: object, cores: object) -> Preview:
+        """From the watched nodes and kernel pods: the node a pod would fit on now, its place
+        among the pods waiting, or why no node ever could."""
+        settings = self.settings
+        request = make_slice_request(
+            memory, mode, cores, settings.default_memory, settings.default_mode, settings.min_memory_bytes()
+        )
+        return preview_pod(
+            request.size,
+            request.mode.name,
+            self.owner,
+            self.nodes(),
+            self.slices(),
+            self.preset,
+            max_memory_per_kernel=bytes_or_none(settings.max_memory_per_kernel),
+            max_memory_per_user=bytes_or_none(settings.max_memory_per_user),
+        )
 
     def is_waiting(self, kernel_id: str) -> bool:
         item = next((item for item in self.slices() if item.kernel_id == kernel_id), None)
@@ -305,6 +327,9 @@ class KubernetesBackend:
             threading.Thread(target=shared.watch, name="gpushare-watch-start", daemon=True).start()
         if self.settings.usage_metrics_url:
             threading.Thread(target=self._read_metrics_forever, name="gpushare-metrics", daemon=True).start()
+
+    def check_access(self) -> None:
+        self.cluster  # noqa: B018 (raises ClusterError with the reason when none is configured)
 
     def problem(self) -> str | None:
         shared = self._shared

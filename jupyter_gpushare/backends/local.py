@@ -25,6 +25,7 @@ from ..allocator import Placement, Policy, Refusal, Request, fit
 from ..config import GPUShare, settings_env
 from ..errors import (
     DoesNotFitError,
+    LedgerError,
     ModeUnavailableError,
     NoGPUError,
     NoSliceError,
@@ -35,7 +36,8 @@ from ..inventory import Device, Inventory, discover
 from ..ledger import Ledger
 from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
 from ..payloads import KernelPayload, PoolPayload
-from ..processes import current_process, identify
+from ..preview import Preview, never, preview_start
+from ..processes import current_process, identify, is_alive, runs_within
 from ..records import (
     NewRequest,
     Outcome,
@@ -47,7 +49,7 @@ from ..records import (
     Waiting,
 )
 from ..sizes import bytes_or_none, format_bytes
-from ..slice_request import SliceRequest, make_slice_request
+from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
 from ..views import kernel_view, kernels_view, pool_view, queue_positions, slice_less_view
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .monitor import UsageMonitor
@@ -74,7 +76,7 @@ class LocalBackend:
     def __init__(self, settings: GPUShare, inventory: Inventory | None = None) -> None:
         self.settings = settings
         self.inventory = inventory if inventory is not None else discover(settings.effective_simulate())
-        self.ledger = Ledger(settings.effective_ledger_path())
+        self.ledger = Ledger(settings.effective_ledger_path(), lock_timeout=settings.ledger_lock_timeout)
         self.facts: NodeFacts = probe_node(
             self.inventory,
             libvgpu_path=settings.libvgpu_path,
@@ -89,10 +91,16 @@ class LocalBackend:
         # The secret each kernel started here proves its identity with (kept only in memory).
         self._tokens: dict[str, str] = {}
         self.monitor = UsageMonitor(self)
-        if self.inventory.devices:
-            self.ledger.register_devices(self.inventory.devices, self.inventory.simulated)
-        if settings.reconcile_on_start:
-            self.reconcile()
+        try:
+            if self.inventory.devices:
+                self.ledger.register_devices(self.inventory.devices, self.inventory.simulated)
+            if settings.reconcile_on_start:
+                self.reconcile()
+        except LedgerError as error:
+            # A broken ledger must not stop a server from loading: every call says what is
+            # wrong, and the guard registers the pool once the file is usable again.
+            log.error("jupyter_gpushare: %s", error)
+        self.ledger.guard(settings.sample_interval)
 
     # ---- settings-derived values ---------------------------------------------------------
 
@@ -103,6 +111,7 @@ class LocalBackend:
             overcommit=settings.overcommit,
             max_memory_per_kernel=bytes_or_none(settings.max_memory_per_kernel),
             max_memory_per_user=bytes_or_none(settings.max_memory_per_user),
+            min_memory=settings.min_memory_bytes(),
         )
 
     def devices(self) -> list[Device]:
@@ -132,7 +141,12 @@ class LocalBackend:
     ) -> SliceRequest:
         """Validate a request and check this node can honour its mode (raises with the reason)."""
         request = make_slice_request(
-            memory, mode, cores, self.settings.default_memory, self.settings.default_mode
+            memory,
+            mode,
+            cores,
+            self.settings.default_memory,
+            self.settings.default_mode,
+            self.settings.min_memory_bytes(),
         )
         if not self.ledger.devices():
             raise NoGPUError(self.inventory.problem or "no GPU found")
@@ -151,6 +165,29 @@ class LocalBackend:
         if isinstance(never, Refusal) and not never.retry:
             raise DoesNotFitError(never.reason)
         return request
+
+    def preview(self, memory: object, mode: object = None, cores: object = None) -> Preview:
+        """What starting a kernel with this request would do now (``GET fit``, the start
+        picker): the same placement a start makes, from the same ledger; nothing is reserved."""
+        request = make_slice_request(
+            memory,
+            mode,
+            cores,
+            self.settings.default_memory,
+            self.settings.default_mode,
+            self.settings.min_memory_bytes(),
+        )
+        devices = self.ledger.devices()
+        if not devices:
+            return never(self.inventory.problem or "no GPU found", "no GPU in the pool")
+        missing = request.mode.unavailable_reason(self.facts)
+        if missing:
+            return never(missing)
+        records = self.ledger.records()
+        held = [record.held() for record in records if record.state == "running"]
+        ahead = sum(1 for record in records if record.state == "queued" and is_alive(record.process))
+        wanted = Request("", self.owner, request.size, request.mode.placement)
+        return preview_start(wanted, devices, held, ahead, self.policy, self.settings.when_full)
 
     # ---- acquire / release ---------------------------------------------------------------
 
@@ -184,11 +221,11 @@ class LocalBackend:
                 server_id=self.server_id,
                 mode=request.mode.name,
                 kind=request.mode.placement,
-                size=request.size.text,
+                size=request.size.canonical,
                 cores=request.cores,
                 holder=self.holder,
-                kernel_name=kernel_name,
-                path=path,
+                kernel_name=stored_label(kernel_name, MAX_NAME_BYTES),
+                path=stored_label(path, MAX_PATH_BYTES),
                 token_hash=token_hash,
             ),
             self.policy,
@@ -255,16 +292,43 @@ class LocalBackend:
         """Let the slice follow the kernel process ``pid`` (None: back to this process)."""
         self.ledger.attach_kernel(kernel_id, identify(pid) if pid is not None else None)
 
-    def free(self, kernel_id: str) -> SliceRecord | None:
-        """Remove the kernel's slice or queued request, if any (a shutdown, a failed start)."""
-        return self.ledger.release(kernel_id)
+    def free(self, kernel_id: str, keep_claim: bool = False) -> SliceRecord | None:
+        """Remove the kernel's slice or queued request, if any (a shutdown, a failed start);
+        ``keep_claim`` while its kernel runs on (see ``Ledger.release``)."""
+        return self.ledger.release(kernel_id, keep_claim=keep_claim)
+
+    def check_claim(self, kernel_id: str, token: str | None, caller: ProcessIdentity) -> None:
+        """Refuse a kernel's own request for a slice under ``kernel_id`` unless it is that kernel.
+
+        A kernel that gave its slice back may take one again under its id: it still has the
+        token, and it is the process that held the slice (or runs inside it). Any other caller
+        is refused, whatever it sets ``JUPYTER_GPUSHARE_KERNEL_ID`` to.
+        """
+        released = self.ledger.released(kernel_id)
+        if released is None:
+            return
+        same_token = (
+            bool(token)
+            and released.token_hash is not None
+            and hmac.compare_digest(released.token_hash, token_digest(token or ""))
+        )
+        if not same_token or not runs_within(caller, released.process):
+            raise NotYourSliceError(
+                f"kernel id {kernel_id} belongs to another kernel: only the kernel that gave its "
+                "GPU slice back can take one under that id again"
+            )
 
     def resize(self, kernel_id: str, memory: object) -> SliceRecord:
         """Resize a running slice in place; raises with the reason when it cannot."""
         size = make_slice_request(
-            memory, None, None, self.settings.default_memory, self.settings.default_mode
+            memory,
+            None,
+            None,
+            self.settings.default_memory,
+            self.settings.default_mode,
+            self.settings.min_memory_bytes(),
         ).size
-        outcome = self.ledger.resize(kernel_id, size.text, self.policy)
+        outcome = self.ledger.resize(kernel_id, size.canonical, self.policy)
         if isinstance(outcome, Refusal):
             raise DoesNotFitError(outcome.reason)
         assert isinstance(outcome, Placement)
@@ -353,6 +417,21 @@ class LocalBackend:
     # ---- the service API (backends.base.Backend) --------------------------------------------
 
     def pool(self) -> PoolPayload:
+        """The pool; when the ledger cannot be read, an empty pool whose ``problem`` says why and
+        how to fix it (what the panel shows as its banner)."""
+        try:
+            return self._pool()
+        except LedgerError as error:
+            return {
+                "backend": self.name,
+                "simulated": self.inventory.simulated,
+                "overcommit": self.settings.overcommit,
+                "devices": [],
+                "queue": [],
+                "problem": str(error),
+            }
+
+    def _pool(self) -> PoolPayload:
         return pool_view(
             self.devices(),
             self.ledger.records(),
@@ -413,8 +492,9 @@ class LocalBackend:
         return record is None or record.state == "queued"
 
     def release(self, kernel_id: str) -> None:
-        """Give the slice back (or withdraw the queued request: its start then fails)."""
-        if self.ledger.release(kernel_id) is None:
+        """Give the slice back while the kernel runs on, keeping its claim on its id (or withdraw
+        the queued request: its start then fails)."""
+        if self.ledger.release(kernel_id, keep_claim=True) is None:
             raise NoSliceError(f"kernel {kernel_id} holds no GPU slice")
 
     def report_usage(self, kernel_id: str, report: UsageReport) -> None:
@@ -424,8 +504,17 @@ class LocalBackend:
         if not self.monitor.running:
             self.monitor.sample_once()  # keep device figures live with no kernel held
 
+    def check_access(self) -> None:
+        fault = self.ledger.check()  # after trying to mend it
+        if fault is not None:
+            raise fault
+
     def problem(self) -> str | None:
-        return None if self.ledger.devices() else (self.inventory.problem or "no GPU found")
+        try:
+            devices = self.ledger.devices()
+        except LedgerError as error:  # the routes answer it; the guard mends what it can
+            return str(error)
+        return None if devices else (self.inventory.problem or "no GPU found")
 
     def location(self) -> str:
         return f"ledger {self.ledger.path}"

@@ -29,8 +29,9 @@ from ..config import GPUShare, settings_env
 from ..devices import Device
 from ..errors import GPUShareError
 from ..payloads import KernelPayload, PoolPayload
+from ..preview import Preview
 from ..processes import identify
-from ..records import SliceRecord, UsageReport
+from ..records import ProcessIdentity, SliceRecord, UsageReport
 from ..slice_request import SliceRequest, make_slice_request
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .broker_feed import BrokerFeed
@@ -137,6 +138,17 @@ class RemoteBackend:
             checked["size"], checked["mode"], checked["cores"], self.settings.default_memory, checked["mode"]
         )
 
+    def preview(self, memory: object, mode: object = None, cores: object = None) -> Preview:
+        """What a start would do now, as the broker's allocator answers for this user."""
+        answer = self.client.call(
+            "POST", "preview", {"gpu_memory": memory, "gpu_mode": mode, "gpu_cores": cores}
+        )
+        return Preview(**answer)
+
+    def check_access(self) -> None:
+        """Raise when the broker cannot be reached or cannot read its pool."""
+        self.client.call("GET", "access")
+
     def is_waiting(self, kernel_id: str) -> bool:
         return bool(self.client.call("GET", f"slices/{kernel_id}/waiting")["waiting"])
 
@@ -187,7 +199,7 @@ class RemoteBackend:
         self._tokens[kernel_id] = token
         body = {
             "kernel_id": kernel_id,
-            "gpu_memory": request.size.text,
+            "gpu_memory": request.size.canonical,
             "gpu_mode": request.mode.name,
             "gpu_cores": request.cores,
             "kernel_name": kernel_name,
@@ -227,10 +239,15 @@ class RemoteBackend:
     def start_monitoring(self) -> None:
         """The broker samples every kernel on the node."""
 
-    def free(self, kernel_id: str) -> SliceRecord | None:
-        answer = self.client.call("DELETE", f"slices/{kernel_id}")
+    def free(self, kernel_id: str, keep_claim: bool = False) -> SliceRecord | None:
+        answer = self.client.call("DELETE", f"slices/{kernel_id}" + ("?keep_claim=1" if keep_claim else ""))
         self._envs.pop(kernel_id, None)
         return record_from_json(answer["record"]) if answer and answer.get("record") else None
+
+    def check_claim(self, kernel_id: str, token: str | None, caller: ProcessIdentity) -> None:
+        """Checked by the broker with the calling process it sees (``caller`` is ours: the
+        broker takes no process's word for who it is)."""
+        self.client.call("POST", f"slices/{kernel_id}/claim", {}, token=token or "")
 
     def resize(self, kernel_id: str, memory: object) -> SliceRecord:
         answer = self.client.call("PATCH", f"slices/{kernel_id}", {"gpu_memory": memory})

@@ -26,7 +26,8 @@ CALL_TIMEOUT = 30.0  # seconds; every call is short (a queued start polls instea
 TOKEN_HEADER = "X-GPUShare-Token"  # a kernel's own-slice token, for calls about its own slice
 HOST_HEADER = "X-GPUShare-Host"  # where the caller runs: names its server's kernel pods (HTTP)
 API_PREFIX = "/api/gpushare/broker/"
-READING = frozenset({("POST", "check"), ("POST", "server-kernels")})  # POSTs that change nothing
+# POSTs that change nothing (a server's feed stays trusted after them).
+READING = frozenset({("POST", "check"), ("POST", "server-kernels"), ("POST", "preview")})
 
 
 @register_error

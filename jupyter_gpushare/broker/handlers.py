@@ -10,6 +10,7 @@ same error an embedded backend would (:mod:`jupyter_gpushare.backends.wire`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.metadata
 import json
 import logging
@@ -281,6 +282,25 @@ class CheckHandler(BrokerHandler):
         self.answer({"size": request.size.text, "mode": request.mode.name, "cores": request.cores})
 
 
+class PreviewHandler(BrokerHandler):
+    """``POST preview``: what a start of this request would do now, for the caller (``GET fit``)."""
+
+    @answering_domain_errors
+    async def post(self) -> None:
+        memory, mode, cores = request_fields(self.json_body())
+        preview = await self.run(self.scoped().preview, memory, mode, cores)
+        self.answer(dataclasses.asdict(preview))
+
+
+class AccessHandler(BrokerHandler):
+    """``GET access``: 200 when the broker can read its pool; its fault otherwise."""
+
+    @answering_domain_errors
+    async def get(self) -> None:
+        await self.run(self.authority.backend.check_access)
+        self.answer({})
+
+
 class RefreshHandler(BrokerHandler):
     @answering_domain_errors
     async def post(self) -> None:
@@ -342,6 +362,8 @@ ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     ("stream", StreamHandler),
     ("modes", ModesHandler),
     ("check", CheckHandler),
+    ("preview", PreviewHandler),
+    ("access", AccessHandler),
     ("refresh", RefreshHandler),
     ("reconcile", ReconcileHandler),
     (f"slices/{KERNEL}/waiting", WaitingHandler),

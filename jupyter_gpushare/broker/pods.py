@@ -146,7 +146,12 @@ class PodStarts:
             )
         settings = self.settings
         request = make_slice_request(
-            ask.memory, ask.mode, ask.cores, settings.default_memory, settings.default_mode
+            ask.memory,
+            ask.mode,
+            ask.cores,
+            settings.default_memory,
+            settings.default_mode,
+            settings.min_memory_bytes(),
         )
         facts = self.backend.facts()
         key = ask.key or secrets.token_hex(32)

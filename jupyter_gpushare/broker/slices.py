@@ -16,6 +16,7 @@ from typing import Any, cast
 import psutil
 
 from ..backends.local import LocalBackend
+from ..backends.transport import TOKEN_HEADER
 from ..backends.wire import device_to_json, outcome_to_json, record_to_json
 from ..errors import GPUShareError, InvalidRequestError, NotYourSliceError
 from ..http_errors import answering_domain_errors
@@ -102,7 +103,7 @@ class SliceRecordHandler(SliceHandler):
             self.answer({"record": None, "env": {}})  # another user's reads as none at all
             return
         if self.get_argument("as_kernel", ""):
-            token = self.request.headers.get("X-GPUShare-Token") or None
+            token = self.request.headers.get(TOKEN_HEADER) or None
             record = await self.run(self.local.local.own_slice, kernel_id, token)
         self.answer(self.with_env(record))
 
@@ -120,9 +121,23 @@ class SliceRecordHandler(SliceHandler):
 
     @answering_domain_errors
     async def delete(self, kernel_id: str) -> None:
+        keep_claim = bool(self.get_argument("keep_claim", ""))
         await self.run(lambda: require_own(self.authority, self.caller, kernel_id, missing_ok=True))
-        record = await self.run(self.local.local.free, kernel_id)
+        record = await self.run(self.local.local.free, kernel_id, keep_claim)
         self.answer({"record": record_to_json(record) if record else None})
+
+
+class ClaimHandler(SliceHandler):
+    """``POST slices/{id}/claim`` (with the kernel's token): may the calling process take a
+    slice under this kernel id again? Refused (403) unless it is the kernel that gave it back —
+    judged on the process the socket's peer credentials name, not on anything the caller says."""
+
+    @answering_domain_errors
+    async def post(self, kernel_id: str) -> None:
+        mine = self.mine()
+        token = self.request.headers.get(TOKEN_HEADER) or None
+        await self.run(mine.check_claim, kernel_id, token, mine.holder)
+        self.answer({})
 
 
 class AttachHandler(SliceHandler):
@@ -181,6 +196,7 @@ ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     ("slices", AskHandler),
     (f"slices/{KERNEL}/place", PlaceHandler),
     (f"slices/{KERNEL}/kernel", AttachHandler),
+    (f"slices/{KERNEL}/claim", ClaimHandler),
     (f"slices/{KERNEL}", SliceRecordHandler),
     ("devices", DevicesHandler),
 ]

@@ -22,12 +22,12 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from ..errors import GPUShareError
+from ..errors import BackendUnavailableError
 
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-class ClusterError(GPUShareError):
+class ClusterError(BackendUnavailableError):
     """The Kubernetes API refused or could not be reached; the message says which and why."""
 
     status = 503

@@ -16,8 +16,11 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from .. import env_names
-from ..errors import GPUShareError, NeedsRestartError, NoSliceError
+from ..errors import GPUShareError, NeedsRestartError, NoSliceError, NotYourSliceError
+from ..processes import current_process
 from ..records import SliceRecord, UsageReport
 from ..sizes import format_bytes, parse_size
 from . import caps
@@ -27,6 +30,23 @@ if TYPE_CHECKING:
     from ..backends import NodeSlices
 
 WaitCallback = Callable[[int, str], None]
+
+
+def launch_kernel_ids() -> set[str]:
+    """The ids this process may act under: those it was started with (the provisioner's
+    ``JUPYTER_GPUSHARE_KERNEL_ID`` in its launch environment, its connection file's name) and
+    ``process-<pid>``. Changing ``os.environ`` later does not change the launch environment."""
+    ids = {f"process-{os.getpid()}"}
+    try:
+        launched = psutil.Process().environ()
+    except (psutil.Error, OSError):
+        launched = dict(os.environ)  # platforms where a process cannot read its own start
+    if launched.get(env_names.KERNEL_ID):
+        ids.add(launched[env_names.KERNEL_ID])
+    from_file = _kernel_id_from_connection_file()
+    if from_file:
+        ids.add(from_file)
+    return ids
 
 
 def _kernel_id_from_connection_file() -> str | None:
@@ -139,6 +159,12 @@ class OwnSlice:
                 f"this kernel already holds a {format_bytes(current.memory)} slice on "
                 f"{self.device_label(current)}; use %gpu resize or %gpu release first"
             )
+        backend.check_claim(self.kernel_id, self._token, current_process())
+        if self.kernel_id not in launch_kernel_ids():
+            raise NotYourSliceError(
+                f"this process was not started as kernel {self.kernel_id}: a kernel takes a GPU "
+                "slice under its own id only"
+            )
         record: SliceRecord = _run_async(lambda: backend.acquire(self.kernel_id, request, on_wait=on_wait))
         backend.attach_kernel(self.kernel_id, os.getpid())
         self._token = backend.token_for(self.kernel_id)
@@ -178,7 +204,7 @@ class OwnSlice:
     def give_back(self) -> SliceRecord:
         """Release the slice; returns what it was (the idle timer says so to the user)."""
         record = self.require()
-        self.backend.free(self.kernel_id)
+        self.backend.free(self.kernel_id, keep_claim=True)
         for name in env_names.SLICE_VARIABLES - {env_names.TOKEN}:
             os.environ.pop(name, None)
         # New CUDA users in this process (or its children) must not think they have a GPU.

@@ -217,7 +217,12 @@ class KubernetesProvisioner(GPUShareProvisioner):
 
     def _request(self, settings: GPUShare) -> SliceRequest:
         request = make_slice_request(
-            self.gpu_memory, self.gpu_mode, self.gpu_cores, settings.default_memory, settings.default_mode
+            self.gpu_memory,
+            self.gpu_mode,
+            self.gpu_cores,
+            settings.default_memory,
+            settings.default_mode,
+            settings.min_memory_bytes(),
         )
         if request.size.kind == "bytes":
             refusal = kernel_limit_refusal(

@@ -146,14 +146,24 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
             else:
                 self.backend.free(self.kernel_id)
         except BackendUnavailableError as error:
-            # The broker is away: it releases the slice itself once it sees the kernel gone.
-            self.log.warning("Kernel %s: the GPU slice is left to the broker: %s", self.kernel_id, error)
+            # A shutdown must end even when the ledger cannot be written (a server stopping on
+            # SIGTERM above all) or the broker is away: the slice's process is gone, so
+            # reconciliation frees it once the ledger (or the broker) is back.
+            self.log.warning(
+                "Kernel %s: its GPU slice stays until the ledger or the broker is back: %s",
+                self.kernel_id,
+                error,
+            )
 
     def _free_quietly(self) -> None:
         try:
             self.backend.free(self.kernel_id)
         except BackendUnavailableError as error:
-            self.log.warning("Kernel %s: the GPU slice is left to the broker: %s", self.kernel_id, error)
+            self.log.warning(
+                "Kernel %s: its GPU slice stays until the ledger or the broker is back: %s",
+                self.kernel_id,
+                error,
+            )
 
     # ---- what a server asks of every gpushare kernel ---------------------------------------
 

@@ -20,8 +20,15 @@ from tornado import web
 
 from ..backends import Backend, ServerKernels
 from ..compat import forget_pending_kernel
-from ..errors import DoesNotFitError, NoSliceError, NoSuchKernelError, NotYourSliceError
+from ..errors import (
+    BackendUnavailableError,
+    DoesNotFitError,
+    NoSliceError,
+    NoSuchKernelError,
+    NotYourSliceError,
+)
 from ..payloads import KernelPayload, PoolPayload, StatusPayload
+from ..preview import Preview
 from ..provisioners import GPUShareProvisioner
 from ..records import UsageReport
 from .kernelspecs import default_kernelspec, request_defaults
@@ -250,7 +257,7 @@ class GPUShareContext:
         every slice; any change (a start, a resize, a sampling round, a watch event) renews it.
         """
         marker = (
-            await asyncio.to_thread(self.backend.change_marker),
+            await asyncio.to_thread(self._backend_marker),
             frozenset(self.kernel_manager.list_kernel_ids()),
             tuple((start.kernel_id, start.detail) for start in self.starts.pending()),
             tuple(sorted(self._provisioner_states().items())),
@@ -261,6 +268,12 @@ class GPUShareContext:
         text = json.dumps(await asyncio.to_thread(build))
         self._rendered[name] = (marker, text)
         return text
+
+    def _backend_marker(self) -> Hashable:
+        try:
+            return self.backend.change_marker()
+        except BackendUnavailableError:
+            return object()  # never equal: a broken pool is read (and reported) every time
 
     def _provisioner_states(self) -> dict[str, str]:
         states = {}
@@ -275,12 +288,24 @@ class GPUShareContext:
     def pool(self) -> PoolPayload:
         return self.backend.pool()
 
+    def preview(self, memory: object, mode: object, cores: object) -> Preview:
+        """What a start of this size would do now (``GET fit``), from what decides the start."""
+        return self.backend.preview(memory, mode, cores)
+
     def stream_snapshot(self) -> StatusPayload:
-        self.backend.refresh()
-        return {"pool": self.backend.pool(), "kernels": self.server_kernels()}
+        try:
+            self.backend.refresh()
+            kernels = self.server_kernels()
+        except BackendUnavailableError:
+            kernels = []  # the pool carries the problem (the panel's banner)
+        return {"pool": self.backend.pool(), "kernels": kernels}
 
     def metrics_snapshot(self) -> StatusPayload:
-        return {"pool": self.backend.pool(), "kernels": self.backend.all_kernels()}
+        try:
+            kernels = self.backend.all_kernels()
+        except BackendUnavailableError:
+            kernels = []
+        return {"pool": self.backend.pool(), "kernels": kernels}
 
     @staticmethod
     def openapi_text() -> str:

@@ -9,7 +9,7 @@ from jupyter_server.utils import url_path_join
 
 from ..backends import ServerHooks, backend_for
 from ..config import GPUShare, load_settings
-from . import handlers, kernel_routes, metrics
+from . import handlers, kernel_routes, log_filter, metrics
 from .context import GPUShareContext
 from .websockets import close_kernel_websockets
 
@@ -32,6 +32,8 @@ def report_base(settings: GPUShare, serverapp: Any) -> str | None:
 
 
 def load_jupyter_server_extension(serverapp: Any) -> None:
+    log_filter.install(serverapp.log)
+    log_filter.install(serverapp.log)
     settings = load_settings(serverapp.config)
     backend = backend_for(settings)
     backend.attach_server(
@@ -58,6 +60,7 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, "kernels", kernel, "resize"), kernel_routes.KernelResizeHandler),
             (url_path_join(base, "stream"), handlers.StreamHandler),
             (url_path_join(base, "config"), handlers.ConfigHandler),
+            (url_path_join(base, "fit"), handlers.FitHandler),
             (url_path_join(base, "openapi.yaml"), handlers.OpenAPIHandler),
         ],
     )

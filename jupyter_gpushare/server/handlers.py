@@ -19,6 +19,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..http_errors import answering_domain_errors, message_of
+from . import request_body
 from .context import GPUShareContext
 
 AUTH_RESOURCE = "gpushare"
@@ -43,13 +44,7 @@ class GPUShareHandler(APIHandler):  # type: ignore[misc]
 
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object, or a 400 that says what is wrong with it."""
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise web.HTTPError(400, "the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, "the request body must be a JSON object")
-        return body
+        return request_body.json_object(self.request.body or b"")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # Never a traceback, never a 500 for our refusals: the reason, as a sentence.
@@ -94,9 +89,9 @@ class KernelsHandler(GPUShareHandler):
     @answering_domain_errors
     async def post(self) -> None:
         body = self.json_body()
-        for name in ("name", "path"):
-            if body.get(name) is not None and not isinstance(body[name], str):
-                raise web.HTTPError(400, f"{name} must be a string, not {json.dumps(body[name])}")
+        for name, limit in (("name", request_body.MAX_NAME_BYTES), ("path", request_body.MAX_PATH_BYTES)):
+            if body.get(name) is not None:
+                request_body.check_label(name, body[name], limit)
         view, started = await self.gpushare.start_kernel(
             body.get("name") or None, body.get("path") or "", request_fields(body)
         )
@@ -196,6 +191,38 @@ class ConfigHandler(GPUShareHandler):
         )
 
 
+class FitHandler(GPUShareHandler):
+    """``GET fit?gpu_memory=SIZE[&gpu_memory=SIZE…][&gpu_mode=M][&gpu_cores=N]``: what starting
+    a kernel of each size would do now, in the order asked (the start picker's annotations).
+    Nothing is reserved; a size that cannot be read is a 400, as ``POST kernels`` answers it."""
+
+    MAX_SIZES = 32
+
+    @web.authenticated  # type: ignore[untyped-decorator]
+    @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
+    async def get(self) -> None:
+        # Other parameters are left alone: JupyterLab adds a cache-busting one to every GET.
+        sizes = self.get_arguments("gpu_memory")
+        if not sizes:
+            raise web.HTTPError(400, "ask with ?gpu_memory=SIZE (one or more times)")
+        if len(sizes) > self.MAX_SIZES:
+            raise web.HTTPError(400, f"at most {self.MAX_SIZES} sizes at once, not {len(sizes)}")
+        mode, cores = (self._single(name) for name in ("gpu_mode", "gpu_cores"))
+        context = self.gpushare
+
+        def answer() -> list[dict[str, Any]]:
+            return [context.preview(size, mode, cores).as_json(size) for size in sizes]
+
+        self.write_json(await asyncio.to_thread(answer))
+
+    def _single(self, name: str) -> str | None:
+        values = self.get_arguments(name)
+        if len(values) > 1:
+            raise web.HTTPError(400, f"{name} may be given once, not {len(values)} times")
+        return values[0] if values else None
+
+
 class OpenAPIHandler(GPUShareHandler):
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
@@ -205,6 +232,7 @@ class OpenAPIHandler(GPUShareHandler):
 
 __all__ = [
     "ConfigHandler",
+    "FitHandler",
     "KernelGPUHandler",
     "KernelHandler",
     "KernelsHandler",

@@ -17,6 +17,7 @@ from tornado.log import app_log
 
 from ..http_errors import answering_domain_errors, message_of
 from ..records import UsageReport
+from . import request_body
 from .context import GPUShareContext
 from .handlers import request_fields
 
@@ -42,10 +43,7 @@ class KernelTokenHandler(web.RequestHandler):
         return self.gpushare.kernel_by_token(kernel_id, self.request.headers.get(TOKEN_HEADER))
 
     def json_body(self) -> Any:
-        try:
-            return json.loads(self.request.body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise web.HTTPError(400, "the request body is not valid JSON") from None
+        return request_body.json_value(self.request.body or b"")
 
     def answer(self, payload: Any, status: int = 200) -> None:
         self.set_status(status)

@@ -12,6 +12,7 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import {
   IErrorBody,
+  IFit,
   IGPUShareConfig,
   IKernelSlice,
   IPool,
@@ -127,6 +128,31 @@ export class GPUShareAPI {
     return this.request<IKernelSlice>('PATCH', ['kernels', kernelId], body);
   }
 
+  /**
+   * `GET fit`: what starting a kernel of each size would do now (a dry run of the allocator
+   * that decides the start), in the order asked.
+   */
+  fit(sizes: string[], mode: string | null): Promise<IFit[]> {
+    const query = new URLSearchParams(sizes.map(size => ['gpu_memory', size]));
+    if (mode) {
+      query.append('gpu_mode', mode);
+    }
+    return this.request<IFit[]>('GET', ['fit'], undefined, query.toString());
+  }
+
+  /**
+   * `POST kernels`: start a kernel of a gpushare kernelspec with the picked slice. The answer
+   * comes within a second: the kernel runs, or it is queued (`state: 'queued'`).
+   */
+  start(options: {
+    name: string;
+    path: string;
+    gpu_memory: string;
+    gpu_mode: string | null;
+  }): Promise<IKernelSlice> {
+    return this.request<IKernelSlice>('POST', ['kernels'], options);
+  }
+
   /** `DELETE kernels/{id}/gpu`: release the slice; the kernel keeps running. */
   async release(kernelId: string): Promise<void> {
     await this.request<void>('DELETE', ['kernels', kernelId, 'gpu']);
@@ -135,7 +161,8 @@ export class GPUShareAPI {
   private async request<T>(
     method: string,
     parts: string[],
-    body?: unknown
+    body?: unknown,
+    query?: string
   ): Promise<T> {
     const init: RequestInit = { method };
     if (body !== undefined) {
@@ -144,8 +171,9 @@ export class GPUShareAPI {
     }
     let response: Response;
     try {
+      const url = this.url(...parts);
       response = await ServerConnection.makeRequest(
-        this.url(...parts),
+        query ? `${url}?${query}` : url,
         init,
         this.settings
       );

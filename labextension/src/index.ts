@@ -1,6 +1,11 @@
 /**
- * jupyter-gpushare's JupyterLab extension (SPEC §9): the GPU side panel, the size picker
- * when a notebook gets a gpushare kernel, and the status bar item of the current kernel.
+ * jupyter-gpushare's JupyterLab extension (SPEC §9): the GPU side panel, the size picked
+ * before a gpushare kernel starts, and the status bar item of the current kernel.
+ *
+ * Four plugins: two service plugins (the kernel starts, and the session manager whose sessions
+ * REST client starts gpushare kernels through them), the session dialogs that start them
+ * through the picker, and the user interface. The `activate` functions only wire; the work is
+ * in the modules they name.
  */
 
 import {
@@ -9,209 +14,185 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import {
-  Dialog,
   ICommandPalette,
-  showDialog,
+  ISessionContext,
+  ISessionContextDialogs,
+  SessionContextDialogs,
   showErrorMessage
 } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import {
+  IConnectionStatus,
+  IKernelManager,
+  IKernelSpecManager,
+  IServerSettings,
+  ISessionManager,
+  Kernel,
+  KernelSpec,
+  ServerConnection,
+  ServiceManagerPlugin,
+  Session,
+  SessionManager
+} from '@jupyterlab/services';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStateDB } from '@jupyterlab/statedb';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { ITranslator } from '@jupyterlab/translation';
 
 import { GPUShareAPI } from './api';
-import { gpuIcon } from './icons';
-import { specSlice } from './kernelspecs';
+import { addCommands, CommandIDs } from './commands';
 import { GPUShareModel } from './model';
 import { INotebookRef } from './panel/kernel';
-import { GPUSharePanel, PANEL_ID } from './panel/panel';
-import { pickSize } from './picker/dialog';
-import { StartPicker } from './picker/start';
+import { GPUSharePanel } from './panel/panel';
+import { startPicker } from './picker/start';
+import { GPUStartIndicator } from './starts/indicator';
+import {
+  GPUShareSessionAPIClient,
+  GPUShareSessionDialogs,
+  holdGPUStart,
+  StartCancelled
+} from './starts/session';
+import { IGPUShareStarts, KernelStarts } from './starts/starter';
 import { GPUStatusItem } from './statusbar/item';
 import { IGPUShareConfig, IKernelSlice } from './types';
 
-/** Command ids. */
-export namespace CommandIDs {
-  export const openPanel = 'gpushare:open-panel';
-  export const pickSize = 'gpushare:pick-size';
-}
+export { CommandIDs, IGPUShareStarts, KernelStarts };
 
+/** The kernel starts: the size first, then one start at that size. */
+const startsPlugin: ServiceManagerPlugin<KernelStarts> = {
+  id: 'jupyter-gpushare:kernel-starts',
+  description: 'Starts gpushare kernels at the size picked before they start.',
+  autoStart: true,
+  provides: IGPUShareStarts,
+  requires: [IKernelSpecManager],
+  optional: [IServerSettings],
+  activate: (
+    _: null,
+    kernelspecs: KernelSpec.IManager,
+    serverSettings: ServerConnection.ISettings | null
+  ) =>
+    new KernelStarts({
+      api: new GPUShareAPI(serverSettings ?? undefined),
+      kernelspecs
+    })
+};
+
+/**
+ * JupyterLab's session manager, whose sessions REST client starts a gpushare kernelspec by
+ * name through the kernel starts (it replaces the default session manager plugin).
+ */
+const sessionManagerPlugin: ServiceManagerPlugin<Session.IManager> = {
+  id: 'jupyter-gpushare:session-manager',
+  description:
+    'The session manager, with gpushare kernels started at a picked size.',
+  autoStart: true,
+  provides: ISessionManager,
+  requires: [IKernelManager, IGPUShareStarts],
+  optional: [IServerSettings, IConnectionStatus],
+  activate: (
+    _: null,
+    kernelManager: Kernel.IManager,
+    starts: KernelStarts,
+    serverSettings: ServerConnection.ISettings | null,
+    connectionStatus: { isConnected: boolean } | null
+  ) =>
+    new SessionManager({
+      kernelManager,
+      serverSettings: serverSettings ?? undefined,
+      standby: () => !connectionStatus?.isConnected || 'when-hidden',
+      sessionAPIClient: new GPUShareSessionAPIClient(
+        { serverSettings: serverSettings ?? undefined },
+        starts
+      )
+    })
+};
+
+/** JupyterLab's session dialogs, starting a gpushare kernelspec through the picker. */
+const dialogsPlugin: JupyterFrontEndPlugin<ISessionContext.IDialogs> = {
+  id: 'jupyter-gpushare:session-dialogs',
+  description: 'Kernel selection and restart dialogs that ask for a GPU size.',
+  autoStart: true,
+  provides: ISessionContextDialogs,
+  requires: [IGPUShareStarts],
+  optional: [ITranslator, ISettingRegistry],
+  activate: (
+    app: JupyterFrontEnd,
+    starts: KernelStarts,
+    translator: ITranslator | null,
+    settingRegistry: ISettingRegistry | null
+  ) =>
+    new GPUShareSessionDialogs(
+      new SessionContextDialogs({
+        translator: translator ?? undefined,
+        settingRegistry
+      }),
+      starts,
+      showStartError
+    )
+};
+
+/** The panel, the picker, the notebooks' start indicators, the commands, the status bar. */
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-gpushare:plugin',
   description:
     'GPU side panel, size picker and status bar item for jupyter-gpushare.',
   autoStart: true,
-  requires: [INotebookTracker, IDocumentManager],
+  requires: [INotebookTracker, IDocumentManager, IGPUShareStarts],
   optional: [ILayoutRestorer, IStatusBar, IStateDB, ICommandPalette],
   activate: (
     app: JupyterFrontEnd,
     notebooks: INotebookTracker,
     docManager: IDocumentManager,
+    starts: KernelStarts,
     restorer: ILayoutRestorer | null,
     statusBar: IStatusBar | null,
     state: IStateDB | null,
     palette: ICommandPalette | null
   ): void => {
-    const api = new GPUShareAPI();
+    const api = starts.api;
     const model = new GPUShareModel({ api });
-    const { sessions, kernels, kernelspecs } = app.serviceManager;
+    const config = once(() => api.config());
+    const notebookOf = (kernel: IKernelSlice) =>
+      notebookRef(kernel, app.serviceManager.sessions.running());
 
-    let configPromise: Promise<IGPUShareConfig> | null = null;
-    const config = (): Promise<IGPUShareConfig> => {
-      if (!configPromise) {
-        configPromise = api.config().catch(error => {
-          configPromise = null; // try again next time
-          throw error;
-        });
-      }
-      return configPromise;
-    };
-
-    const notebookOf = (kernel: IKernelSlice): INotebookRef => {
-      for (const session of sessions.running()) {
-        if (session.kernel?.id === kernel.kernel_id) {
-          return { label: basename(session.path), path: session.path };
+    starts.setPicker(startPicker({ api, model, config, state }));
+    app.docRegistry.addWidgetExtension('Notebook', {
+      createNew: (panel: NotebookPanel, context) => {
+        holdGPUStart(context, starts);
+        const indicator = new GPUStartIndicator(context.sessionContext, starts);
+        if (
+          !panel.toolbar.insertBefore('kernelName', 'gpushare-start', indicator)
+        ) {
+          panel.toolbar.addItem('gpushare-start', indicator);
         }
-      }
-      if (kernel.path) {
-        // A path the kernel was started for: a server path, or the absolute working path
-        // a session gives (which cannot be opened as is).
-        const absolute = kernel.path.startsWith('/');
-        return {
-          label: basename(kernel.path),
-          path: absolute ? null : kernel.path
-        };
-      }
-      return { label: kernel.kernel_name || 'kernel', path: null };
-    };
-
-    const deviceMemory = async (): Promise<number[]> =>
-      (model.pool ?? (await api.pool())).devices.map(d => d.memory_total);
-
-    const panel = new GPUSharePanel({
-      model,
-      notebookOf,
-      actions: {
-        open: path => {
-          docManager.openOrReveal(path);
-        },
-        resize: async kernel => {
-          const name = notebookOf(kernel).label;
-          try {
-            const pick = await pickSize({
-              title: `Resize the GPU slice of ${name}`,
-              sizes: (await config()).sizes,
-              current: kernel.size,
-              allowNone: false,
-              modes: [],
-              mode: kernel.mode ?? '',
-              deviceMemory: await deviceMemory(),
-              acceptLabel: kernel.pod ? 'Restart in a new pod' : 'Resize'
-            });
-            if (pick?.memory && kernel.kernel_id) {
-              // A pod's resources are fixed: its kernel restarts in a new pod of the new size.
-              await api.resize(
-                kernel.kernel_id,
-                pick.memory,
-                Boolean(kernel.pod)
-              );
-            }
-          } catch (error) {
-            await showErrorMessage(
-              'GPU slice not resized',
-              (error as Error).message
-            );
-          }
-          await model.refresh();
-        },
-        release: async kernel => {
-          try {
-            if (kernel.kernel_id) {
-              await api.release(kernel.kernel_id);
-            }
-          } catch (error) {
-            await showErrorMessage(
-              'GPU slice not released',
-              (error as Error).message
-            );
-          }
-          await model.refresh();
-        },
-        shutdown: async kernel => {
-          const name = notebookOf(kernel).label;
-          const answer = await showDialog({
-            title: 'Shut down the kernel?',
-            body: `The kernel of ${name} stops and its GPU slice is freed.`,
-            buttons: [
-              Dialog.cancelButton(),
-              Dialog.warnButton({ label: 'Shut Down' })
-            ]
-          });
-          if (!answer.button.accept || !kernel.kernel_id) {
-            return;
-          }
-          try {
-            await kernels.shutdown(kernel.kernel_id);
-          } catch (error) {
-            await showErrorMessage(
-              'Kernel not shut down',
-              (error as Error).message
-            );
-          }
-          await model.refresh();
-        }
+        return indicator;
       }
     });
-    sessions.runningChanged.connect(() => panel.sessionsChanged());
-    app.shell.add(panel, 'left', { rank: 650 });
-    if (restorer) {
-      restorer.add(panel, 'jupyter-gpushare-panel');
-    }
 
-    const openPanel = (): void => {
-      app.shell.activateById(PANEL_ID);
-    };
-    const isGPUKernel = (name: string): boolean =>
-      specSlice(kernelspecs.specs?.kernelspecs[name]) !== null;
-
-    const picker = new StartPicker({
+    const actions = addCommands(app, {
       api,
       model,
       notebooks,
-      kernelspecs,
+      docManager,
       config,
-      state
+      notebookOf,
+      palette
     });
-
-    app.commands.addCommand(CommandIDs.openPanel, {
-      label: 'Show GPU Panel',
-      caption: 'Show the GPU sharing panel',
-      icon: gpuIcon,
-      execute: openPanel
-    });
-    app.commands.addCommand(CommandIDs.pickSize, {
-      label: 'Choose GPU Size for This Notebook…',
-      caption:
-        "Resize or release the GPU slice of the current notebook's kernel",
-      isEnabled: () => {
-        const kernel = notebooks.currentWidget?.sessionContext.session?.kernel;
-        return !!kernel && isGPUKernel(kernel.name);
-      },
-      execute: () => {
-        const current = notebooks.currentWidget;
-        if (current) {
-          return picker.pickFor(current);
-        }
-      }
-    });
-    if (palette) {
-      for (const command of [CommandIDs.openPanel, CommandIDs.pickSize]) {
-        palette.addItem({ command, category: 'GPU' });
-      }
-    }
+    const panel = new GPUSharePanel({ model, actions, notebookOf });
+    app.serviceManager.sessions.runningChanged.connect(() =>
+      panel.sessionsChanged()
+    );
+    app.shell.add(panel, 'left', { rank: 650 });
+    restorer?.add(panel, 'jupyter-gpushare-panel');
 
     if (statusBar) {
-      const item = new GPUStatusItem(model, notebooks, isGPUKernel, openPanel);
+      const item = new GPUStatusItem(
+        model,
+        notebooks,
+        name => starts.isGPUKernel(name),
+        () => void app.commands.execute(CommandIDs.openPanel)
+      );
       statusBar.registerStatusItem('jupyter-gpushare:status', {
         item,
         align: 'left',
@@ -223,8 +204,52 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
+/** A start that failed (not one the user cancelled), with the server's reason. */
+function showStartError(error: unknown): void {
+  if (!(error instanceof StartCancelled)) {
+    void showErrorMessage('GPU kernel not started', (error as Error).message);
+  }
+}
+
+/** The notebook a kernel belongs to, from the running sessions or the path it started for. */
+function notebookRef(
+  kernel: IKernelSlice,
+  sessions: Iterable<Session.IModel>
+): INotebookRef {
+  for (const session of sessions) {
+    if (session.kernel?.id === kernel.kernel_id) {
+      return { label: basename(session.path), path: session.path };
+    }
+  }
+  if (kernel.path) {
+    // A server path, or the absolute working directory a session gives (not openable).
+    const absolute = kernel.path.startsWith('/');
+    return {
+      label: basename(kernel.path),
+      path: absolute ? null : kernel.path
+    };
+  }
+  return { label: kernel.kernel_name || 'kernel', path: null };
+}
+
+/** `load()` once; again after a failure. */
+function once(
+  load: () => Promise<IGPUShareConfig>
+): () => Promise<IGPUShareConfig> {
+  let loading: Promise<IGPUShareConfig> | null = null;
+  return () => {
+    if (!loading) {
+      loading = load().catch(error => {
+        loading = null;
+        throw error;
+      });
+    }
+    return loading;
+  };
+}
+
 function basename(path: string): string {
   return path.split('/').pop() || path;
 }
 
-export default plugin;
+export default [startsPlugin, sessionManagerPlugin, dialogsPlugin, plugin];

@@ -36,32 +36,3 @@ export function specSlice(
     mode: typeof config.gpu_mode === 'string' ? config.gpu_mode : null
   };
 }
-
-/** Every gpushare kernelspec known to the manager. */
-export function gpushareSpecs(
-  specs: KernelSpec.ISpecModels | null
-): ISpecSlice[] {
-  if (!specs) {
-    return [];
-  }
-  return Object.values(specs.kernelspecs)
-    .map(spec => specSlice(spec))
-    .filter((slice): slice is ISpecSlice => slice !== null);
-}
-
-/**
- * The gpushare kernelspec to switch to for another mode: the one of that mode whose size
- * is the one asked for, else any of that mode.
- */
-export function specForMode(
-  specs: KernelSpec.ISpecModels | null,
-  mode: string,
-  memory: string | null
-): ISpecSlice | null {
-  const candidates = gpushareSpecs(specs).filter(slice => slice.mode === mode);
-  const same = candidates.find(
-    slice =>
-      memory !== null && slice.memory?.toLowerCase() === memory.toLowerCase()
-  );
-  return same ?? candidates[0] ?? null;
-}

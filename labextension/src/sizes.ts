@@ -5,8 +5,8 @@
  * Pure and dependency-free: `tests/unit/test_labextension_sizes.py` runs this module's
  * compiled form in Node against the Python parser on the same inputs (fixed examples and
  * random strings) and requires the same verdict and the same byte count. Arithmetic is exact
- * (BigInt), as Python's Decimal is, and whitespace is Python's. One deliberate difference:
- * digits must be ASCII here, where Python also reads other Unicode digits.
+ * (BigInt), as Python's Decimal is. The rules (see `sizes.py`): ASCII digits only, ASCII
+ * whitespace around a size ignored and none inside, amounts rounded up to whole MiB.
  */
 
 export const MiB = 1024 ** 2;
@@ -26,13 +26,17 @@ const UNITS: { [unit: string]: bigint } = {
   mib: BigInt(MiB)
 };
 
-// Python's whitespace (str.isspace and the `\s` of str patterns), not JavaScript's `\s`.
-const WS =
+// Python's whitespace (str.isspace), not JavaScript's `\s`: none may appear inside a size.
+const PYTHON_SPACE =
   '[\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
-const NUMBER = '(\\d+(?:\\.\\d+)?|\\.\\d+)';
-const AMOUNT = new RegExp(`^${NUMBER}${WS}*([A-Za-z]*)$`);
-const PERCENT = new RegExp(`^${NUMBER}${WS}*%$`);
-const STRIP = new RegExp(`^${WS}+|${WS}+$`, 'g');
+const WS = new RegExp(PYTHON_SPACE);
+// Around a size, ASCII whitespace is ignored (Python's `strip(" \\t\\n\\r\\f\\v")`).
+const STRIP = /^[\t\n\v\f\r ]+|[\t\n\v\f\r ]+$/g;
+// A decimal digit other than 0-9 (Python's str.isdecimal).
+const OTHER_DIGIT = /(?![0-9])\p{Nd}/u;
+const NUMBER = '([0-9]+(?:\\.[0-9]+)?|\\.[0-9]+)';
+const AMOUNT = new RegExp(`^${NUMBER}([A-Za-z]*)$`);
+const PERCENT = new RegExp(`^${NUMBER}%$`);
 
 /**
  * A size that parsed: bytes, a share of the device in percent, or a whole card.
@@ -112,6 +116,14 @@ export function parseSize(value: string): ParsedSize | ISizeError {
   if (text.startsWith('-')) {
     return refuse(`GPU size ${quote(text)} must be more than zero`);
   }
+  if (WS.test(text)) {
+    return refuse(
+      `GPU size ${quote(text)} has a space inside; write it without, e.g. 4G`
+    );
+  }
+  if (OTHER_DIGIT.test(text)) {
+    return refuse(`GPU size ${quote(text)} has a digit that is not 0-9`);
+  }
   const percent = PERCENT.exec(text);
   if (percent) {
     const { numerator, scale } = fraction(percent[1]);
@@ -145,11 +157,13 @@ export function parseSize(value: string): ParsedSize | ISizeError {
       `unknown unit ${quote(amount[2])} in GPU size ${quote(text)}`
     );
   }
-  const bytes = (numerator * unitBytes) / scale; // floors, as int(Decimal) does for positives
-  if (bytes <= BigInt(0)) {
+  if (numerator === BigInt(0)) {
     return refuse(`GPU size ${quote(text)} must be more than zero`);
   }
-  return { ok: true, kind: 'bytes', bytes: Number(bytes), text };
+  // Whole MiB, rounded up, as the server stores it.
+  const perMiB = scale * BigInt(MiB);
+  const mib = (numerator * unitBytes + perMiB - BigInt(1)) / perMiB;
+  return { ok: true, kind: 'bytes', bytes: Number(mib * BigInt(MiB)), text };
 }
 
 /**

@@ -26,6 +26,8 @@ export interface IPool {
   overcommit: number;
   devices: IDevice[];
   queue: IQueueEntry[];
+  // Why the view is empty or stale, with its fix (the panel's banner): the cluster cannot be
+  // read, or the node's ledger file cannot be used.
   problem?: string;
 }
 
@@ -134,6 +136,23 @@ export interface IGPUShareConfig {
   default_memory: string;
   default_mode: Mode;
   modes: Mode[];
+}
+
+/**
+ * What starting a kernel of one size would do now: one entry of `GET fit`.
+ *
+ * @schema Fit
+ */
+export interface IFit {
+  gpu_memory: string;
+  verdict: 'now' | 'queue' | 'full' | 'never';
+  summary: string;
+  reason: string | null;
+  device: number | null;
+  node: string | null;
+  free: number | null;
+  memory_request: number | null;
+  queue_position: number | null;
 }
 
 /**

@@ -57,6 +57,11 @@ class Node:
 @pytest.fixture
 def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
     """One simulated 80 GiB card; kernelspecs python3-gpu-30g, -4g and -16g installed."""
+    yield make_node(tmp_path, monkeypatch)
+
+
+def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
+    """The ``node`` fixture's environment in ``tmp_path`` (for fixtures of a wider scope)."""
     prefix = tmp_path / "prefix"
     paths = {
         "JUPYTER_CONFIG_DIR": tmp_path / "config",
@@ -75,7 +80,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     install_kernelspecs(["30G", "4G", "16G"], prefix=str(prefix))
-    yield Node(tmp_path, tmp_path / "ledger.sqlite", dict(os.environ), 80 * GiB)
+    return Node(tmp_path, tmp_path / "ledger.sqlite", dict(os.environ), 80 * GiB)
 
 
 @pytest.fixture(autouse=True)

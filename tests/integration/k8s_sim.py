@@ -175,6 +175,8 @@ class ApiServer(kmock.KubernetesEmulator):
 
     _versions: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
     logs: dict[str, Path] = attrs.field(factory=dict, init=False)  # pod name -> its container's output
+    # Every pod a client created through the API, as it was created (deleted ones too).
+    created_pods: list[dict[str, Any]] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -330,7 +332,10 @@ class ApiServer(kmock.KubernetesEmulator):
                     "the namespace of the provided object does not match the namespace sent on the request",
                 )
             metadata["namespace"] = request.namespace
-        return await self.add(resource, body)
+        created = await self.add(resource, body)
+        if resource == PODS:
+            self.created_pods.append(copy.deepcopy(created))
+        return created
 
     async def _delete(self, request: kmock.Request) -> dict[str, Any]:
         resource = request.resource
@@ -984,6 +989,15 @@ class SimulatedCluster:
 
     def pods(self) -> list[dict[str, Any]]:
         return self.objects(PODS)
+
+    def created_pods(self) -> list[dict[str, Any]]:
+        """Every pod created through the API so far, the deleted ones too, oldest first."""
+
+        async def read() -> list[dict[str, Any]]:
+            async with self.api._lock:
+                return copy.deepcopy(self.api.created_pods)
+
+        return self.call(read)
 
     def secrets(self) -> list[dict[str, Any]]:
         return self.objects(SECRETS)

@@ -45,9 +45,10 @@ class JupyterServer:
         *,
         raw: bytes | None = None,
         token: str | bool | None = True,
+        headers: dict[str, str] | None = None,
     ) -> Response:
         """One HTTP call; ``token=None`` sends no credentials, a string sends that token."""
-        headers = {}
+        headers = dict(headers or {})
         if token is True:
             headers["Authorization"] = f"token {self.token}"
         elif isinstance(token, str):
@@ -72,7 +73,13 @@ class JupyterServer:
         return self.log_path.read_text(errors="replace")
 
 
-def start_server(node: Node, name: str = "server", extra_env: dict[str, str] | None = None) -> JupyterServer:
+def start_server(
+    node: Node,
+    name: str = "server",
+    extra_env: dict[str, str] | None = None,
+    as_user: tuple[int, int] | None = None,
+) -> JupyterServer:
+    """A server on ``node``; ``as_user`` (uid, gid) runs it as that OS user (the caller is root)."""
     port = free_port()
     token = f"token-{name}"
     root = node.root / f"{name}-root"
@@ -92,6 +99,7 @@ def start_server(node: Node, name: str = "server", extra_env: dict[str, str] | N
         env=env,
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
+        **({"user": as_user[0], "group": as_user[1], "extra_groups": []} if as_user else {}),
     )
     server = JupyterServer(process, f"http://127.0.0.1:{port}", token, log_path)
     deadline = time.monotonic() + 60

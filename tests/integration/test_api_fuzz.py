@@ -10,6 +10,7 @@ it starts is shut down at once.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -19,12 +20,14 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 import jupyter_gpushare
+from jupyter_gpushare.server import request_body
 
 from .conftest import Node
 from .servers import JupyterServer, start_server
@@ -180,3 +183,66 @@ def test_no_request_on_a_real_kernel_gets_a_server_error(fuzz_server: JupyterSer
                 report = "\n".join([str(error), *getattr(error, "__notes__", [])])
                 failures.append(f"{method} {path} on the {state} kernel {kernel_id}:\n{report}")
     assert not failures, "\n\n".join(failures)
+
+
+# ---- hostile bodies: deep nesting and odd unicode (issue 11) ---------------------------------------
+# Schemathesis generates what the document describes; these strategies add what a parser or a
+# database chokes on: JSON nested thousands deep, lone surrogates, controls, bidi marks and
+# non-ASCII digits in every field, and bodies just over the size limit.
+
+ODD_CHARACTERS = st.characters(categories=["Cs", "Cc", "Cf", "Co", "Nd", "Zs", "Lo"]) | st.sampled_from(
+    ["\u0000", "\ud800", "\udfff", "\u202e", "\ufeff", "٤", "４", "%", "\\", '"', "\u2028"]
+)
+ODD_TEXT = st.text(ODD_CHARACTERS, max_size=12)
+NESTED = st.integers(min_value=0, max_value=5000).map(lambda depth: "[" * depth + "]" * depth)
+
+
+def odd_body(fields: dict[str, str], nested: str, oversize: bool) -> bytes:
+    """A JSON object with odd strings (surrogates escaped as JSON allows) and one nested value."""
+    text = json.dumps(fields)  # ensure_ascii: a lone surrogate travels as "\\ud800"
+    body = text[:-1] + (", " if fields else "") + f'"nested": {nested or "null"}}}'
+    if oversize:
+        body += " " * (request_body.MAX_BODY_BYTES + 1 - len(body))
+    return body.encode()
+
+
+BODIES = st.builds(
+    odd_body,
+    st.fixed_dictionaries(
+        # An odd size in every body: nothing a hostile body sends may start a kernel.
+        {"gpu_memory": ODD_TEXT.map(lambda text: f"{text}٤G")},
+        optional={
+            "path": ODD_TEXT,
+            "name": ODD_TEXT,
+            "gpu_mode": ODD_TEXT,
+            "gpu_cores": ODD_TEXT,
+            "memory_used": ODD_TEXT,
+            "restart": ODD_TEXT,
+        },
+    ),
+    NESTED,
+    st.booleans(),
+)
+
+
+def test_deep_and_odd_unicode_bodies_never_get_a_server_error(fuzz_server: JupyterServer) -> None:
+    kernel_id = start_kernel(fuzz_server, "python3-gpu-4g")
+    targets = [
+        (method.upper(), path.replace("{kernel_id}", kernel_id))
+        for path, methods in SCHEMA.raw_schema["paths"].items()
+        for method, operation in methods.items()
+        if isinstance(operation, dict) and "requestBody" in operation
+    ]
+    assert len(targets) >= 4  # POST kernels, PATCH kernels/{id}, the kernel pod's routes
+
+    @given(body=BODIES, target=st.sampled_from(targets))
+    @settings(max_examples=60, derandomize=True, database=None, deadline=None)
+    def fuzz(body: bytes, target: tuple[str, str]) -> None:
+        method, path = target
+        answer = fuzz_server.request(method, f"{API}{path}", raw=body, timeout=60)
+        assert answer.status < 500, (method, path, body[:120], answer)
+        assert isinstance(answer.body, dict) and isinstance(answer.body.get("message"), str), answer
+
+    fuzz()
+    view = fuzz_server.request("GET", f"{API}/kernels/{kernel_id}").body
+    assert view["memory_request"] == 4 * 2**30, "no hostile body changed the kernel's slice"

@@ -365,6 +365,11 @@ def test_rest_api_stream_and_magics_through_the_broker(box: TeamBox) -> None:
     refused = server.request("PATCH", f"{API}/kernels/{kernel_id}", {"gpu_memory": "9G"})
     assert refused.status == 409 and "per-kernel limit of 7G" in refused.body["message"]
     assert server.request("GET", f"{API}/config").status == 200
+    # The start picker's dry run, answered by the broker with alice's budget (8G, 6G held now).
+    fit = server.request("GET", f"{API}/fit?gpu_memory=2G&gpu_memory=4G")
+    assert fit.status == 200, fit.body
+    assert [entry["verdict"] for entry in fit.body] == ["now", "never"], fit.body
+    assert "per-user limit of 8G" in str(fit.body[1]["reason"])
 
     request = urllib.request.Request(
         f"{server.url}{API}/stream", headers={"Authorization": f"token {server.token}"}

@@ -129,7 +129,7 @@ def test_the_document_is_valid_openapi_3() -> None:
 
 def test_response_objects_reject_unknown_keys(contract: Contract) -> None:
     """So that a key added to (or renamed in) views.py without the document fails the tests."""
-    for name in ("Pool", "Device", "MigInstance", "QueueEntry", "Kernel", "UsageEvent", "Error"):
+    for name in ("Pool", "Device", "MigInstance", "QueueEntry", "Kernel", "UsageEvent", "Fit", "Error"):
         assert contract.document["components"]["schemas"][name]["additionalProperties"] is False, name
 
 
@@ -215,6 +215,9 @@ def test_real_responses_match_the_document(contract: Contract, node: Node, serve
     assert [device["memory_total"] for device in pool["devices"]] == [80 * GiB]
     assert call("GET", "/kernels", "/kernels", status=200) == []
     assert "timeslice" in call("GET", "/config", "/config", status=200)["modes"]
+    fits = call("GET", "/fit?gpu_memory=30G&gpu_memory=96G", "/fit", status=200)
+    assert [fit["verdict"] for fit in fits] == ["now", "never"]
+    call("GET", "/fit?gpu_memory=lots", "/fit", status=400)
 
     # Two 30G kernels run; a third waits in the queue.
     first = call("POST", "/kernels", "/kernels", {"name": "python3-gpu-30g"}, status=201)
@@ -288,6 +291,7 @@ def test_every_route_refuses_a_request_without_credentials(contract: Contract, s
         ("/kernels/x/gpu", "/kernels/{kernel_id}/gpu", "DELETE"),
         ("/stream", "/stream", "GET"),
         ("/config", "/config", "GET"),
+        ("/fit?gpu_memory=4G", "/fit", "GET"),
         ("/openapi.yaml", "/openapi.yaml", "GET"),
     ):
         request = urllib.request.Request(

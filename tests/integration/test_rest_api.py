@@ -25,6 +25,7 @@ ROUTES = [
     ("PATCH", f"{API}/kernels/some-id"),
     ("DELETE", f"{API}/kernels/some-id/gpu"),
     ("GET", f"{API}/stream"),
+    ("GET", f"{API}/fit?gpu_memory=4G"),
     ("GET", f"{API}/openapi.yaml"),
 ]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_gpushare.kernelspec import install_kernelspecs
+from jupyter_gpushare.kernelspec import build_kernelspec, install_kernelspecs
 from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.records import SliceRecord
 
@@ -39,7 +39,7 @@ CHROMIUM_ARGS = [
 ]
 BASE_URL = "/user/alice/"
 SIMULATE = "2xA100-80GB"
-KERNEL_SIZES = ["4G", "8G"]
+KERNEL_SIZES = ["4G", "8G", "16G"]
 EXTENSION = "jupyter-gpushare"
 
 
@@ -109,6 +109,7 @@ class Lab:
     token: str
     process: subprocess.Popen[bytes] | None = None
     log_path: Path = field(default_factory=Path)
+    app: str = "jupyter-lab"  # or "jupyter-notebook": Notebook 7 on the same server extension
 
     @property
     def server_url(self) -> str:
@@ -128,12 +129,19 @@ class Lab:
     def ledger(self) -> Ledger:
         return Ledger(self.ledger_path)
 
-    def slices(self) -> list[SliceRecord]:
+    def records(self) -> list[SliceRecord]:
+        """Every row of the ledger: running slices and queued requests."""
         ledger = self.ledger()
         try:
-            return [record for record in ledger.records() if record.state == "running"]
+            return ledger.records()
         finally:
             ledger.close()
+
+    def slices(self) -> list[SliceRecord]:
+        return [record for record in self.records() if record.state == "running"]
+
+    def queued(self) -> list[SliceRecord]:
+        return [record for record in self.records() if record.state == "queued"]
 
     def slice_of(self, kernel_id: str) -> SliceRecord | None:
         return next((record for record in self.slices() if record.kernel_id == kernel_id), None)
@@ -145,9 +153,18 @@ class Lab:
     def start(self) -> Lab:
         """Start (or restart, on the same port and directories) the server and wait for it."""
         self.log_path = self.root / f"lab-{int(time.time() * 1000)}.log"
+        lab_only = (
+            [
+                "--LabApp.news_url=None",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--LabApp.expose_app_in_browser=True",
+            ]
+            if self.app == "jupyter-lab"
+            else ["--JupyterNotebookApp.expose_app_in_browser=True"]
+        )
         self.process = subprocess.Popen(
             [
-                str(BIN / "jupyter-lab"),
+                str(BIN / self.app),
                 "--no-browser",
                 "--ServerApp.ip=127.0.0.1",
                 f"--ServerApp.port={self.port}",
@@ -156,9 +173,7 @@ class Lab:
                 f"--IdentityProvider.token={self.token}",
                 "--ServerApp.allow_root=True",
                 f"--ServerApp.root_dir={self.notebook_dir}",
-                "--LabApp.news_url=None",
-                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                "--LabApp.expose_app_in_browser=True",
+                *lab_only,
             ],
             env=self.env,
             stdout=self.log_path.open("wb"),
@@ -244,15 +259,16 @@ def make_environment(root: Path, gpushare: dict[str, Any] | None = None) -> dict
     (paths["JUPYTER_CONFIG_DIR"] / "jupyter_server_config.json").write_text(
         json.dumps({"GPUShare": settings})
     )
-    install_kernelspecs(KERNEL_SIZES, prefix=str(prefix))
+    # "Python 3 (GPU)", whose size is picked at each start, and two of fixed sizes.
+    install_kernelspecs(KERNEL_SIZES, prefix=str(prefix), asking=True)
     # A second mode, so the picker offers a choice of modes (a simulated pool accepts vgpu).
     install_kernelspecs(["4G"], mode="vgpu", prefix=str(prefix))
     return env
 
 
-def start_lab(root: Path, gpushare: dict[str, Any] | None = None) -> Lab:
+def start_lab(root: Path, gpushare: dict[str, Any] | None = None, app: str = "jupyter-lab") -> Lab:
     env = make_environment(root, gpushare)
-    return Lab(root=root, env=env, port=free_port(), token="ui-test-token").start()
+    return Lab(root=root, env=env, port=free_port(), token="ui-test-token", app=app).start()
 
 
 def start_other_user(lab: Lab, owner: str = "bob") -> subprocess.Popen[bytes]:
@@ -315,7 +331,7 @@ def open_lab(page: Any, lab: Lab, reset: bool = True) -> None:
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started", timeout=60_000)
     page.evaluate("() => window.jupyterapp.restored")
     # The launcher's cards come from the kernelspecs; wait for the gpushare ones.
-    page.locator(".jp-LauncherCard", has_text="Python 3 (GPU 4G)").first.wait_for(timeout=60_000)
+    page.locator(".jp-LauncherCard", has_text="Python 3 (GPU)").first.wait_for(timeout=60_000)
 
 
 def open_panel(page: Any) -> Any:
@@ -327,7 +343,13 @@ def open_panel(page: Any) -> Any:
     return panel
 
 
-def start_notebook(page: Any, kernel_label: str = "Python 3 (GPU 4G)") -> None:
+def gpu_card(size: str | None = None, mode: str = "timeslice") -> str:
+    """The launcher card title (the display name) of a gpushare kernelspec: "Python 3 (GPU)"
+    without a size; with one, its number is padded with hair spaces (launcher order)."""
+    return str(build_kernelspec(size, mode)["display_name"])
+
+
+def start_notebook(page: Any, kernel_label: str = "Python 3 (GPU)") -> None:
     """Click the launcher's notebook card of a kernelspec."""
     page.locator(f'.jp-LauncherCard[data-category="Notebook"][title="{kernel_label}"]').click()
 
@@ -336,6 +358,25 @@ def picker_dialog(page: Any, timeout: float = 60_000) -> Any:
     dialog = page.locator(".jp-Dialog:has(.jp-gpushare-picker)")
     dialog.wait_for(timeout=timeout)
     return dialog
+
+
+def fit_note(dialog: Any, value: str) -> Any:
+    """What the picker says a start of one choice (a preset, or "custom") would do now."""
+    option = dialog.locator(".jp-gpushare-picker-option", has=dialog.page.locator(f'input[value="{value}"]'))
+    return option.locator(".jp-gpushare-fit")
+
+
+def kernel_name(page: Any) -> Any:
+    """The current notebook's kernel name in its toolbar ("No Kernel" without one)."""
+    return page.locator(".jp-NotebookPanel:visible .jp-Toolbar-kernelName").first
+
+
+def change_kernel(page: Any, label: str) -> None:
+    """Kernel › Change Kernel…, then choose ``label`` in JupyterLab's "Select Kernel" dialog."""
+    page.evaluate("() => { void window.jupyterapp.commands.execute('notebook:change-kernel') }")
+    select = page.locator(".jp-Dialog", has_text="Select Kernel")
+    select.locator("select").select_option(label=label)
+    select.get_by_role("button", name="Select Kernel").click()
 
 
 def run_cell(page: Any, code: str) -> None:

@@ -23,7 +23,10 @@ from tests.integration.k8s_sim import SimulatedCluster, hami_nodes
 from .conftest import VIEWPORT
 from .lab import (
     Lab,
+    fit_note,
     free_port,
+    gpu_card,
+    kernel_name,
     make_environment,
     open_lab,
     open_panel,
@@ -46,23 +49,29 @@ def expect(locator: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def cluster_lab() -> Iterator[Lab]:
+def simulated() -> Iterator[tuple[Path, SimulatedCluster]]:
     root = Path(tempfile.mkdtemp(prefix="gpushare-ui-k8s-"))
     nodes = hami_nodes(3, gpumem_mib=40960)
     with SimulatedCluster(root / "cluster", NAMESPACE, nodes=nodes) as cluster:
-        gpushare = {"backend": "kubernetes", "resource_preset": "hami", "kernel_image": IMAGE}
-        env = make_environment(root, {**gpushare, "owner": "alice"})
-        env["KUBECONFIG"] = str(cluster.kubeconfig)
-        config = Path(env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json"
-        settings = json.loads(config.read_text())
-        settings["KubernetesProvisioner"] = {"poll_interval": 0.1, "unschedulable_grace": 120}
-        config.write_text(json.dumps(settings))
-        lab = Lab(root=root, env=env, port=free_port(), token="ui-test-token").start()
-        try:
-            yield lab
-        finally:
-            lab.stop()
+        yield root, cluster
         assert cluster.violations == []
+
+
+@pytest.fixture(scope="module")
+def cluster_lab(simulated: tuple[Path, SimulatedCluster]) -> Iterator[Lab]:
+    root, cluster = simulated
+    gpushare = {"backend": "kubernetes", "resource_preset": "hami", "kernel_image": IMAGE}
+    env = make_environment(root, {**gpushare, "owner": "alice"})
+    env["KUBECONFIG"] = str(cluster.kubeconfig)
+    config = Path(env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json"
+    settings = json.loads(config.read_text())
+    settings["KubernetesProvisioner"] = {"poll_interval": 0.1, "unschedulable_grace": 120}
+    config.write_text(json.dumps(settings))
+    lab = Lab(root=root, env=env, port=free_port(), token="ui-test-token").start()
+    try:
+        yield lab
+    finally:
+        lab.stop()
 
 
 @pytest.fixture
@@ -117,24 +126,35 @@ def test_the_panel_shows_gpu_nodes_and_kernel_pods_with_the_schedulers_words(
     )
 
 
-def test_a_notebook_on_a_kernel_pod_takes_the_picked_size_in_a_new_pod(
-    cluster_page: Any, cluster_lab: Lab
+def test_picking_8g_on_a_4g_kernelspec_creates_one_pod_of_8g(
+    cluster_page: Any, cluster_lab: Lab, simulated: tuple[Path, SimulatedCluster]
 ) -> None:
-    """The launcher starts a kernel pod of the kernelspec's size; the start picker's other size
-    restarts it in a new pod of that size, and the notebook runs code in it."""
+    """The picker answers from the watched nodes, and the notebook's kernel starts in one pod of
+    the picked size: no pod of the kernelspec's size first, no second pod after."""
     page, lab = cluster_page, cluster_lab
+    _, cluster = simulated
+    before = len(cluster.created_pods())
     panel = open_panel(page)
-    start_notebook(page, "Python 3 (GPU 4G, vgpu)")
+    start_notebook(page, gpu_card("4G", "vgpu"))
     dialog = picker_dialog(page)
     expect(dialog.locator('input[value="4G"]')).to_be_checked()
+    expect(fit_note(dialog, "8G")).to_have_text("fits now on gpu-node-1, 40G free")
+    expect(fit_note(dialog, "whole")).to_have_text("queue position 1")  # a whole 80G card: none free
     dialog.locator('input[value="8G"]').check()
-    dialog.get_by_role("button", name="Apply").click()
+    assert len(cluster.created_pods()) == before  # nothing started while the dialog is open
+    dialog.get_by_role("button", name="Start").click()
     row = panel.locator(ROW)
     expect(row).to_have_count(1)
     expect(row).to_contain_text(re.compile(r"8G on gpu-node-\d · vgpu"), timeout=60_000)
     kernel_id = row.get_attribute("data-kernel-id")
-    pods = lab.request("GET", f"api/gpushare/kernels/{kernel_id}")[1]
-    assert pods["memory_request"] == 8 * GiB and pods["pod"], pods
+    # The notebook takes the kernel once the server lists it among its kernels.
+    expect(kernel_name(page)).to_have_text(gpu_card("4G", "vgpu"), timeout=60_000)
     run_cell(page, "print(6 * 7)")
     output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output").first
     expect(output).to_have_text("42", timeout=60_000)
+    created = cluster.created_pods()[before:]
+    assert len(created) == 1, [pod["metadata"]["name"] for pod in created]
+    limits = created[0]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpumem"] == str(8 * 1024), limits
+    view = lab.request("GET", f"api/gpushare/kernels/{kernel_id}")[1]
+    assert view["memory_request"] == 8 * GiB and view["pod"] == created[0]["metadata"]["name"], view

@@ -528,3 +528,28 @@ def test_shared_best_fit_is_the_tightest_device_and_never_refuses_a_fitting_requ
         assert outcome.device_index == min(index for index, left in room.items() if left == best)
     else:
         assert isinstance(outcome, Refusal)
+
+
+# ---- issue 11: the pool's largest device, the smallest slice ---------------------------------------
+
+
+def test_a_resize_larger_than_any_gpu_names_the_largest_of_the_pool_not_the_kernels_card() -> None:
+    a100, _, t4 = cards(80, 80, 16)
+    held = [hold("k", t4, 4)]
+    reason = refused(fit_on_device(ask("999999G", kernel_id="k"), t4.uuid, [a100, _, t4], held)).reason
+    assert "largest: 80G on GPU0" in reason
+
+
+def test_a_resize_larger_than_the_kernels_card_says_a_live_resize_cannot_move() -> None:
+    a100, t4 = cards(80, 16)
+    outcome = refused(fit_on_device(ask("40G", kernel_id="k"), t4.uuid, [a100, t4], [hold("k", t4, 4)]))
+    assert "40G is larger than GPU1 (16G)" in outcome.reason and "cannot move" in outcome.reason
+    assert not outcome.retry
+
+
+def test_a_share_below_the_smallest_slice_is_refused_for_good() -> None:
+    devices = cards(16)
+    outcome = refused(fit(ask("1%"), devices, [], Policy(min_memory=256 * MiB)))
+    assert "below the smallest GPU slice, 256M" in outcome.reason and not outcome.retry
+    # On a larger card the same share is large enough.
+    assert placed(fit(ask("1%"), cards(16, 80), [], Policy(min_memory=256 * MiB))).device_index == 1

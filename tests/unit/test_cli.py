@@ -165,7 +165,8 @@ def test_kernelspec_install_with_an_empty_size_writes_nothing(tmp_path: Path, ca
 def test_kernelspec_install_two_sizes(tmp_path: Path, capsys) -> None:
     assert main(["kernelspec", "install", "--sizes", "2G, 4G", "--prefix", str(tmp_path)]) == 0
     specs = installed_specs(tmp_path)
-    assert set(specs) == {"python3-gpu-2g", "python3-gpu-4g"}
+    assert set(specs) == {"python3-gpu", "python3-gpu-2g", "python3-gpu-4g"}
+    assert specs["python3-gpu"]["metadata"]["kernel_provisioner"]["config"]["gpu_memory"] is None
     for name, size in (("python3-gpu-2g", "2G"), ("python3-gpu-4g", "4G")):
         provisioner = specs[name]["metadata"]["kernel_provisioner"]
         assert provisioner["provisioner_name"] == "gpushare-provisioner"
@@ -177,11 +178,14 @@ def test_kernelspec_install_two_sizes(tmp_path: Path, capsys) -> None:
 
 def test_kernelspec_install_with_a_mode(tmp_path: Path) -> None:
     assert main(["kernelspec", "install", "--sizes", "8G", "--mode", "vgpu", "--prefix", str(tmp_path)]) == 0
-    (spec,) = installed_specs(tmp_path).values()
-    assert spec["metadata"]["kernel_provisioner"]["config"]["gpu_mode"] == "vgpu"
+    specs = installed_specs(tmp_path)
+    assert set(specs) == {"python3-gpu-vgpu", "python3-gpu-8g-vgpu"}
+    assert {spec["metadata"]["kernel_provisioner"]["config"]["gpu_mode"] for spec in specs.values()} == {
+        "vgpu"
+    }
 
 
-def test_kernelspec_install_defaults_to_the_configured_sizes_and_mode(tmp_path: Path) -> None:
+def test_kernelspec_install_defaults_to_the_one_that_asks_in_the_configured_mode(tmp_path: Path) -> None:
     config_dir = Path(os.environ["JUPYTER_CONFIG_DIR"])
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "jupyter_server_config.json").write_text(
@@ -189,13 +193,14 @@ def test_kernelspec_install_defaults_to_the_configured_sizes_and_mode(tmp_path: 
     )
     assert main(["kernelspec", "install", "--prefix", str(tmp_path)]) == 0
     specs = installed_specs(tmp_path)
-    assert len(specs) == 2
-    configs = sorted(
-        (spec["metadata"]["kernel_provisioner"]["config"]["gpu_memory"],
-         spec["metadata"]["kernel_provisioner"]["config"]["gpu_mode"])
-        for spec in specs.values()
-    )  # fmt: skip
-    assert configs == [("1G", "mps"), ("25%", "mps")]
+    assert list(specs) == ["python3-gpu-mps"]  # one launcher card; its size is picked at start
+    spec = specs["python3-gpu-mps"]
+    assert spec["display_name"] == "Python 3 (GPU, mps)"
+    assert spec["metadata"]["kernel_provisioner"]["config"] == {
+        "gpu_memory": None,
+        "gpu_mode": "mps",
+        "gpu_cores": None,
+    }
 
 
 def test_kernelspec_install_for_the_user_goes_to_the_jupyter_data_dir() -> None:
@@ -240,6 +245,19 @@ def test_status_through_a_broker_that_is_not_there_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("JUPYTER_GPUSHARE_BROKER_URL", f"unix:{tmp_path}/none.sock")
-    assert main(["status"]) == 2
+    assert main(["status"]) == 1  # a fault of the pool's keeper, as a broken ledger is
     err = capsys.readouterr().err
     assert f"the GPU broker at unix:{tmp_path}/none.sock is not reachable" in err and "Traceback" not in err
+
+
+def test_status_on_a_damaged_ledger_is_one_sentence_and_exit_status_1(
+    ledger_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hold(ledger_path, "k1", "alice", "4G", current_process())
+    ledger_path.write_bytes(b"garbage " * 1024)
+    assert main(["status"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"jupyter gpushare: error: The GPU ledger {ledger_path} is damaged")
+    assert f"mv {ledger_path} {ledger_path}.broken" in line

@@ -42,6 +42,9 @@ def config_dir() -> Path:
         ("max_memory_per_user", "lots"),
         ("max_memory_per_kernel", "25%"),  # a quota is an amount, not a share of some device
         ("max_memory_per_user", "whole"),
+        ("min_memory", "10%"),  # the smallest slice is an amount
+        ("min_memory", "lots"),
+        ("ledger_lock_timeout", -1.0),
         ("sizes", ["2G", "abc"]),
         ("sizes", ["2G", "0"]),
         ("queue_timeout", -1.0),
@@ -108,6 +111,8 @@ def test_choices_are_enforced(trait: str, value: str) -> None:
         ("max_memory_per_kernel", "16G"),
         ("max_memory_per_user", None),
         ("sizes", ["1G", "512M", "50%", "whole"]),
+        ("min_memory", "1G"),
+        ("ledger_lock_timeout", 2.5),
     ],
 )
 def test_valid_values_are_kept(trait: str, value: object) -> None:
@@ -291,3 +296,9 @@ def test_settings_pass_to_a_kernel_through_the_environment(
     assert copy.effective_simulate() == original.effective_simulate()
     assert copy.effective_ledger_path() == original.effective_ledger_path()
     assert copy.effective_owner() == original.effective_owner()
+
+
+def test_the_smallest_slice_defaults_to_256m() -> None:
+    settings = GPUShare()
+    assert (settings.min_memory, settings.min_memory_bytes()) == ("256M", 256 * 2**20)
+    assert "CUDA context" in GPUShare.class_traits()["min_memory"].help

@@ -33,7 +33,9 @@ def test_kernelspec_asks_the_gpushare_provisioner_for_the_slice(
 
 def test_the_spec_example() -> None:
     spec = build_kernelspec("4G")
-    assert spec["display_name"] == "Python 3 (GPU 4G)"
+    # (Two hair spaces pad the number, so that the launcher orders sizes by size.)
+    assert spec["display_name"] == "Python 3 (GPU \u200a\u200a4G)"
+    assert spec["display_name"].replace("\u200a", "") == "Python 3 (GPU 4G)"
     assert spec["argv"] == ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     assert provisioner(spec)["config"] == {"gpu_memory": "4G", "gpu_mode": "timeslice", "gpu_cores": None}
 
@@ -46,6 +48,27 @@ def test_display_names_tell_sizes_and_modes_apart() -> None:
     }
     assert len(names) == 6
     assert "vgpu" in build_kernelspec("4G", "vgpu")["display_name"]
+
+
+def test_the_kernelspec_that_asks_has_no_size_of_its_own() -> None:
+    spec = build_kernelspec(None)
+    assert spec["display_name"] == "Python 3 (GPU)"
+    assert provisioner(spec)["config"] == {"gpu_memory": None, "gpu_mode": "timeslice", "gpu_cores": None}
+    assert kernelspec_name(None, "timeslice") == "python3-gpu"
+    assert build_kernelspec(None, "vgpu")["display_name"] == "Python 3 (GPU, vgpu)"
+
+
+def test_installed_sizes_sort_by_size_as_text_and_carry_the_gpu_logo(tmp_path: Path) -> None:
+    installed = install_kernelspecs(["16G", "2G", "8G", "whole"], prefix=str(tmp_path), asking=True)
+    names = [json.loads((Path(d) / "kernel.json").read_text())["display_name"] for _, d in installed]
+    assert names[0] == "Python 3 (GPU)"
+    assert names[2] == "Python 3 (GPU \u200a\u200a2G)"  # hair spaces, all but invisible
+    # JupyterLab's launcher orders cards by display name with JavaScript's localeCompare, whose
+    # collation puts white space (a hair space too) before digits, as ASCII puts " ".
+    collated = sorted(names[1:], key=lambda name: name.replace("\u200a", " "))
+    assert collated == [names[2], names[3], names[1], names[4]]
+    for _, directory in installed:
+        assert "<svg" in (Path(directory) / "logo-svg.svg").read_text()
 
 
 def test_building_does_not_change_the_next_spec() -> None:

@@ -31,6 +31,7 @@ MIRRORED = {
     "Resize",
     "UsageEvent",
     "Config",
+    "Fit",
     "Error",
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -521,3 +522,46 @@ def test_a_sampling_round_that_changes_nothing_leaves_the_ledger_unchanged(ledge
     ledger.record_usage([], [DeviceSample(device.uuid, 3 * GiB, 30)])
     assert ledger.change_marker() != changed
     assert {d.uuid: d.memory_used for d in ledger.devices()}[device.uuid] == 3 * GiB
+
+
+# ---- what a released kernel leaves behind (issue 11) --------------------------------------------
+
+
+def test_a_released_slice_keeps_its_kernels_token_name_and_path(ledger: Ledger, live_process) -> None:
+    kernel = dataclasses.replace(request("k1", "4G", holder=live_process), token_hash="digest")
+    ledger.enqueue(kernel)
+    assert isinstance(ledger.try_place("k1", Policy()), Placed)
+    ledger.release("k1", keep_claim=True)
+    left = ledger.released("k1")
+    assert left is not None
+    assert (left.token_hash, left.kernel_name, left.path, left.process) == (
+        "digest",
+        "python3-gpu-4g",
+        "k1.ipynb",
+        live_process,
+    )
+    # A request under the id without a name or path takes them back; the memory is spent.
+    ledger.enqueue(dataclasses.replace(kernel, kernel_name="", path=""))
+    record = ledger.get("k1")
+    assert record is not None and (record.kernel_name, record.path) == ("python3-gpu-4g", "k1.ipynb")
+    assert ledger.released("k1") is None
+
+
+def test_what_a_kernel_left_goes_when_it_ends(ledger: Ledger, dead_process: ProcessIdentity) -> None:
+    place(ledger, "k1", "4G")
+    ledger.release("k1", keep_claim=True)
+    ledger.release("k1")  # the kernel shuts down: its claim goes with it
+    assert ledger.released("k1") is None
+    place(ledger, "k2", "4G", holder=dead_process)
+    ledger.attach_kernel("k2", None)
+    ledger.release("k2", keep_claim=True)
+    assert ledger.released("k2") is not None
+    ledger.reconcile()  # its process is gone
+    assert ledger.released("k2") is None
+
+
+def test_sizes_are_stored_in_their_canonical_spelling(ledger: Ledger) -> None:
+    place(ledger, "k1", "4G")
+    ledger.resize("k1", "3072MiB", Policy())
+    record = ledger.get("k1")
+    assert record is not None and (record.size, record.memory) == ("3G", 3 * GiB)

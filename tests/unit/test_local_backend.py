@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -12,7 +14,15 @@ from nvml_fake import FakeBoard
 
 from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import DoesNotFitError, ModeUnavailableError, NoGPUError, QueueTimeoutError
+from jupyter_gpushare.errors import (
+    DoesNotFitError,
+    LedgerDamagedError,
+    ModeUnavailableError,
+    NoGPUError,
+    NotYourSliceError,
+    QueueTimeoutError,
+)
+from jupyter_gpushare.processes import current_process, identify
 from jupyter_gpushare.sizes import ACCEPTED_FORMS
 
 GiB = 2**30
@@ -237,3 +247,48 @@ def test_local_kernels_are_encrypted_where_other_users_share_the_node(tmp_path: 
     assert encrypts_local_kernels(alone)
     assert not encrypts_local_kernels(GPUShare(ledger_path=str(ledger), encrypt=False))
     assert encrypts_local_kernels(GPUShare(broker_url="unix:/run/broker.sock"))
+
+
+async def test_only_the_kernel_that_gave_a_slice_back_may_claim_its_id_again(
+    service: LocalBackend,
+) -> None:
+    record = await service.acquire("k1", service.check("4G"), kernel_name="spec", path="x.ipynb")
+    token = service.token_for("k1")
+    assert token is not None and record.token_hash is not None
+    service.free("k1", keep_claim=True)
+    me = current_process()
+    service.check_claim("k1", token, me)  # this process holds the token: it is that kernel
+    with pytest.raises(NotYourSliceError, match="belongs to another kernel"):
+        service.check_claim("k1", None, me)
+    with pytest.raises(NotYourSliceError):
+        service.check_claim("k1", "someone-elses-token", me)
+    other = identify(os.getppid())  # a process that is neither this one nor runs under it
+    assert other is not None
+    with pytest.raises(NotYourSliceError):  # the token, but from another process
+        service.check_claim("k1", token, other)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        inside = identify(child.pid)
+        assert inside is not None
+        service.check_claim("k1", token, inside)  # a process the kernel started may
+    finally:
+        child.kill()
+        child.wait()
+    # Name and path come back with the next slice under the id.
+    again = await service.acquire("k1", service.check("2G"))
+    assert (again.kernel_name, again.path) == ("spec", "x.ipynb")
+    service.check_claim("k-never-released", None, me)  # nothing to protect there
+
+
+def test_a_broken_ledger_does_not_stop_the_service_and_the_pool_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(b"garbage " * 1024)
+    service = make_service(tmp_path)
+    pool = service.pool()
+    assert pool["devices"] == [] and pool["problem"].startswith(f"The GPU ledger {path} is damaged")
+    with pytest.raises(LedgerDamagedError):
+        service.check("4G")
+    path.unlink()
+    assert service.ledger.check() is None  # the guard's round: the pool is registered now
+    assert "problem" not in service.pool()
+    assert service.check("4G").size.canonical == "4G"

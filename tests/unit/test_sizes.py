@@ -1,4 +1,4 @@
-"""SPEC §3: sizes as users write them, parsed into exact byte counts."""
+"""SPEC §3: sizes as users write them, parsed into byte counts (whole MiB)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ GiB = 2**30
         ("4096", 4096 * MiB),
         ("1", MiB),
         (" 8G ", 8 * GiB),
-        ("8 G", 8 * GiB),
+        ("\t8G\n", 8 * GiB),
+        ("0.3G", 308 * MiB),  # 307.2 MiB, rounded up to whole MiB
+        ("1.5M", 2 * MiB),
         (4096, 4096 * MiB),
         (1, MiB),
     ],
@@ -51,7 +53,7 @@ def test_byte_sizes_parse_to_exact_binary_bytes(text: object, expected_bytes: in
         ("25%", 80 * GiB, 20 * GiB),
         ("25%", 16 * GiB, 4 * GiB),
         ("100%", 40 * GiB, 40 * GiB),
-        ("50 %", 10 * GiB, 5 * GiB),
+        ("50%", 10 * GiB, 5 * GiB),
         ("12.5%", 8 * GiB, GiB),
         ("33%", 100 * MiB, (100 * MiB * 33) // 100),
     ],
@@ -104,6 +106,15 @@ def test_the_users_spelling_is_kept_for_messages(text: str) -> None:
         "G",
         "1e3",
         "whole card",
+        # ASCII digits only, and no whitespace inside a size (issue 11)
+        "٤G",
+        "４G",
+        "²G",
+        "  4 G ",
+        "4 G",
+        "25 %",
+        "\xa04G",
+        "4\u2003G",
         0,
         -1,
         -4096,
@@ -182,3 +193,36 @@ def test_any_text_is_a_positive_size_or_a_size_error(text: str) -> None:
         return
     assert isinstance(size, Size)
     assert size.resolve(80 * GiB) > 0
+
+
+@pytest.mark.parametrize(
+    ("texts", "canonical"),
+    [
+        (["4G", "4g", "4GB", "4GiB", "4096", " 4G ", "4096M", "4096MiB"], "4G"),
+        (["0.5G", "512M", "512", ".5g"], "512M"),
+        (["1536M", "1.5G"], "1536M"),
+        (["0.3G"], "308M"),
+        (["25%", "25.0%", "25.00%"], "25%"),
+        ([".5%", "0.50%"], "0.5%"),
+        (["whole", "WHOLE", " Whole "], "whole"),
+    ],
+)
+def test_every_spelling_of_a_size_has_one_canonical_form(texts: list[str], canonical: str) -> None:
+    for text in texts:
+        assert parse_size(text).canonical == canonical, text
+    assert parse_size(canonical).canonical == canonical
+
+
+def test_digits_other_than_ascii_are_named_in_the_message() -> None:
+    with pytest.raises(SizeError, match="has a digit that is not 0-9"):
+        parse_size("٤G")
+    with pytest.raises(SizeError, match="space inside"):
+        parse_size("  4 G ")
+
+
+@given(st.integers(min_value=1, max_value=10**6), st.sampled_from(["G", "M", "%", ""]))
+def test_the_canonical_form_means_the_same_size(n: int, unit: str) -> None:
+    text = f"{n}{unit}" if unit != "%" else f"{n % 100 + 1}%"
+    size = parse_size(text)
+    again = parse_size(size.canonical)
+    assert (again.kind, again.amount) == (size.kind, size.amount)

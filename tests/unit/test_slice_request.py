@@ -7,7 +7,7 @@ import pytest
 from jupyter_gpushare.errors import InvalidRequestError
 from jupyter_gpushare.modes import MODES
 from jupyter_gpushare.sizes import ACCEPTED_FORMS
-from jupyter_gpushare.slice_request import make_slice_request
+from jupyter_gpushare.slice_request import make_slice_request, stored_label
 
 GiB = 2**30
 MiB = 2**20
@@ -88,3 +88,25 @@ def test_bad_cores_say_what_is_allowed(cores: object) -> None:
     message = str(caught.value)
     assert "gpu_cores" in message
     assert "1" in message and "100" in message
+
+
+def test_an_amount_below_the_smallest_slice_is_refused_with_the_trait_named() -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        make_slice_request("0.0000001G", None, None, "4G", "timeslice", min_memory=256 * 2**20)
+    assert "at least 256M (GPUShare.min_memory), not 0.0000001G" in str(caught.value)
+    assert make_slice_request("256M", None, None, "4G", "timeslice", 256 * 2**20).size.canonical == "256M"
+    # A share is checked where it lands (the allocator), a whole card is always large enough.
+    assert make_slice_request("1%", None, None, "4G", "timeslice", 256 * 2**20).size.kind == "percent"
+
+
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        ("work/x.ipynb", "work/x.ipynb"),
+        ("a\x00b\nc", "a\ufffdb\ufffdc"),
+        ("\ud800.ipynb", "\ufffd.ipynb"),
+        ("é" * 3000, "é" * 2048),  # cut at a character boundary: 2 bytes each
+    ],
+)
+def test_names_and_paths_are_stored_harmless(text: str, stored: str) -> None:
+    assert stored_label(text, 4096) == stored

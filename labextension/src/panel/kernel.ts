@@ -15,8 +15,8 @@ export const WARN_RATIO = 0.9;
 
 /** What the row's buttons do; the plugin provides them. */
 export interface IKernelActions {
-  /** Open a notebook by its server path. */
-  open(path: string): void;
+  /** Open the kernel's notebook. */
+  open(kernel: IKernelSlice): void;
   /** Ask for a new size and resize. */
   resize(kernel: IKernelSlice): void;
   /** Release the slice; the kernel keeps running. */
@@ -75,8 +75,8 @@ export class KernelRow {
     );
     this._bar.append(this._used);
     this._open.addEventListener('click', () => {
-      if (this._path) {
-        this._actions.open(this._path);
+      if (this._kernel && this._path) {
+        this._actions.open(this._kernel);
       }
     });
     this._resize.addEventListener('click', () => {

@@ -79,7 +79,8 @@ export class GPUSharePanel extends Widget {
     this._badge.hidden = !pool?.simulated;
     setText(this._connection, CONNECTION_LABELS[model.connection]);
     this._connection.dataset.state = model.connection;
-    // The server's own problem reading the cluster (Kubernetes backend) shows like ours.
+    // The server's own problem (the cluster cannot be read, the ledger cannot be used) shows
+    // like ours: a banner with the sentence that names the fix.
     const problem = model.error ?? pool?.problem ?? '';
     this._error.hidden = !problem;
     setText(this._error, problem);
@@ -116,7 +117,9 @@ export class GPUSharePanel extends Widget {
         this._deviceCards.delete(uuid);
       }
     }
-    this._noDevices.hidden = devices.length > 0 || pool === null;
+    // A pool with a problem is empty because of it: the banner says why, not "no GPU".
+    this._noDevices.hidden =
+      devices.length > 0 || pool === null || !!pool.problem;
     setText(this._noDevices, pool === null ? '' : 'No GPU in this pool.');
 
     // Kernels of this server (others' slices appear only as occupancy on the devices).

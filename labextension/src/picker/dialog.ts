@@ -3,13 +3,23 @@
  * (the rules of SPEC §3, and no larger than the largest device), "no GPU", and the mode where
  * the node offers several. An invalid custom size disables the accept button and says why;
  * nothing is sent until the choice is valid.
+ *
+ * Given a `fit` function (`GET fit`, the server's dry run of a start), each choice also says
+ * what a start of that size would do now — "fits now on GPU1, 36G free", "queue position 2",
+ * "larger than any card" — kept current while the dialog is open; a choice that can never
+ * start cannot be accepted.
  */
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { h } from '../dom';
+import { h, setText } from '../dom';
 import { checkSize, formatBytes } from '../sizes';
+import { IFit } from '../types';
+
+/** How often the answers of `fit` are renewed while the picker is open (ms). */
+export const FIT_REFRESH_MS = 1000;
 
 export const PICKER_CLASS = 'jp-gpushare-picker';
 
@@ -37,6 +47,8 @@ export interface IPickerOptions {
   deviceMemory: number[];
   /** The accept button's label. */
   acceptLabel?: string;
+  /** What starting each size in a mode would do now (the server's dry run); none: not shown. */
+  fit?: (sizes: string[], mode: string) => Promise<IFit[]>;
 }
 
 let counter = 0;
@@ -90,7 +102,8 @@ export class SizePicker extends Widget implements Dialog.IBodyWidget<IPick> {
         'div',
         { class: 'jp-gpushare-picker-option jp-gpushare-picker-custom' },
         h('label', {}, this._customRadio, ' Custom: '),
-        this._custom
+        this._custom,
+        this._fitNote('custom')
       )
     );
     if (_options.allowNone) {
@@ -126,6 +139,16 @@ export class SizePicker extends Widget implements Dialog.IBodyWidget<IPick> {
       }
       if (event.target === this._custom) {
         this._customRadio.checked = true;
+        this._showFits();
+        window.clearTimeout(this._customTimer);
+        this._customTimer = window.setTimeout(() => {
+          void this._refreshFits();
+        }, 250);
+      }
+      if (event.target === this._mode) {
+        this._fits.clear();
+        this._showFits();
+        void this._refreshFits();
       }
       this._validate();
     };
@@ -168,6 +191,12 @@ export class SizePicker extends Widget implements Dialog.IBodyWidget<IPick> {
 
   protected onAfterAttach(): void {
     this._validate();
+    if (this._options.fit) {
+      void this._refreshFits();
+      this._fitTimer = window.setInterval(() => {
+        void this._refreshFits();
+      }, FIT_REFRESH_MS);
+    }
   }
 
   private _chosen(): string | null {
@@ -196,6 +225,21 @@ export class SizePicker extends Widget implements Dialog.IBodyWidget<IPick> {
       }
     } else if (chosen === 'none') {
       note = 'The kernel runs without a GPU slice.';
+    }
+    const fit = chosen ? this._fits.get(chosen) : undefined;
+    const fresh =
+      fit &&
+      (chosen !== 'custom' || fit.gpu_memory === this._custom.value.trim());
+    if (
+      problem === null &&
+      fit &&
+      fresh &&
+      ['never', 'full'].includes(fit.verdict)
+    ) {
+      // The server would refuse it: say why rather than send it.
+      problem = `${fit.gpu_memory} cannot start: ${fit.reason ?? fit.summary}`;
+    } else if (problem === null && fit && fresh && fit.verdict === 'queue') {
+      note = `Waits for room (${fit.summary}): ${fit.reason ?? ''}`;
     }
     this._problem = problem;
     const invalidInput = problem !== null && chosen === 'custom';
@@ -236,8 +280,75 @@ export class SizePicker extends Widget implements Dialog.IBodyWidget<IPick> {
       'label',
       { class: 'jp-gpushare-picker-option' },
       this._radioInput(group, value, checked),
-      ` ${label}`
+      ` ${label}`,
+      this._fitNote(value)
     );
+  }
+
+  /** The place where a choice says what a start would do (empty until the server answers). */
+  private _fitNote(value: string): HTMLElement {
+    const note = h('span', { class: 'jp-gpushare-fit', 'data-verdict': '' });
+    if (this._options.fit && value !== 'none') {
+      this._fitNotes.set(value, note);
+    }
+    return note;
+  }
+
+  /** Ask the server what each choice would do now, and show it. */
+  private async _refreshFits(): Promise<void> {
+    const fit = this._options.fit;
+    if (!fit || this.isDisposed) {
+      return;
+    }
+    const asked: [string, string][] = this._options.sizes.map(size => [
+      size,
+      size
+    ]);
+    const custom = this._custom.value.trim();
+    const parsed = checkSize(custom, this._options.deviceMemory);
+    if (custom && parsed.ok) {
+      asked.push(['custom', custom]); // only a size the picker accepts is ever sent
+    } else {
+      this._fits.delete('custom');
+    }
+    const request = ++this._fitRequest;
+    let answers: IFit[];
+    try {
+      answers = await fit(
+        asked.map(([, size]) => size),
+        this._mode?.value ?? this._options.mode
+      );
+    } catch (error) {
+      console.warn('jupyter-gpushare: no dry run of the start', error);
+      return;
+    }
+    if (request !== this._fitRequest || this.isDisposed) {
+      return; // an answer to an older question (the custom size changed since)
+    }
+    asked.forEach(([key], index) => {
+      if (answers[index]) {
+        this._fits.set(key, answers[index]);
+      }
+    });
+    this._showFits();
+    this._validate();
+  }
+
+  private _showFits(): void {
+    const custom = this._custom.value.trim();
+    for (const [key, note] of this._fitNotes) {
+      const fit = this._fits.get(key);
+      const current = key !== 'custom' || (fit && fit.gpu_memory === custom);
+      setText(note, fit && current ? fit.summary : '');
+      note.dataset.verdict = fit && current ? fit.verdict : '';
+      note.title = fit && current ? (fit.reason ?? '') : '';
+    }
+  }
+
+  protected onAfterDetach(msg: Message): void {
+    window.clearInterval(this._fitTimer);
+    window.clearTimeout(this._customTimer);
+    super.onAfterDetach(msg);
   }
 
   private _radioInput(
@@ -257,6 +368,11 @@ export class SizePicker extends Widget implements Dialog.IBodyWidget<IPick> {
   private _mode: HTMLSelectElement | null = null;
   private _problem: string | null = null;
   private _resyncing = false;
+  private _fits = new Map<string, IFit>();
+  private _fitNotes = new Map<string, HTMLElement>();
+  private _fitRequest = 0;
+  private _fitTimer = 0;
+  private _customTimer = 0;
 }
 
 function capitalise(text: string): string {

@@ -1,235 +1,88 @@
 /**
- * Picking a GPU size when a notebook starts, or changes to, a gpushare kernel.
- *
- * The kernel starts with its kernelspec's slice (that is what the sessions API can ask for);
- * the picker then asks for the size and applies the choice to the running kernel: a resize
- * (`PATCH kernels/{id}`), a release for "no GPU" (`DELETE kernels/{id}/gpu`), or, for another
- * mode, a change to the gpushare kernelspec of that mode, whose new kernel then gets the size
- * without asking again. The choice is remembered per notebook path (in the state database)
- * and offered first next time; a kernel it was already applied to is not asked about again,
- * across page reloads too.
+ * The size picker of a kernel start: what {@link KernelStarts} asks before it starts a
+ * gpushare kernel. It offers the presets of `GPUShare.sizes` and a custom size, each with what
+ * a start would do now (`GET fit`), the modes this pool honours, and first the notebook's last
+ * pick (kept per notebook path in the state database), else the kernelspec's size, else the
+ * configured default.
  */
 
-import { showErrorMessage } from '@jupyterlab/apputils';
-import { ISessionContext } from '@jupyterlab/apputils';
-import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
-import { Kernel, KernelSpec } from '@jupyterlab/services';
 import { IStateDB } from '@jupyterlab/statedb';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { GPUShareAPI } from '../api';
-import { specForMode, specSlice } from '../kernelspecs';
+import { ISpecSlice } from '../kernelspecs';
 import { GPUShareModel } from '../model';
+import { IStartRequest, Picker } from '../starts/starter';
 import { IGPUShareConfig } from '../types';
 import { IPick, pickSize } from './dialog';
 
 /** The state database key of the remembered choices. */
 export const STATE_KEY = 'jupyter-gpushare:picks';
 
-/** A remembered choice for one notebook. */
-interface IRemembered {
-  memory: string | null;
-  mode: string;
-  /** The kernel the choice was last applied to. */
-  kernelId: string | null;
-}
-
-type Remembered = { [path: string]: IRemembered };
+type Remembered = { [path: string]: { memory: string | null; mode: string } };
 
 /** What the start picker needs. */
 export interface IStartPickerOptions {
   api: GPUShareAPI;
   model: GPUShareModel;
-  notebooks: INotebookTracker;
-  kernelspecs: KernelSpec.IManager;
   config: () => Promise<IGPUShareConfig>;
   state: IStateDB | null;
 }
 
 /**
- * Watches notebooks and asks for a size when one gets a new gpushare kernel.
+ * The picker the UI plugin gives {@link KernelStarts}.
  */
-export class StartPicker {
-  constructor(private _options: IStartPickerOptions) {
-    _options.notebooks.widgetAdded.connect((_, panel) => this._watch(panel));
-    _options.notebooks.forEach(panel => this._watch(panel));
-  }
+export function startPicker(options: IStartPickerOptions): Picker {
+  const { api, model, state } = options;
+  let memory: Remembered = {};
 
-  /**
-   * Ask for a size for the kernel of a notebook now and apply it (the command palette's
-   * "Choose GPU Size…").
-   */
-  async pickFor(panel: NotebookPanel): Promise<void> {
-    const kernel = panel.sessionContext.session?.kernel;
-    if (kernel) {
-      await this._pickAndApply(panel.sessionContext, kernel, true);
+  const remembered = async (): Promise<Remembered> => {
+    if (!state) {
+      return memory;
     }
-  }
-
-  private _watch(panel: NotebookPanel): void {
-    const context = panel.sessionContext;
-    if (this._watched.has(context)) {
-      return;
-    }
-    this._watched.add(context);
-    context.kernelChanged.connect((_, change) => {
-      if (change.newValue) {
-        void this._onKernel(context, change.newValue);
-      }
-    });
-    const current = context.session?.kernel;
-    if (current) {
-      void this._onKernel(context, current);
-    }
-  }
-
-  private async _onKernel(
-    context: ISessionContext,
-    kernel: Kernel.IKernelConnection
-  ): Promise<void> {
-    if (this._seen.has(kernel.id)) {
-      return;
-    }
-    this._seen.add(kernel.id);
-    await this._options.kernelspecs.ready;
-    const slice = specSlice(
-      this._options.kernelspecs.specs?.kernelspecs[kernel.name]
-    );
-    if (!slice) {
-      return;
-    }
-    const remembered = (await this._remembered())[context.path];
-    if (remembered?.kernelId === kernel.id) {
-      return; // applied before this page was loaded
-    }
-    const pending = this._pending.get(context.path);
-    if (pending) {
-      // The new kernel of a mode change: apply the size chosen before the change.
-      this._pending.delete(context.path);
-      await this._apply(context, kernel, pending);
-      return;
-    }
-    await this._pickAndApply(context, kernel, false);
-  }
-
-  private async _pickAndApply(
-    context: ISessionContext,
-    kernel: Kernel.IKernelConnection,
-    explicit: boolean
-  ): Promise<void> {
-    const { api, model, kernelspecs } = this._options;
-    const slice = specSlice(kernelspecs.specs?.kernelspecs[kernel.name]);
-    if (!slice) {
-      if (explicit) {
-        await showErrorMessage(
-          'No GPU kernel',
-          `The kernel "${kernel.name}" does not use gpushare; choose a GPU kernel first.`
-        );
-      }
-      return;
-    }
-    let config: IGPUShareConfig;
-    let current: string | null;
     try {
-      config = await this._options.config();
-      const now = await api.kernel(kernel.id);
-      current = now.state === 'released' ? null : (now.size ?? slice.memory);
-    } catch (error) {
-      console.warn('jupyter-gpushare: cannot read the kernel slice', error);
-      return;
+      return ((await state.fetch(STATE_KEY)) as unknown as Remembered) ?? {};
+    } catch {
+      return memory;
     }
-    const remembered = (await this._remembered())[context.path];
+  };
+
+  const remember = async (path: string, pick: IPick): Promise<void> => {
+    memory = { ...(await remembered()), [path]: { ...pick } };
+    if (state) {
+      await state.save(
+        STATE_KEY,
+        memory as unknown as ReadonlyPartialJSONObject
+      );
+    }
+  };
+
+  return async (
+    request: IStartRequest,
+    slice: ISpecSlice
+  ): Promise<IPick | null> => {
+    const config = await options.config();
+    const last = (await remembered())[request.path];
     const mode = slice.mode ?? config.default_mode;
-    // Modes offered: those the node honours that an installed kernelspec uses.
-    const modes: string[] = config.modes.filter(
-      m => m === mode || specForMode(kernelspecs.specs, m, null) !== null
-    );
-    const first = !explicit && remembered ? remembered.memory : current;
-    const name = context.path.split('/').pop() || context.path;
+    const offered: string[] = config.modes;
+    const modes = offered.includes(mode) ? offered : [mode, ...offered];
+    const name = request.path.split('/').pop() || request.path;
     const pick = await pickSize({
       title: `GPU for ${name}`,
       sizes: config.sizes,
-      current: first,
-      allowNone: true,
+      current: last?.memory ?? slice.memory ?? config.default_memory,
+      allowNone: false,
       modes,
-      mode:
-        !explicit && remembered && modes.includes(remembered.mode)
-          ? remembered.mode
-          : mode,
+      mode: last && modes.includes(last.mode) ? last.mode : mode,
       deviceMemory: (model.pool ?? (await api.pool())).devices.map(
-        d => d.memory_total
+        device => device.memory_total
       ),
-      acceptLabel: 'Apply'
+      acceptLabel: 'Start',
+      fit: (sizes, chosenMode) => api.fit(sizes, chosenMode)
     });
-    if (pick === null) {
-      return;
+    if (pick) {
+      await remember(request.path, pick);
     }
-    if (pick.mode !== mode) {
-      const target = specForMode(kernelspecs.specs, pick.mode, pick.memory);
-      if (target) {
-        this._pending.set(context.path, pick);
-        await context.changeKernel({ name: target.name });
-        return;
-      }
-    }
-    await this._apply(context, kernel, pick);
-  }
-
-  private async _apply(
-    context: ISessionContext,
-    kernel: Kernel.IKernelConnection,
-    pick: IPick
-  ): Promise<void> {
-    const { api, model } = this._options;
-    try {
-      const now = await api.kernel(kernel.id);
-      if (pick.memory === null) {
-        if (now.state !== 'released') {
-          await api.release(kernel.id);
-        }
-      } else if (now.state === 'released') {
-        throw new Error(
-          'the kernel holds no GPU slice any more; run `%gpu request SIZE` in it to take one'
-        );
-      } else if ((now.size ?? '').toLowerCase() !== pick.memory.toLowerCase()) {
-        // A kernel pod's slice is fixed: it restarts in a new pod of the picked size.
-        await api.resize(kernel.id, pick.memory, Boolean(now.pod));
-      }
-      await this._remember(context.path, { ...pick, kernelId: kernel.id });
-    } catch (error) {
-      await showErrorMessage(
-        'GPU size not applied',
-        `${pick.memory ?? 'No GPU'} for ${context.path}: ${(error as Error).message}`
-      );
-    } finally {
-      void model.refresh();
-    }
-  }
-
-  private async _remembered(): Promise<Remembered> {
-    const state = this._options.state;
-    if (!state) {
-      return this._memory;
-    }
-    try {
-      const value = await state.fetch(STATE_KEY);
-      return (value as unknown as Remembered) ?? {};
-    } catch {
-      return this._memory;
-    }
-  }
-
-  private async _remember(path: string, choice: IRemembered): Promise<void> {
-    const all = { ...(await this._remembered()), [path]: choice };
-    this._memory = all;
-    const state = this._options.state;
-    if (state) {
-      await state.save(STATE_KEY, all as unknown as ReadonlyPartialJSONObject);
-    }
-  }
-
-  private _watched = new WeakSet<ISessionContext>();
-  private _seen = new Set<string>();
-  private _pending = new Map<string, IPick>();
-  private _memory: Remembered = {};
+    return pick;
+  };
 }

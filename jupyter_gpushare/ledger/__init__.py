@@ -1,0 +1,395 @@
+"""The node ledger: every slice on this node, in one sqlite file shared by all its processes.
+
+Each decision is one ``BEGIN IMMEDIATE`` transaction: the write lock is taken before anything is
+read, so two processes can never both see the same free memory and both take it. Placement itself
+is the pure :func:`jupyter_gpushare.allocator.fit`; this module only reads rows, asks, and writes.
+
+A row belongs to a process: the kernel once it runs, before that the process that asked for it
+(the server, ``jupyter console``, nbclient…). Reconciliation deletes rows whose process is gone,
+comparing pid *and* start time so a reused pid does not keep a dead slice alive.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
+
+from ..allocator import Placement, Policy, Refusal, Request, fit_on_device
+from ..devices import Device
+from ..errors import LedgerError
+from ..processes import is_alive
+from ..records import (
+    DeviceSample,
+    KernelSample,
+    NewRequest,
+    Outcome,
+    ProcessIdentity,
+    ReleasedSlice,
+    SliceRecord,
+)
+from ..sizes import parse_size
+from . import queue
+from .access import LOCK_TIMEOUT, RESTORE_WAIT, LedgerAccess
+from .queue import LivenessCheck
+from .schema import DEVICE_COLUMNS, Row, device_rows, read_devices, record_of, replace_devices
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _faults_named(method: Callable[Concatenate[Ledger, P], T]) -> Callable[Concatenate[Ledger, P], T]:
+    """Turn any sqlite or file error of a ledger call into the ledger fault it stands for: one
+    sentence naming the file and the fix (a 503 in REST), never a traceback."""
+
+    def named(self: Ledger, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.Error, OSError) as error:
+            self._access.forget_thread_connections()
+            raise self._access.fault(error) from None
+
+    functools.update_wrapper(named, method)
+    return named
+
+
+class Ledger:
+    """Access to one ledger file. Cheap to create; connections are cached per thread.
+
+    The file itself — opening it, checking it is still the one at the path, putting it back,
+    bounded locks — is :class:`~jupyter_gpushare.ledger_access.LedgerAccess`'s business.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        lock_timeout: float = LOCK_TIMEOUT,
+        restore_wait: float = RESTORE_WAIT,
+    ) -> None:
+        self.path = Path(path)
+        self._access = LedgerAccess(self.path, _row_alive, lock_timeout, restore_wait)
+        self._access.on_check = self._retry_registration
+        self._wanted_devices: tuple[Sequence[Device], bool] | None = None
+
+    # ---- the file ------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        return self._access.read()
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._access.write()
+
+    @_faults_named
+    def change_marker(self) -> int:
+        """A number that changes whenever anyone commits to the ledger (a few microseconds).
+
+        Read on a connection of its own that never writes, so sqlite's ``data_version`` counts
+        every commit — by other processes and by this process's other connections alike. It
+        changes too when this process moves to a restored file.
+        """
+        version = int(self._access.watcher().execute("PRAGMA data_version").fetchone()[0])
+        return (self._access.generation << 40) + version
+
+    def guard(self, interval: float) -> None:
+        """Check the file every ``interval`` seconds (a daemon thread): a deleted ledger is put
+        back within one round, and a fault is logged once with its fix."""
+        self._access.guard(interval)
+
+    def check(self) -> LedgerError | None:
+        """The ledger's fault now (after trying to mend it), or None when it is usable."""
+        return self._access.check()
+
+    def close(self) -> None:
+        self._access.close()
+
+    # ---- devices -------------------------------------------------------------------------
+
+    @_faults_named
+    def register_devices(self, devices: Sequence[Device], simulated: bool) -> None:
+        """Record the pool this node has, so every reader (the CLI too) sees the same devices.
+
+        Remembered: a ledger that could not be written now gets them once it can.
+        """
+        self._wanted_devices = (devices, simulated)
+        rows = [
+            dict(
+                zip(
+                    DEVICE_COLUMNS,
+                    (
+                        device.uuid,
+                        device.index,
+                        device.name,
+                        device.memory_total,
+                        json.dumps([[m.uuid, m.profile, m.memory_total] for m in device.mig]),
+                        int(simulated),
+                    ),
+                    strict=True,
+                )
+            )
+            for device in devices
+        ]
+        self._access.remember(devices=rows)
+        with self._write() as db:
+            replace_devices(db, rows)
+
+    def _retry_registration(self) -> None:
+        """A guard round: register the pool if an earlier attempt met a broken ledger."""
+        wanted = self._wanted_devices
+        if wanted is not None and self.devices() == [] and wanted[0]:
+            self.register_devices(*wanted)
+
+    @_faults_named
+    def devices(self) -> list[Device]:
+        connection = self._connection()
+        self._access.remember(devices=device_rows(connection))
+        return read_devices(connection)
+
+    @_faults_named
+    def simulated(self) -> bool:
+        row = self._connection().execute("SELECT MAX(simulated) FROM devices").fetchone()
+        return bool(row[0])
+
+    # ---- slices --------------------------------------------------------------------------
+
+    @_faults_named
+    def records(self) -> list[SliceRecord]:
+        rows = self._connection().execute("SELECT * FROM slices ORDER BY seq").fetchall()
+        self._access.remember(slices=rows)
+        return [record_of(row) for row in rows]
+
+    @_faults_named
+    def get(self, kernel_id: str) -> SliceRecord | None:
+        row = self._connection().execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+        return record_of(row) if row else None
+
+    @_faults_named
+    def released(self, kernel_id: str) -> ReleasedSlice | None:
+        """What a kernel that gave its slice back left behind (its token digest, name, path)."""
+        query = "SELECT * FROM released WHERE kernel_id = ?"
+        row = self._connection().execute(query, (kernel_id,)).fetchone()
+        if row is None:
+            return None
+        return ReleasedSlice(
+            row["kernel_id"],
+            row["token_hash"],
+            row["kernel_name"],
+            row["path"],
+            ProcessIdentity(row["pid"], row["start"]),
+        )
+
+    @_faults_named
+    def enqueue(self, request: NewRequest) -> SliceRecord:
+        """Add a queued request; a kernel that already has a row (a restart) keeps it."""
+        with self._write() as db:
+            record = queue.enqueue(db, request)
+        assert record is not None
+        return record
+
+    @_faults_named
+    def request(self, request: NewRequest, policy: Policy, alive: LivenessCheck = is_alive) -> Outcome:
+        """Queue a request and try to place it in one transaction.
+
+        A request that fits at once is never seen queued by anyone else, so concurrent starts on
+        a free pool do not wait behind each other.
+        """
+        with self._write() as db:
+            queue.enqueue(db, request, read_back=False)
+            return queue.place(db, request.kernel_id, policy, alive)
+
+    @_faults_named
+    def try_place(self, kernel_id: str, policy: Policy, alive: LivenessCheck = is_alive) -> Outcome:
+        """Place a queued request if it is first in line and fits; otherwise say why not.
+
+        Strict FIFO: a request waits while an earlier one is queued, so a large request is
+        never starved by a stream of small ones. A request behind a live one is answered from a
+        read, without the write lock, so a long queue's polling does not slow everyone's writes.
+        """
+        connection = self._connection()
+        connection.execute("BEGIN")  # one consistent snapshot for the counts below, no lock
+        try:
+            waiting = queue.waiting_behind(connection, kernel_id, alive)
+        finally:
+            connection.execute("COMMIT")
+        if waiting is not None:
+            return waiting
+        with self._write() as db:
+            return queue.place(db, kernel_id, policy, alive)
+
+    @_faults_named
+    def attach_kernel(self, kernel_id: str, kernel: ProcessIdentity | None) -> None:
+        """Tie the slice to the kernel process (None: back to the holder, e.g. during a restart)."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE slices SET kernel_pid = ?, kernel_start = ? WHERE kernel_id = ?",
+                (kernel.pid if kernel else None, kernel.start if kernel else None, kernel_id),
+            )
+
+    @_faults_named
+    def resize(self, kernel_id: str, size: str, policy: Policy) -> Placement | Refusal:
+        """Change a running slice's size in place (a live resize cannot move the kernel)."""
+        parsed = parse_size(size)
+        with self._write() as db:
+            row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+            if row is None or row["state"] != "running":
+                return Refusal(f"kernel {kernel_id} holds no GPU slice", retry=False)
+            record = record_of(row)
+            assert record.device_uuid is not None
+            if record.kind != "shared":
+                return Refusal(f"a {record.mode} slice cannot be resized in place", retry=False)
+            request = Request(kernel_id, record.owner, parsed, record.kind)
+            outcome = fit_on_device(request, record.device_uuid, read_devices(db), queue.held(db), policy)
+            if isinstance(outcome, Placement):
+                db.execute(
+                    "UPDATE slices SET memory = ?, size = ?, whole_card = ? WHERE kernel_id = ?",
+                    (outcome.memory, parsed.canonical, int(outcome.whole_card), kernel_id),
+                )
+        return outcome
+
+    @_faults_named
+    def release(self, kernel_id: str, keep_claim: bool = False) -> SliceRecord | None:
+        """Remove a kernel's slice or queued request; returns what was removed.
+
+        ``keep_claim`` (a running kernel gives its slice back): remember the kernel's token
+        digest, name and path, so only that kernel can take a slice under its id again and the
+        name and path come back with it. Otherwise (the kernel ends) any such memory goes too.
+        """
+        with self._write() as db:
+            row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+            db.execute("DELETE FROM released WHERE kernel_id = ?", (kernel_id,))
+            if row is None:
+                return None
+            record = record_of(row)
+            db.execute("DELETE FROM slices WHERE kernel_id = ?", (kernel_id,))
+            if keep_claim:
+                db.execute(
+                    """INSERT INTO released (kernel_id, token_hash, kernel_name, path, pid, start,
+                       released_at) VALUES (?, ?, ?, ?, ?, ?, ?)""",
+                    (
+                        kernel_id,
+                        record.token_hash,
+                        record.kernel_name,
+                        record.path,
+                        record.process.pid,
+                        record.process.start,
+                        time.time(),
+                    ),
+                )
+        return record
+
+    @_faults_named
+    def reconcile(self, alive: LivenessCheck = is_alive) -> list[SliceRecord]:
+        """Release every slice and queued request whose process is gone; returns them.
+
+        What released kernels left behind goes with their processes too.
+        """
+        with self._write() as db:
+            rows = [record_of(row) for row in db.execute("SELECT * FROM slices").fetchall()]
+            dead = [record for record in rows if not alive(record.process)]
+            db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(r.kernel_id,) for r in dead])
+            gone = [
+                (row["kernel_id"],)
+                for row in db.execute("SELECT kernel_id, pid, start FROM released").fetchall()
+                if not alive(ProcessIdentity(row["pid"], row["start"]))
+            ]
+            db.executemany("DELETE FROM released WHERE kernel_id = ?", gone)
+        return dead
+
+    @_faults_named
+    def record_usage(
+        self,
+        kernel_samples: Sequence[KernelSample] = (),
+        device_samples: Sequence[DeviceSample] = (),
+    ) -> None:
+        """Write one sampling round (usage and warnings) in a single transaction.
+
+        A sample whose ``source`` is None carries warnings only: the usage stays as the kernel
+        reported it, so a report made while the sampler ran is not overwritten.
+        """
+        # Rows are written only where a figure changed: a round that changes nothing leaves the
+        # database as it was, so readers' caches (keyed on PRAGMA data_version) stay valid and
+        # the REST API does not re-render every slice once per sampling round.
+        now = time.time()
+        with self._write() as db:
+            db.executemany(
+                """UPDATE slices SET memory_used = ?, utilization = ?, usage_source = ?,
+                   usage_at = ?, warnings = ?
+                   WHERE kernel_id = ? AND (memory_used IS NOT ? OR utilization IS NOT ?
+                                            OR usage_source IS NOT ? OR warnings IS NOT ?)""",
+                [
+                    (
+                        sample.memory_used,
+                        sample.utilization,
+                        sample.source,
+                        now,
+                        warnings,
+                        sample.kernel_id,
+                        sample.memory_used,
+                        sample.utilization,
+                        sample.source,
+                        warnings,
+                    )
+                    for sample in kernel_samples
+                    if sample.source is not None
+                    for warnings in [json.dumps(list(sample.warnings))]
+                ],
+            )
+            db.executemany(
+                "UPDATE slices SET warnings = ? WHERE kernel_id = ? AND warnings IS NOT ?",
+                [
+                    (warnings, sample.kernel_id, warnings)
+                    for sample in kernel_samples
+                    if sample.source is None
+                    for warnings in [json.dumps(list(sample.warnings))]
+                ],
+            )
+            db.executemany(
+                """UPDATE devices SET memory_used = ?, utilization = ?, sampled_at = ?
+                   WHERE uuid = ? AND (memory_used IS NOT ? OR utilization IS NOT ?)""",
+                [
+                    (
+                        sample.memory_used,
+                        sample.utilization,
+                        now,
+                        sample.uuid,
+                        sample.memory_used,
+                        sample.utilization,
+                    )
+                    for sample in device_samples
+                ],
+            )
+
+    @_faults_named
+    def report_usage(self, kernel_id: str, memory_used: int, utilization: int | None, source: str) -> None:
+        """A kernel's own report of its usage (simulated pools, or where NVML cannot see it)."""
+        with self._write() as db:
+            db.execute(
+                """UPDATE slices SET memory_used = ?, utilization = ?, usage_source = ?, usage_at = ?
+                   WHERE kernel_id = ?""",
+                (memory_used, utilization, source, time.time(), kernel_id),
+            )
+
+    @_faults_named
+    def queue_position(self, kernel_id: str) -> int | None:
+        record = self.get(kernel_id)
+        if record is None or record.state != "queued":
+            return None
+        connection = self._connection()
+        connection.execute("BEGIN")
+        try:
+            return queue.head_of_queue(connection, record.seq)[0] + 1
+        finally:
+            connection.execute("COMMIT")
+
+
+def _row_alive(row: Row) -> bool:
+    """Whether the process of a remembered slice row still runs (it is recorded again)."""
+    pid, start = row["kernel_pid"], row["kernel_start"]
+    if pid is None:
+        pid, start = row["holder_pid"], row["holder_start"]
+    return is_alive(ProcessIdentity(int(pid), float(start)))

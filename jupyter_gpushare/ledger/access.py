@@ -1,0 +1,489 @@
+"""Opening the ledger file and keeping it the ledger: connections, bounded writes, restoration.
+
+:class:`~jupyter_gpushare.ledger.Ledger` asks this module for a connection to read and for a
+write transaction; this module makes sure both are on *the* ledger — the file at
+``ledger_path`` that every process of the node uses:
+
+* every call compares the file at the path (its identity, and its first bytes) with the file
+  this process opened — a few microseconds;
+* a file deleted under a running process is put back from the process's open copy (sqlite's
+  online backup), within one call or one guard round (``guard``), and every process of the old
+  file follows it there;
+* a file damaged in place or replaced by another one stops every placement with a sentence
+  that names the file and the fix; once the file is moved away, the processes that used it put
+  their ledger back (a damaged one is started afresh with the slices they last saw);
+* a process that finds no file, or a file the lock file's note does not name, while other live
+  processes still hold the previous one, waits a few seconds for them to put it back and
+  otherwise refuses — it never starts a second, empty ledger beside theirs;
+* lock waits are bounded and a timeout names the process holding the lock.
+
+See :mod:`jupyter_gpushare.ledger_file` for the note, the holders and the copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import LedgerError
+from . import faults as ledger_faults
+from .connections import ThreadConnections
+from .file import (
+    FileIdentity,
+    Holder,
+    Note,
+    command_of,
+    current_pid,
+    deleted,
+    fd_identity,
+    header_problem,
+    holders,
+    identity_of,
+    link_into_place,
+    new_ledger_id,
+    read_note,
+    write_note,
+)
+from .lock import unlock
+from .schema import Row, initialise, ledger_id_of, record_again, replace_devices
+
+LOCK_TIMEOUT = 10.0  # seconds any ledger lock is waited for before the caller is told who holds it
+RESTORE_WAIT = 5.0  # seconds a process waits for the holders of a deleted ledger to put it back
+
+log = logging.getLogger("jupyter_gpushare")
+
+
+@dataclass
+class _OpenFile:
+    """The database file this process uses, while it is the one at the path."""
+
+    identity: FileIdentity
+    fd: int  # read-only: header checks, and it keeps the file's data reachable once deleted
+    ledger_id: str
+    generation: int
+    pid: int = field(default_factory=os.getpid)
+    stamp: tuple[int, int] | None = None  # (size, mtime) when the header was last found good
+    # Used under the access's lock only: one reads and copies, the other holds the write lock
+    # while a copy is taken (a connection cannot back up a database it is writing).
+    keeper: sqlite3.Connection | None = None
+    writer: sqlite3.Connection | None = None
+
+    def close(self) -> None:
+        if self.pid != os.getpid():
+            return  # a forked child leaves its parent's handles alone
+        for connection in (self.keeper, self.writer):
+            if connection is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+class LedgerAccess:
+    """One ledger path as this process sees it. Thread-safe; fork-aware."""
+
+    def __init__(
+        self,
+        path: Path,
+        alive: Callable[[Row], bool],
+        lock_timeout: float = LOCK_TIMEOUT,
+        restore_wait: float = RESTORE_WAIT,
+    ) -> None:
+        self.path = path
+        self._path_text = os.fspath(path)
+        self.lock_path = Path(f"{path}.lock")
+        self.lock_timeout = lock_timeout
+        self.restore_wait = restore_wait
+        self._alive = alive
+        self._state = threading.RLock()
+        self._file: _OpenFile | None = None
+        self._generation = 0
+        self._threads = ThreadConnections(path, lock_timeout)
+        # What this process last saw, to start a damaged ledger afresh without losing a slice.
+        self._devices: list[dict[str, Any]] = []
+        self._slices: list[dict[str, Any]] = []
+        self._guard_pid: int | None = None
+        self._guard_interval = 1.0
+        self._reported: str | None = None
+        self._failed = False  # the last attempt to open or follow the file failed
+        self.on_check: Callable[[], None] | None = None  # the ledger's own round (devices)
+
+    # ---- what the ledger uses --------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever this process moves to another file (a restored ledger)."""
+        return self._generation
+
+    def read(self) -> sqlite3.Connection:
+        """This thread's connection to the ledger, checked to be on the file at the path."""
+        file = self._current()
+        return self._threads.connection(file.generation)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction on the ledger: the file lock (bounded), then ``BEGIN IMMEDIATE``.
+
+        The file's identity is checked again once the write lock is held, so that no write can
+        land in a file that was deleted or replaced a moment before.
+        """
+        connection, lock = self._begin()
+        try:
+            yield connection
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                connection.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                connection.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.execute("ROLLBACK")
+                raise
+        finally:
+            unlock(lock)
+
+    def watcher(self) -> sqlite3.Connection:
+        """A connection of this thread that never writes (for ``PRAGMA data_version``)."""
+        return self._threads.watcher(self._current().generation)
+
+    def forget_thread_connections(self) -> None:
+        """Drop this thread's connections (after an error: the next call opens new ones, which
+        also picks up a permission that was fixed meanwhile)."""
+        self._threads.forget()
+
+    def remember(self, devices: Sequence[Row] | None = None, slices: Sequence[Row] | None = None) -> None:
+        """What the ledger last held, as far as this process read it."""
+        if devices is not None:
+            self._devices = [dict(row) for row in devices]
+        if slices is not None:
+            self._slices = [dict(row) for row in slices]
+
+    def fault(self, error: BaseException) -> LedgerError:
+        return ledger_faults.classify(error, self.path, self.lock_timeout)
+
+    # ---- the guard ---------------------------------------------------------------------------
+
+    def guard(self, interval: float) -> None:
+        """Check the file every ``interval`` seconds in a daemon thread (one per process)."""
+        self._guard_interval = max(0.1, interval or 1.0)
+        if self._guard_pid == os.getpid():
+            return
+        self._guard_pid = os.getpid()
+        threading.Thread(target=self._guard_loop, name="gpushare-ledger-guard", daemon=True).start()
+
+    def _guard_loop(self) -> None:
+        while True:
+            time.sleep(self._guard_interval)
+            if self._file is None and not self._failed:
+                continue  # nothing held and nothing asked for: never create a ledger from here
+            fault = self.check()
+            if fault is not None and str(fault) != self._reported:
+                log.error("jupyter_gpushare: %s", fault)  # once per fault, with its fix
+            elif fault is None and self._reported is not None:
+                log.warning("jupyter_gpushare: the GPU ledger %s is usable again", self.path)
+            self._reported = None if fault is None else str(fault)
+
+    def check(self) -> LedgerError | None:
+        """Follow or put back the file and retry what failed; the fault now, or None."""
+        try:
+            file = self._current()
+            with self._state:
+                if file.keeper is not None and ledger_id_of(file.keeper) not in (None, file.ledger_id):
+                    raise ledger_faults.damaged(self.path, "another ledger was copied over it")
+            if self.on_check is not None:
+                self.on_check()
+        except LedgerError as error:
+            return error
+        except (sqlite3.Error, OSError) as error:
+            self.forget_thread_connections()
+            return self.fault(error)
+        return None
+
+    def close(self) -> None:
+        """Close this thread's connections and the file (other threads' close with them)."""
+        self._threads.close()
+        with self._state:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    # ---- the current file --------------------------------------------------------------------
+
+    def _current(self) -> _OpenFile:
+        # The common case costs one stat: the same file, unchanged since its header was read
+        # (in WAL mode the database file itself changes only at checkpoints).
+        file = self._file
+        if file is not None and file.pid == current_pid():
+            try:
+                status = os.stat(self._path_text)
+            except FileNotFoundError:
+                status = None
+            if status is not None and (status.st_dev, status.st_ino) == file.identity:
+                stamp = (status.st_size, status.st_mtime_ns)
+                if stamp == file.stamp:
+                    return file
+                problem = header_problem(file.fd)
+                if problem is not None:
+                    raise ledger_faults.damaged(self.path, problem)
+                file.stamp = stamp
+                return file
+        with self._state:
+            try:
+                settled = self._settle()
+            except BaseException:
+                self._failed = True  # the guard keeps trying
+                raise
+            self._failed = False
+            return settled
+
+    def _settle(self) -> _OpenFile:
+        file = self._file
+        if file is None or file.pid != current_pid():
+            self._file = None
+            return self._open_path()
+        now = identity_of(self.path)
+        if now == file.identity:
+            problem = header_problem(file.fd)
+            if problem is not None:
+                raise ledger_faults.damaged(self.path, problem)
+            return file
+        if now is None:
+            return self._restore(file)
+        return self._follow(file, now)
+
+    def _open_path(self) -> _OpenFile:
+        """First open in this process: create, adopt, or wait for the holders of the old file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        deadline = time.monotonic() + self.restore_wait
+        while True:
+            with self._threads.locked_note() as lock:
+                note = read_note(lock)
+                now = identity_of(self.path)
+                refusal = self._refusal(note, now)
+                if refusal is None:
+                    if now is None:
+                        return self._create(lock, descends_from=None, slices=())
+                    opened = self._adopt(lock, note, now)
+                    if opened is not None:
+                        return opened
+                    continue  # the file changed while we looked: look again
+            # A missing file is put back by its holders within a round; a stranger stays.
+            if now is not None or time.monotonic() >= deadline:
+                raise refusal
+            time.sleep(0.1)
+
+    def _refusal(self, note: Note | None, now: FileIdentity | None) -> LedgerError | None:
+        """Why a new ledger must not be started (or this file not adopted) yet, or None.
+
+        The processes that matter are those holding the file the note names (deleted, moved
+        away or replaced); without a note (the lock file went too), those holding a deleted
+        file of the ledger's name.
+        """
+        if note is not None and note.database == now:
+            return None
+        previous = holders(files=[note.database]) if note is not None else holders([deleted(self.path)])
+        if not previous:
+            return None
+        if now is None:
+            return ledger_faults.missing(self.path, previous)
+        return ledger_faults.replaced(self.path, previous)
+
+    def _adopt(self, lock: int, note: Note | None, now: FileIdentity) -> _OpenFile | None:
+        """Open the file at the path as this process's ledger (initialising what it lacks)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        if fd_identity(fd) != now:
+            os.close(fd)
+            return None
+        ours = note is not None and note.database == now
+        problem = header_problem(fd)
+        if problem is not None and (ours or holders(files=[now])):
+            os.close(fd)
+            raise ledger_faults.damaged(self.path, problem)
+        # An empty file nobody holds is a ledger an older release had just begun: initialise it.
+        file = _OpenFile(now, fd, "", self._generation + 1)
+        try:
+            file.keeper = self._threads.connect(check_same_thread=False)
+            file.writer = self._threads.connect(check_same_thread=False)
+            file.writer.execute("PRAGMA journal_mode = WAL")
+            with _transaction(file.writer):
+                found = ledger_id_of_safe(file.writer)
+                overwritten = ours and found is not None and note is not None and found != note.ledger_id
+                if overwritten and holders(files=[now]):
+                    raise ledger_faults.damaged(self.path, "another ledger was copied over it")
+                file.ledger_id = initialise(file.writer, note.ledger_id if ours and note else new_ledger_id())
+        except BaseException:
+            file.close()
+            raise
+        write_note(lock, Note(file.ledger_id, now, note.descends_from if ours and note else None))
+        return self._use(file)
+
+    def _create(self, lock: int, descends_from: str | None, slices: Sequence[Row]) -> _OpenFile:
+        """Start a ledger at the (free) path: empty, or with the rows of a damaged one."""
+        ledger_id = new_ledger_id()
+        source = sqlite3.connect(":memory:", isolation_level=None)
+        try:
+            with _transaction(source):
+                initialise(source, ledger_id)
+                # The pool this process knows: a server registers it only when it starts.
+                replace_devices(source, self._devices)
+                if descends_from is not None:
+                    source.execute(
+                        "INSERT INTO meta (key, value) VALUES ('descends_from', ?)", (descends_from,)
+                    )
+                    record_again(source, [row for row in slices if self._alive(row)])
+            identity = link_into_place(source, self.path, None)
+        finally:
+            source.close()
+        write_note(lock, Note(ledger_id, identity, descends_from))
+        opened = self._open_known(identity, ledger_id)
+        return self._use(opened)
+
+    def _open_known(self, identity: FileIdentity, ledger_id: str) -> _OpenFile:
+        """Open a ledger file whose identity and id are known (one this process just placed or
+        one the note says is its ledger's successor)."""
+        fd = os.open(self.path, os.O_RDONLY)
+        file = _OpenFile(identity, fd, ledger_id, self._generation + 1)
+        try:
+            if fd_identity(fd) != identity:
+                raise ledger_faults.replaced(self.path, [])
+            file.keeper = self._threads.connect(check_same_thread=False)
+            file.writer = self._threads.connect(check_same_thread=False)
+        except BaseException:
+            file.close()
+            raise
+        return file
+
+    def _use(self, file: _OpenFile) -> _OpenFile:
+        previous, self._file = self._file, file
+        self._generation = file.generation
+        if previous is not None:
+            previous.close()
+        return file
+
+    # ---- when the file at the path is not ours any more -----------------------------------------
+
+    def _follow(self, file: _OpenFile, now: FileIdentity) -> _OpenFile:
+        """Another file is at the path: our ledger put back by another process, or a stranger."""
+        with self._threads.locked_note() as lock:
+            return self._follow_unlocked(file, now, read_note(lock))
+
+    def _restore(self, file: _OpenFile) -> _OpenFile:
+        """The file is gone: put it back from our open copy, or afresh if that copy is damaged."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # the whole directory may be
+        with self._threads.locked_note() as lock:
+            now = identity_of(self.path)
+            if now is not None:
+                return self._follow_unlocked(file, now, read_note(lock))
+            writer = file.writer
+            assert writer is not None and file.keeper is not None
+            locked = False
+            try:
+                try:
+                    writer.execute("BEGIN IMMEDIATE")  # no other process writes while we copy
+                    locked = True
+                    healthy = header_problem(file.fd) is None and ledger_id_of(file.keeper) == file.ledger_id
+                except sqlite3.Error:
+                    healthy = False
+                if healthy:
+                    mode = os.fstat(file.fd).st_mode & 0o777
+                    identity = link_into_place(file.keeper, self.path, mode)
+                    write_note(lock, Note(file.ledger_id, identity, None))
+                    log.warning(
+                        "jupyter_gpushare: the GPU ledger %s was deleted; put back from this process's "
+                        "open copy",
+                        self.path,
+                    )
+                    restored = self._open_known(identity, file.ledger_id)
+                else:
+                    restored = self._create(lock, descends_from=file.ledger_id, slices=self._slices)
+                    log.warning(
+                        "jupyter_gpushare: the damaged GPU ledger %s was moved away; started afresh "
+                        "with the %d slice(s) this process last saw",
+                        self.path,
+                        len(self._slices),
+                    )
+                    return restored
+            finally:
+                if locked:
+                    with contextlib.suppress(sqlite3.Error):
+                        writer.execute("ROLLBACK")
+        return self._use(restored)
+
+    def _follow_unlocked(self, file: _OpenFile, now: FileIdentity, note: Note | None) -> _OpenFile:
+        """Follow the ledger to the file at the path if the note (read under the lock) says it
+        is ours, restored by another process or started afresh to replace our damaged one."""
+        if note is not None and note.database == now:
+            if note.ledger_id == file.ledger_id:
+                log.info("jupyter_gpushare: following the GPU ledger %s to its restored file", self.path)
+                return self._use(self._open_known(now, note.ledger_id))
+            if note.descends_from == file.ledger_id:
+                opened = self._use(self._open_known(now, note.ledger_id))
+                self._record_again(opened)
+                return opened
+        raise ledger_faults.replaced(self.path, [Holder(os.getpid(), command_of(os.getpid()))])
+
+    def _record_again(self, file: _OpenFile) -> None:
+        """Write the slices this process last saw into a ledger started afresh by another."""
+        assert file.writer is not None
+        with _transaction(file.writer):
+            if self._devices and not file.writer.execute("SELECT 1 FROM devices").fetchone():
+                replace_devices(file.writer, self._devices)
+            added = record_again(file.writer, [row for row in self._slices if self._alive(row)])
+        if added:
+            log.warning(
+                "jupyter_gpushare: recorded %d GPU slice(s) again in the new ledger %s", added, self.path
+            )
+
+    def _begin(self) -> tuple[sqlite3.Connection, int]:
+        for _ in range(5):
+            file = self._current()
+            connection = self._threads.connection(file.generation)
+            lock = self._threads.lock_fd(file.generation)
+            try:
+                self._threads.lock(lock)
+            except LedgerError:
+                self._threads.drop_lock()  # a waiter thread owns that descriptor now
+                raise
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                unlock(lock)
+                raise
+            if self._file is file and identity_of(self._path_text) == file.identity:
+                return connection, lock
+            # The file changed between the check and the lock: let the check follow it first.
+            connection.execute("ROLLBACK")
+            unlock(lock)
+        raise LedgerError(f"The GPU ledger {self.path} keeps changing under this process; try again.")
+
+
+def ledger_id_of_safe(db: sqlite3.Connection) -> str | None:
+    """The file's ledger id, or None for a file without the table yet."""
+    try:
+        return ledger_id_of(db)
+    except sqlite3.OperationalError:
+        return None
+
+
+@contextlib.contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")

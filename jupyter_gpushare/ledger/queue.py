@@ -1,0 +1,165 @@
+"""The FIFO queue and placement, inside the ledger's write transaction (sqlite, no file handling).
+
+:class:`~jupyter_gpushare.ledger.Ledger` opens the transaction; these functions read the rows,
+ask the pure :func:`~jupyter_gpushare.allocator.fit`, and write the outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+
+from ..allocator import Held, Policy, Refusal, Request, fit
+from ..records import NewRequest, Outcome, Placed, ProcessIdentity, Refused, SliceRecord, Waiting
+from ..sizes import parse_size
+from .schema import read_devices, record_of
+
+LivenessCheck = Callable[[ProcessIdentity], bool]
+
+
+def running(db: sqlite3.Connection) -> list[SliceRecord]:
+    return [record_of(row) for row in db.execute("SELECT * FROM slices WHERE state = 'running'")]
+
+
+def held(db: sqlite3.Connection) -> list[Held]:
+    # Only the columns placement needs: this runs in every placement, under the write lock.
+    rows = db.execute(
+        "SELECT kernel_id, owner, device_uuid, unit_uuid, memory, whole_card FROM slices"
+        " WHERE state = 'running'"
+    ).fetchall()
+    return [Held(row[0], row[1], row[2], row[3], row[4], bool(row[5])) for row in rows]
+
+
+def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True) -> SliceRecord | None:
+    existing = db.execute("SELECT kernel_id FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
+    if existing:
+        db.execute(
+            "UPDATE slices SET holder_pid = ?, holder_start = ?,"
+            " token_hash = COALESCE(?, token_hash) WHERE kernel_id = ?",
+            (request.holder.pid, request.holder.start, request.token_hash, request.kernel_id),
+        )
+    else:
+        seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM slices").fetchone()[0]
+        # A kernel taking a slice again keeps the name and path it had (the panel's row).
+        left = db.execute(
+            "SELECT kernel_name, path FROM released WHERE kernel_id = ?", (request.kernel_id,)
+        ).fetchone()
+        if left is not None:
+            request = dataclasses.replace(
+                request,
+                kernel_name=request.kernel_name or left["kernel_name"],
+                path=request.path or left["path"],
+            )
+            db.execute("DELETE FROM released WHERE kernel_id = ?", (request.kernel_id,))
+        db.execute(
+            """INSERT INTO slices (kernel_id, seq, state, owner, server_id, kernel_name,
+               path, mode, kind, size, cores, holder_pid, holder_start, requested_at,
+               token_hash)
+               VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                request.kernel_id,
+                seq,
+                request.owner,
+                request.server_id,
+                request.kernel_name,
+                request.path,
+                request.mode,
+                request.kind,
+                request.size,
+                request.cores,
+                request.holder.pid,
+                request.holder.start,
+                time.time(),
+                request.token_hash,
+            ),
+        )
+    if not read_back:
+        return None
+    row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
+    return record_of(row)
+
+
+def head_of_queue(db: sqlite3.Connection, before_seq: int) -> tuple[int, SliceRecord | None]:
+    """How many queued requests are ahead of ``before_seq``, and the first of them."""
+    count = db.execute(
+        "SELECT COUNT(*) FROM slices WHERE state = 'queued' AND seq < ?", (before_seq,)
+    ).fetchone()[0]
+    if not count:
+        return 0, None
+    row = db.execute(
+        "SELECT * FROM slices WHERE state = 'queued' AND seq < ? ORDER BY seq LIMIT 1", (before_seq,)
+    ).fetchone()
+    return int(count), record_of(row)
+
+
+def waiting(ahead: int) -> Waiting:
+    plural = "s" if ahead > 1 else ""
+    return Waiting(ahead + 1, f"behind {ahead} earlier GPU request{plural}")
+
+
+def waiting_behind(db: sqlite3.Connection, kernel_id: str, alive: LivenessCheck) -> Waiting | None:
+    """Waiting, read without a lock, when a live request is ahead; None when a write must decide."""
+    row = db.execute("SELECT state, seq FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+    if row is None or row["state"] != "queued":
+        return None
+    ahead, head = head_of_queue(db, row["seq"])
+    if head is None or not alive(head.process):
+        return None
+    return waiting(ahead)
+
+
+def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: LivenessCheck) -> Outcome:
+    row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+    if row is None:
+        raise LookupError(f"no GPU request for kernel {kernel_id} in the ledger")
+    record = record_of(row)
+    if record.state == "running":
+        return Placed(record)
+    ahead, head = head_of_queue(db, record.seq)
+    # Only the head of the queue is checked for life: dead requests behind it are dropped when
+    # they reach the head, so each poll costs one process check, not one per waiter.
+    while head is not None and not alive(head.process):
+        db.execute("DELETE FROM slices WHERE kernel_id = ?", (head.kernel_id,))
+        ahead, head = head_of_queue(db, record.seq)
+    if ahead:
+        return waiting(ahead)
+    request = Request(kernel_id, record.owner, parse_size(record.size), record.kind)
+    devices = read_devices(db)
+    outcome = fit(request, devices, held(db), policy)
+    if isinstance(outcome, Refusal) and outcome.retry and release_dead(db, alive, running(db)):
+        outcome = fit(request, devices, held(db), policy)
+    if isinstance(outcome, Refusal):
+        # Retry-able: first in line, waiting for memory. Otherwise waiting cannot help.
+        return Waiting(1, outcome.reason) if outcome.retry else Refused(outcome.reason)
+    placed_at = time.time()
+    db.execute(
+        """UPDATE slices SET state = 'running', device_uuid = ?, unit_uuid = ?, memory = ?,
+           whole_card = ?, placed_at = ? WHERE kernel_id = ?""",
+        (
+            outcome.device_uuid,
+            outcome.unit_uuid,
+            outcome.memory,
+            int(outcome.whole_card),
+            placed_at,
+            kernel_id,
+        ),
+    )
+    return Placed(
+        dataclasses.replace(
+            record,
+            state="running",
+            device_uuid=outcome.device_uuid,
+            unit_uuid=outcome.unit_uuid,
+            memory=outcome.memory,
+            whole_card=outcome.whole_card,
+            placed_at=placed_at,
+        )
+    )
+
+
+def release_dead(db: sqlite3.Connection, alive: LivenessCheck, records: Sequence[SliceRecord]) -> bool:
+    dead = [record.kernel_id for record in records if not alive(record.process)]
+    db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(kernel_id,) for kernel_id in dead])
+    return bool(dead)

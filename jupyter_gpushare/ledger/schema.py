@@ -1,0 +1,224 @@
+"""The ledger's tables, and how a ledger file is started or given back its rows (sqlite, no policy).
+
+Used by :mod:`jupyter_gpushare.ledger_access` when it creates, adopts or restores a ledger file,
+and by :mod:`jupyter_gpushare.ledger` for its queries.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..devices import Device, MigInstance
+from ..records import ProcessIdentity, SliceRecord
+
+SCHEMA_VERSION = 3
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS devices (
+    uuid TEXT PRIMARY KEY,
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    memory_total INTEGER NOT NULL,
+    mig TEXT NOT NULL,
+    simulated INTEGER NOT NULL,
+    memory_used INTEGER,
+    utilization INTEGER,
+    sampled_at REAL
+);
+CREATE TABLE IF NOT EXISTS slices (
+    kernel_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL UNIQUE,
+    state TEXT NOT NULL CHECK (state IN ('queued', 'running')),
+    owner TEXT NOT NULL,
+    server_id TEXT NOT NULL,
+    kernel_name TEXT NOT NULL DEFAULT '',
+    path TEXT NOT NULL DEFAULT '',
+    mode TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    size TEXT NOT NULL,
+    cores INTEGER,
+    device_uuid TEXT,
+    unit_uuid TEXT,
+    memory INTEGER NOT NULL DEFAULT 0,
+    whole_card INTEGER NOT NULL DEFAULT 0,
+    holder_pid INTEGER NOT NULL,
+    holder_start REAL NOT NULL,
+    kernel_pid INTEGER,
+    kernel_start REAL,
+    requested_at REAL NOT NULL,
+    placed_at REAL,
+    token_hash TEXT,
+    memory_used INTEGER,
+    utilization INTEGER,
+    usage_source TEXT,
+    usage_at REAL,  -- when the usage last changed
+    warnings TEXT NOT NULL DEFAULT '[]'
+);
+CREATE INDEX IF NOT EXISTS slices_by_state ON slices (state, seq);
+-- A slice its kernel gave back: the kernel's token digest, name and path, so that only that
+-- kernel may take a slice under its id again, and its name and path come back with it.
+CREATE TABLE IF NOT EXISTS released (
+    kernel_id TEXT PRIMARY KEY,
+    token_hash TEXT,
+    kernel_name TEXT NOT NULL DEFAULT '',
+    path TEXT NOT NULL DEFAULT '',
+    pid INTEGER NOT NULL,
+    start REAL NOT NULL,
+    released_at REAL NOT NULL
+);
+"""
+
+# Columns added after schema version 1; a ledger file made by an older release gains them.
+ADDED_COLUMNS = (
+    ("devices", "memory_used", "INTEGER"),
+    ("devices", "utilization", "INTEGER"),
+    ("devices", "sampled_at", "REAL"),
+    ("slices", "token_hash", "TEXT"),
+    ("slices", "memory_used", "INTEGER"),
+    ("slices", "utilization", "INTEGER"),
+    ("slices", "usage_source", "TEXT"),
+    ("slices", "usage_at", "REAL"),
+    ("slices", "warnings", "TEXT NOT NULL DEFAULT '[]'"),
+)
+
+DEVICE_COLUMNS = ("uuid", "idx", "name", "memory_total", "mig", "simulated")
+
+Row = Mapping[str, Any]
+
+
+def initialise(db: sqlite3.Connection, ledger_id: str | None) -> str:
+    """Create what is missing (tables, columns, the ledger's id) inside the caller's
+    transaction; returns the ledger's id (the file's own when it has one)."""
+    for statement in filter(str.strip, SCHEMA.split(";")):
+        db.execute(statement)
+    for table, column, declaration in ADDED_COLUMNS:
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+    db.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+    )
+    existing = ledger_id_of(db)
+    if existing is not None:
+        return existing
+    assert ledger_id is not None
+    db.execute("INSERT INTO meta (key, value) VALUES ('ledger_id', ?)", (ledger_id,))
+    return ledger_id
+
+
+def ledger_id_of(db: sqlite3.Connection) -> str | None:
+    row = db.execute("SELECT value FROM meta WHERE key = 'ledger_id'").fetchone()
+    return str(row[0]) if row else None
+
+
+def device_rows(db: sqlite3.Connection) -> list[dict[str, Any]]:
+    return [dict(zip(DEVICE_COLUMNS, row, strict=True)) for row in db.execute(_SELECT_DEVICES)]
+
+
+_SELECT_DEVICES = f"SELECT {', '.join(DEVICE_COLUMNS)} FROM devices ORDER BY idx"
+
+
+def replace_devices(db: sqlite3.Connection, rows: Iterable[Row]) -> bool:
+    """Make the devices table exactly ``rows``; False (and no write) when it already is."""
+    wanted = [tuple(row[column] for column in DEVICE_COLUMNS) for row in rows]
+    if [tuple(row) for row in db.execute(_SELECT_DEVICES)] == wanted:
+        return False
+    db.execute("DELETE FROM devices")
+    db.executemany(
+        f"INSERT INTO devices ({', '.join(DEVICE_COLUMNS)}) VALUES ({', '.join('?' * len(DEVICE_COLUMNS))})",
+        wanted,
+    )
+    return True
+
+
+def record_again(db: sqlite3.Connection, rows: Iterable[Row]) -> int:
+    """Insert slice rows a process remembers into a ledger that lacks them; returns how many.
+
+    A row whose kernel is already there is left alone; a running row is skipped where it would
+    share a card with a whole-card slice (never two holders of one card).
+    """
+    added = 0
+    for row in rows:
+        if db.execute("SELECT 1 FROM slices WHERE kernel_id = ?", (row["kernel_id"],)).fetchone():
+            continue
+        if row["state"] == "running" and _card_conflict(db, row):
+            continue
+        values = dict(row)
+        if db.execute("SELECT 1 FROM slices WHERE seq = ?", (values["seq"],)).fetchone():
+            values["seq"] = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM slices").fetchone()[0]
+        columns = [name for name in values if name in _SLICE_COLUMNS]
+        db.execute(
+            f"INSERT INTO slices ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+            [values[name] for name in columns],
+        )
+        added += 1
+    return added
+
+
+def _card_conflict(db: sqlite3.Connection, row: Row) -> bool:
+    others = db.execute(
+        "SELECT whole_card FROM slices WHERE state = 'running' AND device_uuid = ?", (row["device_uuid"],)
+    ).fetchall()
+    return any(other[0] for other in others) or (bool(row["whole_card"]) and bool(others))
+
+
+_SLICE_COLUMNS = {
+    line.split()[0]
+    for line in SCHEMA.split("CREATE TABLE IF NOT EXISTS slices (")[1].split(");")[0].splitlines()
+    if line.strip() and not line.strip().startswith("--")
+}
+
+
+# ---- rows as records --------------------------------------------------------------------------------
+
+
+def read_devices(db: sqlite3.Connection) -> list[Device]:
+    return [
+        Device(
+            index=row["idx"],
+            uuid=row["uuid"],
+            name=row["name"],
+            memory_total=row["memory_total"],
+            mig=tuple(MigInstance(*instance) for instance in json.loads(row["mig"])),
+            memory_used=row["memory_used"],
+            utilization=row["utilization"],
+        )
+        for row in db.execute("SELECT * FROM devices ORDER BY idx")
+    ]
+
+
+def record_of(row: sqlite3.Row) -> SliceRecord:
+    kernel = (
+        ProcessIdentity(row["kernel_pid"], row["kernel_start"]) if row["kernel_pid"] is not None else None
+    )
+    return SliceRecord(
+        kernel_id=row["kernel_id"],
+        seq=row["seq"],
+        state=row["state"],
+        owner=row["owner"],
+        server_id=row["server_id"],
+        kernel_name=row["kernel_name"],
+        path=row["path"],
+        mode=row["mode"],
+        kind=row["kind"],
+        size=row["size"],
+        cores=row["cores"],
+        device_uuid=row["device_uuid"],
+        unit_uuid=row["unit_uuid"],
+        memory=row["memory"],
+        whole_card=bool(row["whole_card"]),
+        holder=ProcessIdentity(row["holder_pid"], row["holder_start"]),
+        kernel=kernel,
+        requested_at=row["requested_at"],
+        placed_at=row["placed_at"],
+        token_hash=row["token_hash"],
+        memory_used=row["memory_used"],
+        utilization=row["utilization"],
+        usage_source=row["usage_source"],
+        usage_at=row["usage_at"],
+        warnings=tuple(json.loads(row["warnings"])) if row["warnings"] not in (None, "[]") else (),
+    )

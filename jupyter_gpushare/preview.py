@@ -1,0 +1,127 @@
+"""What a start would do, without starting: the answer of ``GET api/gpushare/fit``. Pure.
+
+The start picker shows, for every size it offers, whether the kernel would start now and
+where, wait in the queue and at which position, or never run and why. The answer comes from
+:func:`jupyter_gpushare.allocator.fit` with the inputs the ledger gives a real start (the
+devices, the slices held, the live requests queued ahead, the policy), so the dialog and the
+start it leads to agree. The Kubernetes backend's counterpart is
+:mod:`jupyter_gpushare.k8s.preview`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .allocator import (
+    KERNEL_LIMIT,
+    TOO_LARGE,
+    USER_LIMIT,
+    Held,
+    Placement,
+    Policy,
+    Request,
+    fit,
+    free_memory,
+)
+from .devices import Device
+from .sizes import format_bytes
+
+# now: it would start at once; queue: it would wait (position given); full: no room now and this
+# server does not queue (``when_full = "fail"``); never: waiting cannot help.
+Verdict = Literal["now", "queue", "full", "never"]
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a start of one size would do now."""
+
+    verdict: Verdict
+    summary: str  # a few words for the picker: "fits now on GPU1, 36G free", "queue position 2"
+    reason: str | None = None  # the sentence the start itself would give when it waits or fails
+    device: int | None = None  # where it would run (a device index)
+    node: str | None = None  # the Kubernetes node where it would run
+    free: int | None = None  # bytes free there now
+    memory: int | None = None  # bytes it would hold there
+    queue_position: int | None = None
+
+    def as_json(self, size: str) -> dict[str, Any]:
+        """One entry of ``GET fit`` (the ``Fit`` schema of openapi.yaml)."""
+        return {
+            "gpu_memory": size,
+            "verdict": self.verdict,
+            "summary": self.summary,
+            "reason": self.reason,
+            "device": self.device,
+            "node": self.node,
+            "free": self.free,
+            "memory_request": self.memory,
+            "queue_position": self.queue_position,
+        }
+
+
+def never(reason: str, summary: str | None = None) -> Preview:
+    """A start that can never succeed as asked (no GPU, a mode this node cannot honour…)."""
+    return Preview("never", summary or reason, reason)
+
+
+def waiting(position: int, reason: str, when_full: str) -> Preview:
+    """A start that finds no room now: queued at ``position``, or refused where nothing queues."""
+    if when_full == "fail":
+        return Preview("full", "no room now", reason)
+    return Preview("queue", f"queue position {position}", reason, queue_position=position)
+
+
+def preview_start(
+    request: Request,
+    devices: Sequence[Device],
+    held: Sequence[Held],
+    queued_ahead: int,
+    policy: Policy,
+    when_full: str = "queue",
+) -> Preview:
+    """What starting ``request`` would do now.
+
+    ``queued_ahead`` is the number of live requests already queued: the queue is strictly first
+    in, first out, so a request that would fit still waits behind them.
+    """
+    outcome = fit(request, devices, held, policy)
+    if isinstance(outcome, Placement):
+        if queued_ahead:
+            plural = "s" if queued_ahead > 1 else ""
+            return waiting(queued_ahead + 1, f"behind {queued_ahead} earlier GPU request{plural}", when_full)
+        device = next(d for d in devices if d.uuid == outcome.device_uuid)
+        free = free_memory(device, held, policy.overcommit)
+        where = device.label
+        if outcome.unit_uuid != outcome.device_uuid:
+            profile = next((m.profile for m in device.mig if m.uuid == outcome.unit_uuid), "MIG")
+            where = f"{device.label} (MIG {profile})"
+            free = outcome.memory
+        return Preview(
+            "now",
+            f"fits now on {where}, {format_bytes(free)} free",
+            device=device.index,
+            free=free,
+            memory=outcome.memory,
+        )
+    if outcome.retry:
+        return waiting(queued_ahead + 1, outcome.reason, when_full)
+    return never(outcome.reason, _never_summary(outcome.code, request.owner, held, policy))
+
+
+def _never_summary(code: str, owner: str, held: Sequence[Held], policy: Policy) -> str | None:
+    """The picker's few words for a refusal that waiting cannot change."""
+    if code == TOO_LARGE:
+        return "larger than any card"
+    if code == KERNEL_LIMIT and policy.max_memory_per_kernel is not None:
+        return f"above the {format_bytes(policy.max_memory_per_kernel)} limit per kernel"
+    if code == USER_LIMIT and policy.max_memory_per_user is not None:
+        in_use = sum(slice_.memory for slice_ in held if slice_.owner == owner)
+        return budget_summary(policy.max_memory_per_user, in_use)
+    return None
+
+
+def budget_summary(limit: int, held: int) -> str:
+    """``above your 16G budget: 12G already held``."""
+    return f"above your {format_bytes(limit)} budget: {format_bytes(held)} already held"

@@ -1,0 +1,216 @@
+/**
+ * The JupyterLab commands of jupyter-gpushare (SPEC §9): the panel, and the actions on a GPU
+ * kernel — resize, release, shut down, open its notebook — that the panel's rows run and that
+ * the command palette and key bindings reach too (as JupyterLab's running-sessions panel does).
+ *
+ * A kernel command takes `{kernelId}`; without it, it acts on the current notebook's kernel.
+ */
+
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import {
+  Dialog,
+  ICommandPalette,
+  showDialog,
+  showErrorMessage
+} from '@jupyterlab/apputils';
+import { IDocumentManager } from '@jupyterlab/docmanager';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+
+import { GPUShareAPI } from './api';
+import { gpuIcon } from './icons';
+import { GPUShareModel } from './model';
+import { IKernelActions, INotebookRef } from './panel/kernel';
+import { PANEL_ID } from './panel/panel';
+import { pickSize } from './picker/dialog';
+import { IGPUShareConfig, IKernelSlice } from './types';
+
+/** Command ids. */
+export namespace CommandIDs {
+  export const openPanel = 'gpushare:open-panel';
+  export const resize = 'gpushare:resize-kernel';
+  export const release = 'gpushare:release-kernel';
+  export const shutdown = 'gpushare:shutdown-kernel';
+  export const openNotebook = 'gpushare:open-kernel-notebook';
+}
+
+/** What the commands need. */
+export interface ICommandsOptions {
+  api: GPUShareAPI;
+  model: GPUShareModel;
+  notebooks: INotebookTracker;
+  docManager: IDocumentManager;
+  config: () => Promise<IGPUShareConfig>;
+  /** The notebook of a kernel (from the running sessions). */
+  notebookOf: (kernel: IKernelSlice) => INotebookRef;
+  palette: ICommandPalette | null;
+}
+
+/**
+ * Add the commands; the panel's row actions, which run them.
+ */
+export function addCommands(
+  app: JupyterFrontEnd,
+  options: ICommandsOptions
+): IKernelActions {
+  const { api, model, notebooks, docManager, notebookOf } = options;
+  const { commands } = app;
+
+  /** The kernel a command is about: `args.kernelId`, else the current notebook's. */
+  const kernelOf = async (
+    args: ReadonlyPartialJSONObject
+  ): Promise<IKernelSlice | null> => {
+    const id =
+      (args.kernelId as string | undefined) ??
+      notebooks.currentWidget?.sessionContext.session?.kernel?.id;
+    if (!id) {
+      return null;
+    }
+    const known = model.kernel(id);
+    if (known) {
+      return known;
+    }
+    try {
+      return await api.kernel(id);
+    } catch {
+      return null; // not a GPU kernel of this server
+    }
+  };
+  const forKernel =
+    (action: (kernel: IKernelSlice) => Promise<void>) =>
+    async (args: ReadonlyPartialJSONObject): Promise<void> => {
+      const kernel = await kernelOf(args);
+      if (!kernel) {
+        await showErrorMessage(
+          'No GPU kernel',
+          'The current notebook does not run a GPU kernel of this server.'
+        );
+        return;
+      }
+      await action(kernel);
+      await model.refresh();
+    };
+  const hasKernel = (args: ReadonlyPartialJSONObject): boolean =>
+    !!args.kernelId ||
+    !!notebooks.currentWidget?.sessionContext.session?.kernel;
+
+  commands.addCommand(CommandIDs.openPanel, {
+    label: 'Show GPU Panel',
+    caption: 'Show the GPU sharing panel',
+    icon: gpuIcon,
+    execute: () => {
+      app.shell.activateById(PANEL_ID);
+    }
+  });
+  commands.addCommand(CommandIDs.resize, {
+    label: args =>
+      args.kernelId
+        ? 'Resize GPU Slice…'
+        : 'Resize the GPU Slice of This Kernel…',
+    caption: 'Choose another size for the GPU slice of a kernel',
+    isEnabled: hasKernel,
+    execute: forKernel(async kernel => {
+      const name = notebookOf(kernel).label;
+      try {
+        const pick = await pickSize({
+          title: `Resize the GPU slice of ${name}`,
+          sizes: (await options.config()).sizes,
+          current: kernel.size,
+          allowNone: false,
+          modes: [],
+          mode: kernel.mode ?? '',
+          deviceMemory: (model.pool ?? (await api.pool())).devices.map(
+            device => device.memory_total
+          ),
+          acceptLabel: kernel.pod ? 'Restart in a new pod' : 'Resize'
+        });
+        if (pick?.memory && kernel.kernel_id) {
+          // A pod's resources are fixed: its kernel restarts in a new pod of the new size.
+          await api.resize(kernel.kernel_id, pick.memory, Boolean(kernel.pod));
+        }
+      } catch (error) {
+        await showErrorMessage(
+          'GPU slice not resized',
+          (error as Error).message
+        );
+      }
+    })
+  });
+  commands.addCommand(CommandIDs.release, {
+    label: args =>
+      args.kernelId
+        ? 'Release GPU Slice'
+        : 'Release the GPU Slice of This Kernel',
+    caption: 'Give the GPU slice back; the kernel keeps running',
+    isEnabled: hasKernel,
+    execute: forKernel(async kernel => {
+      try {
+        await api.release(kernel.kernel_id as string);
+      } catch (error) {
+        await showErrorMessage(
+          'GPU slice not released',
+          (error as Error).message
+        );
+      }
+    })
+  });
+  commands.addCommand(CommandIDs.shutdown, {
+    label: args =>
+      args.kernelId ? 'Shut Down GPU Kernel…' : 'Shut Down This GPU Kernel…',
+    caption: 'Shut the kernel down; its GPU slice is freed',
+    isEnabled: hasKernel,
+    execute: forKernel(async kernel => {
+      const name = notebookOf(kernel).label;
+      const answer = await showDialog({
+        title: 'Shut down the kernel?',
+        body: `The kernel of ${name} stops and its GPU slice is freed.`,
+        buttons: [
+          Dialog.cancelButton(),
+          Dialog.warnButton({ label: 'Shut Down' })
+        ]
+      });
+      if (!answer.button.accept) {
+        return;
+      }
+      try {
+        await app.serviceManager.kernels.shutdown(kernel.kernel_id as string);
+      } catch (error) {
+        await showErrorMessage(
+          'Kernel not shut down',
+          (error as Error).message
+        );
+      }
+    })
+  });
+  commands.addCommand(CommandIDs.openNotebook, {
+    label: 'Open the Notebook of a GPU Kernel',
+    caption: 'Open (or show) the notebook a GPU kernel runs for',
+    isEnabled: args => !!args.kernelId,
+    execute: forKernel(async kernel => {
+      const path = notebookOf(kernel).path;
+      if (path) {
+        docManager.openOrReveal(path);
+      }
+    })
+  });
+  if (options.palette) {
+    for (const command of [
+      CommandIDs.openPanel,
+      CommandIDs.resize,
+      CommandIDs.release,
+      CommandIDs.shutdown
+    ]) {
+      options.palette.addItem({ command, category: 'GPU' });
+    }
+  }
+
+  // The rows of the panel run the same commands.
+  const run = (command: string) => (kernel: IKernelSlice) =>
+    void commands.execute(command, { kernelId: kernel.kernel_id });
+  return {
+    open: run(CommandIDs.openNotebook),
+    resize: run(CommandIDs.resize),
+    release: run(CommandIDs.release),
+    shutdown: run(CommandIDs.shutdown)
+  };
+}

@@ -1,0 +1,367 @@
+"""The ledger knows it is the ledger: deleted, replaced, damaged, read-only and locked files (issue 11).
+
+Real sqlite files and real processes: a child process holds the ledger where a test needs
+another holder; nothing is faked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpushare.allocator import Policy
+from jupyter_gpushare.errors import (
+    LedgerBusyError,
+    LedgerDamagedError,
+    LedgerError,
+    LedgerMissingError,
+    LedgerReadOnlyError,
+    LedgerReplacedError,
+)
+from jupyter_gpushare.inventory import parse_simulation
+from jupyter_gpushare.ledger import Ledger
+from jupyter_gpushare.ledger.faults import classify
+from jupyter_gpushare.ledger.file import (
+    Note,
+    deleted,
+    header_problem,
+    holders,
+    identity_of,
+    link_into_place,
+    lock_holders,
+    read_note,
+    write_note,
+)
+from jupyter_gpushare.ledger.lock import LockTimeout, lock_exclusive, unlock
+from jupyter_gpushare.processes import current_process
+from jupyter_gpushare.records import NewRequest, Placed
+
+GiB = 2**30
+POOL = parse_simulation("2xA100-80GB").devices
+ME = current_process()
+
+
+def whole(kernel_id: str) -> NewRequest:
+    return NewRequest(kernel_id, "alice", "s", "exclusive", "exclusive", "whole", None, ME, "k", "n.ipynb")
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.sqlite"
+
+
+@pytest.fixture
+def ledger(path: Path) -> Iterator[Ledger]:
+    ledger = Ledger(path, lock_timeout=1, restore_wait=0.5)
+    ledger.register_devices(POOL, simulated=True)
+    assert isinstance(ledger.request(whole("gpu0"), Policy()), Placed)
+    ledger.records()  # what a server's views read every round: remembered
+    yield ledger
+    ledger.close()
+
+
+def remove_all(path: Path) -> None:
+    for leftover in glob.glob(f"{path}*"):
+        os.unlink(leftover)
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from jupyter_gpushare.ledger import Ledger
+    ledger = Ledger(sys.argv[1])
+    ledger.records()  # opened, and kept open; no guard puts anything back
+    print("ready", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+NEWCOMER = textwrap.dedent(
+    """
+    import sys
+    from jupyter_gpushare.errors import LedgerError
+    from jupyter_gpushare.ledger import Ledger
+    try:
+        print([record.kernel_id for record in Ledger(sys.argv[1], restore_wait=0.2).records()])
+    except LedgerError as error:
+        print(type(error).__name__, error)
+    """
+)
+
+
+@pytest.fixture
+def other_holder(path: Path, ledger: Ledger) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the ledger open, that does not mend it."""
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    yield child
+    child.kill()
+    child.wait()
+
+
+# ---- deleted ------------------------------------------------------------------------------------
+
+
+def test_a_deleted_ledger_is_put_back_from_the_open_copy(path: Path, ledger: Ledger) -> None:
+    remove_all(path)
+    assert ledger.check() is None
+    assert path.exists()
+    reopened = Ledger(path)
+    assert [record.kernel_id for record in reopened.records()] == ["gpu0"]
+    reopened.close()
+    # The card stays held: a second whole card goes to GPU1, a third waits.
+    assert isinstance(ledger.request(whole("gpu1"), Policy()), Placed)
+    assert not isinstance(ledger.request(whole("third"), Policy()), Placed)
+
+
+def test_a_write_after_the_delete_lands_in_the_restored_file(path: Path, ledger: Ledger) -> None:
+    remove_all(path)
+    ledger.release("gpu0")  # no guard round in between: the write itself notices
+    reopened = Ledger(path)
+    assert reopened.records() == []
+    reopened.close()
+
+
+def test_every_holder_follows_the_restored_file(path: Path, ledger: Ledger) -> None:
+    second = Ledger(path)
+    assert [record.kernel_id for record in second.records()] == ["gpu0"]
+    remove_all(path)
+    assert ledger.check() is None  # one of them puts it back...
+    assert isinstance(second.request(whole("gpu1"), Policy()), Placed)  # ...the other follows
+    assert {record.kernel_id for record in ledger.records()} == {"gpu0", "gpu1"}
+    second.close()
+
+
+def test_a_new_process_does_not_start_an_empty_ledger_beside_a_live_holder(
+    path: Path, ledger: Ledger, other_holder: subprocess.Popen[str]
+) -> None:
+    ledger.close()  # only the other process holds it now, and it does not put it back
+    remove_all(path)
+    newcomer = Ledger(path, restore_wait=0.5)
+    with pytest.raises(LedgerMissingError) as caught:
+        newcomer.records()
+    assert f"process {other_holder.pid} (python" in str(caught.value)
+    assert str(path) in str(caught.value)
+    assert not path.exists(), "no second ledger was started"
+    other_holder.kill()
+    other_holder.wait()
+    assert newcomer.records() == []  # nobody holds the old one any more: a fresh start is safe
+
+
+# ---- replaced, damaged ----------------------------------------------------------------------------
+
+
+def test_a_replaced_ledger_stops_placing_until_the_stranger_is_moved_away(path: Path, ledger: Ledger) -> None:
+    stranger = path.with_name("stranger.sqlite")
+    Ledger(stranger).register_devices(POOL, simulated=True)
+    os.replace(stranger, path)
+    with pytest.raises(LedgerReplacedError, match=r"move .* away"):
+        ledger.request(whole("gpu1"), Policy())
+    newcomer = subprocess.run([sys.executable, "-c", NEWCOMER, str(path)], capture_output=True, text=True)
+    assert newcomer.stdout.startswith("LedgerReplacedError"), newcomer  # it would be a second ledger
+    assert f"process {os.getpid()}" in newcomer.stdout
+    path.unlink()  # the fix
+    assert ledger.check() is None
+    assert [record.kernel_id for record in ledger.records()] == ["gpu0"]
+    newcomer = subprocess.run([sys.executable, "-c", NEWCOMER, str(path)], capture_output=True, text=True)
+    assert newcomer.stdout.strip() == "['gpu0']", newcomer
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate"])
+def test_a_damaged_ledger_is_refused_then_started_afresh_with_the_slices_last_seen(
+    path: Path, ledger: Ledger, damage: str
+) -> None:
+    if damage == "garbage":
+        with path.open("r+b") as file:
+            file.write(b"\x00garbage" * 1024)
+    else:
+        os.truncate(path, 0)
+    with pytest.raises(LedgerDamagedError, match=f"mv {path} {path}.broken"):
+        ledger.request(whole("gpu1"), Policy())
+    with pytest.raises(LedgerDamagedError):
+        Ledger(path, restore_wait=0.2).records()  # a newcomer neither
+    path.rename(f"{path}.broken")
+    assert ledger.check() is None
+    assert [record.kernel_id for record in ledger.records()] == ["gpu0"]
+    assert [device.uuid for device in ledger.devices()] == [device.uuid for device in POOL]
+    second = ledger.request(whole("gpu1"), Policy())
+    assert isinstance(second, Placed) and second.record.device_uuid == POOL[1].uuid
+
+
+def test_a_holder_that_did_not_start_afresh_records_its_slices_again(path: Path, ledger: Ledger) -> None:
+    other = Ledger(path)
+    other.records()
+    with path.open("r+b") as file:
+        file.write(b"garbage!" * 1024)
+    path.rename(f"{path}.broken")
+    assert other.check() is None  # it starts the new ledger...
+    assert ledger.check() is None  # ...and this one follows, recording what it saw
+    assert [record.kernel_id for record in ledger.records()] == ["gpu0"]
+    other.close()
+
+
+# ---- read-only, locked ------------------------------------------------------------------------------
+
+
+def test_lock_timeouts_name_the_process_holding_the_lock(path: Path, ledger: Ledger) -> None:
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(60)",
+            f"{path}.lock",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        with pytest.raises(LedgerBusyError) as caught:
+            ledger.release("gpu0")
+        assert time.monotonic() - started < 5
+        assert f"process {child.pid}" in str(caught.value) and "1 s" in str(caught.value)
+        assert ledger.get("gpu0") is not None, "nothing was changed"
+    finally:
+        child.kill()
+        child.wait()
+    assert ledger.release("gpu0") is not None
+
+
+def test_an_immutable_or_unwritable_ledger_is_read_only_for_this_user(path: Path, ledger: Ledger) -> None:
+    error = classify(sqlite3.OperationalError("attempt to write a readonly database"), path, 1)
+    assert isinstance(error, LedgerReadOnlyError)
+    assert "read-only for user" in str(error) and "chattr -i" in str(error)
+    assert isinstance(classify(PermissionError(13, "Permission denied"), path, 1), LedgerReadOnlyError)
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (sqlite3.DatabaseError("file is not a database"), LedgerDamagedError),
+        (sqlite3.DatabaseError("database disk image is malformed"), LedgerDamagedError),
+        (sqlite3.OperationalError("no such table: slices"), LedgerDamagedError),
+        (sqlite3.OperationalError("database is locked"), LedgerBusyError),
+        (sqlite3.OperationalError("disk I/O error"), LedgerError),
+        (OSError(28, "No space left on device"), LedgerError),
+    ],
+)
+def test_each_fault_is_one_sentence_with_the_file(path: Path, error: Exception, kind: type) -> None:
+    fault = classify(error, path, 10)
+    assert type(fault) is kind
+    assert str(path) in str(fault) and "\n" not in str(fault)
+    assert fault.status == 503
+
+
+# ---- the pieces ------------------------------------------------------------------------------------
+
+
+def test_the_note_round_trips_and_a_garbled_one_reads_as_none(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "lock", os.O_RDWR | os.O_CREAT)
+    try:
+        assert read_note(fd) is None
+        note = Note("abc", (1, 2), "old")
+        write_note(fd, note)
+        assert read_note(fd) == note
+        write_note(fd, Note("b", (3, 4)))
+        assert read_note(fd) == Note("b", (3, 4), None)
+        os.pwrite(fd, b"{not json", 0)
+        assert read_note(fd) is None
+    finally:
+        os.close(fd)
+
+
+def test_header_problems(tmp_path: Path) -> None:
+    good, empty, junk = tmp_path / "good", tmp_path / "empty", tmp_path / "junk"
+    sqlite3.connect(good).execute("CREATE TABLE t (x)").connection.commit()
+    empty.touch()
+    junk.write_bytes(b"x" * 200)
+    for file, expected in ((good, None), (empty, "truncated"), (junk, "not a database")):
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            problem = header_problem(fd)
+            assert (problem is None) if expected is None else (expected in str(problem))
+        finally:
+            os.close(fd)
+
+
+HOLD_OPEN = "import sys, time; f = open(sys.argv[1]); print('open', flush=True); time.sleep(60)"
+
+
+def test_holders_are_found_by_file_even_once_deleted_or_moved(tmp_path: Path) -> None:
+    target = tmp_path / "held"
+    target.write_text("x")
+    identity = identity_of(target)
+    assert identity is not None
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; f = open(sys.argv[1]); print('open', flush=True); time.sleep(60)",
+            str(target),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "open"
+        assert [holder.pid for holder in holders(files=[identity])] == [child.pid]
+        target.rename(tmp_path / "moved")
+        assert [holder.pid for holder in holders(files=[identity])] == [child.pid]
+        (tmp_path / "moved").rename(target)
+        target.unlink()
+        assert [holder.pid for holder in holders([deleted(target)])] == [child.pid]
+        assert "python" in holders([deleted(target)])[0].command
+    finally:
+        child.kill()
+        child.wait()
+    assert holders(files=[identity]) == []
+
+
+def test_a_copy_is_linked_into_place_and_never_over_another_file(tmp_path: Path) -> None:
+    source = sqlite3.connect(":memory:")
+    source.execute("CREATE TABLE t (x)")
+    source.execute("INSERT INTO t VALUES (42)")
+    source.commit()
+    target = tmp_path / "copy.sqlite"
+    assert link_into_place(source, target, 0o640) == identity_of(target)
+    assert sqlite3.connect(target).execute("SELECT x FROM t").fetchall() == [(42,)]
+    assert os.stat(target).st_mode & 0o777 == 0o640
+    with pytest.raises(FileExistsError):
+        link_into_place(source, target, None)
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")], "no copy is left behind"
+
+
+def test_a_bounded_lock_times_out_and_its_abandoned_waiter_lets_go(tmp_path: Path) -> None:
+    lock_path = tmp_path / "lock"
+    holder = os.open(lock_path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    waiter = os.open(lock_path, os.O_RDWR)
+    with pytest.raises(LockTimeout):
+        lock_exclusive(waiter, 0.2)  # ``waiter`` now belongs to the abandoned helper
+    assert [h.pid for h in lock_holders(lock_path)] == []  # this process's own lock is not listed
+    fcntl.flock(holder, fcntl.LOCK_UN)
+    fresh = os.open(lock_path, os.O_RDWR)
+    deadline = time.monotonic() + 5
+    while True:  # the helper takes the lock when it is freed, and lets go at once
+        try:
+            lock_exclusive(fresh, 0.2)
+            break
+        except LockTimeout:
+            fresh = os.open(lock_path, os.O_RDWR)
+            assert time.monotonic() < deadline
+    unlock(fresh)
+    os.close(fresh)
+    os.close(holder)
