@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,7 @@ class Setup:
     broker_env: dict[str, str]
     root: Path
     broker: subprocess.Popen[bytes] | None = None
+    tokens: dict[str, str] = field(default_factory=dict)  # a token per user, their server started
 
     def start_broker(self) -> None:
         port = self.broker_url.rsplit(":", 1)[1].rstrip("/")
@@ -227,13 +228,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         assert cluster.violations == []
 
 
-_tokens: dict[str, str] = {}
-
-
 def user_token(setup: Setup, user: str) -> str:
     """A token of ``user``'s, their server started (once per module)."""
-    if user in _tokens:
-        return _tokens[user]
+    if user in setup.tokens:
+        return setup.tokens[user]
     hub = setup.hub
     assert hub.call("POST", f"/hub/api/users/{user}")[0] in (201, 409)
     status, body = hub.call("POST", f"/hub/api/users/{user}/server")
@@ -246,8 +244,8 @@ def user_token(setup: Setup, user: str) -> str:
         time.sleep(0.3)
     status, token = hub.call("POST", f"/hub/api/users/{user}/tokens", {"note": "gpushare test"})
     assert status in (200, 201), token
-    _tokens[user] = str(token["token"])
-    return _tokens[user]
+    setup.tokens[user] = str(token["token"])
+    return setup.tokens[user]
 
 
 def call(setup: Setup, user: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
