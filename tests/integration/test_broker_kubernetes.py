@@ -309,8 +309,13 @@ def test_users_start_kernel_pods_through_the_broker_holding_no_cluster_credentia
     # Each sees their own kernel; the other's pod is anonymous occupancy.
     kernels = call(setup, "alice", "GET", "kernels")[1]
     assert [view["kernel_id"] for view in kernels] == [alices]
-    pool = call(setup, "alice", "GET", "pool")[1]
-    assert pool["devices"][0]["memory_reserved"] == 12 * GiB
+    # Bob's pod reaches alice's server with the broker's next event (within a sample).
+    pool = wait_until(
+        lambda: (lambda p: p if p["devices"][0]["memory_reserved"] == 12 * GiB else None)(
+            call(setup, "alice", "GET", "pool")[1]
+        ),
+        timeout=15,
+    )
     assert bobs not in str(pool) + str(kernels)
     # Neither can reach the other's pod through the broker.
     token = user_token(setup, "alice")
