@@ -17,7 +17,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from .. import env_names
@@ -30,7 +30,6 @@ from ..errors import (
     NoGPUError,
     NoSliceError,
     NotYourSliceError,
-    QueueTimeoutError,
 )
 from ..inventory import Device, Inventory, discover
 from ..ledger import Ledger
@@ -41,7 +40,6 @@ from ..processes import current_process, identify, is_alive, runs_within
 from ..records import (
     NewRequest,
     Outcome,
-    Placed,
     ProcessIdentity,
     Refused,
     SliceRecord,
@@ -53,6 +51,7 @@ from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_s
 from ..views import kernel_view, kernels_view, pool_view, queue_positions, slice_less_view
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .monitor import UsageMonitor
+from .queue_wait import wait_for_slice
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -530,56 +529,6 @@ def token_digest(token: str) -> str:
 def server_id_of(owner: str, pid: int) -> str:
     """The id of the server (or console, or nbclient run) in process ``pid`` on this node."""
     return f"{owner}@{socket.gethostname()}:{pid}"
-
-
-async def wait_for_slice(
-    kernel_id: str,
-    request: SliceRequest,
-    first: Outcome,
-    poll: Callable[[], Awaitable[Outcome]],
-    withdraw: Callable[[], Awaitable[object]],
-    interval: float,
-    on_wait: WaitCallback | None = None,
-) -> SliceRecord:
-    """Wait in the queue until ``first`` (then each ``poll()``) is placed; raise with the reason
-    when refused. Whatever ends the wait early — a refusal, cancellation — ``withdraw``s the
-    request. The waiting of a local kernel's start, through the ledger or through a broker."""
-    started = time.monotonic()
-    last_position: int | None = None
-    placed = False
-    try:
-        outcome = first
-        while True:
-            if isinstance(outcome, Placed):
-                placed = True
-                if last_position is not None:
-                    log.info(
-                        "GPU slice for kernel %s placed after %.1f s in the queue",
-                        kernel_id,
-                        time.monotonic() - started,
-                    )
-                return outcome.record
-            if isinstance(outcome, Refused):
-                if outcome.timed_out:
-                    raise QueueTimeoutError(outcome.reason)
-                raise DoesNotFitError(outcome.reason)
-            assert isinstance(outcome, Waiting)
-            if outcome.position != last_position:
-                last_position = outcome.position
-                log.info(
-                    "GPU request %s for kernel %s queued at position %d: %s",
-                    request.size,
-                    kernel_id,
-                    outcome.position,
-                    outcome.reason,
-                )
-                if on_wait is not None:
-                    on_wait(outcome.position, outcome.reason)
-            await asyncio.sleep(interval)
-            outcome = await poll()
-    finally:
-        if not placed:
-            await withdraw()
 
 
 _backends: dict[BackendKey, LocalBackend] = {}

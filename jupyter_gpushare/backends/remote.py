@@ -35,7 +35,8 @@ from ..records import ProcessIdentity, SliceRecord, UsageReport
 from ..slice_request import SliceRequest, make_slice_request
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .broker_feed import BrokerFeed
-from .local import token_digest, wait_for_slice
+from .local import token_digest
+from .queue_wait import wait_for_slice
 from .transport import BrokerClient, BrokerUnreachableError
 from .wire import (
     device_from_json,
