@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
@@ -139,25 +140,21 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
 
     async def cleanup(self, restart: bool = False) -> None:
         await super().cleanup(restart=restart)
-        try:
-            if restart:
-                # Between the old process and the new one, the slice follows this process.
-                self.backend.attach_kernel(self.kernel_id, None)
-            else:
-                self.backend.free(self.kernel_id)
-        except BackendUnavailableError as error:
-            # A shutdown must end even when the ledger cannot be written (a server stopping on
-            # SIGTERM above all) or the broker is away: the slice's process is gone, so
-            # reconciliation frees it once the ledger (or the broker) is back.
-            self.log.warning(
-                "Kernel %s: its GPU slice stays until the ledger or the broker is back: %s",
-                self.kernel_id,
-                error,
-            )
+        if restart:
+            # Between the old process and the new one, the slice follows this process.
+            self._quietly(lambda: self.backend.attach_kernel(self.kernel_id, None))
+        else:
+            self._free_quietly()
 
     def _free_quietly(self) -> None:
+        self._quietly(lambda: self.backend.free(self.kernel_id))
+
+    def _quietly(self, change: Callable[[], object]) -> None:
+        # A shutdown must end even when the ledger cannot be written (a server stopping on
+        # SIGTERM above all) or the broker is away: the slice's process is gone, so
+        # reconciliation frees it once the ledger (or the broker) is back.
         try:
-            self.backend.free(self.kernel_id)
+            change()
         except BackendUnavailableError as error:
             self.log.warning(
                 "Kernel %s: its GPU slice stays until the ledger or the broker is back: %s",
