@@ -37,6 +37,7 @@ IDLE_RELEASE_AFTER = trait_variable("idle_release_after")
 IDLE_ACTION = trait_variable("idle_action")
 IDLE_POD_RESTART = trait_variable("idle_pod_restart")
 MAX_MEMORY_PER_USER = trait_variable("max_memory_per_user")
+BROKER_URL = trait_variable("broker_url")
 GPU_SIZE = "JUPYTER_GPUSHARE_GPU_SIZE"  # the size a JupyterHub profile picked for a user's server
 
 # Variables that describe one kernel's slice. A server started inside a gpushare kernel inherits

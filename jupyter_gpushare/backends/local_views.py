@@ -33,7 +33,7 @@ def pool(
     inventory: Inventory,
     facts: NodeFacts,
     settings: GPUShare,
-    owner: str,
+    viewer: str,
     problem: str | None,
 ) -> PoolPayload:
     return pool_view(
@@ -43,28 +43,34 @@ def pool(
         backend="local",
         simulated=inventory.simulated or (not inventory.devices and ledger.simulated()),
         overcommit=settings.overcommit,
-        viewer=owner,
+        viewer=viewer,
         problem=problem,
         released=counted(ledger.released_all()),
     )
 
 
-def all_kernels(ledger: Ledger, devices: Sequence[Device], owner: str) -> list[KernelPayload]:
+def all_kernels(ledger: Ledger, devices: Sequence[Device], viewer: str) -> list[KernelPayload]:
     """Every slice, and every kernel suspended or holding memory without one."""
-    views = kernels_view(ledger.records(), devices, viewer=owner)
-    views += [released_view(left, devices, owner) for left in counted(ledger.released_all())]
+    views = kernels_view(ledger.records(), devices, viewer=viewer)
+    views += [released_view(left, devices, viewer) for left in counted(ledger.released_all())]
     return views
 
 
 def server_kernels(
-    ledger: Ledger, devices: Sequence[Device], server: ServerKernels, server_id: str, owner: str
+    ledger: Ledger,
+    devices: Sequence[Device],
+    server: ServerKernels,
+    server_id: str,
+    owner: str,
+    viewer: str,
 ) -> list[KernelPayload]:
     """This server's slices (queued and running), and its gpushare kernels without one:
-    suspended, released (with what they still hold), or a start not in the ledger yet."""
+    suspended, released (with what they still hold), or a start not in the ledger yet; shown
+    as ``viewer`` may see them (a broker's caller)."""
     records = ledger.records()
     positions = queue_positions(records)
     views = [
-        kernel_view(record, devices, positions.get(record.kernel_id), owner)
+        kernel_view(record, devices, positions.get(record.kernel_id), viewer)
         for record in records
         if record.kernel_id in server.ids or record.server_id == server_id
     ]
@@ -75,7 +81,7 @@ def server_kernels(
         starting = kernel_id in server.starting
         left = released.get(kernel_id)
         if left is not None and not starting:
-            view = released_view(left, devices, owner)
+            view = released_view(left, devices, viewer)
             view["kernel_name"] = view["kernel_name"] or kernel_name
             view["path"] = view["path"] or path
             views.append(view)

@@ -143,7 +143,12 @@ class ActivityWatch:
         return True
 
     def _warnings(self) -> tuple[str, ...]:
-        """This kernel's warnings, read straight from the ledger (cheap after every cell)."""
+        """This kernel's warnings, read straight from the ledger (cheap after every cell); with a
+        broker, asked of it (the kernel cannot open the ledger, and must not try)."""
+        if os.environ.get(env_names.BROKER_URL):
+            record = getattr(self._hooks, "record", None)
+            own = record() if record is not None and os.environ.get(env_names.KERNEL_ID) else None
+            return own.warnings if own else ()
         kernel_id = os.environ.get(env_names.KERNEL_ID)
         ledger_path = os.environ.get(env_names.LEDGER_PATH)
         if not kernel_id or not ledger_path or not os.path.exists(ledger_path):

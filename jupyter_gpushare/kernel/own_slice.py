@@ -1,9 +1,11 @@
-"""A local kernel acting on its own slice in the node ledger (one of the two ``MySlice`` kinds).
+"""A local kernel acting on its own slice (one of the two ``MySlice`` kinds).
 
 A kernel proves who it is with the secret token its provisioner put in its environment
 (``JUPYTER_GPUSHARE_TOKEN``); the backend compares it with the digest stored beside the slice in
 the ledger, so a kernel can act on its own slice and on no other. Every change goes through the
-same local backend as the server and the CLI.
+same backend as the server and the CLI: the node ledger in the kernel's process, or — when the
+provisioner handed it a broker's address — the GPU broker, and then the kernel opens no ledger.
+Held memory, forced shrinks and suspend/resume need the node ledger itself (not yet a broker).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from .. import env_names
 from ..errors import CannotSuspendError, GPUShareError, NeedsRestartError, NoSliceError, NotYourSliceError
 from ..holding import forced_note, released_note
 from ..processes import current_process
-from ..records import ReleasedSlice, SliceRecord
+from ..records import ReleasedSlice, SliceRecord, UsageReport
 from ..sizes import format_bytes, parse_size
 from . import caps
 from .display import PoolStatus, SliceStatus
 
 if TYPE_CHECKING:
+    from ..backends import NodeSlices
     from ..backends.holding import Holding
     from ..backends.local import LocalBackend
     from ..backends.suspend import Suspension
@@ -67,7 +70,7 @@ def _kernel_id_from_connection_file() -> str | None:
 class OwnSlice:
     """This kernel's slice in the node ledger."""
 
-    def __init__(self, backend: LocalBackend | None = None) -> None:
+    def __init__(self, backend: NodeSlices | None = None) -> None:
         self._backend = backend
         self.kernel_id = (
             os.environ.get(env_names.KERNEL_ID)
@@ -79,17 +82,17 @@ class OwnSlice:
         self._light_ledger: Any = None
 
     @property
-    def backend(self) -> LocalBackend:
+    def backend(self) -> NodeSlices:
         """The local backend, built on first use (a kernel starts without opening the ledger).
 
         The provisioner handed this kernel its settings as JUPYTER_GPUSHARE_* variables; a
         kernel reads no config files and leaves reconciling the node to the servers.
         """
         if self._backend is None:
-            from ..backends.local import local_backend
+            from ..backends import node_slices_for
             from ..config import load_settings
 
-            self._backend = local_backend(load_settings(from_files=False, reconcile=False))
+            self._backend = node_slices_for(load_settings(from_files=False, reconcile=False))
             if self._token:
                 self._backend.remember_token(self.kernel_id, self._token)
         return self._backend
@@ -109,8 +112,17 @@ class OwnSlice:
             raise NoSliceError("this kernel holds no GPU slice; take one with %gpu request 4G")
         return record
 
+    def _local(self, what: str) -> LocalBackend:
+        """The node ledger's backend, or why ``what`` cannot be done through a GPU broker."""
+        from ..backends.local import LocalBackend
+
+        backend = self.backend
+        if not isinstance(backend, LocalBackend):
+            raise GPUShareError(f"{what} is not available through a GPU broker yet: nothing was changed")
+        return backend
+
     def device_label(self, record: SliceRecord | ReleasedSlice, short: bool = False) -> str:
-        for device in self.backend.ledger.devices():
+        for device in self.backend.devices():
             if device.uuid == record.device_uuid:
                 return device.label if short else f"{device.label} ({device.name})"
         return record.device_uuid or "?"
@@ -118,6 +130,8 @@ class OwnSlice:
     def released(self) -> ReleasedSlice | None:
         """What this kernel left in the ledger when it released its slice (held memory, a
         suspended state), read without building the backend (cheap before every cell)."""
+        if os.environ.get(env_names.BROKER_URL):
+            return None  # through a broker a kernel neither suspends nor holds a ledger row
         ledger_path = os.environ.get(env_names.LEDGER_PATH)
         if self._backend is None:
             if not ledger_path or not os.path.exists(ledger_path):
@@ -128,19 +142,23 @@ class OwnSlice:
                 self._light_ledger = Ledger(ledger_path)
             released: ReleasedSlice | None = self._light_ledger.released(self.kernel_id)
             return released
-        return self.backend.ledger.released(self.kernel_id)
+        from ..backends.local import LocalBackend
+
+        backend = self.backend
+        return backend.ledger.released(self.kernel_id) if isinstance(backend, LocalBackend) else None
 
     def free_on_device(self, record: SliceRecord) -> int | None:
-        for device in self.backend.pool()["devices"]:
+        pool = self.backend.pool()
+        for device in pool["devices"]:
             if device["uuid"] == record.device_uuid:
-                capacity = int(device["memory_total"] * self.backend.settings.overcommit)
+                capacity = int(device["memory_total"] * pool["overcommit"])
                 return max(0, capacity - int(device["memory_reserved"]))
         return None
 
     def status(self, notes: list[str] | None = None) -> SliceStatus:
         record = self.record()
         backend = self.backend
-        left = None if record is not None else backend.ledger.released(self.kernel_id)
+        left = None if record is not None else self.released()
         where = record or (left if left is not None and left.device_uuid else None)
         return SliceStatus(
             kernel_id=self.kernel_id,
@@ -148,7 +166,7 @@ class OwnSlice:
             released=left,
             device=self.device_label(where) if where else "",
             free_on_device=self.free_on_device(record) if record else None,
-            simulated=backend.inventory.simulated or backend.ledger.simulated(),
+            simulated=backend.simulated(),
             caps=caps.descriptions(),
             notes=list(notes or []),
         )
@@ -210,7 +228,15 @@ class OwnSlice:
                 f"Run %gpu resize {memory} --restart to resize and restart the kernel"
             )
         caps.free_caches()
-        record = self.backend.resize(self.kernel_id, memory, force=force)
+        from ..backends.local import LocalBackend
+
+        backend = self.backend
+        if isinstance(backend, LocalBackend):
+            record = backend.resize(self.kernel_id, memory, force=force)
+        elif force:
+            raise GPUShareError("--force is not available through a GPU broker yet: nothing was changed")
+        else:
+            record = backend.resize(self.kernel_id, memory)
         self._adopt(record)
         notes = [f"{result.framework}: {result.detail}" for result in caps.reapply_imported()]
         if record.held_beyond:
@@ -234,7 +260,15 @@ class OwnSlice:
         still hold stays reserved. Returns what was released and what is held."""
         self.require()
         caps.free_caches()
-        record, held = self.backend.give_back(self.kernel_id)
+        from ..backends.holding import Holding
+        from ..backends.local import LocalBackend
+
+        backend = self.backend
+        if isinstance(backend, LocalBackend):
+            record, held = backend.give_back(self.kernel_id)
+        else:  # a broker releases the slice; what is still held is not measured there yet
+            record, held = self.require(), Holding(0, None)
+            backend.free(self.kernel_id, keep_claim=True)
         self._forget_slice()
         return record, held
 
@@ -266,7 +300,7 @@ class OwnSlice:
 
     def suspend_now(self) -> Suspension:
         caps.free_caches()
-        outcome = self.backend.suspend(self.kernel_id)
+        outcome = self._local("%gpu suspend").suspend(self.kernel_id)
         self._forget_slice()
         return outcome
 
@@ -294,7 +328,7 @@ class OwnSlice:
         return self.status([self._resume(on_wait)])
 
     def _resume(self, on_wait: WaitCallback | None) -> str:
-        backend = self.backend
+        backend = self._local("%gpu resume")
         outcome = _run_async(lambda: backend.resume(self.kernel_id, on_wait=on_wait))
         self._adopt(outcome.record)
         caps.reapply_imported()
@@ -356,10 +390,10 @@ class OwnSlice:
         """
         backend = self.backend
         record = self.record()
-        left = None if record is not None else backend.ledger.released(self.kernel_id)
+        left = None if record is not None else self.released()
         if record is None and (left is None or left.held <= 0 or left.suspended is not None):
             self.require()  # says the kernel holds no slice
-        if not backend.inventory.simulated and not backend.ledger.simulated():
+        if not backend.simulated():
             raise GPUShareError(
                 "declared usage is for simulated pools; on real GPUs usage is measured by NVML"
             )
@@ -373,9 +407,9 @@ class OwnSlice:
                     f"this kernel holds no GPU slice: it can declare at most the {format_bytes(left.held)} "
                     f"it still holds, not {format_bytes(used)}; take a slice with %gpu request"
                 )
-            backend.ledger.update_held([(self.kernel_id, used, "simulated")])
+            self._local("declaring held memory").ledger.update_held([(self.kernel_id, used, "simulated")])
             return
-        backend.ledger.report_usage(self.kernel_id, used, utilization, "simulated")
+        backend.report_usage(self.kernel_id, UsageReport(used, utilization, "simulated"))
 
     def watch(self, **kwargs: Any) -> Any:
         from .widgets import SliceWatch

@@ -217,6 +217,10 @@ class KubernetesProvisioner(GPUShareProvisioner):
         )
         return pod_request
 
+    async def _rebuild(self, settings: GPUShare) -> None:
+        """Make this kernel's next pod from its slice as it stands now (after a failed resize)."""
+        await self._build_manifests(settings)
+
     def _request(self, settings: GPUShare) -> SliceRequest:
         request = make_slice_request(
             self.gpu_memory,
@@ -270,7 +274,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
                 "Kernel %s: %s; restarting with %s", self.kernel_id, self.resize_failure, previous
             )
             self.set_state(f"resize to {wanted} failed; restarting with the previous size")
-            await self._build_manifests(self._settings)
+            await self._rebuild(self._settings)
             try:
                 return await self._launch()
             except BaseException as second:
