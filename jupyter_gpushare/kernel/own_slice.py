@@ -299,8 +299,14 @@ class OwnSlice:
         print("\n".join(notes))
 
     def suspend_now(self) -> Suspension:
+        try:
+            backend = self._local("%gpu suspend")
+        except GPUShareError as error:  # a broker: the idle timer releases instead
+            raise CannotSuspendError(
+                str(error), why="suspend is not available through a GPU broker yet"
+            ) from None
         caps.free_caches()
-        outcome = self._local("%gpu suspend").suspend(self.kernel_id)
+        outcome = backend.suspend(self.kernel_id)
         self._forget_slice()
         return outcome
 
