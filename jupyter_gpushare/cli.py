@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help='print {"pool": ..., "kernels": [...]}')
 
     render = commands.add_parser(
-        "render-pod", help="print the kernel pod manifest (YAML) the Kubernetes backend would create"
+        "render-pod",
+        help="print the kernel pod manifest (YAML) the Kubernetes backend would create, and its "
+        "ResourceClaim under a DRA preset",
     )
     render.add_argument("--memory", help="slice size, e.g. 4G (default: GPUShare.default_memory)")
     render.add_argument("--mode", choices=list(MODES), help="sharing mode (default: GPUShare.default_mode)")
@@ -166,7 +168,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     import yaml
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-    from .k8s.build import DEFAULT_ARGV, cluster_facts, kernel_pod
+    from .k8s.build import DEFAULT_ARGV, cluster_facts, kernel_claim, kernel_pod
     from .slice_request import make_slice_request
 
     settings = load_settings()
@@ -187,18 +189,33 @@ def _render_pod(arguments: argparse.Namespace) -> int:
         mode = mode or config.get("gpu_mode")
         cores = cores or config.get("gpu_cores")
     request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
-    pod, _ = kernel_pod(
+    owner = settings.effective_owner()
+    server_id = f"{owner}@render-pod"
+    pod, pod_request = kernel_pod(
         settings,
         kernel_id=arguments.kernel_id,
-        server_id=f"{settings.effective_owner()}@render-pod",
-        owner=settings.effective_owner(),
+        server_id=server_id,
+        owner=owner,
         request=request,
         cluster=cluster_facts(settings),
         argv=argv,
         kernel_env=kernel_env,
     )
+    claim = kernel_claim(
+        pod_request,
+        kernel_id=arguments.kernel_id,
+        server_id=server_id,
+        owner=owner,
+        namespace=pod["metadata"]["namespace"],
+        size=request.size.text,
+    )
     print("# The connection file and token are mounted from a Secret of the same name + -conn.")
+    if claim is not None:
+        print("# The ResourceClaim below is created with the pod and owned by it (its uid then).")
     print(yaml.safe_dump(pod, sort_keys=False), end="")
+    if claim is not None:
+        print("---")
+        print(yaml.safe_dump(claim, sort_keys=False), end="")
     return 0
 
 

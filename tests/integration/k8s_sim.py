@@ -482,8 +482,10 @@ class Node:
         schedulers: Iterable[str] = ("default-scheduler", "hami-scheduler"),
         broken_images: Iterable[str] = (),
         interval: float = 0.05,
+        dra: Any = None,
     ) -> None:
         self.api = api
+        self.dra = dra  # k8s_dra.DraSimulation: the DRA part of the scheduler, where there is one
         self.nodes = nodes
         self.workdir = workdir
         self.schedulers = set(schedulers)
@@ -503,6 +505,8 @@ class Node:
         async with self.api._lock:
             for node in self.nodes:
                 await self.api.add(NODES, node.manifest())
+        if self.dra is not None:
+            await self.dra.publish(self.api)
         while True:
             try:
                 await self.tick()
@@ -514,6 +518,8 @@ class Node:
         async with self.api._lock:
             pods = self.api.items(PODS)
         present = {pod["metadata"]["uid"] for pod in pods}
+        if self.dra is not None:
+            await self.dra.collect(self.api, pods)
         for uid, running in list(self.running.items()):
             if uid not in present:  # deleted at once (grace 0): kill and forget
                 await self._stop(running, grace=0)
@@ -534,11 +540,15 @@ class Node:
     # -- scheduler --
 
     async def _schedule(self, pod: dict[str, Any]) -> None:
+        if self.dra is not None and not await self.dra.claims_ready(self.api, pod):
+            return  # the scheduler waits until the pod's ResourceClaims exist
         async with self.api._lock:
             bound = [p for p in self.api.items(PODS) if (p.get("spec") or {}).get("nodeName")]
         wanted = pod_limits(pod)
         reasons: dict[str, int] = {}
-        for node in self.nodes:
+        # Under DRA the scheduler prefers nodes where a claim's earlier firstAvailable entries fit.
+        nodes = self.nodes if self.dra is None else await self.dra.rank_nodes(self.api, pod, self.nodes)
+        for node in nodes:
             used: dict[str, float] = {}
             for other in bound:
                 if other["spec"]["nodeName"] == node.name and other["status"].get("phase") not in (
@@ -552,10 +562,10 @@ class Node:
                 for name, amount in sorted(wanted.items())
                 if amount > _quantity(node.allocatable.get(name, "0")) - used.get(name, 0.0)
             ]
-            if not short:
+            if not short and (self.dra is None or await self.dra.allocate(self.api, pod, node.name)):
                 await self._bind(pod, node)
                 return
-            reason = f"Insufficient {short[0]}"
+            reason = f"Insufficient {short[0]}" if short else "cannot allocate all claims"
             reasons[reason] = reasons.get(reason, 0) + 1
         summary = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
         message = f"0/{len(self.nodes)} nodes are available: {summary}."
