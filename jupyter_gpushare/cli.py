@@ -7,13 +7,14 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 from .backends import backend_for
 from .config import load_settings
 from .errors import BackendUnavailableError, GPUShareError
 from .inventory import SimulationSpecError
-from .k8s.presets import PRESETS, PresetError
+from .k8s.presets import DRA_PRESETS, PRESETS, PresetError
 from .kernelspec import install_kernelspecs
 from .modes import MODES
 from .payloads import KernelPayload, PoolPayload, StatusPayload
@@ -63,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     profiles.add_argument(
         "--mig-profiles", help="comma-separated MIG profiles for --mode mig, e.g. 1g.10gb,3g.40gb"
+    )
+    profiles.add_argument(
+        "--claim-templates",
+        action="store_true",
+        help="with a DRA preset: print the ResourceClaimTemplates the profiles refer to, for "
+        "kubectl apply -n <users' namespace> -f -",
     )
 
     doctor = commands.add_parser(
@@ -222,12 +229,29 @@ def _render_pod(arguments: argparse.Namespace) -> int:
 def _profiles(arguments: argparse.Namespace) -> int:
     import yaml
 
-    from .hub import static_profiles
+    from .hub import claim_templates, static_profiles
 
-    sizes = _sizes(arguments.sizes, load_settings().sizes)
+    settings = load_settings()
+    sizes = _sizes(arguments.sizes, settings.sizes)
     mig = [profile.strip() for profile in arguments.mig_profiles.split(",")] if arguments.mig_profiles else []
-    profile_list = static_profiles(sizes, arguments.mode, preset=arguments.preset, mig_profiles=mig)
+    options: dict[str, Any] = {"preset": arguments.preset, "mig_profiles": mig}
+    dra = arguments.preset in DRA_PRESETS
+    if dra:
+        options["dra_names"] = settings.dra_names()  # the generic preset's names come from config
+    if arguments.claim_templates:
+        if not dra:
+            raise CommandError(f"--claim-templates needs a DRA preset ({', '.join(DRA_PRESETS)})")
+        templates = claim_templates(sizes, arguments.mode, **options)
+        print("# ResourceClaimTemplates of the GPU profiles: kubectl apply -n <users' namespace> -f -")
+        print(yaml.safe_dump_all(templates, sort_keys=False), end="")
+        return 0
+    profile_list = static_profiles(sizes, arguments.mode, **options)
     print("# singleuser.profileList for Zero to JupyterHub, made by `jupyter gpushare profiles`")
+    if dra:
+        print(
+            f"# Each choice refers to a ResourceClaimTemplate: create them with `jupyter gpushare "
+            f"profiles --preset {arguments.preset} --mode {arguments.mode} --claim-templates`."
+        )
     print(yaml.safe_dump(profile_list, sort_keys=False), end="")
     return 0
 

@@ -196,7 +196,8 @@ class GPUShare(Configurable):
     dra_memory_capacity = Unicode(
         "",
         config=True,
-        help="Name of the device capacity that holds a GPU's memory in bytes. Default: the preset's ('memory').",
+        help="Name of the device capacity that holds a GPU's memory in bytes. "
+        "Default: the preset's ('memory').",
     )
     dra_cores_capacity = Unicode(
         "",

@@ -35,7 +35,7 @@ from typing import Any
 import kmock
 
 from .k8s_cel import Quantity, compile_selector, device_view
-from .k8s_sim import FIELDS, KINDS, NAMESPACED, ApiServer, SimNode
+from .k8s_sim import DELETE_ANSWERS_OBJECT, FIELDS, KINDS, NAMESPACED, ApiServer, SimNode
 
 RESOURCE_SLICES = kmock.resource("resource.k8s.io", "v1", "resourceslices")
 RESOURCE_CLAIMS = kmock.resource("resource.k8s.io", "v1", "resourceclaims")
@@ -49,6 +49,7 @@ def serve_dra_kinds() -> None:
         {RESOURCE_SLICES: "ResourceSlice", RESOURCE_CLAIMS: "ResourceClaim", DEVICE_CLASSES: "DeviceClass"}
     )
     NAMESPACED.add(RESOURCE_CLAIMS)
+    DELETE_ANSWERS_OBJECT.update({RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_CLASSES})
     FIELDS[RESOURCE_SLICES] = {"metadata.name", "spec.nodeName", "spec.driver"}
     FIELDS[RESOURCE_CLAIMS] = {"metadata.name", "metadata.namespace"}
     FIELDS[DEVICE_CLASSES] = {"metadata.name"}

@@ -59,6 +59,8 @@ EVENTS = kmock.resource("", "v1", "events")
 NODES = kmock.resource("", "v1", "nodes")
 KINDS = {PODS: "Pod", SECRETS: "Secret", EVENTS: "Event", NODES: "Node"}
 NAMESPACED = {PODS, SECRETS, EVENTS}
+# Kinds whose DELETE answers with the object (the others answer with a Status).
+DELETE_ANSWERS_OBJECT = {PODS}
 
 # Fields each kind can be selected on (the API refuses others with 400).
 FIELDS = {
@@ -180,6 +182,8 @@ class ApiServer(kmock.KubernetesEmulator):
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        # The API groups, also where the official client asks for them (with a trailing slash).
+        self.fallback["get /apis/"] << self._serve_apis
         for resource, kind in KINDS.items():
             self.resources[resource] = {
                 "kind": kind,
@@ -365,6 +369,8 @@ class ApiServer(kmock.KubernetesEmulator):
             await self.remove(resource, request.namespace, request.name)
             return found
         await self.remove(resource, request.namespace, request.name)
+        if resource in DELETE_ANSWERS_OBJECT:
+            return found
         return {
             "kind": "Status",
             "apiVersion": "v1",
@@ -793,7 +799,9 @@ class Node:
         }
         for item in container.get("env") or []:
             env[item["name"]] = local(str(item.get("value", "")))
-        return [local(part) for part in container["command"]], env
+        # The image's entrypoint is taken to be empty: command, then args (KubeSpawner sets args).
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        return [local(part) for part in argv], env
 
     async def _run_to_end(self, container: dict[str, Any], volumes: dict[str, Path], running: Running) -> int:
         command, env = self._rewrite(container, volumes, running)

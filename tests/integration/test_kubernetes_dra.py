@@ -11,6 +11,7 @@ here is verified against the emulator only.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -39,7 +40,7 @@ from .k8s_dra import (
     nvidia_cluster,
     serve_dra_kinds,
 )
-from .k8s_sim import SimulatedCluster
+from .k8s_sim import PODS, SimulatedCluster
 from .kernels import run_cell, write_kernelspec
 
 pytestmark = pytest.mark.integration
@@ -63,8 +64,6 @@ def manager(preset: str, **gpushare: object) -> AsyncMultiKernelManager:
 
 
 def idle_kernelspec(node: Node, name: str, config: dict[str, object]) -> None:
-    import json
-
     directory = Path(node.env["JUPYTER_PATH"]) / "kernels" / name
     directory.mkdir(parents=True)
     spec = {
@@ -283,3 +282,86 @@ async def test_twenty_concurrent_starts_never_over_consume_capacity(hami: Simula
         await kernels.shutdown_all()
     assert max(worst.values()) == 72 * GiB
     await nothing_left(hami)
+
+
+async def test_a_single_user_server_gets_a_claim_created_with_its_pod_and_gone_with_it(
+    hami: SimulatedCluster,
+) -> None:
+    """KubeSpawner's hooks from gpu_profiles(preset="hami-dra"), against the emulator's API: the
+    server pod refers to its claim, the claim is created once the pod exists (replacing a stale
+    one of the same name), owned by the pod; the scheduler allocates it; it goes with the pod."""
+    from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
+    from kubespawner import KubeSpawner
+
+    from jupyter_gpushare.hub import gpu_profiles
+
+    profiles = gpu_profiles(["4G"], "vgpu", preset="hami-dra", cores=20)
+    config = Config(
+        {
+            "KubeSpawner": {
+                "profile_list": profiles,
+                "namespace": NAMESPACE,
+                "cmd": ["python", "-c", "import time; time.sleep(600)"],
+                "image": IMAGE,
+            }
+        }
+    )
+    configuration = Configuration()
+    configuration.host = hami.url
+    async with ApiClient(configuration) as client:
+        spawner = KubeSpawner(config=config, _mock=True)
+        spawner.api = CoreV1Api(client)  # KubeSpawner's client, pointed at the emulator
+        spawner.user_options = {"profile": "gpu", "gpu": "4g"}
+        await spawner.load_user_options()
+        manifest = await spawner.modify_pod_hook(spawner, await spawner.get_pod_manifest())
+        stale = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": f"{spawner.pod_name}-gpu", "namespace": NAMESPACE},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "nothing"}}]}},
+        }
+        hami.add(RESOURCE_CLAIMS, stale)
+        created = await spawner.api.create_namespaced_pod(NAMESPACE, manifest)
+        pod = client.sanitize_for_serialization(created)
+        await spawner.after_pod_created_hook(spawner, pod)
+
+    def running() -> bool:
+        return [(p["status"].get("phase"), p["metadata"]["uid"]) for p in hami.pods()] == [
+            ("Running", pod["metadata"]["uid"])
+        ]
+
+    await eventually(running, what="the server pod running")
+    [claim] = claims(hami)
+    assert claim["metadata"]["name"] == f"{spawner.pod_name}-gpu"
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert result["consumedCapacity"] == {"memory": "4Gi", "cores": "20"}
+    hami.remove(PODS, NAMESPACE, pod["metadata"]["name"])
+    await eventually(lambda: claims(hami) == [], what="the claim gone with its pod")
+
+
+def test_doctor_reports_the_dra_api_the_device_classes_and_consumable_capacity(
+    nvidia: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jupyter_gpushare.cli import main
+
+    monkeypatch.setenv("JUPYTER_GPUSHARE_BACKEND", "kubernetes")
+    monkeypatch.setenv("JUPYTER_GPUSHARE_NAMESPACE", NAMESPACE)
+    monkeypatch.setenv("JUPYTER_GPUSHARE_RESOURCE_PRESET", "nvidia-dra")
+    main(["doctor", "--json", "--no-kernel"])
+    found = {check["name"]: check for check in json.loads(capsys.readouterr().out)["checks"]}
+    assert found["DRA"]["status"] == "OK", found["DRA"]
+    assert found["DRA"]["detail"].startswith("resource.k8s.io/v1 ")
+    assert found["device classes"] == {
+        "name": "device classes",
+        "status": "OK",
+        "detail": "gpu.nvidia.com, mig.nvidia.com",
+        "fix": "",
+    }
+    # NVIDIA's driver without its consumable shares: each claim holds a device alone.
+    assert found["consumable capacity"]["status"] == "WARN"
+    assert found["consumable capacity"]["detail"].startswith("off: each of the 6 gpu.nvidia.com device(s)")
+    assert found["GPU devices"]["detail"] == "3 GPU(s) and 3 MIG device(s) of gpu.nvidia.com on 4 node(s)"
+    assert "GPU resources" not in found  # no extended resources to look for under DRA
+    # The emulator has no authorization API: the fix names the DRA Role too.
+    assert "rbac-dra.yaml" in found["RBAC"]["fix"]

@@ -15,6 +15,7 @@ is GA) and the newest version the validator knows.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -363,10 +364,10 @@ def test_dra_refusals_say_what_to_set() -> None:
     ):
         build(settings("dra", dra_consumable_capacity=False), "vgpu")
     with pytest.raises(
-        ModeUnavailableError, match="cannot limit GPU cores: set c.GPUShare.dra_cores_capacity"
+        ModeUnavailableError, match=r"cannot limit GPU cores: set c\.GPUShare\.dra_cores_capacity"
     ):
         build(GPUShare(resource_preset="dra", **{**GENERIC, "dra_cores_capacity": ""}), "vgpu", cores=30)
-    with pytest.raises(ModeUnavailableError, match="no ResourceSlice of gpu.nvidia.com offers one"):
+    with pytest.raises(ModeUnavailableError, match=r"no ResourceSlice of gpu\.nvidia\.com offers one"):
         gpushare = settings("nvidia-dra")
         kernel_pod(
             gpushare,
@@ -419,3 +420,32 @@ def test_render_pod_prints_the_pod_and_its_claim(
 def test_render_pod_refuses_a_mode_the_dra_preset_lacks(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render-pod", "--preset", "nvidia-dra", "--mode", "vgpu"]) == 2
     assert "has no vgpu" in capsys.readouterr().err
+
+
+# ---- examples/kubernetes/rbac-dra.yaml --------------------------------------------------------
+
+RBAC_DRA = Path(__file__).resolve().parents[2] / "examples" / "kubernetes" / "rbac-dra.yaml"
+
+
+def test_the_dra_rbac_example_grants_what_the_dra_calls_need_and_no_more() -> None:
+    documents = [doc for doc in yaml.safe_load_all(RBAC_DRA.read_text()) if doc]
+    for document in documents:
+        validate(document)
+    granted: dict[tuple[str, str, str], set[str]] = {}
+    for role in (doc for doc in documents if doc["kind"] in ("Role", "ClusterRole")):
+        where = role["metadata"].get("namespace", "cluster")
+        for rule in role["rules"]:
+            assert rule["apiGroups"] == ["resource.k8s.io"]
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            for resource in rule["resources"]:
+                granted.setdefault((role["metadata"]["name"], where, resource), set()).update(rule["verbs"])
+    assert granted == {
+        # k8s/cluster.py: create_claim, read_claim, list_claims (orphans), delete_claim
+        ("jupyter-gpushare-claims", "jupyter-kernels", "resourceclaims"): {"create", "get", "list", "delete"},
+        # k8s/watch.py (and the listings without a watch): the pool from DRA objects
+        ("jupyter-gpushare-dra", "cluster", "resourceslices"): {"list", "watch"},
+        ("jupyter-gpushare-dra", "cluster", "resourceclaims"): {"list", "watch"},
+        ("jupyter-gpushare-dra", "cluster", "deviceclasses"): {"list", "watch"},
+        # k8s/spawner_claims.py: the hub creates a claim per server (replacing a stale one)
+        ("jupyter-gpushare-server-claims", "jhub", "resourceclaims"): {"create", "delete"},
+    }
