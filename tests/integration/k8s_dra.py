@@ -35,10 +35,11 @@ from typing import Any
 import kmock
 
 from .k8s_cel import Quantity, compile_selector, device_view
-from .k8s_sim import DELETE_ANSWERS_OBJECT, FIELDS, KINDS, NAMESPACED, ApiServer, SimNode
+from .k8s_sim import DELETE_ANSWERS_OBJECT, FIELDS, KINDS, NAMESPACED, PODS, ApiServer, SimNode
 
 RESOURCE_SLICES = kmock.resource("resource.k8s.io", "v1", "resourceslices")
 RESOURCE_CLAIMS = kmock.resource("resource.k8s.io", "v1", "resourceclaims")
+RESOURCE_CLAIM_TEMPLATES = kmock.resource("resource.k8s.io", "v1", "resourceclaimtemplates")
 DEVICE_CLASSES = kmock.resource("resource.k8s.io", "v1", "deviceclasses")
 CANNOT_ALLOCATE = "cannot allocate all claims"
 
@@ -46,10 +47,16 @@ CANNOT_ALLOCATE = "cannot allocate all claims"
 def serve_dra_kinds() -> None:
     """Let the emulator's API server serve the DRA kinds (idempotent; call before it starts)."""
     KINDS.update(
-        {RESOURCE_SLICES: "ResourceSlice", RESOURCE_CLAIMS: "ResourceClaim", DEVICE_CLASSES: "DeviceClass"}
+        {
+            RESOURCE_SLICES: "ResourceSlice",
+            RESOURCE_CLAIMS: "ResourceClaim",
+            RESOURCE_CLAIM_TEMPLATES: "ResourceClaimTemplate",
+            DEVICE_CLASSES: "DeviceClass",
+        }
     )
-    NAMESPACED.add(RESOURCE_CLAIMS)
-    DELETE_ANSWERS_OBJECT.update({RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_CLASSES})
+    NAMESPACED.update({RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES})
+    DELETE_ANSWERS_OBJECT.update({RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES, DEVICE_CLASSES})
+    FIELDS[RESOURCE_CLAIM_TEMPLATES] = {"metadata.name", "metadata.namespace"}
     FIELDS[RESOURCE_SLICES] = {"metadata.name", "spec.nodeName", "spec.driver"}
     FIELDS[RESOURCE_CLAIMS] = {"metadata.name", "metadata.namespace"}
     FIELDS[DEVICE_CLASSES] = {"metadata.name"}
@@ -307,12 +314,20 @@ class DraSimulation:
                 await api.add(DEVICE_CLASSES if item["kind"] == "DeviceClass" else RESOURCE_SLICES, item)
 
     @staticmethod
-    def claim_names(pod: Mapping[str, Any]) -> list[str]:
-        names = []
+    def claim_names(pod: Mapping[str, Any]) -> list[str | None]:
+        """The claims a pod names: its own, or those made from its templates (None: not made yet)."""
+        made = {
+            item["name"]: item.get("resourceClaimName")
+            for item in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        }
+        names: list[str | None] = []
         for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
-            if "resourceClaimName" not in entry:
-                raise Unsupported(f"pod claim entry {entry} (only resourceClaimName is simulated)")
-            names.append(entry["resourceClaimName"])
+            if "resourceClaimName" in entry:
+                names.append(entry["resourceClaimName"])
+            elif "resourceClaimTemplateName" in entry:
+                names.append(made.get(entry["name"]))
+            else:
+                raise Unsupported(f"pod claim entry {entry}")
         return names
 
     async def claims_ready(self, api: ApiServer, pod: Mapping[str, Any]) -> bool:
@@ -320,7 +335,62 @@ class DraSimulation:
         namespace = pod["metadata"]["namespace"]
         async with api._lock:
             names = self.claim_names(pod)
-            return all(api.get(RESOURCE_CLAIMS, namespace, name) is not None for name in names)
+            return all(name and api.get(RESOURCE_CLAIMS, namespace, name) is not None for name in names)
+
+    async def make_claims_from_templates(self, api: ApiServer, pod: Mapping[str, Any]) -> None:
+        """The resourceclaim controller: a claim per template entry of the pod, owned by it, named
+        ``<pod>-<entry>-<random>`` and recorded in the pod's ``resourceClaimStatuses``."""
+        metadata = pod["metadata"]
+        entries = [
+            entry for entry in pod["spec"].get("resourceClaims") or [] if "resourceClaimTemplateName" in entry
+        ]
+        made = {item["name"] for item in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+        for entry in entries:
+            if entry["name"] in made:
+                continue
+            async with api._lock:
+                template = api.get(
+                    RESOURCE_CLAIM_TEMPLATES, metadata["namespace"], entry["resourceClaimTemplateName"]
+                )
+                if template is None:
+                    continue  # the pod waits for its template
+                name = f"{metadata['name']}-{entry['name']}-{uuid.uuid4().hex[:5]}"
+                claim_metadata = copy.deepcopy(template["spec"].get("metadata") or {})
+                claim_metadata.update(
+                    {
+                        "name": name,
+                        "namespace": metadata["namespace"],
+                        "annotations": {
+                            **claim_metadata.get("annotations", {}),
+                            "resource.kubernetes.io/pod-claim-name": entry["name"],
+                        },
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "v1",
+                                "kind": "Pod",
+                                "name": metadata["name"],
+                                "uid": metadata["uid"],
+                                "controller": True,
+                                "blockOwnerDeletion": True,
+                            }
+                        ],
+                    }
+                )
+                await api.add(
+                    RESOURCE_CLAIMS,
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceClaim",
+                        "metadata": claim_metadata,
+                        "spec": copy.deepcopy(template["spec"]["spec"]),
+                    },
+                )
+                current = api.get(PODS, metadata["namespace"], metadata["name"])
+                if current is None:
+                    return
+                statuses = current["status"].setdefault("resourceClaimStatuses", [])
+                statuses.append({"name": entry["name"], "resourceClaimName": name})
+                await api.store(PODS, current)
 
     def _devices(self, slices: Sequence[Mapping[str, Any]], node: str | None = None) -> list[_Device]:
         devices = []
@@ -339,7 +409,7 @@ class DraSimulation:
         down their firstAvailable lists they had to go (None: they cannot all be met there)."""
         namespace = pod["metadata"]["namespace"]
         async with api._lock:
-            claims = [api.get(RESOURCE_CLAIMS, namespace, name) for name in self.claim_names(pod)]
+            claims = [api.get(RESOURCE_CLAIMS, namespace, name or "") for name in self.claim_names(pod)]
             every_claim = api.items(RESOURCE_CLAIMS)
             slices = api.items(RESOURCE_SLICES)
             classes = {item["metadata"]["name"]: item for item in api.items(DEVICE_CLASSES)}
@@ -377,7 +447,7 @@ class DraSimulation:
     async def allocate(self, api: ApiServer, pod: dict[str, Any], node: str) -> bool:
         """Allocate the pod's claims on ``node`` (written to the API) and say whether it could."""
         namespace = pod["metadata"]["namespace"]
-        names = self.claim_names(pod)
+        names = [name for name in self.claim_names(pod) if name is not None]
         if not names:
             return True
         plan = await self._plan(api, pod, node)
@@ -486,14 +556,18 @@ class DraSimulation:
         return None
 
     async def collect(self, api: ApiServer, pods: Sequence[Mapping[str, Any]]) -> None:
-        """The garbage collector and the claim controller: claims whose owner pod is gone are
-        deleted; pods gone or ended leave ``reservedFor``; a claim nobody reserves is deallocated."""
+        """The resourceclaim controller and the garbage collector: claims are made from the
+        templates pods name; claims whose owner pod is gone are deleted; pods gone or ended leave
+        ``reservedFor``; a claim nobody reserves is deallocated."""
         live = {
             pod["metadata"]["uid"]
             for pod in pods
             if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         }
         present = {pod["metadata"]["uid"] for pod in pods}
+        for pod in pods:
+            if pod["metadata"]["uid"] in live and not pod["metadata"].get("deletionTimestamp"):
+                await self.make_claims_from_templates(api, pod)
         async with api._lock:
             for claim in api.items(RESOURCE_CLAIMS):
                 metadata = claim["metadata"]
@@ -541,6 +615,7 @@ __all__ = [
     "HAMI",
     "NVIDIA",
     "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
     "RESOURCE_SLICES",
     "DraSimulation",
     "consumed_per_device",

@@ -20,6 +20,9 @@
   pod. Any write into a (read-only in a real cluster) Secret volume is recorded as a violation.
 * :class:`SimulatedCluster` runs both on their own event loop in a thread (as a real API server is
   another process) and writes a kubeconfig pointing at it.
+
+Dynamic Resource Allocation (ResourceSlices, ResourceClaims, claim allocation) is in k8s_dra.py,
+hooked in through ``Node(dra=...)``.
 """
 
 from __future__ import annotations

@@ -365,3 +365,51 @@ def test_doctor_reports_the_dra_api_the_device_classes_and_consumable_capacity(
     assert "GPU resources" not in found  # no extended resources to look for under DRA
     # The emulator has no authorization API: the fix names the DRA Role too.
     assert "rbac-dra.yaml" in found["RBAC"]["fix"]
+
+
+async def test_a_yaml_profile_server_gets_its_claim_from_a_template(hami: SimulatedCluster) -> None:
+    """static_profiles (Zero to JupyterHub YAML) refer the server pod to a ResourceClaimTemplate:
+    Kubernetes' claim controller (here the emulator's) makes the pod's claim from it, owned by
+    the pod; the scheduler allocates it; it goes with the pod."""
+    from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
+    from kubespawner import KubeSpawner
+
+    from jupyter_gpushare.hub import claim_templates, static_profiles
+
+    from .k8s_dra import RESOURCE_CLAIM_TEMPLATES
+
+    for template in claim_templates(["4G"], "vgpu", preset="hami-dra", cores=20, namespace=NAMESPACE):
+        hami.add(RESOURCE_CLAIM_TEMPLATES, template)
+    profiles = static_profiles(["4G"], "vgpu", preset="hami-dra", cores=20)
+    config = Config(
+        {
+            "KubeSpawner": {
+                "profile_list": profiles,
+                "namespace": NAMESPACE,
+                "cmd": ["python", "-c", "import time; time.sleep(600)"],
+                "image": IMAGE,
+            }
+        }
+    )
+    configuration = Configuration()
+    configuration.host = hami.url
+    async with ApiClient(configuration) as client:
+        spawner = KubeSpawner(config=config, _mock=True)
+        spawner.user_options = {"profile": "gpu", "gpu": "4g"}
+        await spawner.load_user_options()
+        created = await CoreV1Api(client).create_namespaced_pod(NAMESPACE, await spawner.get_pod_manifest())
+        uid = created.metadata.uid
+
+    await eventually(
+        lambda: [p["status"].get("phase") for p in hami.pods()] == ["Running"], what="the server pod running"
+    )
+    [claim] = claims(hami)
+    [pod] = hami.pods()
+    assert pod["status"]["resourceClaimStatuses"] == [
+        {"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}
+    ]
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == uid
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert result["consumedCapacity"] == {"memory": "4Gi", "cores": "20"}
+    hami.remove(PODS, NAMESPACE, pod["metadata"]["name"])
+    await eventually(lambda: claims(hami) == [], what="the claim gone with its pod")
