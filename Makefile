@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # A simulated pool when the machine has no NVIDIA GPU (override: make demo SIMULATE=1xT4-16GB).
 SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
 
-.PHONY: demo test install install-test lint bench
+.PHONY: demo test install install-test lint bench docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,8 @@ install: $(BIN)/python
 # Test dependencies, configurable-http-proxy from npm for the JupyterHub test, and Debian's
 # Chromium for the browser tests.
 install-test: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[lab,test]'
+	$(BIN)/pip install --quiet -e '.[lab,test,docs]'
+	touch $(DOCS_STAMP)
 	npm install --prefix build/node --no-audit --no-fund --silent configurable-http-proxy@4
 	bash scripts/install-chromium.sh
 
@@ -26,8 +27,8 @@ demo: install
 	JUPYTER_GPUSHARE_SIMULATE=$(SIMULATE) $(BIN)/jupyter lab --notebook-dir=examples $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lint: install-test labextension/node_modules
-	$(BIN)/ruff check jupyter_gpushare tests benchmarks
-	$(BIN)/ruff format --check jupyter_gpushare tests benchmarks
+	$(BIN)/ruff check jupyter_gpushare tests benchmarks docs
+	$(BIN)/ruff format --check jupyter_gpushare tests benchmarks docs
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache --no-logo
 	cd labextension && npm run --silent lint
@@ -37,7 +38,20 @@ labextension/node_modules: labextension/package-lock.json
 	cd labextension && npm install --no-audit --no-fund --silent
 	touch $@
 
-test: lint
+# The documentation site (docs/, MyST Markdown) into build/docs/html. Warnings are errors and
+# references must resolve (-n), so a broken link or a reference the code no longer backs fails.
+# -E: always a full build (the reference is generated from the code, which Sphinx does not watch).
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[docs]'
+	touch $@
+
+docs: $(DOCS_STAMP)
+	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs build/docs/html
+	@echo "The documentation: build/docs/html/index.html"
+
+test: lint docs
 	$(BIN)/pytest
 
 bench: install

@@ -15,7 +15,8 @@ NOTEBOOKS = {
         new_markdown_cell(
             "# Choosing a GPU size\n\nThis notebook runs on the **Python 3 (GPU 4G)** kernel: a 4 GiB "
             "slice of a shared card. Pick another size in the kernel menu (2G, 8G, 16G, whole card), or "
-            "change it from here with `%gpu` — no restart needed unless JAX or TensorFlow are imported."
+            "change it from here with `%gpu` — no restart needed unless JAX or TensorFlow are imported.\n\n"
+            "The documentation: [docs/index.md](../../docs/index.md) in this repository (the site: `make docs`)."
         ),
         new_code_cell("%gpu"),
         new_markdown_cell(

@@ -1,6 +1,7 @@
 """jupyter-gpushare: fractional GPUs for Jupyter kernels.
 
-This module holds extension points only; the pieces live in their own modules (see README).
+This module holds extension points only; the pieces live in their own modules (see the layout
+in docs/development.md).
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ import logging
 import os
 import secrets
 import socket
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from .. import env_names
@@ -29,7 +28,6 @@ from ..errors import (
     NoGPUError,
     NoSliceError,
     NotYourSliceError,
-    QueueTimeoutError,
 )
 from ..inventory import Device, Inventory, discover
 from ..ledger import Ledger
@@ -37,14 +35,13 @@ from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
 from ..payloads import KernelPayload, PoolPayload
 from ..preview import Preview, never, preview_start
 from ..processes import current_process, identify, is_alive, runs_within
-from ..records import NewRequest, Placed, ProcessIdentity, Refused, SliceRecord, UsageReport, Waiting
+from ..records import NewRequest, ProcessIdentity, SliceRecord, UsageReport
 from ..sizes import bytes_or_none, format_bytes
 from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
 from ..views import kernel_view, kernels_view, pool_view, queue_positions, slice_less_view
 from .base import ServerHooks, ServerKernels
 from .monitor import UsageMonitor
-
-WaitCallback = Callable[[int, str], None]
+from .queue_wait import WaitCallback, wait_for_place
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -213,54 +210,20 @@ class LocalBackend:
             ),
             self.policy,
         )
-        started = time.monotonic()
-        last_position: int | None = None
-        placed = False
         try:
-            outcome = first
-            while True:
-                if isinstance(outcome, Placed):
-                    placed = True
-                    if last_position is not None:
-                        log.info(
-                            "GPU slice for kernel %s placed after %.1f s in the queue",
-                            kernel_id,
-                            time.monotonic() - started,
-                        )
-                    return outcome.record
-                if isinstance(outcome, Refused):
-                    raise DoesNotFitError(outcome.reason)
-                assert isinstance(outcome, Waiting)
-                if self.settings.when_full == "fail":
-                    raise DoesNotFitError(outcome.reason)
-                waited = time.monotonic() - started
-                if waited >= self.settings.queue_timeout:
-                    raise QueueTimeoutError(
-                        f"no GPU slice after waiting {waited:.0f} s (queue position "
-                        f"{outcome.position}): {outcome.reason}"
-                    )
-                if outcome.position != last_position:
-                    last_position = outcome.position
-                    log.info(
-                        "GPU request %s for kernel %s queued at position %d: %s",
-                        request.size,
-                        kernel_id,
-                        outcome.position,
-                        outcome.reason,
-                    )
-                    if on_wait is not None:
-                        on_wait(outcome.position, outcome.reason)
-                await asyncio.sleep(self.settings.queue_poll_interval)
-                try:
-                    outcome = await asyncio.to_thread(self.ledger.try_place, kernel_id, self.policy)
-                except LookupError:
-                    # Released while queued (a user withdrew it, or reconciliation): a refusal.
-                    raise DoesNotFitError(
-                        f"the GPU request of kernel {kernel_id} was withdrawn while it waited"
-                    ) from None
-        finally:
-            if not placed:
-                await asyncio.to_thread(self.ledger.release, kernel_id)
+            return await wait_for_place(
+                first,
+                kernel_id=kernel_id,
+                size=str(request.size),
+                ledger=self.ledger,
+                policy=lambda: self.policy,
+                settings=self.settings,
+                on_wait=on_wait,
+            )
+        except BaseException:
+            # Whatever ends the wait early withdraws the request: nothing stays queued.
+            await asyncio.to_thread(self.ledger.release, kernel_id)
+            raise
 
     def attach_kernel(self, kernel_id: str, pid: int | None) -> None:
         """Let the slice follow the kernel process ``pid`` (None: back to this process)."""

@@ -3,16 +3,66 @@
 A collector reads the pool and kernels when Prometheus scrapes, so the series are never stale
 and a finished kernel's series disappears with it. Labels carry device and owner so a Grafana
 board can group by either; other users' kernels are labelled anonymously, as everywhere else.
+
+The series are declared once, as :data:`METRICS`: the collector builds its families from them,
+and the documentation's metrics reference is generated from them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
 from ..payloads import StatusPayload
+
+
+@dataclass(frozen=True)
+class MetricDefinition:
+    """One gauge: its name, its help text and its labels (in the order values are given)."""
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...]
+
+    def family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self.name, self.documentation, labels=list(self.labels))
+
+
+DEVICE_LABELS = ("device", "uuid", "name")
+KERNEL_LABELS = ("kernel_id", "owner", "device", "mode")
+
+DEVICE_MEMORY_TOTAL = MetricDefinition(
+    "jupyter_gpushare_device_memory_total_bytes", "GPU memory of the device", DEVICE_LABELS
+)
+DEVICE_MEMORY_RESERVED = MetricDefinition(
+    "jupyter_gpushare_device_memory_reserved_bytes",
+    "GPU memory reserved by slices on the device",
+    DEVICE_LABELS,
+)
+DEVICE_MEMORY_USED = MetricDefinition(
+    "jupyter_gpushare_device_memory_used_bytes",
+    "GPU memory in use on the device (measured, or declared on a simulated pool)",
+    DEVICE_LABELS,
+)
+KERNEL_MEMORY_REQUEST = MetricDefinition(
+    "jupyter_gpushare_kernel_memory_request_bytes", "GPU memory reserved by the kernel", KERNEL_LABELS
+)
+KERNEL_MEMORY_USED = MetricDefinition(
+    "jupyter_gpushare_kernel_memory_used_bytes", "GPU memory the kernel uses", KERNEL_LABELS
+)
+QUEUE_LENGTH = MetricDefinition("jupyter_gpushare_queue_length", "GPU requests waiting in the queue", ())
+
+METRICS = (
+    DEVICE_MEMORY_TOTAL,
+    DEVICE_MEMORY_RESERVED,
+    DEVICE_MEMORY_USED,
+    KERNEL_MEMORY_REQUEST,
+    KERNEL_MEMORY_USED,
+    QUEUE_LENGTH,
+)
 
 
 class GPUShareCollector(Collector):
@@ -22,39 +72,20 @@ class GPUShareCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         data = self._snapshot()
         pool, kernels = data["pool"], data["kernels"]
-        device_labels = ["device", "uuid", "name"]
-        families = {
-            "total": GaugeMetricFamily(
-                "jupyter_gpushare_device_memory_total_bytes", "GPU memory of the device", labels=device_labels
-            ),
-            "reserved": GaugeMetricFamily(
-                "jupyter_gpushare_device_memory_reserved_bytes",
-                "GPU memory reserved by slices on the device",
-                labels=device_labels,
-            ),
-            "used": GaugeMetricFamily(
-                "jupyter_gpushare_device_memory_used_bytes",
-                "GPU memory in use on the device (measured, or declared on a simulated pool)",
-                labels=device_labels,
-            ),
-        }
+        total, reserved, used_on_device = (
+            DEVICE_MEMORY_TOTAL.family(),
+            DEVICE_MEMORY_RESERVED.family(),
+            DEVICE_MEMORY_USED.family(),
+        )
         for device in pool["devices"]:
             # On Kubernetes a device is a GPU node, labelled by its name.
             labels = [device.get("node") or f"GPU{device['id']}", device["uuid"], device["name"]]
-            families["total"].add_metric(labels, device["memory_total"])
-            families["reserved"].add_metric(labels, device["memory_reserved"])
-            families["used"].add_metric(labels, device["memory_used"])
-        yield from families.values()
+            total.add_metric(labels, device["memory_total"])
+            reserved.add_metric(labels, device["memory_reserved"])
+            used_on_device.add_metric(labels, device["memory_used"])
+        yield from (total, reserved, used_on_device)
 
-        kernel_labels = ["kernel_id", "owner", "device", "mode"]
-        request = GaugeMetricFamily(
-            "jupyter_gpushare_kernel_memory_request_bytes",
-            "GPU memory reserved by the kernel",
-            labels=kernel_labels,
-        )
-        used = GaugeMetricFamily(
-            "jupyter_gpushare_kernel_memory_used_bytes", "GPU memory the kernel uses", labels=kernel_labels
-        )
+        request, used = KERNEL_MEMORY_REQUEST.family(), KERNEL_MEMORY_USED.family()
         # Other users' kernels have no id here: their series are summed per device and mode.
         totals: dict[tuple[str, str, str, str], list[int]] = {}
         for kernel in kernels:
@@ -70,7 +101,7 @@ class GPUShareCollector(Collector):
             used.add_metric(list(key), in_use)
         yield request
         yield used
-        queue = GaugeMetricFamily("jupyter_gpushare_queue_length", "GPU requests waiting in the queue")
+        queue = QUEUE_LENGTH.family()
         queue.add_metric([], len(pool["queue"]))
         yield queue
 

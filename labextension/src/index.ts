@@ -218,7 +218,12 @@ function notebookRef(
 ): INotebookRef {
   for (const session of sessions) {
     if (session.kernel?.id === kernel.kernel_id) {
-      return { label: basename(session.path), path: session.path };
+      // The name, not the path's last part: a session context creates its session under a
+      // unique path first and renames it once the kernel runs (the name is the notebook's).
+      return {
+        label: session.name || basename(session.path),
+        path: session.path
+      };
     }
   }
   if (kernel.path) {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,11 @@ from typing import Any
 import psutil
 from jupyter_client.manager import AsyncKernelManager
 
+from ..polling import wait_until
 from .conftest import Node
+
+# ``from .kernels import wait_until``, as tests written before tests/polling.py import it.
+__all__ = ["Cell", "has_ended", "run_cell", "run_code", "wait_for_exit", "wait_until", "write_kernelspec"]
 
 
 @dataclass
@@ -73,22 +76,12 @@ def write_kernelspec(node: Node, name: str, config: dict[str, object]) -> None:
 
 
 def wait_for_exit(pid: int, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return
-        except psutil.NoSuchProcess:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"process {pid} still runs after {timeout} s")
+    """Wait until process ``pid`` has ended (gone, or a zombie its parent has yet to reap)."""
+    wait_until(lambda: has_ended(pid), timeout, 0.1, f"the end of process {pid}")
 
 
-def wait_until(condition: Any, timeout: float = 30.0, interval: float = 0.05) -> Any:
-    """Poll ``condition()`` until it is true (its value), failing the test after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(interval)
-    return value
+def has_ended(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -10,8 +10,9 @@ import pytest
 
 from jupyter_gpushare.sizes import GiB
 
+from ..polling import wait_until
 from .conftest import Node
-from .kernels import wait_for_exit, wait_until
+from .kernels import wait_for_exit
 from .servers import JupyterServer, Response, start_server
 
 pytestmark = pytest.mark.integration

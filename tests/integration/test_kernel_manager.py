@@ -17,6 +17,7 @@ from jupyter_gpushare.errors import (
 )
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
+from ..polling import async_wait_until
 from .conftest import Node
 from .kernels import run_code, write_kernelspec
 
@@ -25,14 +26,6 @@ pytestmark = pytest.mark.integration
 
 def manager(**gpushare: object) -> AsyncMultiKernelManager:
     return AsyncMultiKernelManager(config=Config({"GPUShare": gpushare}) if gpushare else None)
-
-
-async def wait_until(condition, timeout: float = 30.0, interval: float = 0.05) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(interval)
 
 
 async def test_third_kernel_queues_at_position_one_and_starts_when_one_ends(node: Node) -> None:
@@ -45,11 +38,13 @@ async def test_third_kernel_queues_at_position_one_and_starts_when_one_ends(node
         kernels.start_kernel(kernel_name="python3-gpu-30g", gpushare_on_state=states.append)
     )
     try:
-        await wait_until(lambda: len(node.queued()) == 1)
+        await async_wait_until(lambda: len(node.queued()) == 1, message="the third kernel queued")
         waiting = node.queued()[0]
         assert node.ledger.queue_position(waiting.kernel_id) == 1
         # The start itself says it waits, and why: the ledger placed nothing for it.
-        await wait_until(lambda: any("position 1" in state for state in states))
+        await async_wait_until(
+            lambda: any("position 1" in state for state in states), message="its wait reported"
+        )
         assert "30G does not fit: 20G free on GPU0" in states[-1]
         assert not third.done(), "a 30G kernel started while only 20G were free"
         assert node.reserved() == 60 * GiB

@@ -2,7 +2,7 @@
 
 Real kernels start through jupyter_client's AsyncMultiKernelManager with a gpushare kernelspec
 and ``backend = "kubernetes"``: the provisioner talks to kmock's emulator (extended with the real
-API's semantics, see k8s_sim.py) over HTTP with the official client and a kubeconfig; the
+API's semantics, see k8s_sim/) over HTTP with the official client and a kubeconfig; the
 simulated node runs each pod's command as a local process. Nothing of the provisioner is mocked.
 """
 
@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from jupyter_gpushare.processes import current_process, identify
 from jupyter_gpushare.provisioners import GPUShareProvisioner
 from jupyter_gpushare.provisioners.kubernetes import KernelPodError, KubernetesProvisioner
 
+from ..polling import async_wait_until
 from .conftest import BROKEN_IMAGE, IMAGE, NAMESPACE, Node
 from .k8s_sim import EVENTS, PODS, SECRETS, SimulatedCluster
 from .kernels import run_cell
@@ -64,14 +64,6 @@ def manager(**gpushare: object) -> AsyncMultiKernelManager:
     return AsyncMultiKernelManager(config=config, connection_dir=os.environ["JUPYTER_RUNTIME_DIR"])
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        await asyncio.sleep(0.05)
-
-
 def ours(cluster: SimulatedCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     gpushare = GPUShare()
     server_id, _ = server_identity(gpushare)
@@ -84,7 +76,9 @@ def ours(cluster: SimulatedCluster) -> tuple[list[dict[str, Any]], list[dict[str
 
 
 async def nothing_left(cluster: SimulatedCluster) -> None:
-    await eventually(lambda: cluster.pods() == [] and cluster.secrets() == [], what="no pod and no Secret")
+    await async_wait_until(
+        lambda: cluster.pods() == [] and cluster.secrets() == [], 10, message="no pod and no Secret"
+    )
 
 
 def secret_files(secret: dict[str, Any]) -> dict[str, str]:
@@ -245,7 +239,7 @@ async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
         marker = cluster.root / "sleeping"  # the kernel shares this host's disk in the simulation
         code = f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)"
         interrupted = asyncio.create_task(run_cell(km, code, timeout=30))
-        await eventually(marker.exists, what="the cell to start")
+        await async_wait_until(marker.exists, 10, message="the cell to start")
         await kernels.interrupt_kernel(kernel_id)
         cell = await asyncio.wait_for(interrupted, 15)
         assert cell.error == "KeyboardInterrupt"
@@ -253,7 +247,7 @@ async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
     finally:
         await kernels.shutdown_all()
     await nothing_left(cluster)
-    await eventually(lambda: cluster.node.running == {}, what="the node stopped the kernel")
+    await async_wait_until(lambda: cluster.node.running == {}, 10, message="the node stopped the kernel")
 
 
 async def test_without_encryption_a_plain_socket_is_answered(cluster: SimulatedCluster) -> None:
@@ -368,10 +362,7 @@ async def test_a_pod_killed_mid_session_is_reported_with_its_reason(
         assert await km.is_alive()
         caplog.set_level(logging.WARNING)
         await cluster.acall(lambda: cluster.node.oom_kill(pod_name(kernel_id)))
-        deadline = time.monotonic() + 10
-        while await km.is_alive():
-            assert time.monotonic() < deadline, "the kernel still looks alive"
-            await asyncio.sleep(0.1)
+        await async_wait_until(km.is_alive, 10, 0.1, "the kernel's end", until=lambda alive: not alive)
         provisioner = km.provisioner
         assert await provisioner.poll() == 137
         assert provisioner.ended_reason == "OOMKilled (exit code 137)"
@@ -404,10 +395,8 @@ async def test_a_kernel_that_dies_says_why_with_its_last_output(
     kernel_id = await kernels.start_kernel(kernel_name="crashing")
     try:
         km = kernels.get_kernel(kernel_id)
-        deadline = time.monotonic() + 10
-        while await km.is_alive():  # as a server's restarter polls
-            assert time.monotonic() < deadline, "the kernel still looks alive"
-            await asyncio.sleep(0.1)
+        # As a server's restarter polls.
+        await async_wait_until(km.is_alive, 10, 0.1, "the kernel's end", until=lambda alive: not alive)
         assert km.provisioner.ended_reason == "Error (exit code 3)"
         assert await km.provisioner.poll() == 3
         assert "Error (exit code 3); its last output:\nkernel crashed: a module is missing" in caplog.text

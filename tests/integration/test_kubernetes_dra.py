@@ -2,7 +2,7 @@
 
 Real kernels start through jupyter_client with ``resource_preset`` ``nvidia-dra`` or ``hami-dra``:
 the provisioner creates each kernel's pod and its ResourceClaim (owned by the pod) over HTTP with
-the official client; the simulated scheduler (k8s_dra.py) allocates the claim the way the DRA
+the official client; the simulated scheduler (k8s_sim/dra.py) allocates the claim the way the DRA
 scheduler would — CEL selectors, consumable capacity, ``status.allocation`` — and the node runs
 the pod's command as a local process. No DRA driver or real kube-scheduler runs: what is verified
 here is verified against the emulator only.
@@ -30,17 +30,18 @@ from jupyter_gpushare.k8s.manifests import HOLDER_ANNOTATION, claim_name, labels
 from jupyter_gpushare.sizes import GiB
 
 from .conftest import IMAGE, NAMESPACE, Node
-from .k8s_dra import (
+from .k8s_sim import (
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     DraSimulation,
+    SimulatedCluster,
     consumed_per_device,
     dra_nodes,
     hami_cluster,
     nvidia_cluster,
-    serve_dra_kinds,
 )
-from .k8s_sim import PODS, SimulatedCluster
 from .kernels import run_cell, write_kernelspec
 
 pytestmark = pytest.mark.integration
@@ -78,7 +79,6 @@ def idle_kernelspec(node: Node, name: str, config: dict[str, object]) -> None:
 def simulated(
     node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dra: DraSimulation
 ) -> Iterator[SimulatedCluster]:
-    serve_dra_kinds()
     with SimulatedCluster(tmp_path / "cluster", NAMESPACE, nodes=dra_nodes(), dra=dra) as cluster:
         monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
         monkeypatch.setenv("JUPYTER_GPUSHARE_OWNER", "alice")
@@ -375,8 +375,6 @@ async def test_a_yaml_profile_server_gets_its_claim_from_a_template(hami: Simula
     from kubespawner import KubeSpawner
 
     from jupyter_gpushare.hub import claim_templates, static_profiles
-
-    from .k8s_dra import RESOURCE_CLAIM_TEMPLATES
 
     for template in claim_templates(["4G"], "vgpu", preset="hami-dra", cores=20, namespace=NAMESPACE):
         hami.add(RESOURCE_CLAIM_TEMPLATES, template)

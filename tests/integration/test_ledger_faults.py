@@ -112,8 +112,31 @@ def reserved(server: JupyterServer) -> list[int]:
 def gpushare_tracebacks(log: str) -> list[str]:
     """Tracebacks in a server's log that pass through our code (a kernel process killed while it
     still imports, as a server stops, prints one of its own: not ours)."""
-    blocks = log.split("Traceback (most recent call last)")[1:]
-    return [block for block in blocks if "jupyter_gpushare" in block.split("\n[")[0]]
+    blocks = log.split("Traceback (most recent call last):\n")[1:]
+    return [block for block in blocks if _is_the_servers_through_ours(_frames(block))]
+
+
+def _is_the_servers_through_ours(frames: list[str]) -> bool:
+    # A kernel runs as ``python -m ipykernel_launcher``: its tracebacks start in runpy, the
+    # server's (a console script, or one of its threads) never do.
+    started_by_runpy = bool(frames) and "<frozen runpy>" in frames[0]
+    return not started_by_runpy and any(_OUR_FRAME in frame for frame in frames)
+
+
+_OUR_FRAME = f"{os.sep}jupyter_gpushare{os.sep}"
+
+
+def _frames(block: str) -> list[str]:
+    """The ``File "..."`` lines of one traceback: its indented lines up to the exception line.
+    Only frames count, since other processes' output (a kernel's stderr, the server's next log
+    line) may follow the traceback on the same or the next lines and name our package."""
+    frames = []
+    for line in block.splitlines():
+        if not line.startswith(" "):
+            break
+        if line.lstrip().startswith("File "):
+            frames.append(line)
+    return frames
 
 
 def wait_for_exit(process: subprocess.Popen[bytes], timeout: float) -> float:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -11,6 +9,7 @@ from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
+from ..polling import async_wait_until
 from .conftest import Node
 from .kernels import run_cell
 
@@ -179,10 +178,7 @@ async def test_resize_with_jax_imported_needs_restart(node: Node, kernels: Async
     assert record is not None and record.memory == 8 * GiB
     # The kernel ends itself; a server's restarter (here: an explicit restart) brings it back
     # with the resized slice in its environment.
-    deadline = time.monotonic() + 30
-    while await kernel.is_alive():
-        assert time.monotonic() < deadline, "the kernel did not end itself"
-        await asyncio.sleep(0.1)
+    await async_wait_until(kernel.is_alive, 30, 0.1, "the kernel's end", until=lambda alive: not alive)
     await kernels.restart_kernel(kernel_id, now=True)
     assert kernel.provisioner.pid != old_pid  # type: ignore[union-attr]
     seen = await run_cell(kernel, "import os; print(os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])")

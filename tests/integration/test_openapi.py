@@ -19,8 +19,8 @@ from openapi_spec_validator import validate as validate_openapi
 import jupyter_gpushare
 from jupyter_gpushare.sizes import GiB
 
+from ..polling import wait_until
 from .conftest import Node
-from .kernels import wait_until
 from .servers import JupyterServer, Response, start_server
 
 pytestmark = pytest.mark.integration

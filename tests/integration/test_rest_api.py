@@ -10,8 +10,8 @@ import pytest
 
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
+from ..polling import wait_until
 from .conftest import Node
-from .kernels import wait_until
 from .servers import JupyterServer, start_server
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 
 import pytest
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
@@ -17,6 +16,7 @@ from traitlets.config import Config
 
 from jupyter_gpushare.processes import is_alive
 
+from ..polling import async_wait_until
 from .conftest import Node
 from .kernels import run_cell
 
@@ -27,14 +27,6 @@ DECLARE_5G = "from jupyter_gpushare import kernel as gpu\ngpu.simulate_usage('5G
 
 def manager(**gpushare: object) -> AsyncMultiKernelManager:
     return AsyncMultiKernelManager(config=Config({"GPUShare": {"sample_interval": 0.2, **gpushare}}))
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("not reached in time")
-        await asyncio.sleep(0.1)
 
 
 def warnings_of(node: Node, kernel_id: str) -> tuple[str, ...]:
@@ -51,10 +43,20 @@ async def test_warn_marks_the_kernel_and_keeps_it_running(
         kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
         kernel = kernels.get_kernel(kernel_id)
         await run_cell(kernel, "from jupyter_gpushare import kernel as gpu\ngpu.simulate_usage('3.8G')")
-        await eventually(lambda: any("near its slice" in w for w in warnings_of(node, kernel_id)))
+        await async_wait_until(
+            lambda: any("near its slice" in w for w in warnings_of(node, kernel_id)),
+            15,
+            0.1,
+            "the near warning",
+        )
 
         await run_cell(kernel, DECLARE_5G)
-        await eventually(lambda: any("above its slice" in w for w in warnings_of(node, kernel_id)))
+        await async_wait_until(
+            lambda: any("above its slice" in w for w in warnings_of(node, kernel_id)),
+            15,
+            0.1,
+            "the above warning",
+        )
         status = await run_cell(kernel, "%gpu")
         assert "Warning: above its slice: using 5G of 4G (125%)" in status.result
         assert "over_limit_action=warn" in status.result
@@ -97,7 +99,7 @@ async def test_kill_ends_the_kernel(node: Node, caplog: pytest.LogCaptureFixture
         running = asyncio.ensure_future(
             run_cell(kernel, DECLARE_5G + "import time\ntime.sleep(30)", timeout=40)
         )
-        await eventually(lambda: not is_alive(kernel_process))
+        await async_wait_until(lambda: not is_alive(kernel_process), 15, 0.1, "the kernel killed")
         running.cancel()
         assert "over_limit_action=kill" in caplog.text
         assert "uses 5G of its 4G GPU slice (125%)" in caplog.text
@@ -117,7 +119,9 @@ async def test_saturated_device_tells_each_kernel_its_share(node: Node) -> None:
         await run_cell(kernels.get_kernel(first), code.format(60))
         await run_cell(kernels.get_kernel(second), code.format(35))
         expected = "GPU0 is saturated (95% busy): this kernel 60%, 1 other kernel 35%"
-        await eventually(lambda: expected in warnings_of(node, first))
+        await async_wait_until(
+            lambda: expected in warnings_of(node, first), 15, 0.1, "the saturation warning"
+        )
         assert "GPU0 is saturated (95% busy): this kernel 35%, 1 other kernel 60%" in warnings_of(
             node, second
         )
@@ -134,11 +138,14 @@ async def test_overcommitted_device_near_full_warns(node: Node) -> None:
         code = "from jupyter_gpushare import kernel as gpu\ngpu.simulate_usage('25G')"
         for kernel_id in (first, second, third):
             await run_cell(kernels.get_kernel(kernel_id), code)
-        await eventually(
+        await async_wait_until(
             lambda: any(
                 "GPU0 memory is 94% used while reservations are overcommitted (1.5x)" in w
                 for w in warnings_of(node, third)
-            )
+            ),
+            15,
+            0.1,
+            "the overcommit warning",
         )
     finally:
         await kernels.shutdown_all(now=True)
@@ -150,7 +157,7 @@ async def test_idle_release_frees_the_slice_and_says_why(node: Node) -> None:
         kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
         kernel = kernels.get_kernel(kernel_id)
         await run_cell(kernel, "x = 1")
-        await eventually(lambda: node.ledger.get(kernel_id) is None, timeout=10)
+        await async_wait_until(lambda: node.ledger.get(kernel_id) is None, 10, 0.1, "the idle release")
         cell = await run_cell(kernel, "print(x)")
         assert cell.stdout.strip() == "1"
         assert "GPU slice was released after" in cell.stderr

@@ -24,6 +24,7 @@ from jupyter_gpushare.errors import (
 )
 from jupyter_gpushare.processes import current_process, identify
 from jupyter_gpushare.sizes import ACCEPTED_FORMS
+from tests.polling import async_wait_until
 
 GiB = 2**30
 
@@ -111,11 +112,8 @@ async def test_a_queued_request_is_placed_when_memory_comes_back(service: LocalB
     waiting = asyncio.create_task(
         service.acquire("k2", service.check("8G"), on_wait=lambda *wait: waits.append(wait))
     )
-    for _ in range(200):
-        if waits:
-            break
-        await asyncio.sleep(0.01)
-    assert waits and waits[0][0] == 1
+    await async_wait_until(lambda: waits, 2, 0.01, "the wait reported")
+    assert waits[0][0] == 1
     assert "free on GPU0" in waits[0][1]
     assert service.ledger.queue_position("k2") == 1
     assert not waiting.done()
@@ -136,10 +134,7 @@ async def test_queue_timeout_withdraws_the_request(tmp_path: Path) -> None:
 async def test_cancelling_a_wait_withdraws_the_request(service: LocalBackend) -> None:
     await service.acquire("k1", service.check("12G"))
     waiting = asyncio.create_task(service.acquire("k2", service.check("8G")))
-    for _ in range(200):
-        if service.ledger.get("k2") is not None:
-            break
-        await asyncio.sleep(0.01)
+    await async_wait_until(lambda: service.ledger.get("k2") is not None, 2, 0.01, "k2 queued")
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting

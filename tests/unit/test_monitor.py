@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.processes import identify, is_alive
 from jupyter_gpushare.sizes import GiB
+from tests.polling import wait_until
 
 
 @pytest.fixture
@@ -52,9 +52,8 @@ async def test_over_limit_acts_once_and_records_why(
     # The kernel's own report is kept, not overwritten by the sampler.
     assert (record.memory_used, record.utilization, record.usage_source) == (5 * GiB, 20, "simulated")
 
-    deadline = time.monotonic() + 5
-    while action != "warn" and is_alive(identity) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    if action != "warn":
+        wait_until(lambda: not is_alive(identity), 5, 0.05, f"the end of `sleep` by {action}")
     # `sleep` dies of SIGINT and of SIGKILL alike; "warn" leaves it running.
     assert is_alive(identity) is (action == "warn")
 

@@ -1,23 +1,23 @@
-"""Dynamic Resource Allocation for the simulated cluster (k8s_sim.py): ``resource.k8s.io/v1``
-ResourceSlices, ResourceClaims and DeviceClasses, and an allocator that plays the DRA part of the
-scheduler and the claim garbage collector.
+"""Dynamic Resource Allocation in the simulated cluster: the DRA part of the scheduler, the
+resourceclaim controller and the claim garbage collector, acting on the ``resource.k8s.io/v1``
+kinds an API server made with ``dra=True`` serves (api.py).
 
-* The API server serves the three kinds with the semantics of the others (selectors, 404/409,
-  metadata); ResourceClaims are namespaced, listed per namespace or across all of them.
-* :class:`DraSimulation` publishes a driver's ResourceSlices and DeviceClasses when the node
-  starts. When the scheduler considers a pod, the pod waits until every claim it names exists;
-  then, node by node, each claim's request (``exactly``, or the first ``firstAvailable``
-  subrequest that can be met) is matched against the node's devices: the DeviceClass's and the
-  request's CEL selectors (the subset of k8s_cel.py), availability (a device without
-  ``allowMultipleAllocations`` holds one claim; one with it holds claims while their consumed
-  capacity fits: the requested amount, else the capacity's request-policy default, else all of
-  it), and the count. A pod whose claims can be met on a node gets ``status.allocation`` (results,
-  consumed capacity, the claim's opaque config, a node selector) and ``reservedFor`` written on
-  each claim and is bound there; otherwise it stays pending with the scheduler's words, "0/N
-  nodes are available: N cannot allocate all claims.". Allocation happens one pod at a time, as
-  the scheduler's does, so capacity is never handed out twice.
-* A claim owned by a pod that is gone is deleted (the garbage collector); a pod that ended or
-  went leaves ``reservedFor``, and a claim nobody reserves any more is deallocated.
+* :class:`DraSimulation` publishes a driver's ResourceSlices and DeviceClasses (dra_devices.py
+  builds them) when the node starts. When the scheduler (scheduler.py) considers a pod, the pod
+  waits until every claim it names exists; then, node by node, each claim's request
+  (``exactly``, or the first ``firstAvailable`` subrequest that can be met) is matched against the
+  node's devices: the DeviceClass's and the request's CEL selectors (the subset of cel.py),
+  availability (a device without ``allowMultipleAllocations`` holds one claim; one with it holds
+  claims while their consumed capacity fits: the requested amount, else the capacity's
+  request-policy default, else all of it), and the count. A pod whose claims can be met on a node
+  gets ``status.allocation`` (results, consumed capacity, the claim's opaque config, a node
+  selector) and ``reservedFor`` written on each claim and is bound there; otherwise it stays
+  pending with the scheduler's words, "0/N nodes are available: N cannot allocate all claims.".
+  Allocation happens one pod at a time, as the scheduler's does, so capacity is never handed out
+  twice.
+* Claims are made from the ResourceClaimTemplates pods name (the resourceclaim controller); a
+  claim owned by a pod that is gone is deleted (the garbage collector); a pod that ended or went
+  leaves ``reservedFor``, and a claim nobody reserves any more is deallocated.
 
 Verified against the emulator only: no real kube-scheduler, DRA driver or kubelet plugin runs,
 so device preparation (CDI, MPS daemons, HAMi-core) is not exercised.
@@ -32,156 +32,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import kmock
-
-from .k8s_cel import Quantity, compile_selector, device_view
-from .k8s_sim import DELETE_ANSWERS_OBJECT, FIELDS, KINDS, NAMESPACED, PODS, ApiServer, SimNode
-
-RESOURCE_SLICES = kmock.resource("resource.k8s.io", "v1", "resourceslices")
-RESOURCE_CLAIMS = kmock.resource("resource.k8s.io", "v1", "resourceclaims")
-RESOURCE_CLAIM_TEMPLATES = kmock.resource("resource.k8s.io", "v1", "resourceclaimtemplates")
-DEVICE_CLASSES = kmock.resource("resource.k8s.io", "v1", "deviceclasses")
-CANNOT_ALLOCATE = "cannot allocate all claims"
-
-
-def serve_dra_kinds() -> None:
-    """Let the emulator's API server serve the DRA kinds (idempotent; call before it starts)."""
-    KINDS.update(
-        {
-            RESOURCE_SLICES: "ResourceSlice",
-            RESOURCE_CLAIMS: "ResourceClaim",
-            RESOURCE_CLAIM_TEMPLATES: "ResourceClaimTemplate",
-            DEVICE_CLASSES: "DeviceClass",
-        }
-    )
-    NAMESPACED.update({RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES})
-    DELETE_ANSWERS_OBJECT.update({RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES, DEVICE_CLASSES})
-    FIELDS[RESOURCE_CLAIM_TEMPLATES] = {"metadata.name", "metadata.namespace"}
-    FIELDS[RESOURCE_SLICES] = {"metadata.name", "spec.nodeName", "spec.driver"}
-    FIELDS[RESOURCE_CLAIMS] = {"metadata.name", "metadata.namespace"}
-    FIELDS[DEVICE_CLASSES] = {"metadata.name"}
-
-
-# ---- what drivers publish ---------------------------------------------------------------------
-
-
-def device_class(name: str, driver: str, device_type: str) -> dict[str, Any]:
-    expression = f"device.driver == '{driver}' && device.attributes['{driver}'].type == '{device_type}'"
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
-    }
-
-
-def resource_slice(node: str, driver: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{driver}"},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
-
-
-def nvidia_gpu(
-    index: int, memory: str = "80Gi", product: str = "NVIDIA A100-SXM4-80GB", shared: bool = False
-) -> dict[str, Any]:
-    """A full GPU as NVIDIA's DRA driver publishes it (``shared``: its consumable shares on)."""
-    device: dict[str, Any] = {
-        "name": f"gpu-{index}",
-        "attributes": {
-            "type": {"string": "gpu"},
-            "uuid": {"string": f"GPU-{uuid.uuid4()}"},
-            "productName": {"string": product},
-            "architecture": {"string": "Ampere"},
-            "cudaComputeCapability": {"version": "8.0.0"},
-        },
-        "capacity": {"memory": {"value": memory}},
-    }
-    if shared:
-        device["allowMultipleAllocations"] = True
-        device["capacity"]["memory"]["requestPolicy"] = {
-            "default": memory,
-            "validRange": {"min": "1Mi", "max": memory, "step": "1Mi"},
-        }
-    return device
-
-
-def nvidia_mig(parent: int, profile: str, number: int) -> dict[str, Any]:
-    memory_gb = int(profile.split(".")[1].removesuffix("gb"))
-    return {
-        "name": f"gpu-{parent}-mig-{profile.replace('.', '')}-{number}",
-        "attributes": {
-            "type": {"string": "mig"},
-            "uuid": {"string": f"MIG-{uuid.uuid4()}"},
-            "parentUUID": {"string": f"GPU-parent-{parent}"},
-            "profile": {"string": profile},
-            "productName": {"string": "NVIDIA A100-SXM4-80GB"},
-        },
-        "capacity": {"memory": {"value": f"{memory_gb}Gi"}, "multiprocessors": {"value": "14"}},
-    }
-
-
-def hami_gpu(index: int, memory: str = "80Gi") -> dict[str, Any]:
-    """A GPU as HAMi's DRA driver publishes it: memory and cores consumable by many claims."""
-    return {
-        "name": f"hami-gpu-{index}",
-        "attributes": {
-            "type": {"string": "hami-gpu"},
-            "uuid": {"string": f"GPU-{uuid.uuid4()}"},
-            "productName": {"string": "NVIDIA A100-SXM4-80GB"},
-        },
-        "capacity": {
-            "memory": {
-                "value": memory,
-                "requestPolicy": {
-                    "default": memory,
-                    "validRange": {"min": "1Mi", "max": memory, "step": "1Mi"},
-                },
-            },
-            "cores": {
-                "value": "100",
-                "requestPolicy": {"default": "100", "validRange": {"min": "0", "max": "100", "step": "1"}},
-            },
-        },
-        "allowMultipleAllocations": True,
-    }
-
-
-NVIDIA = "gpu.nvidia.com"
-HAMI = "hami-core-gpu.project-hami.io"
-
-
-def dra_nodes(count: int = 4) -> list[SimNode]:
-    """Nodes with no extended GPU resources: their GPUs are in ResourceSlices."""
-    return [SimNode(f"gpu-node-{index}", {}) for index in range(1, count + 1)]
-
-
-def nvidia_cluster(count: int = 4, mig_node: bool = True, shared: bool = False) -> DraSimulation:
-    """NVIDIA's driver: one 80 GiB A100 per node; the last node's card split into MIG devices
-    (two 1g.10gb, one 3g.40gb) where ``mig_node``."""
-    slices = []
-    for index in range(1, count + 1):
-        node = f"gpu-node-{index}"
-        if mig_node and index == count:
-            devices = [nvidia_mig(0, "1g.10gb", 0), nvidia_mig(0, "1g.10gb", 1), nvidia_mig(0, "3g.40gb", 0)]
-        else:
-            devices = [nvidia_gpu(0, shared=shared)]
-        slices.append(resource_slice(node, NVIDIA, devices))
-    classes = [device_class("gpu.nvidia.com", NVIDIA, "gpu"), device_class("mig.nvidia.com", NVIDIA, "mig")]
-    return DraSimulation(slices, classes)
-
-
-def hami_cluster(count: int = 4) -> DraSimulation:
-    slices = [resource_slice(f"gpu-node-{index}", HAMI, [hami_gpu(0)]) for index in range(1, count + 1)]
-    return DraSimulation(slices, [device_class(HAMI, HAMI, "hami-gpu")])
-
+from .api import ApiServer
+from .cel import Quantity, compile_selector, device_view
+from .nodes import SimNode
+from .resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 # ---- allocation -------------------------------------------------------------------------------
 
@@ -607,20 +461,3 @@ def consumed_per_device(
             amount = Quantity.parse(str(consumed)).value if consumed is not None else capacity.get(key, 0)
             held[key] = held.get(key, 0) + amount
     return {key: (held.get(key, 0), total) for key, total in capacity.items()}
-
-
-__all__ = [
-    "CANNOT_ALLOCATE",
-    "DEVICE_CLASSES",
-    "HAMI",
-    "NVIDIA",
-    "RESOURCE_CLAIMS",
-    "RESOURCE_CLAIM_TEMPLATES",
-    "RESOURCE_SLICES",
-    "DraSimulation",
-    "consumed_per_device",
-    "dra_nodes",
-    "hami_cluster",
-    "nvidia_cluster",
-    "serve_dra_kinds",
-]

@@ -1,0 +1,10 @@
+"""A jupyter server on the Kubernetes backend: the cluster as its pool, kernel pods as its slices.
+
+A real ``jupyter server`` process talks to the emulated API server (list + watch) and starts
+real kernels in pods the simulated node runs as local processes. What the tests read is what
+the panel reads: ``GET pool``, ``GET kernels``, and what ``%gpu`` prints inside a pod kernel.
+
+test_pool.py: the watch, the pool it gives, ``jupyter gpushare status``; test_pod_kernels.py:
+kernel pods started, run, resized, refused and reconnected to through the server's REST API;
+test_usage_reports.py: the kernel's own routes and HAMi's metrics as sources of use.
+"""
