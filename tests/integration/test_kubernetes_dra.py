@@ -42,7 +42,7 @@ from .k8s_sim import (
     hami_cluster,
     nvidia_cluster,
 )
-from .kernels import run_cell, write_kernelspec
+from .kernels import kernel_manager, run_cell, write_kernelspec
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,7 @@ def manager(preset: str, **gpushare: object) -> AsyncMultiKernelManager:
     config = Config(
         {"GPUShare": settings, "KubernetesProvisioner": {"poll_interval": 0.1, "unschedulable_grace": 0.5}}
     )
-    return AsyncMultiKernelManager(config=config, connection_dir=os.environ["JUPYTER_RUNTIME_DIR"])
+    return kernel_manager(config)
 
 
 def idle_kernelspec(node: Node, name: str, config: dict[str, object]) -> None:
