@@ -294,11 +294,12 @@ def _check_rbac(cluster: Any, dra: bool = False) -> Check:
             "RBAC",
             "FAIL",
             f"not allowed in namespace {cluster.namespace}: {', '.join(missing)}",
-            "apply examples/kubernetes/rbac.yaml (and rbac-dra.yaml with a DRA preset) to the "
-            "server's service account",
+            "apply examples/kubernetes/rbac.yaml and rbac-dra.yaml to the server's service account"
+            if dra
+            else "apply examples/kubernetes/rbac.yaml to the server's service account",
         )
-    claims = " and ResourceClaims" if dra else ""
-    return Check("RBAC", "OK", f"may create and delete kernel pods, Secrets{claims} in {cluster.namespace}")
+    objects = "kernel pods, Secrets and ResourceClaims" if dra else "kernel pods and Secrets"
+    return Check("RBAC", "OK", f"may create and delete {objects} in {cluster.namespace}")
 
 
 TEST_KERNEL_CODE = """
