@@ -72,6 +72,8 @@ def test_doctor_reports_dra_facts_of_nvidias_driver(
     assert found["consumable capacity"]["detail"].startswith("off: each of the 6 gpu.nvidia.com device(s)")
     assert found["GPU devices"]["detail"] == "3 GPU(s) and 3 MIG device(s) of gpu.nvidia.com on 4 node(s)"
     assert "GPU resources" not in found  # the device plugins' extended resources do not apply
+    # The emulator has no authorization API: the fix names the DRA Role too.
+    assert "rbac-dra.yaml" in found["RBAC"]["fix"]
 
 
 def test_doctor_reports_hamis_consumable_capacity(

@@ -340,33 +340,6 @@ async def test_a_single_user_server_gets_a_claim_created_with_its_pod_and_gone_w
     await eventually(lambda: claims(hami) == [], what="the claim gone with its pod")
 
 
-def test_doctor_reports_the_dra_api_the_device_classes_and_consumable_capacity(
-    nvidia: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from jupyter_gpushare.cli import main
-
-    monkeypatch.setenv("JUPYTER_GPUSHARE_BACKEND", "kubernetes")
-    monkeypatch.setenv("JUPYTER_GPUSHARE_NAMESPACE", NAMESPACE)
-    monkeypatch.setenv("JUPYTER_GPUSHARE_RESOURCE_PRESET", "nvidia-dra")
-    main(["doctor", "--json", "--no-kernel"])
-    found = {check["name"]: check for check in json.loads(capsys.readouterr().out)["checks"]}
-    assert found["DRA"]["status"] == "OK", found["DRA"]
-    assert found["DRA"]["detail"].startswith("resource.k8s.io/v1 ")
-    assert found["device classes"] == {
-        "name": "device classes",
-        "status": "OK",
-        "detail": "gpu.nvidia.com, mig.nvidia.com",
-        "fix": "",
-    }
-    # NVIDIA's driver without its consumable shares: each claim holds a device alone.
-    assert found["consumable capacity"]["status"] == "WARN"
-    assert found["consumable capacity"]["detail"].startswith("off: each of the 6 gpu.nvidia.com device(s)")
-    assert found["GPU devices"]["detail"] == "3 GPU(s) and 3 MIG device(s) of gpu.nvidia.com on 4 node(s)"
-    assert "GPU resources" not in found  # no extended resources to look for under DRA
-    # The emulator has no authorization API: the fix names the DRA Role too.
-    assert "rbac-dra.yaml" in found["RBAC"]["fix"]
-
-
 async def test_a_yaml_profile_server_gets_its_claim_from_a_template(hami: SimulatedCluster) -> None:
     """static_profiles (Zero to JupyterHub YAML) refer the server pod to a ResourceClaimTemplate:
     Kubernetes' claim controller (here the emulator's) makes the pod's claim from it, owned by
