@@ -37,6 +37,7 @@ from .stream import StreamHub
 
 START_ANSWER_WITHIN = 1.0  # seconds POST kernels waits before answering "queued"
 START_WAIT_LIMIT = 120.0  # seconds POST waits for a placed kernel's process to come up
+WITHDRAWN_WITHIN = 5.0  # seconds DELETE kernels/{id}/gpu waits for a cancelled start to withdraw
 KEPT_SIZE = "; the kernel kept its previous size"
 RESTARTED_WITH_SIZE = "; the kernel restarted with its previous size"
 
@@ -207,6 +208,9 @@ class GPUShareContext:
             and await asyncio.to_thread(self.backend.is_waiting, kernel_id)
         ):
             self.cancel_start(kernel_id)
+            # Answer once the cancelled start has withdrawn its request, so the client's next
+            # read (or anyone's) no longer finds it queued.
+            await asyncio.wait([start.task], timeout=WITHDRAWN_WITHIN)
             return
         await asyncio.to_thread(self.backend.release, kernel_id)
 

@@ -245,7 +245,9 @@ def test_kernel_actions_are_commands_in_the_palette(page: Any, lab: Lab) -> None
         lambda: page.evaluate("() => window.jupyterapp.commands.isEnabled('gpushare:release-kernel')"),
         what="the release command to be enabled",
     )
-    page.keyboard.press("Control+Shift+C")
+    # Opened by its command: the shortcut goes wherever the focus is, which a slow start may
+    # leave outside the notebook.
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:activate-command-palette')")
     palette = page.locator("#command-palette")
     palette.locator("input").fill("Release the GPU Slice of This Kernel")
     enabled = palette.locator(".lm-CommandPalette-item:not(.lm-mod-disabled)")
