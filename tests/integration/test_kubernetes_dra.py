@@ -103,6 +103,24 @@ def hami(node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     yield from simulated(node, tmp_path, monkeypatch, hami_cluster())
 
 
+@pytest.fixture
+def spawner_cluster(hami: SimulatedCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SimulatedCluster]:
+    """The HAMi cluster, with KubeSpawner's kubeconfig pointing at it.
+
+    KubeSpawner loads its kubeconfig once per process (an lru_cache) when first constructed, from
+    where kubernetes_asyncio looked at its import ($KUBECONFIG then: unset if a unit test module
+    imported it during collection). Point that at the emulator and load afresh, whatever ran
+    before; forget it afterwards, so no later spawner is left with a cluster that is gone.
+    """
+    import kubernetes_asyncio.config.kube_config as kube_config
+    from kubespawner.clients import load_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(hami.kubeconfig))
+    load_config.cache_clear()
+    yield hami
+    load_config.cache_clear()
+
+
 def claims(cluster: SimulatedCluster) -> list[dict[str, Any]]:
     return cluster.objects(RESOURCE_CLAIMS)
 
@@ -285,7 +303,7 @@ async def test_twenty_concurrent_starts_never_over_consume_capacity(hami: Simula
 
 
 async def test_a_single_user_server_gets_a_claim_created_with_its_pod_and_gone_with_it(
-    hami: SimulatedCluster,
+    spawner_cluster: SimulatedCluster,
 ) -> None:
     """KubeSpawner's hooks from gpu_profiles(preset="hami-dra"), against the emulator's API: the
     server pod refers to its claim, the claim is created once the pod exists (replacing a stale
@@ -307,7 +325,7 @@ async def test_a_single_user_server_gets_a_claim_created_with_its_pod_and_gone_w
         }
     )
     configuration = Configuration()
-    configuration.host = hami.url
+    configuration.host = spawner_cluster.url
     async with ApiClient(configuration) as client:
         spawner = KubeSpawner(config=config, _mock=True)
         spawner.api = CoreV1Api(client)  # KubeSpawner's client, pointed at the emulator
@@ -320,27 +338,29 @@ async def test_a_single_user_server_gets_a_claim_created_with_its_pod_and_gone_w
             "metadata": {"name": f"{spawner.pod_name}-gpu", "namespace": NAMESPACE},
             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "nothing"}}]}},
         }
-        hami.add(RESOURCE_CLAIMS, stale)
+        spawner_cluster.add(RESOURCE_CLAIMS, stale)
         created = await spawner.api.create_namespaced_pod(NAMESPACE, manifest)
         pod = client.sanitize_for_serialization(created)
         await spawner.after_pod_created_hook(spawner, pod)
 
     def running() -> bool:
-        return [(p["status"].get("phase"), p["metadata"]["uid"]) for p in hami.pods()] == [
+        return [(p["status"].get("phase"), p["metadata"]["uid"]) for p in spawner_cluster.pods()] == [
             ("Running", pod["metadata"]["uid"])
         ]
 
     await eventually(running, what="the server pod running")
-    [claim] = claims(hami)
+    [claim] = claims(spawner_cluster)
     assert claim["metadata"]["name"] == f"{spawner.pod_name}-gpu"
     assert claim["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert result["consumedCapacity"] == {"memory": "4Gi", "cores": "20"}
-    hami.remove(PODS, NAMESPACE, pod["metadata"]["name"])
-    await eventually(lambda: claims(hami) == [], what="the claim gone with its pod")
+    spawner_cluster.remove(PODS, NAMESPACE, pod["metadata"]["name"])
+    await eventually(lambda: claims(spawner_cluster) == [], what="the claim gone with its pod")
 
 
-async def test_a_yaml_profile_server_gets_its_claim_from_a_template(hami: SimulatedCluster) -> None:
+async def test_a_yaml_profile_server_gets_its_claim_from_a_template(
+    spawner_cluster: SimulatedCluster,
+) -> None:
     """static_profiles (Zero to JupyterHub YAML) refer the server pod to a ResourceClaimTemplate:
     Kubernetes' claim controller (here the emulator's) makes the pod's claim from it, owned by
     the pod; the scheduler allocates it; it goes with the pod."""
@@ -350,7 +370,7 @@ async def test_a_yaml_profile_server_gets_its_claim_from_a_template(hami: Simula
     from jupyter_gpushare.hub import claim_templates, static_profiles
 
     for template in claim_templates(["4G"], "vgpu", preset="hami-dra", cores=20, namespace=NAMESPACE):
-        hami.add(RESOURCE_CLAIM_TEMPLATES, template)
+        spawner_cluster.add(RESOURCE_CLAIM_TEMPLATES, template)
     profiles = static_profiles(["4G"], "vgpu", preset="hami-dra", cores=20)
     config = Config(
         {
@@ -363,7 +383,7 @@ async def test_a_yaml_profile_server_gets_its_claim_from_a_template(hami: Simula
         }
     )
     configuration = Configuration()
-    configuration.host = hami.url
+    configuration.host = spawner_cluster.url
     async with ApiClient(configuration) as client:
         spawner = KubeSpawner(config=config, _mock=True)
         spawner.user_options = {"profile": "gpu", "gpu": "4g"}
@@ -372,15 +392,16 @@ async def test_a_yaml_profile_server_gets_its_claim_from_a_template(hami: Simula
         uid = created.metadata.uid
 
     await eventually(
-        lambda: [p["status"].get("phase") for p in hami.pods()] == ["Running"], what="the server pod running"
+        lambda: [p["status"].get("phase") for p in spawner_cluster.pods()] == ["Running"],
+        what="the server pod running",
     )
-    [claim] = claims(hami)
-    [pod] = hami.pods()
+    [claim] = claims(spawner_cluster)
+    [pod] = spawner_cluster.pods()
     assert pod["status"]["resourceClaimStatuses"] == [
         {"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}
     ]
     assert claim["metadata"]["ownerReferences"][0]["uid"] == uid
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert result["consumedCapacity"] == {"memory": "4Gi", "cores": "20"}
-    hami.remove(PODS, NAMESPACE, pod["metadata"]["name"])
-    await eventually(lambda: claims(hami) == [], what="the claim gone with its pod")
+    spawner_cluster.remove(PODS, NAMESPACE, pod["metadata"]["name"])
+    await eventually(lambda: claims(spawner_cluster) == [], what="the claim gone with its pod")
