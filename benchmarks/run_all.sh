@@ -40,5 +40,7 @@ run benchmarks/ledger_throughput.py "${quick[@]}"
 run benchmarks/packing.py "${quick[@]}" --plot docs/packing.png
 run benchmarks/api_latency.py "${quick[@]}"
 run benchmarks/sampler.py "${quick[@]}"
+run benchmarks/broker_start.py "${quick[@]}"
+run benchmarks/broker_cluster.py "${quick[@]}"
 echo | tee -a "$out"
 echo "written to $out" >&2

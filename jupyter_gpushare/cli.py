@@ -79,6 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.add_argument("--no-kernel", action="store_true", help="skip starting a test kernel")
 
+    broker = commands.add_parser(
+        "broker",
+        help="run the GPU broker: the one process that holds the ledger or the cluster for many users",
+    )
+    broker.add_argument("--socket", metavar="PATH", help="serve on this Unix socket (a team box)")
+    broker.add_argument("--ip", metavar="IP", help="serve HTTP on this address (a JupyterHub service)")
+    broker.add_argument(
+        "--port", metavar="N", type=int, help="HTTP port (default: GPUShareBroker.port, 8765)"
+    )
+    broker.add_argument(
+        "--backend", choices=["local", "kubernetes"], help="what it holds (default: GPUShare.backend)"
+    )
+
     kernelspec = commands.add_parser("kernelspec", help="manage gpushare kernelspecs")
     kernelspec_commands = kernelspec.add_subparsers(dest="kernelspec_command", metavar="ACTION")
     kernelspec_commands.required = True
@@ -110,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _render_pod(arguments)
         if arguments.command == "profiles":
             return _profiles(arguments)
+        if arguments.command == "broker":
+            return _broker(arguments)
         if arguments.command == "doctor":
             from .doctor import report, run_checks
 
@@ -128,8 +143,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2  # pragma: no cover - parser.error exits
 
 
+def _broker(arguments: argparse.Namespace) -> int:
+    from .broker.app import run
+    from .broker.settings import load_broker_settings
+
+    settings = load_settings()
+    if arguments.backend:
+        settings.backend = arguments.backend
+    run(
+        settings,
+        load_broker_settings({"socket": arguments.socket, "ip": arguments.ip, "port": arguments.port}),
+    )
+    return 0
+
+
 def _status(as_json: bool) -> int:
-    # The local backend reconciles the ledger as it opens it; the Kubernetes one lists the cluster.
+    # The local backend reconciles the ledger as it opens it (a broker's client asks the broker
+    # to); the Kubernetes one lists the cluster.
     backend = backend_for(load_settings())
     backend.check_access()  # a pool that cannot be read at all: one sentence, exit status 1
     status: StatusPayload = {"pool": backend.pool(), "kernels": backend.all_kernels()}

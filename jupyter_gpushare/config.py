@@ -159,7 +159,11 @@ class GPUShare(Configurable):
     )
     service_account = Unicode("", config=True, help="serviceAccountName of kernel pods.")
     encrypt = Bool(
-        True, config=True, help="CurveZMQ encryption of the traffic between the server and kernel pods."
+        True,
+        config=True,
+        help="CurveZMQ encryption of kernel traffic: between the server and kernel pods, and of "
+        "local kernels wherever other users share the node (a broker, or a ledger file other "
+        "users may write). Elsewhere c.KernelManager.transport_encryption = 'required' turns it on.",
     )
     node_selector = Dict(config=True, help="nodeSelector of kernel pods.")
     tolerations = List(Dict(), config=True, help="tolerations of kernel pods.")
@@ -245,6 +249,16 @@ class GPUShare(Configurable):
         help="Metric names at usage_metrics_url that carry a pod's GPU memory use in bytes.",
     )
 
+    # ---- many users: the broker (SPEC §13) -----------------------------------------------------
+    broker_url = Unicode(
+        "",
+        config=True,
+        help="The GPU broker this process uses instead of opening the node ledger or the cluster "
+        "itself: 'unix:/run/jupyter-gpushare/broker.sock' (a team box) or "
+        "'http://gpushare-broker:8765/' (a JupyterHub service). Identity and limits then come from "
+        f"the broker. Empty (default): everything runs embedded, for one user. Also ${env_names.BROKER_URL}.",
+    )
+
     reconcile_on_start = Bool(
         True, config=True, help="Release slices of dead kernels when the pool is first opened."
     )
@@ -288,6 +302,13 @@ class GPUShare(Configurable):
             raise ValueError(f"GPUShare.{proposal['trait'].name} must not be negative")
         return value
 
+    @validate("broker_url")
+    def _check_broker_url(self, proposal: Any) -> str:
+        value = str(proposal["value"]).strip()
+        if value and broker_address_problem(value):
+            raise ValueError(f"GPUShare.broker_url: {broker_address_problem(value)}")
+        return value
+
     @validate("server_url", "usage_metrics_url")
     def _check_url(self, proposal: Any) -> str:
         value = str(proposal["value"]).strip()
@@ -307,6 +328,9 @@ class GPUShare(Configurable):
     def effective_ledger_path(self) -> Path:
         path = self.ledger_path or os.environ.get(env_names.LEDGER_PATH, "")
         return Path(path).expanduser() if path else Path(jupyter_runtime_dir()) / LEDGER_FILENAME
+
+    def effective_broker_url(self) -> str:
+        return self.broker_url or os.environ.get(env_names.BROKER_URL, "").strip()
 
     def effective_owner(self) -> str:
         return (
@@ -338,6 +362,26 @@ class GPUShare(Configurable):
         if self.dra_consumable_capacity is not None:
             names["consumable_capacity"] = bool(self.dra_consumable_capacity)
         return names
+
+
+def broker_address_problem(url: str) -> str | None:
+    """Why ``url`` is not a broker address (None when it is): ``unix:/absolute/path`` or an
+    ``http(s)://`` URL with a host."""
+    if url.startswith("unix:"):
+        path = url.removeprefix("unix:")
+        return (
+            None
+            if path.startswith("/")
+            else "a Unix socket needs an absolute path, as in unix:/run/jupyter-gpushare/broker.sock, "
+            f"not {url!r}"
+        )
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme in ("http", "https") and parsed.hostname:
+        return None
+    return (
+        "the broker's address is unix:/path/to/broker.sock or an http:// or https:// URL with a host, "
+        f"such as 'http://gpushare-broker:8765/', not {url!r}"
+    )
 
 
 def load_settings(
@@ -409,7 +453,8 @@ def _with_environment(config: Config) -> Config:
     return merged
 
 
-def _config_from_files() -> Config:
+def _config_from_files(sections: tuple[str, ...] = ("GPUShare",)) -> Config:
+    """The ``sections`` of the ``jupyter_server_config`` files on the Jupyter config path."""
     merged = Config()
     # jupyter_config_path() lists the most specific directory first; apply it last.
     for directory in reversed(jupyter_config_path()):
@@ -420,6 +465,10 @@ def _config_from_files() -> Config:
             if not os.path.isfile(os.path.join(directory, filename)):
                 continue
             loaded = loader_class(filename, path=directory).load_config()
-            if "GPUShare" in loaded:
-                merged.merge(Config({"GPUShare": loaded["GPUShare"]}))
+            for section in sections:
+                if section in loaded:
+                    merged.merge(Config({section: loaded[section]}))
     return merged
+
+
+config_from_files = _config_from_files

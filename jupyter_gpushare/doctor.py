@@ -113,6 +113,30 @@ def check_ledger(settings: GPUShare) -> Check:
     return Check("ledger", "OK", f"{path} ({len(records)} slice(s) or queued request(s))")
 
 
+def check_broker(settings: GPUShare) -> Check:
+    """With ``broker_url``: the broker answers, and says who it takes this user for."""
+    from .backends.transport import BrokerClient
+    from .errors import GPUShareError
+
+    url = settings.effective_broker_url()
+    try:
+        info = BrokerClient(url).call("GET", "info")
+    except GPUShareError as error:
+        return Check(
+            "broker",
+            "FAIL",
+            str(error),
+            "start the broker (jupyter gpushare broker, or its systemd unit / hub service), or fix "
+            "c.GPUShare.broker_url",
+        )
+    admin = ", an admin" if info.get("admin") else ""
+    return Check(
+        "broker",
+        "OK",
+        f"{url}: {info.get('backend')} backend ({info.get('location')}); you are {info.get('user')}{admin}",
+    )
+
+
 def check_kernelspecs() -> Check:
     from jupyter_client.kernelspec import KernelSpecManager
 
@@ -387,14 +411,16 @@ async def _run_test_kernel(size: str) -> dict[str, Any]:
 
 def run_checks(settings: GPUShare, *, kernel: bool = True) -> list[Check]:
     inventory = discover(settings.effective_simulate())
+    # With a broker, the ledger and the cluster are the broker's: this user reaches neither.
+    shared = [check_broker(settings)] if settings.effective_broker_url() else None
     checks = [
         check_gpus(inventory),
         check_mig(inventory),
         check_mps(settings, inventory),
         check_vgpu(settings),
-        check_ledger(settings),
+        *(shared or [check_ledger(settings)]),
         check_kernelspecs(),
-        *check_cluster(settings),
+        *([] if shared else check_cluster(settings)),
     ]
     if kernel:
         checks.append(check_test_kernel(inventory))

@@ -35,6 +35,7 @@ DEFAULT_MODE = trait_variable("default_mode")
 SAMPLE_INTERVAL = trait_variable("sample_interval")
 IDLE_RELEASE_AFTER = trait_variable("idle_release_after")
 MAX_MEMORY_PER_USER = trait_variable("max_memory_per_user")
+BROKER_URL = trait_variable("broker_url")
 GPU_SIZE = "JUPYTER_GPUSHARE_GPU_SIZE"  # the size a JupyterHub profile picked for a user's server
 
 # Variables that describe one kernel's slice. A server started inside a gpushare kernel inherits

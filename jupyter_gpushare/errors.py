@@ -101,6 +101,19 @@ class BackendUnavailableError(GPUShareError):
     status = 503
 
 
+class NotAuthenticatedError(GPUShareError):
+    """A caller of the broker presented no identity it can check (no token, an unknown one)."""
+
+    status = 401
+
+
+class TokenRefusedError(GPUShareError):
+    """The broker's hub does not accept the presented token (unknown, expired, revoked, or not
+    a user's)."""
+
+    status = 403
+
+
 class LedgerError(BackendUnavailableError):
     """The node ledger file cannot be used now; the message names the file and the fix.
 

@@ -100,6 +100,9 @@ def install_kernelspecs(
     for name, spec in specs:
         with tempfile.TemporaryDirectory() as staging:
             (Path(staging) / "kernel.json").write_text(json.dumps(spec, indent=2) + "\n")
+            # The copy keeps the staging directory's mode (0700): every user must read a
+            # kernelspec installed for the system or a shared environment.
+            Path(staging).chmod(0o755)
             (Path(staging) / LOGO).write_text(_resource(LOGO))
             destination = manager.install_kernel_spec(staging, kernel_name=name, user=user, prefix=prefix)
         installed.append((name, destination))

@@ -124,6 +124,7 @@ class Waiting:
 @dataclass(frozen=True)
 class Refused:
     reason: str
+    timed_out: bool = False  # waited ``queue_timeout`` seconds in the queue
 
 
 Outcome = Placed | Waiting | Refused

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..config import GPUShare
+from ..devices import Device
 from ..payloads import KernelPayload, PoolPayload
 from ..preview import Preview
-from ..records import UsageReport
+from ..records import ProcessIdentity, SliceRecord, UsageReport
 from ..slice_request import SliceRequest
+
+WaitCallback = Callable[[int, str], None]  # (queue position, reason) while a request waits
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,19 @@ class ServerHooks:
 class Backend(Protocol):
     """The pool and its slices as one process sees them."""
 
-    name: str  # "local" or "kubernetes": the ``backend`` field of ``GET pool``
     settings: GPUShare
-    owner: str  # whose kernels this process starts and shows in full
-    remote_kernels: bool  # kernels run elsewhere (pods) and reach the server over the network
+
+    @property
+    def name(self) -> str:
+        """``local`` or ``kubernetes``: the ``backend`` field of ``GET pool``."""
+
+    @property
+    def owner(self) -> str:
+        """Whose kernels this process starts and shows in full."""
+
+    @property
+    def remote_kernels(self) -> bool:
+        """Whether kernels run elsewhere (pods) and reach the server over the network."""
 
     def pool(self) -> PoolPayload:
         """``GET pool``: devices, reservations, the queue; other users' slices anonymous."""
@@ -112,4 +124,56 @@ class Backend(Protocol):
         """A server in this process lends its hooks (see :class:`ServerHooks`)."""
 
 
-__all__ = ["Backend", "ServerHooks", "ServerKernels"]
+class NodeSlices(Backend, Protocol):
+    """What local kernels' starts (the local provisioner) and the kernels themselves (``%gpu``)
+    use on top of the service API: the node ledger in this process (:mod:`.local`), or the
+    broker that holds it (:mod:`.remote`)."""
+
+    async def acquire(
+        self,
+        kernel_id: str,
+        request: SliceRequest,
+        *,
+        kernel_name: str = "",
+        path: str = "",
+        on_wait: WaitCallback | None = None,
+    ) -> SliceRecord:
+        """Reserve a slice for ``kernel_id``, waiting in the FIFO queue when the pool is full."""
+
+    def attach_kernel(self, kernel_id: str, pid: int | None) -> None:
+        """Let the slice follow kernel process ``pid`` (None: back to the starting process)."""
+
+    def start_monitoring(self) -> None:
+        """Make sure the kernel just attached is sampled (by this process, or by the broker)."""
+
+    def free(self, kernel_id: str, keep_claim: bool = False) -> SliceRecord | None:
+        """Remove the kernel's slice or queued request, if any (a shutdown, a failed start);
+        ``keep_claim`` while its kernel runs on (it may take a slice again under its id)."""
+
+    def check_claim(self, kernel_id: str, token: str | None, caller: ProcessIdentity) -> None:
+        """Refuse a kernel's own request for a slice under ``kernel_id`` unless it is the kernel
+        that gave that id's slice back."""
+
+    def resize(self, kernel_id: str, memory: object) -> SliceRecord:
+        """Resize a running slice in place; raises with the reason when it cannot."""
+
+    def kernel_env(self, record: SliceRecord) -> dict[str, str]:
+        """The environment a kernel holding ``record`` starts with (settings, slice, token)."""
+
+    def own_slice(self, kernel_id: str, token: str | None) -> SliceRecord | None:
+        """The slice of ``kernel_id`` if ``token`` proves the caller is that kernel."""
+
+    def token_for(self, kernel_id: str) -> str | None:
+        """The own-slice token of a kernel this process started."""
+
+    def remember_token(self, kernel_id: str, token: str) -> None:
+        """Keep proving ``kernel_id``'s identity with ``token`` (a kernel acting on itself)."""
+
+    def devices(self) -> list[Device]:
+        """The pool's devices with their latest usage."""
+
+    def simulated(self) -> bool:
+        """Whether the pool is simulated (declared usage is allowed)."""
+
+
+__all__ = ["Backend", "NodeSlices", "ServerHooks", "ServerKernels", "WaitCallback"]

@@ -10,6 +10,7 @@ object: its API client, the nodes' facts, the per-user quota across starts, orph
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import socket
@@ -19,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..allocator import kernel_limit_refusal, user_limit_refusal
 from ..config import GPUShare
@@ -46,6 +48,7 @@ from ..k8s.pool import (
     never_fits,
     node_modes,
     pool_view,
+    queue_positions,
     read_pod,
 )
 from ..k8s.presets import resolve_preset
@@ -100,6 +103,7 @@ class KubernetesBackend:
     def __init__(self, settings: GPUShare) -> None:
         self.settings = settings
         self.server_id, self.owner = server_identity(settings)
+        self.viewer = self.owner  # whose kernels the views show in full (see scoped)
         self.server_label = server_label(self.server_id)
         self.holder = holder_text(current_process())
         self.preset = resolve_preset(settings.resource_preset, settings.resource_names, settings.dra_names())
@@ -114,6 +118,14 @@ class KubernetesBackend:
         # Bytes asked for by this process's starts whose pods may not exist yet (per-user quota).
         self._claims: dict[str, int] = {}
         self._connect()
+
+    def scoped(self, owner: str, server_id: str, viewer: str) -> KubernetesBackend:
+        """This backend as one caller of a broker sees it: ``owner``'s server ``server_id``, views
+        as ``viewer`` sees them. Shares the client, the watch and the usage reports."""
+        view = copy.copy(self)
+        view.owner, view.server_id, view.viewer = owner, server_id, viewer
+        view.server_label = server_label(server_id)
+        return view
 
     # ---- cluster access ----------------------------------------------------------------------
 
@@ -174,6 +186,11 @@ class KubernetesBackend:
         read = (read_pod(pod) for pod in shared.kernel_pods())
         return sorted((item for item in read if item is not None), key=lambda item: item.created)
 
+    def pod_objects(self) -> list[dict[str, Any]]:
+        """Our kernel pods as the API shows them (from the watch in a server or a broker)."""
+        shared = self._connect()
+        return [dict(pod) for pod in shared.kernel_pods()] if shared is not None else []
+
     def facts(self) -> ClusterFacts:
         """What pod requests depend on: the MIG profiles the nodes advertise and the cards'
         memory (GPU Feature Discovery, or under DRA the driver's ResourceSlices); the settings
@@ -208,9 +225,9 @@ class KubernetesBackend:
         if self.preset.dra is not None and shared is not None and nodes:
             dra_devices, uses = self._dra_objects(shared)
             slices = with_allocated_modes(slices, uses)
-            devices = device_views(nodes, dra_devices, uses, slices, self.preset, usage, self.owner)
+            devices = device_views(nodes, dra_devices, uses, slices, self.preset, usage, self.viewer)
         return pool_view(
-            nodes, slices, self.preset, usage, viewer=self.owner, problem=self.problem(), devices=devices
+            nodes, slices, self.preset, usage, viewer=self.viewer, problem=self.problem(), devices=devices
         )
 
     def _kernel_slices(self) -> list[PodSlice]:
@@ -230,6 +247,7 @@ class KubernetesBackend:
         ended before the server restarts the kernel."""
         slices, nodes = self._kernel_slices(), self.nodes()
         usage = self._fresh_usage(slices)
+        positions = queue_positions(slices)
         views: list[KernelPayload] = []
         for item in slices:
             if item.server != self.server_label and item.kernel_id not in server.ids:
@@ -242,10 +260,11 @@ class KubernetesBackend:
                 nodes,
                 slices,
                 usage.get(item.kernel_id),
-                viewer=self.owner,
+                viewer=self.viewer,
                 kernel_name=kernel_name,
                 path=path,
                 detail=server.details.get(item.kernel_id),
+                positions=positions,
             )
             view["warnings"] = [*view["warnings"], *server.warnings.get(item.kernel_id, ())]
             views.append(view)
@@ -268,8 +287,11 @@ class KubernetesBackend:
     def all_kernels(self) -> list[KernelPayload]:
         slices, nodes = self._kernel_slices(), self.nodes()
         usage = self._fresh_usage(slices)
+        positions = queue_positions(slices)
         return [
-            kernel_view(item, nodes, slices, usage.get(item.kernel_id), viewer=self.owner)
+            kernel_view(
+                item, nodes, slices, usage.get(item.kernel_id), viewer=self.viewer, positions=positions
+            )
             for item in slices
             if not item.ended
         ]

@@ -8,6 +8,7 @@ path around the node's accounting. One instance per process and settings (:func:
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import hashlib
 import hmac
@@ -15,6 +16,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -35,13 +37,21 @@ from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
 from ..payloads import KernelPayload, PoolPayload
 from ..preview import Preview, never, preview_start
 from ..processes import current_process, identify, is_alive, runs_within
-from ..records import NewRequest, ProcessIdentity, SliceRecord, UsageReport
+from ..records import (
+    NewRequest,
+    Outcome,
+    ProcessIdentity,
+    Refused,
+    SliceRecord,
+    UsageReport,
+    Waiting,
+)
 from ..sizes import bytes_or_none, format_bytes
 from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
 from ..views import kernel_view, kernels_view, pool_view, queue_positions, slice_less_view
-from .base import ServerHooks, ServerKernels
+from .base import ServerHooks, ServerKernels, WaitCallback
 from .monitor import UsageMonitor
-from .queue_wait import WaitCallback, wait_for_place
+from .queue_wait import wait_for_slice
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -72,8 +82,11 @@ class LocalBackend:
             mps_pipe_directory=settings.mps_pipe_directory,
         )
         self.owner = settings.effective_owner()
+        self.viewer = self.owner  # whose kernels the views show in full (see scoped)
         self.holder: ProcessIdentity = current_process()
-        self.server_id = f"{self.owner}@{socket.gethostname()}:{os.getpid()}"
+        self.server_id = server_id_of(self.owner, os.getpid())
+        # A broker samples every slice on the node; a user's process only the kernels it started.
+        self.samples_every_slice = False
         # The secret each kernel started here proves its identity with (kept only in memory).
         self._tokens: dict[str, str] = {}
         self.monitor = UsageMonitor(self)
@@ -177,6 +190,74 @@ class LocalBackend:
 
     # ---- acquire / release ---------------------------------------------------------------
 
+    def scoped(self, owner: str, server_id: str, holder: ProcessIdentity, viewer: str) -> LocalBackend:
+        """This backend as one caller of a broker sees and uses it: requests are ``owner``'s, held
+        by ``holder`` (the caller's process) for server ``server_id``; views are ``viewer``'s.
+        Shares the ledger, the pool and the monitor; costs a shallow copy."""
+        view = copy.copy(self)
+        view.owner, view.server_id, view.holder, view.viewer = owner, server_id, holder, viewer
+        return view
+
+    def ask(
+        self,
+        kernel_id: str,
+        request: SliceRequest,
+        *,
+        kernel_name: str = "",
+        path: str = "",
+        token_hash: str | None = None,
+    ) -> Outcome:
+        """Queue ``request`` for ``kernel_id`` and place it if it fits, in one transaction.
+
+        Placed, or waiting (position and reason), or refused — a refused request, and one that
+        would wait where ``when_full = "fail"``, leaves nothing behind. A kernel that already
+        holds a slice (a restart) gets it back at once.
+        """
+        outcome = self.ledger.request(
+            NewRequest(
+                kernel_id=kernel_id,
+                owner=self.owner,
+                server_id=self.server_id,
+                mode=request.mode.name,
+                kind=request.mode.placement,
+                size=request.size.canonical,
+                cores=request.cores,
+                holder=self.holder,
+                kernel_name=stored_label(kernel_name, MAX_NAME_BYTES),
+                path=stored_label(path, MAX_PATH_BYTES),
+                token_hash=token_hash,
+            ),
+            self.policy,
+        )
+        return self._settle(kernel_id, outcome)
+
+    def poll(self, kernel_id: str) -> Outcome:
+        """Try again to place a waiting request (strict FIFO); refused once ``queue_timeout`` has
+        passed since it was made, or when it was withdrawn meanwhile."""
+        try:
+            outcome = self.ledger.try_place(kernel_id, self.policy)
+        except LookupError:
+            # Released while queued (a user withdrew it, or reconciliation): a refusal.
+            return Refused(f"the GPU request of kernel {kernel_id} was withdrawn while it waited")
+        return self._settle(kernel_id, outcome)
+
+    def _settle(self, kernel_id: str, outcome: Outcome) -> Outcome:
+        """Apply ``when_full`` and ``queue_timeout`` to a waiting request; drop a refused one."""
+        if isinstance(outcome, Waiting):
+            record = self.ledger.get(kernel_id)
+            waited = time.time() - record.requested_at if record is not None else 0.0
+            if self.settings.when_full == "fail":
+                outcome = Refused(outcome.reason)
+            elif waited >= self.settings.queue_timeout:
+                outcome = Refused(
+                    f"no GPU slice after waiting {waited:.0f} s (queue position {outcome.position}): "
+                    f"{outcome.reason}",
+                    timed_out=True,
+                )
+        if isinstance(outcome, Refused):
+            self.ledger.release(kernel_id)
+        return outcome
+
     async def acquire(
         self,
         kernel_id: str,
@@ -194,36 +275,17 @@ class LocalBackend:
         token = secrets.token_urlsafe(24)
         self._tokens[kernel_id] = token
         first = await asyncio.to_thread(
-            self.ledger.request,
-            NewRequest(
-                kernel_id=kernel_id,
-                owner=self.owner,
-                server_id=self.server_id,
-                mode=request.mode.name,
-                kind=request.mode.placement,
-                size=request.size.canonical,
-                cores=request.cores,
-                holder=self.holder,
-                kernel_name=stored_label(kernel_name, MAX_NAME_BYTES),
-                path=stored_label(path, MAX_PATH_BYTES),
-                token_hash=token_digest(token),
-            ),
-            self.policy,
+            self.ask, kernel_id, request, kernel_name=kernel_name, path=path, token_hash=token_digest(token)
         )
-        try:
-            return await wait_for_place(
-                first,
-                kernel_id=kernel_id,
-                size=str(request.size),
-                ledger=self.ledger,
-                policy=lambda: self.policy,
-                settings=self.settings,
-                on_wait=on_wait,
-            )
-        except BaseException:
-            # Whatever ends the wait early withdraws the request: nothing stays queued.
-            await asyncio.to_thread(self.ledger.release, kernel_id)
-            raise
+        return await wait_for_slice(
+            kernel_id,
+            request,
+            first,
+            lambda: asyncio.to_thread(self.poll, kernel_id),
+            lambda: asyncio.to_thread(self.ledger.release, kernel_id),
+            self.settings.queue_poll_interval,
+            on_wait,
+        )
 
     def attach_kernel(self, kernel_id: str, pid: int | None) -> None:
         """Let the slice follow the kernel process ``pid`` (None: back to this process)."""
@@ -297,10 +359,14 @@ class LocalBackend:
             cores=record.cores,
         )
 
+    def slice_env(self, record: SliceRecord) -> dict[str, str]:
+        """The variables of the slice's mode on this node (device, caps, MPS or HAMi-core)."""
+        return get_mode(record.mode).kernel_env(self.grant(record), self.facts)
+
     def kernel_env(self, record: SliceRecord) -> dict[str, str]:
         """The slice's variables, this process's settings, and the kernel's own-slice token."""
         env = settings_env(self.settings)
-        env.update(get_mode(record.mode).kernel_env(self.grant(record), self.facts))
+        env.update(self.slice_env(record))
         token = self._tokens.get(record.kernel_id)
         if token:
             env[env_names.TOKEN] = token
@@ -322,6 +388,14 @@ class LocalBackend:
         ):
             raise NotYourSliceError(f"the GPU slice of kernel {kernel_id} belongs to another kernel")
         return record
+
+    def simulated(self) -> bool:
+        """Whether the pool is simulated (declared usage is allowed)."""
+        return self.inventory.simulated or self.ledger.simulated()
+
+    def start_monitoring(self) -> None:
+        """Sample the kernels this process started (a kernel was just attached)."""
+        self.monitor.ensure_running()
 
     def token_for(self, kernel_id: str) -> str | None:
         return self._tokens.get(kernel_id)
@@ -364,12 +438,12 @@ class LocalBackend:
             backend=self.name,
             simulated=self.inventory.simulated or (not self.inventory.devices and self.ledger.simulated()),
             overcommit=self.settings.overcommit,
-            viewer=self.owner,
+            viewer=self.viewer,
             problem=self.problem(),
         )
 
     def all_kernels(self) -> list[KernelPayload]:
-        return kernels_view(self.ledger.records(), self.devices(), viewer=self.owner)
+        return kernels_view(self.ledger.records(), self.devices(), viewer=self.viewer)
 
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
         """This server's slices (queued and running), and its gpushare kernels without one:
@@ -378,7 +452,7 @@ class LocalBackend:
         devices = self.devices()
         positions = queue_positions(records)
         views = [
-            kernel_view(record, devices, positions.get(record.kernel_id), self.owner)
+            kernel_view(record, devices, positions.get(record.kernel_id), self.viewer)
             for record in records
             if record.kernel_id in server.ids or record.server_id == self.server_id
         ]
@@ -450,6 +524,11 @@ class LocalBackend:
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def server_id_of(owner: str, pid: int) -> str:
+    """The id of the server (or console, or nbclient run) in process ``pid`` on this node."""
+    return f"{owner}@{socket.gethostname()}:{pid}"
 
 
 _backends: dict[BackendKey, LocalBackend] = {}

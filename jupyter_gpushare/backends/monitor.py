@@ -39,6 +39,7 @@ class MonitoredNode(Protocol):
     ledger: Ledger
     inventory: Inventory
     holder: ProcessIdentity
+    samples_every_slice: bool  # a broker: every slice on the node is its to sample
 
 
 log = logging.getLogger("jupyter_gpushare")
@@ -103,7 +104,11 @@ class UsageMonitor:
         """Measure, assess, act and record; returns how many of our kernels were sampled."""
         ledger = self.node.ledger
         running = [r for r in ledger.records() if r.state == "running" and r.device_uuid]
-        mine = [record for record in running if record.holder == self.node.holder]
+        mine = (
+            running
+            if self.node.samples_every_slice
+            else [record for record in running if record.holder == self.node.holder]
+        )
         devices = ledger.devices()
         measured, device_usage = self._measure(running, [device.uuid for device in devices])
 

@@ -1,9 +1,9 @@
-"""Waiting in the ledger's FIFO queue for a place: the rules a queued request lives by.
+"""Waiting in the FIFO queue for a place: the rules every local kernel's start lives by, whether it
+asks the node ledger itself or a broker.
 
-A request that does not fit now waits (``when_full = "queue"``) and asks again every
-``queue_poll_interval`` seconds; it fails at once with ``when_full = "fail"``, fails with the
-reason after ``queue_timeout``, and fails if it is withdrawn while it waits. Whoever waits is told
-each new queue position. The caller withdraws the request whenever this does not return a slice.
+A request that does not fit now is asked about again every ``queue_poll_interval`` seconds; the
+backend answering ``poll`` applies ``when_full`` and ``queue_timeout``. Whoever waits is told each
+new queue position, and whatever ends the wait early withdraws the request.
 """
 
 from __future__ import annotations
@@ -11,70 +11,61 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from ..allocator import Policy
-from ..config import GPUShare
 from ..errors import DoesNotFitError, QueueTimeoutError
-from ..ledger import Ledger
 from ..records import Outcome, Placed, Refused, SliceRecord, Waiting
-
-WaitCallback = Callable[[int, str], None]
+from ..slice_request import SliceRequest
+from .base import WaitCallback
 
 log = logging.getLogger("jupyter_gpushare")
 
 
-async def wait_for_place(
-    first: Outcome,
-    *,
+async def wait_for_slice(
     kernel_id: str,
-    size: str,
-    ledger: Ledger,
-    policy: Callable[[], Policy],
-    settings: GPUShare,
+    request: SliceRequest,
+    first: Outcome,
+    poll: Callable[[], Awaitable[Outcome]],
+    withdraw: Callable[[], Awaitable[object]],
+    interval: float,
     on_wait: WaitCallback | None = None,
 ) -> SliceRecord:
-    """The slice once ``kernel_id``'s request is placed, starting from its ``first`` outcome;
-    raises with the reason when it is refused, times out or is withdrawn."""
+    """Wait in the queue until ``first`` (then each ``poll()``) is placed; raise with the reason
+    when refused. Whatever ends the wait early — a refusal, cancellation — ``withdraw``s the
+    request. The waiting of a local kernel's start, through the ledger or through a broker."""
     started = time.monotonic()
     last_position: int | None = None
-    outcome = first
-    while True:
-        if isinstance(outcome, Placed):
-            if last_position is not None:
+    placed = False
+    try:
+        outcome = first
+        while True:
+            if isinstance(outcome, Placed):
+                placed = True
+                if last_position is not None:
+                    log.info(
+                        "GPU slice for kernel %s placed after %.1f s in the queue",
+                        kernel_id,
+                        time.monotonic() - started,
+                    )
+                return outcome.record
+            if isinstance(outcome, Refused):
+                if outcome.timed_out:
+                    raise QueueTimeoutError(outcome.reason)
+                raise DoesNotFitError(outcome.reason)
+            assert isinstance(outcome, Waiting)
+            if outcome.position != last_position:
+                last_position = outcome.position
                 log.info(
-                    "GPU slice for kernel %s placed after %.1f s in the queue",
+                    "GPU request %s for kernel %s queued at position %d: %s",
+                    request.size,
                     kernel_id,
-                    time.monotonic() - started,
+                    outcome.position,
+                    outcome.reason,
                 )
-            return outcome.record
-        if isinstance(outcome, Refused):
-            raise DoesNotFitError(outcome.reason)
-        assert isinstance(outcome, Waiting)
-        if settings.when_full == "fail":
-            raise DoesNotFitError(outcome.reason)
-        waited = time.monotonic() - started
-        if waited >= settings.queue_timeout:
-            raise QueueTimeoutError(
-                f"no GPU slice after waiting {waited:.0f} s (queue position "
-                f"{outcome.position}): {outcome.reason}"
-            )
-        if outcome.position != last_position:
-            last_position = outcome.position
-            log.info(
-                "GPU request %s for kernel %s queued at position %d: %s",
-                size,
-                kernel_id,
-                outcome.position,
-                outcome.reason,
-            )
-            if on_wait is not None:
-                on_wait(outcome.position, outcome.reason)
-        await asyncio.sleep(settings.queue_poll_interval)
-        try:
-            outcome = await asyncio.to_thread(ledger.try_place, kernel_id, policy())
-        except LookupError:
-            # Released while queued (a user withdrew it, or reconciliation): a refusal.
-            raise DoesNotFitError(
-                f"the GPU request of kernel {kernel_id} was withdrawn while it waited"
-            ) from None
+                if on_wait is not None:
+                    on_wait(outcome.position, outcome.reason)
+            await asyncio.sleep(interval)
+            outcome = await poll()
+    finally:
+        if not placed:
+            await withdraw()

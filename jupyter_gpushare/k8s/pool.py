@@ -253,6 +253,11 @@ def waiting(slices: Sequence[PodSlice]) -> list[PodSlice]:
     )
 
 
+def queue_positions(slices: Sequence[PodSlice]) -> dict[str, int]:
+    """Each waiting pod's place in the cluster's queue (1: next)."""
+    return {item.kernel_id: position for position, item in enumerate(waiting(slices), start=1)}
+
+
 def pool_view(
     nodes: Sequence[NodeGPUs],
     slices: Sequence[PodSlice],
@@ -355,11 +360,12 @@ def kernel_view(
     kernel_name: str = "",
     path: str = "",
     detail: str | None = None,
+    positions: Mapping[str, int] | None = None,
 ) -> KernelPayload:
-    """One entry of ``GET kernels`` for a kernel pod; ``detail`` is what its start is doing."""
+    """One entry of ``GET kernels`` for a kernel pod; ``detail`` is what its start is doing.
+    ``positions`` (from :func:`queue_positions`) saves working the queue out again per pod."""
     index_of = {node.name: index for index, node in enumerate(nodes)}
-    queue = waiting(slices)
-    position = next((n for n, other in enumerate(queue, start=1) if other.kernel_id == item.kernel_id), None)
+    position = (positions if positions is not None else queue_positions(slices)).get(item.kernel_id)
     state: State = "running" if item.placed and item.phase == "Running" else "queued"
     if item.ended:
         state = "released"

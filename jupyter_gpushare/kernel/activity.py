@@ -92,7 +92,11 @@ class ActivityWatch:
         return True
 
     def _warnings(self) -> tuple[str, ...]:
-        """This kernel's warnings, read straight from the ledger (cheap after every cell)."""
+        """This kernel's warnings, read straight from the ledger (cheap after every cell); with a
+        broker, asked of it (the kernel cannot open the ledger, and must not try)."""
+        if os.environ.get(env_names.BROKER_URL):
+            own = self._own.record() if os.environ.get(env_names.KERNEL_ID) else None
+            return own.warnings if own else ()
         kernel_id = os.environ.get(env_names.KERNEL_ID)
         ledger_path = os.environ.get(env_names.LEDGER_PATH)
         if not kernel_id or not ledger_path or not os.path.exists(ledger_path):

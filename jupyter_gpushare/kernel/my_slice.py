@@ -1,9 +1,10 @@
 """This kernel's handle on its own slice, chosen once: what ``%gpu`` and the Python API call.
 
 Two kinds exist. A kernel started by a local provisioner acts on its slice in the node ledger
-itself (:class:`~.own_slice.OwnSlice`); a kernel in a pod asks the server that started it over
-HTTP (:class:`~.pod.PodKernel`). Both prove who they are with the kernel's own token, answer the
-same calls and print the same kinds of views; the magics never ask which one they have.
+itself, or through the GPU broker that holds it (:class:`~.own_slice.OwnSlice`); a kernel in a
+pod asks the server that started it over HTTP (:class:`~.pod.PodKernel`). Both prove who they
+are with the kernel's own token, answer the same calls and print the same kinds of views; the
+magics never ask which one they have.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""A local kernel acting on its own slice in the node ledger (one of the two ``MySlice`` kinds).
+"""A local kernel acting on its own slice (one of the two ``MySlice`` kinds).
 
 A kernel proves who it is with the secret token its provisioner put in its environment
 (``JUPYTER_GPUSHARE_TOKEN``); the backend compares it with the digest stored beside the slice in
 the ledger, so a kernel can act on its own slice and on no other. Every change goes through the
-same local backend as the server and the CLI.
+same backend as the server and the CLI: the node ledger in the kernel's process, or — when the
+provisioner handed it a broker's address — the GPU broker, and then the kernel opens no ledger.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import psutil
 from .. import env_names
 from ..errors import GPUShareError, NeedsRestartError, NoSliceError, NotYourSliceError
 from ..processes import current_process
-from ..records import SliceRecord
+from ..records import SliceRecord, UsageReport
 from ..sizes import format_bytes, parse_size
 from . import caps
 from .display import PoolStatus, SliceStatus
 
 if TYPE_CHECKING:
-    from ..backends.local import LocalBackend
+    from ..backends import NodeSlices
 
 WaitCallback = Callable[[int, str], None]
 
@@ -62,7 +63,7 @@ def _kernel_id_from_connection_file() -> str | None:
 class OwnSlice:
     """This kernel's slice in the node ledger."""
 
-    def __init__(self, backend: LocalBackend | None = None) -> None:
+    def __init__(self, backend: NodeSlices | None = None) -> None:
         self._backend = backend
         self.kernel_id = (
             os.environ.get(env_names.KERNEL_ID)
@@ -72,17 +73,17 @@ class OwnSlice:
         self._token = os.environ.get(env_names.TOKEN)
 
     @property
-    def backend(self) -> LocalBackend:
-        """The local backend, built on first use (a kernel starts without opening the ledger).
+    def backend(self) -> NodeSlices:
+        """The node's slices, reached on first use (a kernel starts without opening anything).
 
         The provisioner handed this kernel its settings as JUPYTER_GPUSHARE_* variables; a
         kernel reads no config files and leaves reconciling the node to the servers.
         """
         if self._backend is None:
-            from ..backends.local import local_backend
+            from ..backends import node_slices_for
             from ..config import load_settings
 
-            self._backend = local_backend(load_settings(from_files=False, reconcile=False))
+            self._backend = node_slices_for(load_settings(from_files=False, reconcile=False))
             if self._token:
                 self._backend.remember_token(self.kernel_id, self._token)
         return self._backend
@@ -103,15 +104,16 @@ class OwnSlice:
         return record
 
     def device_label(self, record: SliceRecord) -> str:
-        for device in self.backend.ledger.devices():
+        for device in self.backend.devices():
             if device.uuid == record.device_uuid:
                 return f"{device.label} ({device.name})"
         return record.device_uuid or "?"
 
     def free_on_device(self, record: SliceRecord) -> int | None:
-        for device in self.backend.pool()["devices"]:
+        pool = self.backend.pool()
+        for device in pool["devices"]:
             if device["uuid"] == record.device_uuid:
-                capacity = int(device["memory_total"] * self.backend.settings.overcommit)
+                capacity = int(device["memory_total"] * pool["overcommit"])
                 return max(0, capacity - int(device["memory_reserved"]))
         return None
 
@@ -123,7 +125,7 @@ class OwnSlice:
             record=record,
             device=self.device_label(record) if record else "",
             free_on_device=self.free_on_device(record) if record else None,
-            simulated=backend.inventory.simulated or backend.ledger.simulated(),
+            simulated=backend.simulated(),
             caps=caps.descriptions(),
             notes=list(notes or []),
         )
@@ -213,14 +215,14 @@ class OwnSlice:
         """Declare this kernel's usage on a simulated pool (demos and tests drive the panel)."""
         self.require()
         backend = self.backend
-        if not backend.inventory.simulated and not backend.ledger.simulated():
+        if not backend.simulated():
             raise GPUShareError(
                 "declared usage is for simulated pools; on real GPUs usage is measured by NVML"
             )
         used = parse_size(memory).resolve(0) if memory not in (0, "0") else 0
         if utilization is not None and not (isinstance(utilization, int) and 0 <= utilization <= 100):
             raise GPUShareError(f"utilization must be a whole percentage 0-100, not {utilization!r}")
-        backend.ledger.report_usage(self.kernel_id, used, utilization, "simulated")
+        backend.report_usage(self.kernel_id, UsageReport(used, utilization, "simulated"))
 
     def watch(self, **kwargs: Any) -> Any:
         from .widgets import SliceWatch

@@ -27,6 +27,8 @@ class ThreadConnections:
         self.lock_path = Path(f"{path}.lock")
         self.lock_timeout = lock_timeout
         self._local = threading.local()
+        self._watcher: tuple[tuple[int, int], sqlite3.Connection] | None = None
+        self._watcher_lock = threading.Lock()
 
     def connect(self, check_same_thread: bool = True) -> sqlite3.Connection:
         uri = f"file:{urllib.parse.quote(str(self.path))}?mode=rw"
@@ -52,14 +54,20 @@ class ThreadConnections:
         return self._replace("connection", key, self.connect)
 
     def watcher(self, generation: int) -> sqlite3.Connection:
-        """This thread's connection that never writes (``PRAGMA data_version`` counts every
-        commit, by other processes and by this process's other connections alike)."""
-        local = self._local
+        """The process's connection that never writes (``PRAGMA data_version`` counts every
+        commit, by other processes and by this process's other connections alike). One for all
+        threads: each connection counts from its own start, so the markers read on two threads'
+        connections could repeat each other across a change."""
         key = (current_pid(), generation)
-        if getattr(local, "watcher_key", None) == key:
-            watcher: sqlite3.Connection = local.watcher
-            return watcher
-        return self._replace("watcher", key, lambda: self.connect(check_same_thread=False))
+        with self._watcher_lock:
+            if self._watcher is not None and self._watcher[0] == key:
+                return self._watcher[1]
+            if self._watcher is not None and self._watcher[0][0] == key[0]:
+                with contextlib.suppress(sqlite3.Error):
+                    self._watcher[1].close()
+            connection = self.connect(check_same_thread=False)
+            self._watcher = (key, connection)
+            return connection
 
     def _replace(
         self, name: str, key: tuple[int, int], make: Callable[[], sqlite3.Connection]
@@ -77,6 +85,11 @@ class ThreadConnections:
 
     def forget(self) -> None:
         """Close this thread's connections; the next call opens new ones."""
+        with self._watcher_lock:
+            if self._watcher is not None and self._watcher[0][0] == current_pid():
+                with contextlib.suppress(sqlite3.Error):
+                    self._watcher[1].close()
+            self._watcher = None
         local = self._local
         for name in ("connection", "watcher"):
             connection = getattr(local, name, None)

@@ -222,6 +222,10 @@ class KubernetesProvisioner(GPUShareProvisioner):
         )
         return pod_request
 
+    async def _rebuild(self, settings: GPUShare) -> None:
+        """Make this kernel's next pod from its slice as it stands now (after a failed resize)."""
+        await self._build_manifests(settings)
+
     def _request(self, settings: GPUShare) -> SliceRequest:
         request = make_slice_request(
             self.gpu_memory,
@@ -277,7 +281,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
             self.set_state(f"resize to {wanted} failed; restarting with the previous size")
             if self._claim is not None:
                 self._generation += 1  # a claim of its own name: the refused one may linger
-            await self._build_manifests(self._settings)
+            await self._rebuild(self._settings)
             try:
                 return await self._launch()
             except BaseException as second:

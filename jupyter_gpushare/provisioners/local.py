@@ -7,6 +7,12 @@ Lifecycle (the kernel manager calls these in this order):
   add the slice's environment.
 * ``launch_kernel`` — start the process, then tie the slice to its pid and start time so a crash
   frees it at the next reconciliation.
+
+The slice comes from the node ledger in this process, or — with ``c.GPUShare.broker_url`` — from
+the GPU broker, which checks that the kernel process belongs to the caller before it attaches it.
+Wherever other users share the node (a broker, or a ledger file other users may write) the
+kernel's traffic is encrypted with CurveZMQ (``c.GPUShare.encrypt``), so no one else on the box
+can read it off the loopback ports.
 * ``cleanup(restart=True)`` — keep the slice for the restarted process; ``cleanup()`` releases it.
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
@@ -22,9 +29,9 @@ from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Any as AnyTrait
 
 from .. import env_names
-from ..backends.local import LocalBackend, local_backend
-from ..config import load_settings
-from ..errors import LedgerError
+from ..backends import NodeSlices, node_slices_for
+from ..config import GPUShare, load_settings
+from ..errors import BackendUnavailableError
 from .base import REQUEST_TRAITS, GPUShareProvisioner
 
 KERNEL_EXTENSION = "jupyter_gpushare.kernel"
@@ -43,12 +50,19 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
     gpu_mode = AnyTrait(None, help="Sharing mode; None takes GPUShare.default_mode.")
     gpu_cores = AnyTrait(None, help="Percent of SMs, where the mode can limit it.")
 
-    _backend: LocalBackend | None = None
+    _backend: NodeSlices | None = None
+    _settings: GPUShare | None = None
 
     @property
-    def backend(self) -> LocalBackend:
+    def settings(self) -> GPUShare:
+        if self._settings is None:
+            self._settings = load_settings(self.config)
+        return self._settings
+
+    @property
+    def backend(self) -> NodeSlices:
         if self._backend is None:
-            self._backend = local_backend(load_settings(self.config))
+            self._backend = node_slices_for(self.settings)
         return self._backend
 
     @property
@@ -77,6 +91,10 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
         except BaseException as error:
             raise self.failed_start(error) from None
         try:
+            if encrypts_local_kernels(self.settings):
+                # jupyter_client (>= 8.10) makes CurveZMQ keys, writes them in the connection file
+                # (the kernel's own, mode 0600) and gives them to the manager's clients.
+                kwargs["transport_encryption"] = "required"
             kwargs = await super().pre_launch(**kwargs)
             env: dict[str, str] = kwargs["env"]
             for name in env_names.SLICE_VARIABLES & env.keys():
@@ -110,24 +128,38 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
         except BaseException as error:
             self.backend.free(self.kernel_id)
             raise self.failed_start(error) from None
-        self.backend.attach_kernel(self.kernel_id, self.pid)
-        self.backend.monitor.ensure_running()
+        try:
+            self.backend.attach_kernel(self.kernel_id, self.pid)
+        except BaseException as error:
+            await super().kill()
+            await super().cleanup()
+            await asyncio.to_thread(self._free_quietly)
+            raise self.failed_start(error) from None
+        self.backend.start_monitoring()
         return connection_info
 
     async def cleanup(self, restart: bool = False) -> None:
         await super().cleanup(restart=restart)
+        if restart:
+            # Between the old process and the new one, the slice follows this process.
+            self._quietly(lambda: self.backend.attach_kernel(self.kernel_id, None))
+        else:
+            self._free_quietly()
+
+    def _free_quietly(self) -> None:
+        self._quietly(lambda: self.backend.free(self.kernel_id))
+
+    def _quietly(self, change: Callable[[], object]) -> None:
+        # A shutdown must end even when the ledger cannot be written (a server stopping on
+        # SIGTERM above all) or the broker is away: the slice's process is gone, so
+        # reconciliation frees it once the ledger (or the broker) is back.
         try:
-            if restart:
-                # Between the old process and the new one, the slice follows this process.
-                self.backend.attach_kernel(self.kernel_id, None)
-            else:
-                self.backend.free(self.kernel_id)
-        except LedgerError as error:
-            # A shutdown must end even when the ledger cannot be written (a server stopping
-            # on SIGTERM above all); the slice's process is gone, so reconciliation frees it
-            # once the ledger is usable again.
+            change()
+        except BackendUnavailableError as error:
             self.log.warning(
-                "Kernel %s: its GPU slice stays until the ledger is mended: %s", self.kernel_id, error
+                "Kernel %s: its GPU slice stays until the ledger or the broker is back: %s",
+                self.kernel_id,
+                error,
             )
 
     # ---- what a server asks of every gpushare kernel ---------------------------------------
@@ -144,5 +176,19 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()
-        info["gpushare"] = {"ledger_path": str(self.backend.ledger.path), "pid": os.getpid()}
+        info["gpushare"] = {"slices": self.backend.location(), "pid": os.getpid()}
         return info
+
+
+def encrypts_local_kernels(settings: GPUShare) -> bool:
+    """Whether local kernels' traffic is encrypted: ``encrypt`` is on and other users share the
+    node — through a broker, or a ledger file other users may write (group- or world-writable,
+    as a ledger shared without a broker must be)."""
+    if not settings.encrypt:
+        return False
+    if settings.effective_broker_url():
+        return True
+    try:
+        return bool(os.stat(settings.effective_ledger_path()).st_mode & 0o022)
+    except OSError:
+        return False

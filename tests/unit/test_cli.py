@@ -228,6 +228,28 @@ def test_usage_errors_exit_2(argv: list[str], capsys) -> None:
     assert "usage" in capsys.readouterr().err
 
 
+def test_broker_needs_somewhere_to_listen_and_no_broker_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("JUPYTER_GPUSHARE_SIMULATE", "1xT4-16GB")
+    monkeypatch.setenv("JUPYTER_GPUSHARE_LEDGER_PATH", str(tmp_path / "ledger.sqlite"))
+    assert main(["broker"]) == 2
+    assert "needs somewhere to listen: --socket PATH" in capsys.readouterr().err
+    monkeypatch.setenv("JUPYTER_GPUSHARE_BROKER_URL", f"unix:{tmp_path}/other.sock")
+    assert main(["broker", "--socket", str(tmp_path / "b.sock")]) == 2
+    assert "unset c.GPUShare.broker_url" in capsys.readouterr().err
+    assert not (tmp_path / "b.sock").exists()
+
+
+def test_status_through_a_broker_that_is_not_there_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("JUPYTER_GPUSHARE_BROKER_URL", f"unix:{tmp_path}/none.sock")
+    assert main(["status"]) == 1  # a fault of the pool's keeper, as a broken ledger is
+    err = capsys.readouterr().err
+    assert f"the GPU broker at unix:{tmp_path}/none.sock is not reachable" in err and "Traceback" not in err
+
+
 def test_status_on_a_damaged_ledger_is_one_sentence_and_exit_status_1(
     ledger_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -53,6 +53,9 @@ def config_dir() -> Path:
         ("server_url", "ftp://jupyter-alice/"),
         ("usage_metrics_url", "http://"),  # no host
         ("usage_metrics_url", "hami-monitor/metrics"),
+        ("broker_url", "unix:run/broker.sock"),  # a relative socket path
+        ("broker_url", "gpushare-broker:8765"),
+        ("broker_url", "tcp://gpushare-broker:8765"),
     ],
 )
 def test_invalid_values_are_refused_naming_the_trait(trait: str, value: object) -> None:
@@ -64,6 +67,16 @@ def test_invalid_values_are_refused_naming_the_trait(trait: str, value: object) 
 def test_urls_are_accepted_as_given_or_empty() -> None:
     settings = GPUShare(server_url="https://hub.example.com/user/a/", usage_metrics_url="")
     assert (settings.server_url, settings.usage_metrics_url) == ("https://hub.example.com/user/a/", "")
+    for broker in ("unix:/run/jupyter-gpushare/broker.sock", "http://gpushare-broker:8765/", ""):
+        assert GPUShare(broker_url=broker).effective_broker_url() == broker
+
+
+def test_every_trait_says_what_it_is_for() -> None:
+    from jupyter_gpushare.broker.settings import GPUShareBroker
+
+    for cls in (GPUShare, GPUShareBroker):
+        for name, trait in cls.class_traits(config=True).items():
+            assert len(trait.help or "") > 20, f"{cls.__name__}.{name} has no help"
 
 
 @pytest.mark.parametrize("trait", ["default_memory", "max_memory_per_kernel", "sizes"])

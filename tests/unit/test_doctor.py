@@ -55,3 +55,15 @@ def test_checks_say_what_they_found() -> None:
     assert check_gpus(parse_simulation("2xT4-16GB")).status == "WARN"
     missing = check_vgpu(GPUShare(libvgpu_path="/nonexistent/libvgpu.so"))
     assert missing.status == "FAIL" and "does not exist" in missing.detail
+
+
+def test_with_a_broker_it_checks_the_broker_and_opens_no_ledger(
+    no_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTER_GPUSHARE_LEDGER_PATH", str(tmp_path / "ledger.sqlite"))
+    settings = GPUShare(broker_url=f"unix:{tmp_path}/broker.sock")
+    found = {check.name: check for check in run_checks(settings, kernel=False)}
+    assert "ledger" not in found and "cluster" not in found
+    assert found["broker"].status == "FAIL" and "is not reachable" in found["broker"].detail
+    assert "jupyter gpushare broker" in found["broker"].fix
+    assert not (tmp_path / "ledger.sqlite").exists()

@@ -187,6 +187,63 @@ def test_a_second_server_on_the_ledger_sees_the_slices_anonymously(tmp_path: Pat
     assert [record.kernel_id for record in bob.ledger.records()] == ["k1"]
 
 
+async def test_a_scoped_backend_asks_as_its_caller_and_shows_others_anonymous(tmp_path: Path) -> None:
+    from jupyter_gpushare.processes import current_process
+    from jupyter_gpushare.records import Placed
+    from jupyter_gpushare.visibility import EVERYONE
+
+    service = make_service(tmp_path, simulate="1xA100-80GB", max_memory_per_user="8G")
+    bob = service.scoped("bob", "bob@box:1", current_process(), "bob")
+    alice = service.scoped("alice", "alice@box:2", current_process(), "alice")
+    placed = bob.ask("kb", bob.check("6G"), token_hash="ab" * 32)
+    assert isinstance(placed, Placed) and placed.record.owner == "bob"
+    assert placed.record.server_id == "bob@box:1" and placed.record.token_hash == "ab" * 32
+    # Each user's own budget: bob's 6G is not alice's.
+    assert isinstance(alice.ask("ka", alice.check("6G")), Placed)
+    with pytest.raises(DoesNotFitError, match="per-user limit of 8G"):
+        bob.check("4G")
+    # The ledger's transaction holds the limit too, for a request checked before bob's 6G.
+    from jupyter_gpushare.slice_request import make_slice_request
+
+    refused = bob.ask("kb2", make_slice_request("4G", None, None, "4G", "timeslice"))
+    assert "per-user limit of 8G" in refused.reason  # type: ignore[union-attr]
+    assert [record.kernel_id for record in service.ledger.records()] == ["kb", "ka"]
+    seen = {view["kernel_id"]: view["owner"] for view in alice.all_kernels()}
+    assert seen == {None: "another user", "ka": "alice"}
+    everyone = service.scoped("root", "root@box:3", current_process(), EVERYONE)
+    assert {view["kernel_id"] for view in everyone.all_kernels()} == {"ka", "kb"}
+
+
+async def test_a_waiting_request_is_refused_once_the_queue_timeout_passed(tmp_path: Path) -> None:
+    from jupyter_gpushare.records import Refused, Waiting
+
+    service = make_service(tmp_path, queue_timeout=0.2)
+    await service.acquire("k1", service.check("12G"))
+    waiting = service.ask("k2", service.check("8G"))
+    assert isinstance(waiting, Waiting) and waiting.position == 1
+    await asyncio.sleep(0.25)
+    refused = service.poll("k2")
+    assert isinstance(refused, Refused) and refused.timed_out and "after waiting" in refused.reason
+    assert [record.kernel_id for record in service.ledger.records()] == ["k1"]  # withdrawn
+
+
+def test_local_kernels_are_encrypted_where_other_users_share_the_node(tmp_path: Path) -> None:
+    import os
+
+    from jupyter_gpushare.provisioners.local import encrypts_local_kernels
+
+    ledger = tmp_path / "ledger.sqlite"
+    alone = GPUShare(ledger_path=str(ledger))
+    assert not encrypts_local_kernels(alone)  # no ledger yet: nobody else
+    ledger.touch(mode=0o600)
+    os.chmod(ledger, 0o600)
+    assert not encrypts_local_kernels(alone)
+    os.chmod(ledger, 0o660)  # a ledger a group shares
+    assert encrypts_local_kernels(alone)
+    assert not encrypts_local_kernels(GPUShare(ledger_path=str(ledger), encrypt=False))
+    assert encrypts_local_kernels(GPUShare(broker_url="unix:/run/broker.sock"))
+
+
 async def test_only_the_kernel_that_gave_a_slice_back_may_claim_its_id_again(
     service: LocalBackend,
 ) -> None:

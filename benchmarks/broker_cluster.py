@@ -1,0 +1,440 @@
+"""The GPU broker on Kubernetes: what it costs the API server, how fast it admits, what it holds.
+
+Method
+------
+The Kubernetes API emulator of the test suite (``tests/integration/k8s_sim.py``: kmock's API
+server with the real API's selectors and watch semantics, and a simulated node that schedules and
+runs pods as local processes) runs in this process with four HAMi GPU nodes; every HTTP request
+it receives is counted by action (watch, list, get, create, delete…) and resource. The broker is a
+real ``jupyter gpushare broker --backend kubernetes`` process (on a Unix socket, so no hub is
+needed to identify callers; over HTTP the hub's token check is cached and adds no API request).
+
+1. **Watch connections.** Baseline: K processes each holding what an embedded single-user server
+   holds (a ``KubernetesBackend`` with its server attached: it lists and watches nodes and kernel
+   pods) — watch connections opened per server, times 200. Broker: the broker process, then 200
+   simulated single-user servers (threads in this process) that each ask the broker for the pool
+   and their kernels once per second for a window, as servers with the panel open do; watch
+   connections the API server saw from start to end, and the broker calls' p50/p99.
+2. **API requests per kernel start.** N kernel pod starts through the broker (``POST pods``, then
+   ``GET pods/{id}`` until running, as the provisioner does; the pod runs ``sleep``); every non-watch
+   API request during the starts, divided by N. Goal: <= 4.
+3. **Admission under 20 concurrent starts.** 20 starts posted at the same instant; the time from
+   ``POST pods`` until the broker reports the pod created (``starting`` or ``running``), p50/p99.
+   Baseline in the same run: 20 concurrent direct creations of the same Secret and pod with the API
+   client (what an embedded server does), p50/p99 of their duration.
+4. **Memory per 1,000 kernels.** The broker's RSS, then 1,000 kernel pods (for a scheduler the
+   simulated node does not play, so they stay pending) added to the cluster; once the broker's
+   watch shows them and it has answered ``GET kernels`` and ``GET pool`` for them, its RSS again.
+   Reported as MiB per 1,000 kernels and as a ratio of the broker's own RSS.
+
+Run: ``.venv/bin/python benchmarks/broker_cluster.py`` (needs the ``test`` extra: kmock);
+``--quick`` uses fewer embedded baseline processes, a shorter window and fewer starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import psutil  # noqa: E402
+
+from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError  # noqa: E402
+from tests.integration import k8s_sim  # noqa: E402
+
+BIN = Path(sys.executable).parent
+NAMESPACE = "kernels"
+IMAGE = "jupyter-gpushare-kernel:bench"
+SERVERS = 200
+GOAL_REQUESTS_PER_START = 4
+
+counts: collections.Counter[tuple[str, str]] = collections.Counter()
+_original = k8s_sim.ApiServer._handle
+
+
+async def _counting(self: Any, request: Any) -> Any:
+    plural = getattr(request.resource, "plural", None) or str(request.resource)
+    counts[(str(getattr(request.action, "name", request.action)).lower(), str(plural))] += 1
+    return await _original(self, request)
+
+
+k8s_sim.ApiServer._handle = _counting  # type: ignore[method-assign]
+
+
+def watches() -> int:
+    return sum(n for (action, _), n in counts.items() if action == "watch")
+
+
+def api_requests() -> int:
+    return sum(n for (action, _), n in counts.items() if action != "watch")
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+EMBEDDED = """
+import sys, time
+from jupyter_gpushare.backends.base import ServerHooks
+from jupyter_gpushare.backends.kubernetes import KubernetesBackend
+from jupyter_gpushare.config import GPUShare
+backend = KubernetesBackend(GPUShare(backend="kubernetes", namespace="kernels", owner=sys.argv[1],
+                                     resource_preset="hami"))
+backend.attach_server(ServerHooks())
+backend.pool()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def embedded_watches(env: dict[str, str], processes: int) -> float:
+    """Watch connections one embedded server opens (measured over ``processes`` of them)."""
+    before = watches()
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", EMBEDDED, f"user{index}"], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for index in range(processes)
+    ]
+    try:
+        for process in started:
+            assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        return (watches() - before) / processes
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+
+
+def start_broker(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], BrokerClient]:
+    socket = root / "broker.sock"
+    broker = subprocess.Popen(
+        [str(BIN / "jupyter-gpushare"), "broker", "--backend", "kubernetes", "--socket", str(socket)],
+        env=env,
+        stdout=(root / "broker.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    client = BrokerClient(f"unix:{socket}")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client.call("GET", "info")
+            client.call("GET", "pool")  # the watch's first listing is in
+            return broker, client
+        except BrokerUnreachableError:
+            if broker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((root / "broker.log").read_text()) from None
+            time.sleep(0.05)
+
+
+def servers_polling(url: str, servers: int, window: float, follow: bool) -> tuple[list[float], int]:
+    """``servers`` single-user servers asking for the pool, the marker and their kernels once a
+    second, as a server's panel stream does: ``RemoteBackend`` objects, each following the
+    broker's event stream when ``follow`` (as servers do), else asking the broker every time.
+    The seconds each round took, and the broker requests they made in all."""
+    from jupyter_gpushare.backends.base import ServerHooks, ServerKernels
+    from jupyter_gpushare.backends.remote import RemoteBackend
+    from jupyter_gpushare.config import GPUShare
+
+    made = [0]
+    original = BrokerClient.call
+
+    def counted(self: BrokerClient, *args: Any, **kwargs: Any) -> Any:
+        made[0] += 1
+        return original(self, *args, **kwargs)
+
+    backends = [RemoteBackend(GPUShare(broker_url=url, reconcile_on_start=False)) for _ in range(servers)]
+    if follow:
+        for backend in backends:
+            backend.attach_server(ServerHooks())
+        deadline = time.monotonic() + 30
+        while not all(backend.feed is not None and backend.feed.latest() for backend in backends):
+            assert time.monotonic() < deadline, "the feeds did not come up"
+            time.sleep(0.05)
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop = time.monotonic() + window
+    BrokerClient.call = counted  # type: ignore[method-assign]
+
+    def server(index: int, backend: RemoteBackend) -> None:
+        known = ServerKernels()
+        time.sleep(index / servers)  # spread over the second, as independent servers are
+        while time.monotonic() < stop:
+            began = time.perf_counter()
+            backend.change_marker()
+            backend.pool()
+            backend.kernels(known)
+            with lock:
+                latencies.append(time.perf_counter() - began)
+            time.sleep(max(0.0, 1.0 - (time.perf_counter() - began)))
+
+    threads = [
+        threading.Thread(target=server, args=(index, backend)) for index, backend in enumerate(backends)
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        BrokerClient.call = original  # type: ignore[method-assign]
+        for backend in backends:
+            if backend.feed is not None:
+                backend.feed.stop()
+    return latencies, made[0]
+
+
+def start_pods(client: BrokerClient, count: int, tag: str) -> tuple[list[float], list[float]]:
+    """``count`` kernel pod starts posted at once: seconds to admitted, seconds to running."""
+    barrier = threading.Barrier(count)
+    admitted: list[float] = []
+    running: list[float] = []
+
+    def start(index: int) -> None:
+        own = BrokerClient(client.url)
+        kernel_id = f"bench-{tag}-{index:04d}"
+        body = {
+            "kernel_id": kernel_id,
+            "gpu_memory": "1G",
+            "gpu_mode": "vgpu",
+            "argv": ["sleep", "600"],
+            "token": "t" * 32,
+            "kernel_name": "bench",
+        }
+        barrier.wait()
+        began = time.perf_counter()
+        view = own.call("POST", "pods", body)
+        seen_admitted = False
+        while view["state"] != "running":
+            if not seen_admitted and view["state"] in ("starting", "running"):
+                admitted.append(time.perf_counter() - began)
+                seen_admitted = True
+            time.sleep(0.01)
+            view = own.call("GET", f"pods/{kernel_id}")
+        if not seen_admitted:
+            admitted.append(time.perf_counter() - began)
+        running.append(time.perf_counter() - began)
+
+    threads = [threading.Thread(target=start, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return admitted, running
+
+
+def direct_creations(kubeconfig: str, count: int) -> list[float]:
+    """The baseline: ``count`` concurrent creations of a Secret and a pod with the API client."""
+    os.environ["KUBECONFIG"] = kubeconfig
+    from jupyter_gpushare.config import GPUShare
+    from jupyter_gpushare.k8s.build import cluster_facts, kernel_pod
+    from jupyter_gpushare.k8s.cluster import Cluster, load_configuration
+    from jupyter_gpushare.k8s.manifests import connection_info, kernel_ports, make_secret
+    from jupyter_gpushare.slice_request import make_slice_request
+
+    settings = GPUShare(
+        backend="kubernetes", resource_preset="hami", kernel_image=IMAGE, scheduler_name="elsewhere"
+    )
+    cluster = Cluster(NAMESPACE, configuration=load_configuration().configuration)
+    barrier = threading.Barrier(count)
+    took: list[float] = []
+
+    def create(index: int) -> None:
+        kernel_id = f"direct-{index:04d}"
+        request = make_slice_request("1G", "vgpu", None, "4G", "vgpu")
+        pod, _ = kernel_pod(
+            settings,
+            kernel_id=kernel_id,
+            server_id="bench@direct",
+            owner="bench",
+            request=request,
+            cluster=cluster_facts(settings),
+            argv=["sleep", "600"],
+            namespace=NAMESPACE,
+        )
+        secret = make_secret(
+            kernel_id,
+            "bench@direct",
+            "bench",
+            NAMESPACE,
+            connection_info(kernel_ports(), "ab" * 16, "bench"),
+            "t" * 32,
+        )
+        barrier.wait()
+        began = time.perf_counter()
+        cluster.create_secret(secret)
+        cluster.create_pod(pod)
+        took.append(time.perf_counter() - began)
+
+    threads = [threading.Thread(target=create, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in range(count):
+        cluster.delete_pod(f"gpushare-kernel-direct-{index:04d}", grace_period_seconds=0)
+        cluster.delete_secret(f"gpushare-kernel-direct-{index:04d}-conn")
+    cluster.close()
+    return took
+
+
+def pending_pod(index: int) -> dict[str, Any]:
+    kernel_id = f"idle-{index:05d}"
+    return {
+        "metadata": {
+            "name": f"gpushare-kernel-{kernel_id}",
+            "namespace": NAMESPACE,
+            "labels": {
+                "app.kubernetes.io/name": "jupyter-gpushare-kernel",
+                "jupyter-gpushare.io/owner": "bench",
+            },
+            "annotations": {"jupyter-gpushare.io/size": "1G"},
+        },
+        "spec": {
+            "schedulerName": "elsewhere",
+            "containers": [
+                {
+                    "name": "kernel",
+                    "image": IMAGE,
+                    "env": [
+                        {"name": "JUPYTER_GPUSHARE_KERNEL_ID", "value": kernel_id},
+                        {"name": "JUPYTER_GPUSHARE_OWNER", "value": "bench"},
+                        {"name": "JUPYTER_GPUSHARE_MODE", "value": "vgpu"},
+                        {"name": "JUPYTER_GPUSHARE_MEMORY_BYTES", "value": str(1 << 30)},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def rss_mib(pid: int) -> float:
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--servers", type=int, default=SERVERS)
+    arguments = parser.parse_args()
+    embedded_processes = 3 if arguments.quick else 8
+    window = 4.0 if arguments.quick else 10.0
+    starts = 10 if arguments.quick else 40
+    idle_pods = 1000
+
+    with tempfile.TemporaryDirectory(prefix="gpushare-broker-cluster-") as directory:
+        root = Path(directory)
+        with k8s_sim.SimulatedCluster(root / "cluster", NAMESPACE, nodes=k8s_sim.hami_nodes(4)) as cluster:
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")},
+                "KUBECONFIG": str(cluster.kubeconfig),
+                "JUPYTER_CONFIG_DIR": str(root / "config"),
+                "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
+                "JUPYTER_GPUSHARE_RESOURCE_PRESET": "hami",
+                "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
+                "JUPYTER_GPUSHARE_NAMESPACE": NAMESPACE,
+                "JUPYTER_GPUSHARE_ENCRYPT": "False",
+            }
+            per_server = embedded_watches(env, embedded_processes)
+            counts.clear()
+            broker, client = start_broker(root, env)
+            try:
+                asked, asked_requests = servers_polling(client.url, arguments.servers, window, follow=False)
+                followed, followed_requests = servers_polling(
+                    client.url, arguments.servers, window, follow=True
+                )
+                broker_watches = watches()
+                rounds = arguments.servers * window
+                print(f"1. watch connections to the API server ({arguments.servers} single-user servers)")
+                print(
+                    f"   embedded: {per_server:.1f} per server (measured on {embedded_processes}) -> "
+                    f"{per_server * arguments.servers:.0f} for {arguments.servers}"
+                )
+                print(f"   broker:   {broker_watches} in all (nodes and kernel pods, one list+watch each)")
+                print(f"   ratio broker/embedded: {broker_watches / (per_server * arguments.servers):.4f}")
+                servers = arguments.servers
+                print(f"   {servers} servers reading pool, marker and kernels each second for {window:g} s:")
+                print(
+                    f"     asking the broker each time: {asked_requests / rounds:.2f} broker requests per "
+                    f"server per second, a round p50 {statistics.median(asked) * 1000:.1f} ms, "
+                    f"p99 {percentile(asked, 0.99) * 1000:.1f} ms"
+                )
+                print(
+                    f"     following its stream (as servers do): {followed_requests / rounds:.2f} requests "
+                    f"per server per second, a round p50 {statistics.median(followed) * 1000:.2f} ms, "
+                    f"p99 {percentile(followed, 0.99) * 1000:.2f} ms"
+                )
+
+                counts.clear()
+                start_pods(client, starts, "seq")
+                per_start = api_requests() / starts
+                breakdown = {
+                    f"{a} {r.split('/')[-1]}": n for (a, r), n in sorted(counts.items()) if a != "watch"
+                }
+                print(
+                    f"2. API requests per kernel start ({starts} starts): {per_start:.2f} "
+                    f"(goal <= {GOAL_REQUESTS_PER_START}) {json.dumps(breakdown)}"
+                )
+                for index in range(starts):
+                    client.call("DELETE", f"pods/bench-seq-{index:04d}?grace=0", {})
+
+                admitted, running = start_pods(client, 20, "burst")
+                direct = direct_creations(str(cluster.kubeconfig), 20)
+                print("3. 20 concurrent starts: admission (POST -> pod created)")
+                print(
+                    f"   broker: p50 {statistics.median(admitted) * 1000:.0f} ms, "
+                    f"p99 {percentile(admitted, 0.99) * 1000:.0f} ms"
+                    f" (to running: p50 {statistics.median(running) * 1000:.0f} ms)"
+                )
+                print(
+                    "   direct creation by the API client (baseline): "
+                    f"p50 {statistics.median(direct) * 1000:.0f} ms, "
+                    f"p99 {percentile(direct, 0.99) * 1000:.0f} ms"
+                )
+                print(f"   ratio of the p99s: {percentile(admitted, 0.99) / percentile(direct, 0.99):.2f}")
+                for index in range(20):
+                    client.call("DELETE", f"pods/bench-burst-{index:04d}?grace=0", {})
+
+                time.sleep(1.0)
+                base = rss_mib(broker.pid)
+                for index in range(idle_pods):
+                    cluster.add(k8s_sim.PODS, pending_pod(index))
+                deadline = time.monotonic() + 600
+                while (shown := len(client.call("GET", "kernels"))) < idle_pods:
+                    assert time.monotonic() < deadline, f"the broker's watch shows {shown} of the pods"
+                    time.sleep(0.5)
+                began = time.perf_counter()
+                client.call("GET", "pool")
+                listing = client.call("GET", "kernels")
+                took = time.perf_counter() - began
+                after = rss_mib(broker.pid)
+                print(
+                    f"4. broker memory: {base:.0f} MiB with no kernel, {after:.0f} MiB with {len(listing)} "
+                    f"kernel pods: {(after - base) * 1000 / idle_pods:.1f} MiB per 1,000 kernels "
+                    f"(ratio {after / base:.2f} of its own RSS); "
+                    f"GET pool + kernels with them: {took * 1000:.0f} ms"
+                )
+                verdict = per_start <= GOAL_REQUESTS_PER_START and broker_watches <= 2
+                print("verdict:", "goals met" if verdict else "goal MISSED")
+            finally:
+                broker.terminate()
+                broker.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""One JSON call to the GPU broker, over its Unix socket or HTTP (the client's only wire).
+
+``unix:/run/jupyter-gpushare/broker.sock``: the broker learns who calls from the socket's peer
+credentials, so nothing is sent to prove it. ``http://…``: the caller presents its JupyterHub API
+token (a single-user server's own ``$JUPYTERHUB_API_TOKEN``), which the broker checks with the hub.
+A broker that cannot be reached fails the call at once with a sentence naming it; a broker that
+refuses answers with the domain error it raised (:mod:`.wire`), so callers handle both like the
+errors of a backend in their own process.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BackendUnavailableError
+from .wire import error_from, register_error
+
+CALL_TIMEOUT = 30.0  # seconds; every call is short (a queued start polls instead of waiting)
+TOKEN_HEADER = "X-GPUShare-Token"  # a kernel's own-slice token, for calls about its own slice
+HOST_HEADER = "X-GPUShare-Host"  # where the caller runs: names its server's kernel pods (HTTP)
+API_PREFIX = "/api/gpushare/broker/"
+# POSTs that change nothing (a server's feed stays trusted after them).
+READING = frozenset({("POST", "check"), ("POST", "server-kernels"), ("POST", "preview")})
+
+
+@register_error
+class BrokerUnreachableError(BackendUnavailableError):
+    """The broker named by ``broker_url`` does not answer (not running, wrong address)."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    """Where the broker listens: a Unix socket path, or an HTTP base URL."""
+
+    url: str
+
+    @property
+    def socket_path(self) -> str | None:
+        return self.url.removeprefix("unix:") if self.url.startswith("unix:") else None
+
+    def connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self.socket_path is not None:
+            return _UnixConnection(self.socket_path, timeout)
+        parsed = urllib.parse.urlsplit(self.url)
+        kind = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
+        return kind(parsed.hostname or "localhost", parsed.port, timeout=timeout)
+
+    def path(self, route: str) -> str:
+        base = "" if self.socket_path is not None else urllib.parse.urlsplit(self.url).path.rstrip("/")
+        return f"{base}{API_PREFIX}{route}"
+
+
+class BrokerClient:
+    """Calls to one broker, as this process (and, for a kernel, with its own-slice token)."""
+
+    def __init__(self, url: str, *, hub_token: str | None = None, timeout: float = CALL_TIMEOUT) -> None:
+        self.address = BrokerAddress(url)
+        self.url = url
+        self.timeout = timeout
+        # Over HTTP the hub's word on the caller's token is the identity; the socket needs none.
+        self.hub_token = hub_token if hub_token is not None else os.environ.get("JUPYTERHUB_API_TOKEN", "")
+        self.on_change: Callable[[], None] | None = None  # told after every call that changes
+
+    def unreachable(self, error: BaseException) -> BrokerUnreachableError:
+        return BrokerUnreachableError(f"the GPU broker at {self.url} is not reachable: {error}")
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        """Who we are (over HTTP: our hub token) and where we run; a kernel adds its token."""
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            HOST_HEADER: socket.gethostname(),
+        }
+        if self.hub_token and self.address.socket_path is None:
+            headers["Authorization"] = f"token {self.hub_token}"
+        if token:
+            headers[TOKEN_HEADER] = token
+        return headers
+
+    def events(self, route: str, timeout: float) -> Iterator[Any]:
+        """The events of a server-sent-events route as parsed JSON (None for a keep-alive line),
+        until the broker ends the stream; raises :class:`BrokerUnreachableError` when it breaks.
+        ``timeout`` bounds the wait for any line: the broker sends one at least that often."""
+        connection = self.address.connection(timeout)
+        try:
+            connection.request("GET", self.address.path(route), headers=self.headers())
+            response = connection.getresponse()
+            if response.status >= 400:
+                text = response.read()
+                raise error_from(json.loads(text) if text else None, response.status)
+            data: list[str] = []
+            for raw in response:
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if line.startswith(":"):
+                    yield None
+                elif line.startswith("data:"):
+                    data.append(line[5:].lstrip(" "))
+                elif not line and data:
+                    yield json.loads("".join(data))
+                    data = []
+        except (OSError, http.client.HTTPException, ValueError) as error:
+            raise self.unreachable(error) from None
+        finally:
+            connection.close()
+
+    def call(
+        self,
+        method: str,
+        route: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """The broker's JSON answer to one request; raises its refusal as a domain error, or
+        :class:`BrokerUnreachableError`."""
+        headers = self.headers(token)
+        data = json.dumps(body).encode() if body is not None else None
+        connection = self.address.connection(timeout or self.timeout)
+        try:
+            connection.request(method, self.address.path(route), body=data, headers=headers)
+            response = connection.getresponse()
+            status, text = response.status, response.read()
+        except (OSError, http.client.HTTPException) as error:
+            raise self.unreachable(error) from None
+        finally:
+            connection.close()
+        try:
+            answer = json.loads(text) if text else None
+        except ValueError:
+            answer = {"message": text.decode(errors="replace")[:500]}
+        if self.on_change is not None and method != "GET" and (method, route) not in READING:
+            self.on_change()
+        if status >= 400:
+            raise error_from(answer, status)
+        return answer
+
+
+__all__ = [
+    "API_PREFIX",
+    "HOST_HEADER",
+    "TOKEN_HEADER",
+    "BrokerAddress",
+    "BrokerClient",
+    "BrokerUnreachableError",
+]

@@ -1,0 +1,209 @@
+"""Running the broker: its backend, its routes, its Unix socket and HTTP port, its housekeeping.
+
+Started by ``jupyter gpushare broker`` (:func:`main`). On the local backend the broker makes the
+node ledger its own (files mode 0600: no user can open it, only the broker decides); on the
+Kubernetes backend it holds the cluster credentials and the one list+watch. Every few seconds it
+releases slices of kernels that are gone and collects kernel pods nobody asks after, so a
+restarted broker rebuilds its state from the ledger or the cluster and loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import grp
+import logging
+import os
+import signal
+import stat
+from pathlib import Path
+from typing import Any
+
+from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_unix_socket
+
+from ..config import GPUShare
+from ..errors import ConfigurationError
+from . import handlers, slices
+from .authority import Authority, LocalAuthority
+from .handlers import BrokerState
+from .identity import HubIdentity
+from .settings import GPUShareBroker
+
+log = logging.getLogger("jupyter_gpushare.broker")
+
+PREFIX = "/api/gpushare/broker/"
+MAX_BODY = 1024 * 1024  # bytes: the broker's bodies are small JSON objects
+HOUSEKEEPING_EVERY = 2.0  # seconds between releases of dead kernels' slices, orphan collections
+LEDGER_FILES = ("", "-wal", "-shm", ".lock")
+
+
+def secure_ledger(path: Path) -> None:
+    """Make the ledger and its companion files the broker's alone (mode 0600), or refuse to run
+    on one another user owns: the broker's decisions are only as good as its sole authority."""
+    for suffix in LEDGER_FILES:
+        target = Path(f"{path}{suffix}")
+        if not target.exists():
+            continue
+        if target.stat().st_uid != os.geteuid():
+            raise ConfigurationError(
+                f"the ledger file {target} belongs to another user: the broker must own the ledger "
+                "(remove it, or run the broker as its owner)"
+            )
+        if stat.S_IMODE(target.stat().st_mode) != 0o600:
+            os.chmod(target, 0o600)
+
+
+def local_authority(settings: GPUShare) -> LocalAuthority:
+    from ..backends.local import LocalBackend
+
+    # Files the ledger creates (the database, its WAL and lock) are the broker's only.
+    os.umask(0o077)
+    secure_ledger(settings.effective_ledger_path())
+    backend = LocalBackend(settings)
+    backend.ledger.change_marker()  # creates the files now, under this umask
+    secure_ledger(backend.ledger.path)
+    return LocalAuthority(backend)
+
+
+def refuse_dra_presets(settings: GPUShare) -> None:
+    """The broker makes kernel pods and Secrets but not yet ResourceClaims: under a DRA preset its
+    pods would wait for claims nobody creates, so it refuses to start (before any cluster call)."""
+    from ..k8s.presets import resolve_preset
+
+    preset = resolve_preset(settings.resource_preset, settings.resource_names, settings.dra_names())
+    if preset.dra is not None:
+        raise ConfigurationError(
+            f"the broker does not create ResourceClaims yet, so it cannot serve the DRA preset "
+            f"{preset.name!r}: use a device-plugin preset (nvidia, hami, volcano, kai, aliyun) with "
+            "the broker, or DRA without a broker"
+        )
+
+
+def kubernetes_authority(settings: GPUShare, broker: GPUShareBroker) -> Authority:
+    from ..backends.base import ServerHooks
+    from ..backends.kubernetes import KubernetesBackend
+    from .authority import KubernetesAuthority
+    from .pods import PodStarts
+
+    refuse_dra_presets(settings)
+    backend = KubernetesBackend(settings)
+    backend.attach_server(ServerHooks())  # the one list+watch of the cluster, in the broker
+    return KubernetesAuthority(backend, PodStarts(backend, orphan_grace=broker.orphan_grace))
+
+
+def make_application(state: BrokerState) -> web.Application:
+    routes: list[tuple[str, type[web.RequestHandler]]] = list(handlers.ROUTES)
+    if isinstance(state.authority, LocalAuthority):
+        routes += slices.ROUTES
+    else:
+        from . import pod_routes
+
+        routes += pod_routes.ROUTES
+    return web.Application(
+        [(f"{PREFIX}{pattern}", handler, {"state": state}) for pattern, handler in routes],
+        # A route that is not ours answers in JSON too.
+        default_handler_class=handlers.NotFoundHandler,
+        default_handler_args={"state": state},
+    )
+
+
+class Broker:
+    """One broker process: what it holds, where it listens."""
+
+    def __init__(self, settings: GPUShare, broker: GPUShareBroker, authority: Authority) -> None:
+        self.settings = settings
+        self.broker = broker
+        self.authority = authority
+        admins = frozenset(broker.admin_users)
+        hub = HubIdentity(admins) if broker.ip else None
+        self.state = BrokerState(authority, hub=hub, admin_users=admins)
+        self.server: HTTPServer | None = None
+        self.addresses: list[str] = []
+
+    def listen(self) -> None:
+        self.server = HTTPServer(make_application(self.state), max_body_size=MAX_BODY)
+        if self.broker.socket:
+            path = Path(self.broker.socket)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            sock = bind_unix_socket(str(path), mode=self.broker.socket_mode)
+            if self.broker.socket_group:
+                try:
+                    os.chown(path, -1, grp.getgrnam(self.broker.socket_group).gr_gid)
+                except (KeyError, PermissionError) as error:
+                    raise ConfigurationError(
+                        f"cannot give the socket to group {self.broker.socket_group!r}: {error}"
+                    ) from None
+            self.server.add_socket(sock)
+            self.addresses.append(f"unix:{path}")
+        if self.broker.ip:
+            self.server.listen(self.broker.port, self.broker.ip)
+            self.addresses.append(f"http://{self.broker.ip}:{self.broker.port}/")
+
+    async def housekeeping(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.authority.housekeeping)
+            except Exception:  # a busy ledger or an API hiccup: next round
+                log.warning("GPU broker housekeeping failed", exc_info=True)
+            await asyncio.sleep(HOUSEKEEPING_EVERY)
+
+    async def serve(self) -> None:
+        self.listen()
+        log.info(
+            "GPU broker (%s backend, %s) serving %s",
+            self.authority.backend.name,
+            self.authority.backend.location(),
+            ", ".join(self.addresses),
+        )
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stopped.set)
+        extra = self.start_services()
+        keeper = asyncio.ensure_future(self.housekeeping())
+        try:
+            await stopped.wait()
+        finally:
+            keeper.cancel()
+            for task in extra:
+                task.cancel()
+            self.close()
+
+    def start_services(self) -> list[asyncio.Future[Any]]:
+        starter = getattr(self.authority, "pods", None)
+        return [asyncio.ensure_future(starter.run())] if starter is not None else []
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        if self.broker.socket:
+            with contextlib.suppress(OSError):
+                os.unlink(self.broker.socket)
+        log.info("GPU broker stopped")
+
+
+def run(settings: GPUShare, broker: GPUShareBroker) -> None:
+    """Build the broker for ``settings.backend`` and serve until SIGTERM/SIGINT."""
+    logging.basicConfig(level=logging.INFO, format="[%(levelname).1s %(asctime)s %(name)s] %(message)s")
+    logging.getLogger("tornado.access").setLevel(logging.WARNING)  # a line per request is noise
+    if not broker.socket and not broker.ip:
+        raise ConfigurationError(
+            "the broker needs somewhere to listen: --socket PATH (a team box) or --ip IP --port N "
+            "(a JupyterHub service)"
+        )
+    if settings.effective_broker_url():
+        raise ConfigurationError(
+            "the broker holds the pool itself: unset c.GPUShare.broker_url "
+            "($JUPYTER_GPUSHARE_BROKER_URL) in the broker's own configuration"
+        )
+    authority = (
+        kubernetes_authority(settings, broker)
+        if settings.backend == "kubernetes"
+        else local_authority(settings)
+    )
+    asyncio.run(Broker(settings, broker, authority).serve())
+
+
+__all__ = ["Broker", "local_authority", "make_application", "run", "secure_ledger"]

@@ -1,0 +1,123 @@
+"""Kernel pods through the broker (Kubernetes backend): ``POST pods``, ``GET|DELETE pods/{id}``.
+
+A server asks for its kernel's pod, then polls until it runs (queue position, the pod's phase, the
+scheduler's words, then the connection info), keeps asking after it while the kernel lives, and
+deletes it at shutdown. The pod is always the caller's: another user's kernel is "no such kernel".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, cast
+
+from ..errors import InvalidRequestError
+from ..http_errors import answering_domain_errors
+from .authority import KubernetesAuthority
+from .handlers import KERNEL, BrokerHandler
+from .pods import PodAsk, PodStarts
+
+HEX_KEY = re.compile(r"[0-9a-f]{16,128}")
+CURVE_KEY_LENGTH = 40  # Z85 of 32 bytes
+
+
+class PodHandler(BrokerHandler):
+    @property
+    def pods(self) -> PodStarts:
+        return cast(KubernetesAuthority, self.authority).pods
+
+
+class PodsHandler(PodHandler):
+    """``POST pods``: check and queue a kernel pod start; answers how it stands (202)."""
+
+    @answering_domain_errors
+    async def post(self) -> None:
+        ask = parse_ask(self.json_body())
+        caller = self.caller
+        await self.run(self.pods.submit, caller.user, caller.server_id, ask)
+        self.answer(await self.run(self.pods.view, caller.user, ask.kernel_id, caller.admin), status=202)
+
+
+class PodHandlerById(PodHandler):
+    """``GET pods/{id}``: how a start or a running kernel pod stands (renews its lease);
+    ``DELETE pods/{id}[?grace=N]``: delete its pod and Secret, or withdraw its queued start."""
+
+    @answering_domain_errors
+    async def get(self, kernel_id: str) -> None:
+        self.answer(await self.run(self.pods.view, self.caller.user, kernel_id, self.caller.admin))
+
+    @answering_domain_errors
+    async def delete(self, kernel_id: str) -> None:
+        text = self.get_argument("grace", "")
+        if text and not text.isdigit():
+            raise InvalidRequestError(f"grace must be a whole number of seconds, not {text!r}")
+        grace = int(text) if text else None
+        await self.run(self.pods.delete, self.caller.user, kernel_id, grace, self.caller.admin)
+        self.answer({})
+
+
+def parse_ask(body: Mapping[str, Any]) -> PodAsk:
+    """A server's ``POST pods`` body, checked field by field (raises with what is wrong)."""
+    kernel_id = body.get("kernel_id")
+    if not isinstance(kernel_id, str):
+        raise InvalidRequestError("kernel_id must be a string")
+    argv = body.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(part, str) for part in argv):
+        raise InvalidRequestError("argv must be a non-empty list of strings")
+    env = body.get("env", {})
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise InvalidRequestError("env must be an object of strings")
+    generation = body.get("generation", 0)
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        raise InvalidRequestError("generation must be a whole number of at least 0")
+    token = body.get("token")
+    if not isinstance(token, str) or not 16 <= len(token) <= 200:
+        raise InvalidRequestError("token must be the kernel's own-slice secret (16-200 characters)")
+    report_url = body.get("report_url")
+    if report_url is not None and (
+        not isinstance(report_url, str) or not report_url.startswith(("http://", "https://"))
+    ):
+        raise InvalidRequestError("report_url must be an http(s) URL or null")
+    key = body.get("key")
+    if key is not None and (not isinstance(key, str) or not HEX_KEY.fullmatch(key)):
+        raise InvalidRequestError("key must be the kernel's HMAC key in hex, or null")
+    curve = body.get("curve")
+    if curve is not None and not (
+        isinstance(curve, list)
+        and len(curve) == 2
+        and all(isinstance(part, str) and len(part) == CURVE_KEY_LENGTH for part in curve)
+    ):
+        raise InvalidRequestError("curve must be [public, secret] Z85 CurveZMQ keys, or null")
+    kernel_name = body.get("kernel_name", "")
+    if not isinstance(kernel_name, str) or len(kernel_name) > 200:
+        raise InvalidRequestError("kernel_name must be a string of at most 200 characters")
+    for name, kinds in (("gpu_memory", (str, int)), ("gpu_mode", (str,)), ("gpu_cores", (str, int))):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            raise InvalidRequestError(
+                f"{name} must be a string{' or a whole number' if int in kinds else ''}"
+            )
+    return PodAsk(
+        kernel_id=kernel_id,
+        memory=body.get("gpu_memory"),
+        mode=body.get("gpu_mode"),
+        cores=body.get("gpu_cores"),
+        argv=tuple(argv),
+        env=dict(env),
+        kernel_name=kernel_name,
+        report_url=report_url,
+        token=token,
+        generation=generation,
+        key=key,
+        curve=(curve[0], curve[1]) if curve else None,
+    )
+
+
+ROUTES: list[tuple[str, type[BrokerHandler]]] = [
+    ("pods", PodsHandler),
+    (f"pods/{KERNEL}", PodHandlerById),
+]
+
+__all__ = ["ROUTES", "parse_ask"]

@@ -1,0 +1,451 @@
+"""Kernel pods started by the broker: one FIFO queue for every user, objects only the broker makes.
+
+A server asks for a kernel pod (``POST pods``); the broker checks the request against its own
+limits — per kernel, and per user across every server and every start still waiting, decided
+under one lock — builds the pod and its Secret (the connection file with fresh keys, the kernel's
+token), and queues the start. The head of the queue is admitted only when the broker's view of
+the cluster (:mod:`jupyter_gpushare.k8s.admission`) says it fits; then the Secret and the pod are
+created — the only API requests a start costs — and the pod is followed through the broker's one
+list+watch. The server polls (``GET pods/{id}``) and gets, in turn, its queue position, the pod's
+phase and the scheduler's words, and once it runs the connection info.
+
+Servers keep asking after their running kernels (their poll, and a lease), so the broker knows
+which pods someone still wants. A pod nobody has asked after for ``orphan_grace`` seconds — its
+server is gone, or the broker was killed while starting it — is deleted with its Secret: a
+restarted broker rebuilds everything else from the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..allocator import kernel_limit_refusal, user_limit_refusal
+from ..backends.kubernetes import POD_HOLDERS, KubernetesBackend
+from ..errors import (
+    ConfigurationError,
+    DoesNotFitError,
+    GPUShareError,
+    InvalidRequestError,
+    NoSuchKernelError,
+    QueueTimeoutError,
+)
+from ..k8s.admission import why_not_now
+from ..k8s.build import kernel_pod
+from ..k8s.cluster import ClusterError
+from ..k8s.manifests import (
+    CONNECTION_FILE,
+    HOLDER_ANNOTATION,
+    connection_info,
+    kernel_ports,
+    make_secret,
+    pod_name,
+    secret_name,
+)
+from ..k8s.pool import held_by_user, never_fits, read_pod
+from ..k8s.starting import KernelPodStartError, progress
+from ..k8s.status import termination
+from ..sizes import bytes_or_none
+from ..slice_request import make_slice_request
+
+log = logging.getLogger("jupyter_gpushare.broker")
+
+TICK = 0.1  # seconds between looks at the queue and the starting pods
+CREATORS = 8  # kernel pods (and Secrets) created at the same time
+UNSCHEDULABLE_GRACE = 10.0  # seconds an admitted pod may stay unplaceable before its start fails
+FINISHED_KEPT_FOR = 120.0  # seconds a finished start's outcome stays readable
+KERNEL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")  # kernel ids become pod names
+ACTIVE = ("queued", "creating", "starting")
+
+
+@dataclass(frozen=True)
+class PodAsk:
+    """What a server asks for one kernel pod."""
+
+    kernel_id: str
+    memory: object
+    mode: object
+    cores: object
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    kernel_name: str
+    report_url: str | None
+    token: str
+    generation: int
+    key: str | None = None  # a restart keeps its kernel's keys
+    curve: tuple[str, str] | None = None
+
+
+@dataclass
+class PodStartState:
+    """One start, from the queue to a running pod (or its failure)."""
+
+    kernel_id: str
+    owner: str
+    server_id: str
+    memory: int | None  # bytes the pod asks for, where known
+    secret: dict[str, Any]
+    pod: dict[str, Any]
+    requested_at: float = field(default_factory=time.monotonic)
+    state: str = "queued"  # queued, creating, starting, running, failed
+    detail: str = ""
+    error: GPUShareError | None = None
+    admitted_at: float | None = None
+    unschedulable_since: float | None = None
+    ip: str | None = None
+    finished_at: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+
+class PodStarts:
+    """Every kernel pod start of the broker's, and the leases of running kernel pods."""
+
+    def __init__(
+        self,
+        backend: KubernetesBackend,
+        *,
+        orphan_grace: float = 30.0,
+        unschedulable_grace: float = UNSCHEDULABLE_GRACE,
+    ) -> None:
+        self.backend = backend
+        self.settings = backend.settings
+        self.orphan_grace = orphan_grace
+        self.unschedulable_grace = unschedulable_grace
+        self.starts: dict[str, PodStartState] = {}
+        self.queue: list[str] = []
+        self.leases: dict[str, float] = {}
+        self.started_at = time.monotonic()
+        self.secrets_checked = time.monotonic()
+        self._creators = ThreadPoolExecutor(max_workers=CREATORS, thread_name_prefix="gpushare-create")
+        self.lock = threading.RLock()
+
+    # ---- what the cluster looks like now (the watch) -----------------------------------------------
+
+    def pods(self) -> dict[str, dict[str, Any]]:
+        """Our kernel pods by name, from the broker's watch."""
+        return {str((pod.get("metadata") or {}).get("name")): pod for pod in self.backend.pod_objects()}
+
+    # ---- a server asks ------------------------------------------------------------------------------
+
+    def submit(self, owner: str, server_id: str, ask: PodAsk) -> PodStartState:
+        """Check ``ask`` against the broker's limits and queue it (raises with the reason)."""
+        if not KERNEL_ID.match(ask.kernel_id):
+            raise InvalidRequestError(
+                f"kernel_id must be a lowercase id of letters, digits and dashes, not {ask.kernel_id!r}"
+            )
+        settings = self.settings
+        request = make_slice_request(
+            ask.memory,
+            ask.mode,
+            ask.cores,
+            settings.default_memory,
+            settings.default_mode,
+            settings.min_memory_bytes(),
+        )
+        facts = self.backend.facts()
+        key = ask.key or secrets.token_hex(32)
+        curve = ask.curve if settings.encrypt else None
+        if settings.encrypt and curve is None:
+            curve = _curve_keypair()
+        ports = kernel_ports(ask.generation)
+        namespace = self.backend.cluster.namespace
+        pod, pod_request = kernel_pod(
+            settings,
+            kernel_id=ask.kernel_id,
+            server_id=server_id,
+            owner=owner,
+            request=request,
+            cluster=facts,
+            argv=ask.argv,
+            namespace=namespace,
+            annotations={HOLDER_ANNOTATION: self.backend.holder},
+            report_url=ask.report_url,
+            kernel_env=ask.env,
+            ports=ports,
+        )
+        secret = make_secret(
+            ask.kernel_id,
+            server_id,
+            owner,
+            namespace,
+            connection_info(ports, key, ask.kernel_name, curve),
+            ask.token,
+            annotations={HOLDER_ANNOTATION: self.backend.holder},
+        )
+        wanted = pod_request.memory
+        with self.lock:
+            pods = self.pods()
+            slices = [item for item in map(read_pod, pods.values()) if item is not None]
+            mine = next((item for item in slices if item.kernel_id == ask.kernel_id), None)
+            current = self.starts.get(ask.kernel_id)
+            if (mine is not None and mine.owner != owner) or (current is not None and current.owner != owner):
+                raise NoSuchKernelError(f"no GPU kernel {ask.kernel_id} of {owner}'s")
+            if current is not None and current.active:
+                raise InvalidRequestError(f"kernel {ask.kernel_id} is starting already")
+            if wanted is not None:
+                refusal = kernel_limit_refusal(wanted, bytes_or_none(settings.max_memory_per_kernel))
+                refusal = refusal or never_fits(wanted, self.backend.nodes())
+                limit = bytes_or_none(settings.max_memory_per_user)
+                if refusal is None and limit is not None:
+                    visible = {item.kernel_id for item in slices}
+                    waiting = sum(
+                        start.memory or 0
+                        for start in self.starts.values()
+                        if start.owner == owner
+                        and start.active
+                        and start.kernel_id not in visible
+                        and start.kernel_id != ask.kernel_id
+                    )
+                    held = held_by_user(slices, owner, excluding=ask.kernel_id) + waiting
+                    refusal = user_limit_refusal(owner, wanted, held, limit, POD_HOLDERS)
+                if refusal is not None:
+                    raise DoesNotFitError(refusal)
+            start = PodStartState(ask.kernel_id, owner, server_id, wanted, secret, pod)
+            if settings.when_full == "fail":
+                reason = why_not_now(wanted, self.backend.nodes(), slices, self._unseen(pods))
+                if self.queue or reason:
+                    raise DoesNotFitError(reason or f"{len(self.queue)} earlier GPU request(s) are waiting")
+            self.starts[ask.kernel_id] = start
+            self.queue.append(ask.kernel_id)
+            self.leases[ask.kernel_id] = time.monotonic()
+            self._describe_queue()
+        return start
+
+    def view(self, owner: str, kernel_id: str, admin: bool = False) -> dict[str, Any]:
+        """How a start (or a running kernel pod) stands, for its server; renews its lease."""
+        with self.lock:
+            start = self.starts.get(kernel_id)
+            pod = self.pods().get(pod_name(kernel_id))
+            item = read_pod(pod) if pod is not None else None
+            start_owner = start.owner if start is not None else (item.owner if item is not None else None)
+            if start_owner is None or not (admin or start_owner == owner):
+                raise NoSuchKernelError(f"no GPU kernel {kernel_id} of {owner}'s")
+            self.leases[kernel_id] = time.monotonic()
+            renew = {"renew_within": max(self.orphan_grace / 3, 0.5)}
+            if start is not None and start.state == "failed":
+                error = start.error or KernelPodStartError("the kernel pod could not be started")
+                del self.starts[kernel_id]
+                raise error
+            if start is not None and start.state == "queued":
+                return {
+                    "state": "queued",
+                    "position": self.queue.index(kernel_id) + 1,
+                    "detail": start.detail,
+                    **renew,
+                }
+            if start is not None and start.state in ("creating", "starting"):
+                return {"state": "starting", "detail": start.detail, **renew}
+            if start is not None and start.state == "running":
+                connection = _connection_of(start)
+                return {"state": "running", "detail": start.detail, "connection": connection, **renew}
+            assert pod is not None
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                code, reason = termination(pod)
+                return {"state": "ended", "exit_code": code, "reason": reason, **renew}
+            if item is not None and item.deleting:
+                return {
+                    "state": "ended",
+                    "exit_code": -9,
+                    "reason": "the kernel pod is being deleted",
+                    **renew,
+                }
+            return {"state": "running" if phase == "Running" else "starting", "detail": phase or "", **renew}
+
+    def delete(self, owner: str, kernel_id: str, grace: int | None, admin: bool = False) -> None:
+        """Delete a kernel's pod and Secret, or withdraw its queued start."""
+        with self.lock:
+            start = self.starts.get(kernel_id)
+            pod = self.pods().get(pod_name(kernel_id))
+            item = read_pod(pod) if pod is not None else None
+            start_owner = start.owner if start is not None else (item.owner if item is not None else None)
+            if start_owner is None:
+                return  # nothing to delete: deleting twice is no error
+            if not (admin or start_owner == owner):
+                raise NoSuchKernelError(f"no GPU kernel {kernel_id} of {owner}'s")
+            if kernel_id in self.queue:
+                self.queue.remove(kernel_id)
+                self._describe_queue()
+            self.starts.pop(kernel_id, None)
+            self.leases.pop(kernel_id, None)
+            created = start is None or start.state != "queued"
+        if created:
+            self.delete_objects(kernel_id, grace)
+
+    def owner_of(self, kernel_id: str) -> str | None:
+        with self.lock:
+            start = self.starts.get(kernel_id)
+            if start is not None:
+                return start.owner
+        pod = self.pods().get(pod_name(kernel_id))
+        item = read_pod(pod) if pod is not None else None
+        return item.owner if item is not None else None
+
+    # ---- the broker's loop ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Admit and follow starts, every ``TICK`` seconds, for the broker's life."""
+        await asyncio.to_thread(self.backend.pod_objects)  # the watch's first listing
+        while True:
+            try:
+                await asyncio.to_thread(self.step)
+            except Exception:  # an API hiccup must not end the broker's starts
+                log.warning("kernel pod starts: a round failed", exc_info=True)
+            await asyncio.sleep(TICK)
+
+    def step(self) -> None:
+        """One round: admit what fits from the head of the queue, then follow starting pods."""
+        admitted: list[PodStartState] = []
+        with self.lock:
+            now = time.monotonic()
+            pods = self.pods()
+            slices = [item for item in map(read_pod, pods.values()) if item is not None]
+            nodes = self.backend.nodes()
+            unseen = self._unseen(pods)
+            while self.queue:
+                start = self.starts[self.queue[0]]
+                waited = now - start.requested_at
+                if waited >= self.settings.queue_timeout:
+                    self.queue.pop(0)
+                    self._fail(
+                        start,
+                        QueueTimeoutError(
+                            f"no GPU slice after waiting {waited:.0f} s (queue position 1): {start.detail}"
+                        ),
+                    )
+                    continue
+                reason = why_not_now(start.memory, nodes, slices, unseen)
+                if reason is not None:
+                    start.detail = f"waiting for a GPU: position 1 in the queue ({reason})"
+                    break
+                self.queue.pop(0)
+                start.state, start.admitted_at = "creating", now
+                start.detail = "creating the kernel pod"
+                admitted.append(start)
+                if start.memory is not None:
+                    unseen.append(start.memory)
+            self._describe_queue()
+        if admitted:
+            # The API calls of several admitted starts go out together, not one after the other.
+            list(self._creators.map(self._create, admitted))
+        with self.lock:
+            pods = self.pods()
+            for start in list(self.starts.values()):
+                if start.state == "starting":
+                    self._follow(start, pods.get(pod_name(start.kernel_id)), time.monotonic())
+            self._forget_finished()
+
+    def _unseen(self, pods: Mapping[str, dict[str, Any]]) -> list[int]:
+        """Bytes of admitted starts whose pods the watch does not show yet."""
+        return [
+            start.memory
+            for start in self.starts.values()
+            if start.state in ("creating", "starting")
+            and start.memory is not None
+            and pod_name(start.kernel_id) not in pods
+        ]
+
+    def _describe_queue(self) -> None:
+        for position, kernel_id in enumerate(self.queue, start=1):
+            start = self.starts[kernel_id]
+            if position > 1 or not start.detail.startswith("waiting for a GPU: position 1"):
+                ahead = position - 1
+                behind = f"behind {ahead} earlier GPU request{'s' if ahead > 1 else ''}" if ahead else "next"
+                start.detail = f"waiting for a GPU: position {position} in the queue ({behind})"
+
+    def _create(self, start: PodStartState) -> None:
+        cluster = self.backend.cluster
+        try:
+            try:
+                cluster.create_secret(start.secret)
+            except ClusterError as error:
+                if error.api_status != 409:
+                    raise
+                cluster.delete_secret(secret_name(start.kernel_id))
+                cluster.create_secret(start.secret)
+            cluster.create_pod(start.pod)
+        except ClusterError as error:
+            with self.lock:
+                self._fail(start, KernelPodStartError(f"the kernel pod could not be created: {error}"))
+            self.delete_objects(start.kernel_id, 0)
+            return
+        with self.lock:
+            if start.state == "creating":  # not withdrawn meanwhile
+                start.state = "starting"
+                start.detail = "pending: waiting for the scheduler"
+
+    def _follow(self, start: PodStartState, pod: dict[str, Any] | None, now: float) -> None:
+        """Move a starting pod on from what the watch shows (lock held)."""
+        assert start.admitted_at is not None
+        seen = progress(
+            pod,
+            pod_name(start.kernel_id),
+            waited=now - start.admitted_at,
+            unschedulable_for=now - (start.unschedulable_since or now),
+            unschedulable_grace=self.unschedulable_grace,
+            launch_timeout=self.settings.launch_timeout,
+        )
+        start.unschedulable_since = (start.unschedulable_since or now) if seen.unschedulable else None
+        start.detail = seen.detail
+        if seen.state == "running":
+            start.state, start.ip, start.finished_at = "running", seen.ip, now
+        elif seen.error is not None:
+            self._fail(start, seen.error)
+            threading.Thread(target=self.delete_objects, args=(start.kernel_id, 0), daemon=True).start()
+
+    def _fail(self, start: PodStartState, error: GPUShareError) -> None:
+        start.state, start.error, start.finished_at = "failed", error, time.monotonic()
+        start.detail = str(error)
+        log.info("Kernel %s (%s): the start failed: %s", start.kernel_id, start.owner, error)
+
+    def _forget_finished(self) -> None:
+        now = time.monotonic()
+        for kernel_id, start in list(self.starts.items()):
+            if start.finished_at is not None and now - start.finished_at > FINISHED_KEPT_FOR:
+                del self.starts[kernel_id]
+
+    def delete_objects(self, kernel_id: str, grace: int | None) -> None:
+        cluster = self.backend.cluster
+        deletions: list[Callable[[], bool]] = [
+            lambda: cluster.delete_pod(pod_name(kernel_id), grace_period_seconds=grace),
+            lambda: cluster.delete_secret(secret_name(kernel_id)),
+        ]
+        for delete in deletions:
+            try:
+                delete()
+            except ClusterError as error:
+                log.error("Kernel %s: cleanup incomplete: %s", kernel_id, error)
+
+
+def _connection_of(start: PodStartState) -> dict[str, Any]:
+    import json
+
+    info: dict[str, Any] = json.loads(start.secret["stringData"][CONNECTION_FILE])
+    info["ip"] = start.ip
+    return info
+
+
+def _curve_keypair() -> tuple[str, str]:
+    import zmq
+
+    if not zmq.has("curve"):
+        raise ConfigurationError(
+            "c.GPUShare.encrypt is on but the broker's pyzmq has no CurveZMQ support: install a "
+            "pyzmq wheel with it, or set c.GPUShare.encrypt = False"
+        )
+    public, secret = zmq.curve_keypair()
+    return public.decode("ascii"), secret.decode("ascii")
+
+
+__all__ = ["KernelPodStartError", "PodAsk", "PodStartState", "PodStarts"]

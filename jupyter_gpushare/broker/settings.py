@@ -1,0 +1,93 @@
+"""The broker's own traits, ``c.GPUShareBroker.<trait>`` (beside ``c.GPUShare``, which it reads too).
+
+Read from the same ``jupyter_server_config`` files as the ``GPUShare`` section; the command's
+flags (``--socket``, ``--ip``, ``--port``, ``--backend``) win over them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traitlets import Float, Integer, List, TraitError, Unicode, validate
+from traitlets.config import Config, Configurable
+
+from ..config import config_from_files
+from ..errors import ConfigurationError
+
+
+class GPUShareBroker(Configurable):
+    """Where the GPU broker listens, and who may see everything."""
+
+    socket = Unicode(
+        "",
+        config=True,
+        help="Unix socket to serve on (a team box), e.g. /run/jupyter-gpushare/broker.sock. Callers "
+        "are identified by the socket's peer credentials. Clients set "
+        "c.GPUShare.broker_url = 'unix:<this path>'.",
+    )
+    socket_mode = Integer(
+        0o666,
+        config=True,
+        help="Permissions of the socket file. The default lets every local user connect (each is "
+        "still only themselves); 0o660 with socket_group limits the broker to one group.",
+    )
+    socket_group = Unicode(
+        "", config=True, help="Group that owns the socket file (with socket_mode 0o660: its members only)."
+    )
+    ip = Unicode(
+        "",
+        config=True,
+        help="Address to serve HTTP on (a cluster: the broker as a JupyterHub service), e.g. "
+        "0.0.0.0. Callers present a JupyterHub API token, checked with the hub. Empty: no HTTP.",
+    )
+    port = Integer(8765, config=True, help="Port of the HTTP service (with ip).")
+    admin_users = List(
+        Unicode(),
+        config=True,
+        help="Users who see and act on every user's kernels, besides root and the broker's own "
+        "user (socket) and hub admins (HTTP).",
+    )
+    orphan_grace = Float(
+        30.0,
+        config=True,
+        help="Kubernetes: seconds a kernel pod may go without its server asking after it (servers "
+        "ask every few seconds) before the broker deletes it and its Secret: the pods of a server "
+        "that is gone, and of a start the broker was killed in.",
+    )
+
+    @validate("socket_mode")
+    def _check_mode(self, proposal: Any) -> int:
+        value = int(proposal["value"])
+        if not 0 <= value <= 0o777:
+            raise TraitError(f"GPUShareBroker.socket_mode must be a file mode such as 0o660, not {value!r}")
+        return value
+
+    @validate("port")
+    def _check_port(self, proposal: Any) -> int:
+        value = int(proposal["value"])
+        if not 0 < value < 65536:
+            raise TraitError(f"GPUShareBroker.port must be from 1 to 65535, not {value}")
+        return value
+
+    @validate("orphan_grace")
+    def _check_grace(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if value < 0:
+            raise TraitError("GPUShareBroker.orphan_grace must not be negative")
+        return value
+
+
+def load_broker_settings(overrides: dict[str, Any] | None = None) -> GPUShareBroker:
+    """The broker's traits from the config files, then ``overrides`` (the command's flags)."""
+    config = config_from_files(("GPUShareBroker",))
+    merged = Config(config)
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            merged.GPUShareBroker[name] = value
+    try:
+        return GPUShareBroker(config=merged)
+    except (TraitError, ValueError) as error:
+        raise ConfigurationError(f"invalid GPUShareBroker configuration: {error}") from None
+
+
+__all__ = ["GPUShareBroker", "load_broker_settings"]

@@ -1,0 +1,85 @@
+"""How far a starting kernel pod has got, read from the pod as the watch shows it. Pure.
+
+The broker follows the pods it admitted through its list+watch, without an API request per look:
+running (with its IP), still on its way (the phase and the latest word), or failed with the
+cluster's reason — an image that cannot be pulled, a container that cannot start, a pod that
+ended, one the scheduler cannot place past a grace period, or one that took too long.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BackendUnavailableError, DoesNotFitError, GPUShareError
+from .status import IMAGE_FAILURES, container_problem, pending_state, termination, unschedulable_reason
+
+
+class KernelPodStartError(BackendUnavailableError):
+    """The kernel pod could not be started; the message carries the cluster's reason."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    state: str  # "starting", "running" or "failed"
+    detail: str
+    error: GPUShareError | None = None
+    ip: str | None = None
+    unschedulable: bool = False  # the scheduler cannot place it (yet)
+
+
+def progress(
+    pod: dict[str, Any] | None,
+    name: str,
+    *,
+    waited: float,
+    unschedulable_for: float,
+    unschedulable_grace: float,
+    launch_timeout: float,
+    gone_grace: float = 5.0,
+) -> Progress:
+    """Where pod ``name`` stands, ``waited`` seconds after it was created (``pod`` None: the
+    watch does not show it — not yet, or deleted)."""
+    if pod is None:
+        if waited > gone_grace:
+            return _failed(KernelPodStartError(f"the kernel pod {name} was deleted while it started"))
+        return Progress("starting", "creating the kernel pod")
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase == "Running" and status.get("podIP"):
+        node = (pod.get("spec") or {}).get("nodeName") or "?"
+        return Progress("running", f"running on {node} ({status['podIP']})", ip=str(status["podIP"]))
+    if phase in ("Succeeded", "Failed"):
+        _, reason = termination(pod)
+        return _failed(KernelPodStartError(f"the kernel pod {name} ended while starting: {reason}"))
+    blocked = container_problem(pod)
+    if blocked is not None:
+        reason, message, image = blocked
+        if reason in IMAGE_FAILURES:
+            return _failed(
+                KernelPodStartError(f"the kernel image {image} cannot be pulled: {reason}: {message}")
+            )
+        return _failed(KernelPodStartError(f"the kernel container cannot start: {reason}: {message}"))
+    unschedulable = unschedulable_reason(pod, [])
+    if unschedulable is not None:
+        if unschedulable_for >= unschedulable_grace:
+            return _failed(
+                DoesNotFitError(f"the cluster cannot place the kernel pod {name}: {unschedulable}")
+            )
+        return Progress("starting", f"pending: {unschedulable}", unschedulable=True)
+    detail = pending_state(pod, [])
+    if waited >= launch_timeout:
+        return _failed(
+            KernelPodStartError(
+                f"the kernel pod {name} did not start within {launch_timeout:g} s "
+                f"(c.GPUShare.launch_timeout); last: {detail}"
+            )
+        )
+    return Progress("starting", detail)
+
+
+def _failed(error: GPUShareError) -> Progress:
+    return Progress("failed", str(error), error=error)
+
+
+__all__ = ["KernelPodStartError", "Progress", "progress"]

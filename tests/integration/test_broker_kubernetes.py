@@ -1,0 +1,446 @@
+"""The GPU broker as a JupyterHub service on the emulated cluster (SPEC §13, Kubernetes).
+
+A real JupyterHub (configurable-http-proxy, local spawner) with two users, ``alice`` and ``bob``;
+the broker runs as an external hub service holding the only kubeconfig; the single-user servers
+get the broker's URL and nothing of the cluster. One node with 16G of HAMi GPU memory; the
+broker's limit is 12G per user. One hub, one broker and one cluster serve the module; the tests
+run in order on what the earlier ones left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from jupyter_gpushare.k8s.manifests import OWNER_LABEL, pod_name, secret_name
+from jupyter_gpushare.sizes import GiB
+
+from ..json_http import json_call
+from .conftest import BIN, IMAGE, NAMESPACE
+from .k8s_sim import SimulatedCluster, hami_nodes
+from .kernels import wait_until
+from .servers import JupyterServer, execute, free_port
+from .teambox import LEAN_SERVER
+from .test_jupyterhub import ADMIN_TOKEN, Hub, proxy_command
+
+pytestmark = pytest.mark.integration
+
+BROKER_TOKEN = "gpushare-broker-service-token"
+API = "api/gpushare"
+ORPHAN_GRACE = 3.0
+
+HUB_CONFIG = """
+c = get_config()
+c.JupyterHub.bind_url = "http://127.0.0.1:{port}"
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
+c.ConfigurableHTTPProxy.command = [{proxy!r}]
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.JupyterHub.db_url = "sqlite:///{root}/hub.sqlite"
+c.JupyterHub.cookie_secret_file = "{root}/cookie_secret"
+c.JupyterHub.pid_file = "{root}/hub.pid"
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.JupyterHub.spawner_class = "simple"
+c.SimpleLocalProcessSpawner.home_dir_template = "{root}/home/{{username}}"
+c.Spawner.cmd = [{singleuser!r}]
+c.Spawner.args = ["--allow-root", "--KubernetesProvisioner.poll_interval=0.1"]
+c.Spawner.start_timeout = 90
+c.Spawner.http_timeout = 90
+c.Spawner.environment = {environment!r}
+c.JupyterHub.services = [
+    {{"name": "tests", "api_token": {admin_token!r}}},
+    {{"name": "gpushare-broker", "url": "http://127.0.0.1:{broker_port}", "api_token": {broker_token!r}}},
+]
+c.JupyterHub.load_roles = [{{
+    "name": "tests",
+    "scopes": ["admin:users", "admin:servers", "tokens", "access:servers", "read:users"],
+    "services": ["tests"],
+}}]
+"""
+
+
+@dataclass
+class Setup:
+    hub: Hub
+    cluster: SimulatedCluster
+    broker_url: str
+    broker_env: dict[str, str]
+    root: Path
+    broker: subprocess.Popen[bytes] | None = None
+    tokens: dict[str, str] = field(default_factory=dict)  # a token per user, their server started
+
+    def start_broker(self) -> None:
+        port = self.broker_url.rsplit(":", 1)[1].rstrip("/")
+        self.broker = subprocess.Popen(
+            [
+                str(BIN / "jupyter-gpushare"),
+                "broker",
+                "--backend",
+                "kubernetes",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                port,
+            ],
+            env=self.broker_env,
+            stdout=(self.root / "broker.log").open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while True:  # up once it answers at all (401: it wants a token)
+            if self.broker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the broker did not start:\n{self.log()}")
+            try:
+                json_call(f"{self.broker_url}api/gpushare/broker/info", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+    def log(self) -> str:
+        return (self.root / "broker.log").read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    root = tmp_path_factory.mktemp("broker-k8s")
+    prefix = root / "prefix" / "share" / "jupyter"
+    for name, config in (
+        ("gpu-6g-vgpu", {"gpu_memory": "6G", "gpu_mode": "vgpu"}),
+        ("gpu-2g-vgpu", {"gpu_memory": "2G", "gpu_mode": "vgpu"}),
+    ):
+        directory = prefix / "kernels" / name
+        directory.mkdir(parents=True)
+        spec = {
+            "argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": name,
+            "language": "python",
+            "metadata": {
+                "kernel_provisioner": {"provisioner_name": "gpushare-provisioner", "config": config}
+            },
+        }
+        (directory / "kernel.json").write_text(__import__("json").dumps(spec))
+    server_config = root / "server-config"
+    server_config.mkdir()
+    (server_config / "jupyter_server_config.json").write_text(
+        __import__("json").dumps({"ServerApp": {"jpserver_extensions": LEAN_SERVER}})
+    )
+    broker_config = root / "broker-config"
+    broker_config.mkdir()
+    (broker_config / "jupyter_server_config.json").write_text(
+        __import__("json").dumps(
+            {"GPUShare": {"max_memory_per_user": "12G"}, "GPUShareBroker": {"orphan_grace": ORPHAN_GRACE}}
+        )
+    )
+    with SimulatedCluster(
+        root / "cluster", NAMESPACE, nodes=hami_nodes(1, gpumem_mib=16384, card_mib=16384)
+    ) as cluster:
+        broker_port, hub_port, port = free_port(), free_port(), free_port()
+        broker_url = f"http://127.0.0.1:{broker_port}/"
+        environment = {
+            "JUPYTER_PATH": str(prefix),
+            "JUPYTER_CONFIG_DIR": str(server_config),
+            "JUPYTER_GPUSHARE_BACKEND": "kubernetes",
+            "JUPYTER_GPUSHARE_BROKER_URL": broker_url,
+            "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
+        }
+        (root / "hub" / "home").mkdir(parents=True)
+        config = root / "hub" / "jupyterhub_config.py"
+        config.write_text(
+            HUB_CONFIG.format(
+                port=port,
+                hub_port=hub_port,
+                proxy_api_port=free_port(),
+                proxy=proxy_command(),
+                root=root / "hub",
+                singleuser=str(BIN / "jupyterhub-singleuser"),
+                environment=environment,
+                admin_token=ADMIN_TOKEN,
+                broker_port=broker_port,
+                broker_token=BROKER_TOKEN,
+            )
+        )
+        # Nothing of the cluster reaches the hub, hence its single-user servers.
+        hub_env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "JUPYTER_GPUSHARE"))}
+        hub_env["PATH"] = f"{BIN}{os.pathsep}{os.environ['PATH']}"
+        hub_log = root / "hub" / "hub.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(config)],
+            cwd=root / "hub",
+            env=hub_env,
+            stdout=hub_log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        hub = Hub(f"http://127.0.0.1:{port}", process, hub_log)
+        broker_env = {
+            "PATH": hub_env["PATH"],
+            "HOME": str(root),
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "JUPYTER_CONFIG_DIR": str(broker_config),
+            "JUPYTER_RUNTIME_DIR": str(root / "broker-runtime"),
+            "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub_port}/hub/api",
+            "JUPYTERHUB_API_TOKEN": BROKER_TOKEN,
+            "JUPYTERHUB_SERVICE_NAME": "gpushare-broker",
+            "JUPYTER_GPUSHARE_RESOURCE_PRESET": "hami",
+            "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
+            "JUPYTER_GPUSHARE_NAMESPACE": NAMESPACE,
+            "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
+        }
+        made = Setup(hub, cluster, broker_url, broker_env, root)
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"jupyterhub exited:\n{hub_log.read_text()[-4000:]}")
+                with contextlib.suppress(OSError):
+                    if hub.call("GET", "/hub/api/")[0] == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"jupyterhub did not answer:\n{hub_log.read_text()[-4000:]}")
+                time.sleep(0.3)
+            made.start_broker()
+            yield made
+        finally:
+            for user in ("alice", "bob"):
+                with contextlib.suppress(OSError):
+                    hub.call("DELETE", f"/hub/api/users/{user}/server")
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if made.broker is not None and made.broker.poll() is None:
+                made.broker.terminate()
+                made.broker.wait(timeout=30)
+        assert cluster.violations == []
+
+
+def user_token(setup: Setup, user: str) -> str:
+    """A token of ``user``'s, their server started (once per module)."""
+    if user in setup.tokens:
+        return setup.tokens[user]
+    hub = setup.hub
+    assert hub.call("POST", f"/hub/api/users/{user}")[0] in (201, 409)
+    status, body = hub.call("POST", f"/hub/api/users/{user}/server")
+    assert status in (201, 202), body
+    deadline = time.monotonic() + 120
+    while not ((hub.call("GET", f"/hub/api/users/{user}")[1].get("servers") or {}).get("") or {}).get(
+        "ready"
+    ):
+        assert time.monotonic() < deadline, f"{user}'s server did not start:\n{hub.log.read_text()[-4000:]}"
+        time.sleep(0.3)
+    status, token = hub.call("POST", f"/hub/api/users/{user}/tokens", {"note": "gpushare test"})
+    assert status in (200, 201), token
+    setup.tokens[user] = str(token["token"])
+    return setup.tokens[user]
+
+
+def call(setup: Setup, user: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    return setup.hub.call(method, f"/user/{user}/{API}/{path}", body, token=user_token(setup, user))
+
+
+def on_broker(setup: Setup, token: str | None, method: str, route: str, body: Any = None) -> tuple[int, Any]:
+    headers = {"Authorization": f"token {token}"} if token else {}
+    return json_call(
+        f"{setup.broker_url}api/gpushare/broker/{route}", method, body, headers=headers, timeout=30
+    )
+
+
+def server_of(setup: Setup, user: str) -> JupyterServer:
+    """The user's server as the tests' websocket helper reaches it (through the proxy)."""
+    return JupyterServer(
+        subprocess.Popen(["true"]), f"{setup.hub.url}/user/{user}", user_token(setup, user), setup.hub.log
+    )
+
+
+def single_user_processes(user: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            singleuser = any("jupyterhub-singleuser" in part for part in process.info["cmdline"] or [])
+            if singleuser and process.environ().get("JUPYTERHUB_USER") == user:
+                found.append(process)
+    return found
+
+
+def running(setup: Setup, user: str, kernel_id: str) -> dict[str, Any]:
+    return dict(
+        wait_until(
+            lambda: (
+                lambda answer: answer[1] if answer[0] == 200 and answer[1]["state"] == "running" else None
+            )(call(setup, user, "GET", f"kernels/{kernel_id}")),
+            timeout=60,
+        )
+    )
+
+
+def test_users_start_kernel_pods_through_the_broker_holding_no_cluster_credentials(setup: Setup) -> None:
+    alice = call(setup, "alice", "POST", "kernels", {"name": "gpu-6g-vgpu"})
+    bob = call(setup, "bob", "POST", "kernels", {"name": "gpu-6g-vgpu"})
+    assert alice[0] in (201, 202) and bob[0] in (201, 202), (alice, bob, setup.log()[-3000:])
+    alices, bobs = alice[1]["kernel_id"], bob[1]["kernel_id"]
+    running(setup, "alice", alices)
+    running(setup, "bob", bobs)
+    owners = {pod["metadata"]["name"]: pod["metadata"]["labels"][OWNER_LABEL] for pod in setup.cluster.pods()}
+    assert owners == {pod_name(alices): "alice", pod_name(bobs): "bob"}
+
+    # The servers have no kubeconfig, no service account token, no cluster address.
+    for user in ("alice", "bob"):
+        [process] = single_user_processes(user)
+        environ = process.environ()
+        assert not [name for name in environ if name.startswith("KUBE")], environ
+        home = Path(environ["HOME"])
+        assert not (home / ".kube").exists()
+        assert not Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
+
+    # Each sees their own kernel; the other's pod is anonymous occupancy.
+    kernels = call(setup, "alice", "GET", "kernels")[1]
+    assert [view["kernel_id"] for view in kernels] == [alices]
+    # Bob's pod reaches alice's server with the broker's next event (within a sample).
+    pool = wait_until(
+        lambda: (lambda p: p if p["devices"][0]["memory_reserved"] == 12 * GiB else None)(
+            call(setup, "alice", "GET", "pool")[1]
+        ),
+        timeout=15,
+    )
+    assert bobs not in str(pool) + str(kernels)
+    # Neither can reach the other's pod through the broker.
+    token = user_token(setup, "alice")
+    for method, route in (
+        ("GET", f"pods/{bobs}"),
+        ("DELETE", f"pods/{bobs}"),
+        ("DELETE", f"slices/{bobs}/gpu"),
+    ):
+        assert on_broker(setup, token, method, route)[0] == 404, route
+    assert {pod["metadata"]["name"] for pod in setup.cluster.pods()} == {pod_name(alices), pod_name(bobs)}
+    # The kernel answers.
+    out, _ = asyncio.run(execute(server_of(setup, "alice"), alices, "print(6 * 7)"))
+    assert out.strip() == "42"
+
+
+def test_one_fifo_queue_and_the_quotas_hold_across_users(setup: Setup) -> None:
+    [alices] = [view["kernel_id"] for view in call(setup, "alice", "GET", "kernels")[1]]
+    [bobs] = [view["kernel_id"] for view in call(setup, "bob", "GET", "kernels")[1]]
+    # 12G of 16G is held: a third 6G kernel waits, first in the queue; no pod is made for it.
+    third = call(setup, "alice", "POST", "kernels", {"name": "gpu-6g-vgpu"})
+    assert third[0] == 202 and third[1]["state"] == "queued", third
+    waiting = third[1]["kernel_id"]
+    view = wait_until(
+        lambda: (lambda v: v if "position 1" in str(v.get("detail")) else None)(
+            call(setup, "alice", "GET", f"kernels/{waiting}")[1]
+        )
+    )
+    assert "does not fit now" in view["detail"], view
+    assert pod_name(waiting) not in {pod["metadata"]["name"] for pod in setup.cluster.pods()}
+    # Bob's second waits behind it, across users; alice's fourth is over her 12G (6G held + 6G
+    # waiting), and is refused at once.
+    bob_second = call(setup, "bob", "POST", "kernels", {"name": "gpu-6g-vgpu"})
+    assert bob_second[0] == 202, bob_second
+    wait_until(
+        lambda: "position 2" in str(call(setup, "bob", "GET", f"kernels/{bob_second[1]['kernel_id']}")[1])
+    )
+    fourth = call(setup, "alice", "POST", "kernels", {"name": "gpu-2g-vgpu"})
+    assert fourth[0] == 409 and "per-user limit of 12G" in fourth[1]["message"], fourth
+    # Bob's first kernel ends: alice's waiting one is admitted and runs; bob's moves up.
+    assert setup.hub.call("DELETE", f"/user/bob/api/kernels/{bobs}", token=user_token(setup, "bob"))[0] == 204
+    running(setup, "alice", waiting)
+    wait_until(
+        lambda: "position 1" in str(call(setup, "bob", "GET", f"kernels/{bob_second[1]['kernel_id']}")[1])
+    )
+    # Bob withdraws his; alice's second kernel ends too.
+    assert call(setup, "bob", "DELETE", f"kernels/{bob_second[1]['kernel_id']}/gpu")[0] == 204
+    assert (
+        setup.hub.call("DELETE", f"/user/alice/api/kernels/{waiting}", token=user_token(setup, "alice"))[0]
+        == 204
+    )
+    wait_until(
+        lambda: {pod["metadata"]["name"] for pod in setup.cluster.pods()} == {pod_name(alices)}, timeout=60
+    )
+
+
+def test_tokens_the_hub_does_not_accept_are_refused(setup: Setup) -> None:
+    status, body = on_broker(setup, None, "GET", "pool")
+    assert status == 401 and "JupyterHub API token" in body["message"]
+    status, body = on_broker(setup, "not-a-token", "GET", "pool")
+    assert status == 403 and "does not accept this API token" in body["message"]
+    status, made = setup.hub.call("POST", "/hub/api/users/alice/tokens", {"expires_in": 1, "note": "short"})
+    assert status in (200, 201), made
+    time.sleep(1.5)
+    status, body = on_broker(setup, made["token"], "GET", "pool")
+    assert status == 403 and "expired" in body["message"]
+    # Bad input answers 4xx, never 500.
+    token = user_token(setup, "alice")
+    for method, route, payload in (
+        ("POST", "pods", {"kernel_id": "../x"}),
+        ("POST", "pods", {"kernel_id": "abc", "argv": [], "token": "x"}),
+        ("POST", "pods", ["not", "an", "object"]),
+        ("POST", "check", {"gpu_memory": True}),
+        ("POST", "check", {"gpu_memory": "lots"}),
+        ("DELETE", "pods/abc?grace=soon", None),
+        ("POST", "server-kernels", {"kernels": {"ids": "all"}}),
+        ("GET", "nothing-here", None),
+    ):
+        status, body = on_broker(setup, token, method, route, payload)
+        assert 400 <= status < 500 and body["message"], (route, payload, status, body)
+
+
+def test_a_broker_killed_mid_start_leaves_no_orphan_and_loses_no_kernel(setup: Setup) -> None:
+    [alices] = [view["kernel_id"] for view in call(setup, "alice", "GET", "kernels")[1]]
+    answers: list[tuple[int, Any]] = []
+    starter = threading.Thread(
+        target=lambda: answers.append(call(setup, "bob", "POST", "kernels", {"name": "gpu-2g-vgpu"}))
+    )
+    starter.start()
+    # The moment the broker has created the new pod, it dies.
+    wait_until(lambda: len(setup.cluster.pods()) == 2, timeout=60, interval=0.01)
+    assert setup.broker is not None
+    setup.broker.send_signal(signal.SIGKILL)
+    setup.broker.wait()
+    starter.join(timeout=60)
+    [(status, body)] = answers
+    if status == 202:  # answered "starting" before the broker died: the start failed since
+        body = wait_until(
+            lambda: (lambda a: a[1] if a[0] == 503 else None)(
+                call(setup, "bob", "GET", f"kernels/{body['kernel_id']}")
+            )
+        )
+        status = 503
+    assert status == 503 and "is not reachable" in body["message"], (status, body)
+    [lost] = [
+        pod["metadata"]["name"] for pod in setup.cluster.pods() if pod["metadata"]["name"] != pod_name(alices)
+    ]
+    setup.start_broker()
+    # Nobody asks after the lost start's pod: the restarted broker deletes it and its Secret.
+    wait_until(
+        lambda: [p["metadata"]["name"] for p in setup.cluster.pods()] == [pod_name(alices)], timeout=60
+    )
+    wait_until(
+        lambda: {s["metadata"]["name"] for s in setup.cluster.secrets()} == {secret_name(alices)}, timeout=60
+    )
+    assert lost != pod_name(alices)
+    # Alice's kernel, started before the broker died, runs on and is listed.
+    views = call(setup, "alice", "GET", "kernels")[1]
+    assert [(view["kernel_id"], view["state"]) for view in views] == [(alices, "running")]
+    out, _ = asyncio.run(execute(server_of(setup, "alice"), alices, "print(6 * 7)"))
+    assert out.strip() == "42"
+    # And the restarted broker resizes it by restart: a new pod of the new size, same kernel.
+    old_ip = setup.cluster.pods()[0]["status"]["podIP"]
+    resized = call(setup, "alice", "PATCH", f"kernels/{alices}", {"gpu_memory": "4G", "restart": True})
+    assert resized[0] == 200 and resized[1]["memory_request"] == 4 * GiB, resized
+    [pod] = setup.cluster.pods()
+    assert pod["status"]["podIP"] != old_ip
+    out, _ = asyncio.run(execute(server_of(setup, "alice"), alices, "print(6 * 7)"))
+    assert out.strip() == "42"
