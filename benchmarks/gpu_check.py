@@ -99,7 +99,10 @@ async def main() -> dict[str, Any]:
     from jupyter_gpushare.ledger import Ledger
 
     ledger = Ledger(root / "ledger.sqlite")
-    kernels = AsyncMultiKernelManager(config=Config({"GPUShare": {"sample_interval": 0.5}}))
+    kernels = AsyncMultiKernelManager(
+        config=Config({"GPUShare": {"sample_interval": 0.5}}),
+        connection_dir=str(root / "runtime"),  # not the current directory
+    )
     report: dict[str, Any] = {}
     try:
         small = await kernels.start_kernel(kernel_name="python3-gpu-10g")
