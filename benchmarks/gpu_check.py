@@ -112,7 +112,10 @@ async def main(dry_run: bool = False, sizes: tuple[int, ...] = (1, 4, 16)) -> di
     install(root)
     from jupyter_gpushare.ledger import Ledger
 
-    kernels = AsyncMultiKernelManager(config=Config({"GPUShare": {"sample_interval": 0.5}}))
+    kernels = AsyncMultiKernelManager(
+        config=Config({"GPUShare": {"sample_interval": 0.5}}),
+        connection_dir=str(root / "runtime"),  # not the current directory
+    )
     report: dict[str, Any] = {}
     if dry_run:
         await kernels.start_kernel(kernel_name="python3-gpu-4g")  # the ledger knows the pool now

@@ -7,13 +7,14 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 from .backends import backend_for
 from .config import load_settings
 from .errors import BackendUnavailableError, GPUShareError
 from .inventory import SimulationSpecError
-from .k8s.presets import PRESETS, PresetError
+from .k8s.presets import DRA_PRESETS, PRESETS, PresetError
 from .kernelspec import install_kernelspecs
 from .modes import MODES
 from .payloads import KernelPayload, PoolPayload, StatusPayload
@@ -39,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help='print {"pool": ..., "kernels": [...]}')
 
     render = commands.add_parser(
-        "render-pod", help="print the kernel pod manifest (YAML) the Kubernetes backend would create"
+        "render-pod",
+        help="print the kernel pod manifest (YAML) the Kubernetes backend would create, and its "
+        "ResourceClaim under a DRA preset",
     )
     render.add_argument("--memory", help="slice size, e.g. 4G (default: GPUShare.default_memory)")
     render.add_argument("--mode", choices=list(MODES), help="sharing mode (default: GPUShare.default_mode)")
@@ -61,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     profiles.add_argument(
         "--mig-profiles", help="comma-separated MIG profiles for --mode mig, e.g. 1g.10gb,3g.40gb"
+    )
+    profiles.add_argument(
+        "--claim-templates",
+        action="store_true",
+        help="with a DRA preset: print the ResourceClaimTemplates the profiles refer to, for "
+        "kubectl apply -n <users' namespace> -f -",
     )
 
     doctor = commands.add_parser(
@@ -196,7 +205,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     import yaml
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-    from .k8s.build import DEFAULT_ARGV, cluster_facts, kernel_pod
+    from .k8s.build import DEFAULT_ARGV, cluster_facts, kernel_claim, kernel_pod
     from .slice_request import make_slice_request
 
     settings = load_settings()
@@ -217,30 +226,62 @@ def _render_pod(arguments: argparse.Namespace) -> int:
         mode = mode or config.get("gpu_mode")
         cores = cores or config.get("gpu_cores")
     request = make_slice_request(memory, mode, cores, settings.default_memory, settings.default_mode)
-    pod, _ = kernel_pod(
+    owner = settings.effective_owner()
+    server_id = f"{owner}@render-pod"
+    pod, pod_request = kernel_pod(
         settings,
         kernel_id=arguments.kernel_id,
-        server_id=f"{settings.effective_owner()}@render-pod",
-        owner=settings.effective_owner(),
+        server_id=server_id,
+        owner=owner,
         request=request,
         cluster=cluster_facts(settings),
         argv=argv,
         kernel_env=kernel_env,
     )
+    claim = kernel_claim(
+        pod_request,
+        kernel_id=arguments.kernel_id,
+        server_id=server_id,
+        owner=owner,
+        namespace=pod["metadata"]["namespace"],
+        size=request.size.text,
+    )
     print("# The connection file and token are mounted from a Secret of the same name + -conn.")
+    if claim is not None:
+        print("# The ResourceClaim below is created with the pod and owned by it (its uid then).")
     print(yaml.safe_dump(pod, sort_keys=False), end="")
+    if claim is not None:
+        print("---")
+        print(yaml.safe_dump(claim, sort_keys=False), end="")
     return 0
 
 
 def _profiles(arguments: argparse.Namespace) -> int:
     import yaml
 
-    from .hub import static_profiles
+    from .hub import claim_templates, static_profiles
 
-    sizes = _sizes(arguments.sizes, load_settings().sizes)
+    settings = load_settings()
+    sizes = _sizes(arguments.sizes, settings.sizes)
     mig = [profile.strip() for profile in arguments.mig_profiles.split(",")] if arguments.mig_profiles else []
-    profile_list = static_profiles(sizes, arguments.mode, preset=arguments.preset, mig_profiles=mig)
+    options: dict[str, Any] = {"preset": arguments.preset, "mig_profiles": mig}
+    dra = arguments.preset in DRA_PRESETS
+    if dra:
+        options["dra_names"] = settings.dra_names()  # the generic preset's names come from config
+    if arguments.claim_templates:
+        if not dra:
+            raise CommandError(f"--claim-templates needs a DRA preset ({', '.join(DRA_PRESETS)})")
+        templates = claim_templates(sizes, arguments.mode, **options)
+        print("# ResourceClaimTemplates of the GPU profiles: kubectl apply -n <users' namespace> -f -")
+        print(yaml.safe_dump_all(templates, sort_keys=False), end="")
+        return 0
+    profile_list = static_profiles(sizes, arguments.mode, **options)
     print("# singleuser.profileList for Zero to JupyterHub, made by `jupyter gpushare profiles`")
+    if dra:
+        print(
+            f"# Each choice refers to a ResourceClaimTemplate: create them with `jupyter gpushare "
+            f"profiles --preset {arguments.preset} --mode {arguments.mode} --claim-templates`."
+        )
     print(yaml.safe_dump(profile_list, sort_keys=False), end="")
     return 0
 

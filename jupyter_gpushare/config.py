@@ -160,11 +160,13 @@ class GPUShare(Configurable):
         "'notebooks'}}; containers merge by name.",
     )
     resource_preset = Enum(
-        ["nvidia", "hami", "volcano", "kai", "aliyun"],
+        ["nvidia", "hami", "volcano", "kai", "aliyun", "nvidia-dra", "hami-dra", "dra"],
         default_value="nvidia",
         config=True,
         help="How the cluster names GPU sharing resources: the NVIDIA device "
-        "plugin, HAMi, Volcano vGPU, KAI or Aliyun cGPU.",
+        "plugin, HAMi, Volcano vGPU, KAI or Aliyun cGPU; or Dynamic Resource Allocation "
+        "(Kubernetes >= 1.34): NVIDIA's DRA driver, HAMi's DRA driver, or a DRA driver named by "
+        "the dra_* traits. A DRA preset gives each kernel pod a ResourceClaim of its own.",
     )
     resource_names = Dict(
         config=True,
@@ -193,7 +195,60 @@ class GPUShare(Configurable):
         help="MIG profiles to choose from (e.g. ['1g.10gb', '3g.40gb']) when the "
         "cluster's nodes cannot be listed.",
     )
-    gpu_type = Unicode("", config=True, help="HAMi nvidia.com/use-gputype for vgpu pods, e.g. 'A100'.")
+    gpu_type = Unicode(
+        "",
+        config=True,
+        help="The GPU type kernel pods ask for, e.g. 'A100': HAMi's nvidia.com/use-gputype "
+        "annotation for vgpu pods; with a DRA preset, a CEL selector on the device's product name.",
+    )
+    # ---- Dynamic Resource Allocation (resource_preset nvidia-dra, hami-dra, dra) -----------------
+    dra_driver = Unicode(
+        "",
+        config=True,
+        help="DRA driver name (the domain of its device attributes and capacities in CEL), e.g. "
+        "'gpu.nvidia.com'. Default: the preset's; required with resource_preset 'dra'.",
+    )
+    dra_device_class = Unicode(
+        "",
+        config=True,
+        help="DeviceClass of whole or shared GPUs that kernel claims ask for, e.g. 'gpu.nvidia.com'. "
+        "Default: the preset's; required with resource_preset 'dra'.",
+    )
+    dra_mig_device_class = Unicode(
+        "",
+        config=True,
+        help="DeviceClass of MIG devices for mode 'mig', e.g. 'mig.nvidia.com'. Default: the preset's.",
+    )
+    dra_memory_capacity = Unicode(
+        "",
+        config=True,
+        help="Name of the device capacity that holds a GPU's memory in bytes. "
+        "Default: the preset's ('memory').",
+    )
+    dra_cores_capacity = Unicode(
+        "",
+        config=True,
+        help="Name of a consumable device capacity of SM percent (HAMi-DRA's 'cores'), for gpu_cores. "
+        "Default: the preset's.",
+    )
+    dra_consumable_capacity = Bool(
+        None,
+        allow_none=True,
+        config=True,
+        help="Whether the DRA driver's GPUs take several claims at once, each consuming part of "
+        "their memory (consumable capacity, KEP-5075: beta in Kubernetes 1.36, alpha gate "
+        "DRAConsumableCapacity in 1.34). Then timeslice, mps and vgpu claims ask for "
+        "capacity.requests.memory = the slice. None: the preset's (on for hami-dra), or on where a "
+        "ResourceSlice of the driver offers a device with allowMultipleAllocations.",
+    )
+    dra_fallbacks = List(
+        Enum(list(MODES)),
+        config=True,
+        help="With a DRA preset: modes a kernel's claim may fall back to, in order, through "
+        "firstAvailable, e.g. ['mig', 'mps', 'exclusive'] (a MIG slice, else an MPS share, else a "
+        "whole card). A kernel asking for one of them tries its own mode first, then the others; "
+        "the mode it got is shown in GET kernels and %gpu status. Default: none.",
+    )
     kai_queue = Unicode("", config=True, help="KAI scheduler queue label for kernel pods.")
     server_url = Unicode(
         "",
@@ -312,6 +367,23 @@ class GPUShare(Configurable):
 
     def default_mode_object(self) -> Any:
         return get_mode(self.default_mode)
+
+    def dra_names(self) -> dict[str, object]:
+        """The ``dra_*`` traits that are set, as overrides of a DRA preset's names (field -> value)."""
+        names: dict[str, object] = {
+            field: value
+            for field, value in (
+                ("driver", self.dra_driver),
+                ("device_class", self.dra_device_class),
+                ("mig_device_class", self.dra_mig_device_class),
+                ("memory_capacity", self.dra_memory_capacity),
+                ("cores_capacity", self.dra_cores_capacity),
+            )
+            if value
+        }
+        if self.dra_consumable_capacity is not None:
+            names["consumable_capacity"] = bool(self.dra_consumable_capacity)
+        return names
 
 
 def broker_address_problem(url: str) -> str | None:

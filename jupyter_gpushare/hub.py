@@ -6,6 +6,13 @@ told its GPU budget through ``JUPYTER_GPUSHARE_*`` variables, so its own kernels
 The custom size is validated by a regex and converted to the resource's unit by a callable
 override — KubeSpawner calls callables with the spawner instead of formatting them, so each
 spawn reads its own value and no earlier value can stick.
+
+Under a DRA preset (``nvidia-dra``, ``hami-dra``, ``dra``) a choice attaches a ResourceClaim to
+the server instead of extended resources: KubeSpawner's ``modify_pod_hook`` refers the pod to
+it and ``after_pod_created_hook`` creates it, owned by the pod (:mod:`.k8s.spawner_claims`).
+YAML cannot hold hooks: ``static_profiles()`` refers each choice to a ResourceClaimTemplate
+(``claim_templates()`` prints them, ``jupyter gpushare profiles --claim-templates``), from
+which Kubernetes makes a claim with each server pod.
 """
 
 from __future__ import annotations
@@ -16,8 +23,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from . import env_names
+from .k8s.claims import make_claim_template, pod_claim_reference
+from .k8s.dialects import kernel_request
+from .k8s.manifests import CLAIM_REQUEST
 from .k8s.presets import resolve_preset
-from .k8s.requests import ClusterFacts, PodRequest, pod_request
+from .k8s.requests import ClusterFacts, PodRequest
+from .k8s.spawner_claims import ServerClaim, configured_hook
 from .sizes import format_bytes, parse_size
 
 OPTION = "gpu"
@@ -40,7 +51,7 @@ def _label(size: str) -> str:
 
 
 def spawner_overrides(request: PodRequest, size: str, mode: str) -> dict[str, Any]:
-    """KubeSpawner trait overrides for one GPU choice."""
+    """KubeSpawner trait overrides for one GPU choice (a DRA claim's hooks: :func:`claim_hooks`)."""
     environment = {
         env_names.DEFAULT_MODE: mode,
         env_names.GPU_SIZE: size,
@@ -61,12 +72,35 @@ def spawner_overrides(request: PodRequest, size: str, mode: str) -> dict[str, An
     return overrides
 
 
+def claim_hooks(claim: ServerClaim) -> dict[str, Any]:
+    """The KubeSpawner overrides that give a server its own ResourceClaim."""
+    return {
+        "modify_pod_hook": claim.modify_pod_hook,
+        "after_pod_created_hook": claim.after_pod_created_hook,
+    }
+
+
+def cluster_of(
+    preset: str,
+    resource_names: Mapping[str, str] | None = None,
+    mig_profiles: Sequence[str] = (),
+    gpu_memory: str | None = None,
+    dra_names: Mapping[str, object] | None = None,
+) -> ClusterFacts:
+    return ClusterFacts(
+        preset=resolve_preset(preset, resource_names, dra_names),
+        mig_profiles=tuple(mig_profiles),
+        gpu_memory=parse_size(gpu_memory).resolve(0) if gpu_memory else None,
+    )
+
+
 def gpu_profiles(
     sizes: Sequence[str] = ("2G", "4G", "8G", "16G", "whole"),
     mode: str = "vgpu",
     *,
     preset: str = "hami",
     resource_names: Mapping[str, str] | None = None,
+    dra_names: Mapping[str, object] | None = None,
     mig_profiles: Sequence[str] = (),
     gpu_memory: str | None = None,
     cores: int | None = None,
@@ -82,18 +116,19 @@ def gpu_profiles(
 
     Every size is checked now, so a typo in ``jupyterhub_config.py`` fails at hub start.
     ``gpu_memory`` (the cards' memory, e.g. "80G") lets shares such as "25%" be offered.
+    Under a DRA preset each server gets a ResourceClaim of its own (``dra_names``: the DRA
+    names of the generic preset, as the ``dra_*`` traits give them: field -> value).
     """
-    cluster = ClusterFacts(
-        preset=resolve_preset(preset, resource_names),
-        mig_profiles=tuple(mig_profiles),
-        gpu_memory=parse_size(gpu_memory).resolve(0) if gpu_memory else None,
-    )
+    cluster = cluster_of(preset, resource_names, mig_profiles, gpu_memory, dra_names)
     choices: dict[str, Any] = {}
     for size in sizes:
-        request = pod_request(mode, parse_size(size), cores, cluster)
+        request = kernel_request(mode, parse_size(size), cores, cluster)
+        overrides = spawner_overrides(request, size, mode)
+        if request.claim is not None:
+            overrides.update(claim_hooks(ServerClaim.fixed(dict(request.claim), size)))
         choices[_choice_slug(size)] = {
             "display_name": _label(size),
-            "kubespawner_override": spawner_overrides(request, size, mode),
+            "kubespawner_override": overrides,
         }
     if not choices:
         raise ValueError("gpu_profiles needs at least one size")
@@ -122,8 +157,21 @@ def gpu_profiles(
     }
     profiles = [gpu]
     if cpu_profile:
+        cpu_overrides: dict[str, Any] = {}
+        if cluster.preset.dra is not None:
+            # A spawner object outlives a spawn: a CPU server after a GPU one has the admin's
+            # hooks again, not the claim's.
+            cpu_overrides = {
+                name: lambda spawner, name=name: configured_hook(spawner, name)
+                for name in ("modify_pod_hook", "after_pod_created_hook")
+            }
         profiles.append(
-            {"display_name": "CPU only", "slug": "cpu", "description": "No GPU", "kubespawner_override": {}}
+            {
+                "display_name": "CPU only",
+                "slug": "cpu",
+                "description": "No GPU",
+                "kubespawner_override": cpu_overrides,
+            }
         )
     return profiles
 
@@ -133,7 +181,7 @@ def _custom_overrides(mode: str, cores: int | None, cluster: ClusterFacts) -> di
 
     def request_of(spawner: Any) -> tuple[PodRequest, str]:
         value = str(spawner.user_options.get(f"{OPTION}--unlisted-choice", "")).strip()
-        return pod_request(mode, parse_size(value), cores, cluster), value
+        return kernel_request(mode, parse_size(value), cores, cluster), value
 
     def field(name: str) -> Callable[[Any], Any]:
         def compute(spawner: Any) -> Any:
@@ -146,6 +194,15 @@ def _custom_overrides(mode: str, cores: int | None, cluster: ClusterFacts) -> di
     overrides: dict[str, Any] = {name: field(name) for name in names}
     if cluster.preset.scheduler_name and mode == "vgpu":
         overrides["scheduler_name"] = cluster.preset.scheduler_name
+    if cluster.preset.dra is not None:
+
+        def spec_of(spawner: Any) -> dict[str, Any]:
+            request, value = request_of(spawner)
+            if request.claim is None:  # pragma: no cover - a DRA preset always makes a claim
+                raise ValueError(f"no claim for {value}")
+            return dict(request.claim)
+
+        overrides.update(claim_hooks(ServerClaim(spec_of, lambda spawner: request_of(spawner)[1])))
     return overrides
 
 
@@ -161,10 +218,14 @@ def static_profiles(
     """
     profiles = gpu_profiles(sizes, mode, **options)
     option = profiles[0]["profile_options"][OPTION]
+    preset = resolve_preset(
+        options.get("preset", "hami"), options.get("resource_names"), options.get("dra_names")
+    )
+    if preset.dra is not None:
+        return _static_claims(profiles, sizes, mode)
     custom = option.get("unlisted_choice")
     if custom is None:
         return profiles
-    preset = resolve_preset(options.get("preset", "hami"), options.get("resource_names"))
     template = _templated_custom(mode, preset, options.get("cores"))
     if template is None:
         del option["unlisted_choice"]
@@ -179,6 +240,60 @@ def static_profiles(
         }
     )
     return profiles
+
+
+def template_name(mode: str, size: str) -> str:
+    """The ResourceClaimTemplate a static DRA profile choice refers to."""
+    return f"gpushare-{mode}-{_choice_slug(size)}"
+
+
+def _static_claims(profiles: list[dict[str, Any]], sizes: Sequence[str], mode: str) -> list[dict[str, Any]]:
+    """DRA choices for YAML: the pod refers to a ResourceClaimTemplate (Kubernetes makes a claim
+    from it with each server pod and deletes it with the pod), and the notebook container lists
+    the claim. KubeSpawner replaces the container's ``resources`` with ``extra_container_config``'s,
+    so CPU and memory guarantees go into the same block where they are needed (see docs/dra.md)."""
+    option = profiles[0]["profile_options"][OPTION]
+    option.pop("unlisted_choice", None)  # a template per typed-in value cannot exist beforehand
+    for size in sizes:
+        overrides = option["choices"][_choice_slug(size)]["kubespawner_override"]
+        for hook in ("modify_pod_hook", "after_pod_created_hook"):
+            overrides.pop(hook, None)
+        overrides["extra_pod_config"] = {
+            "resourceClaims": [pod_claim_reference(template_name(mode, size), template=True)]
+        }
+        overrides["extra_container_config"] = {"resources": {"claims": [{"name": CLAIM_REQUEST}]}}
+    profiles[1:] = [{**profile, "kubespawner_override": {}} for profile in profiles[1:]]
+    return profiles
+
+
+def claim_templates(
+    sizes: Sequence[str] = ("2G", "4G", "8G", "16G", "whole"),
+    mode: str = "mps",
+    *,
+    preset: str = "nvidia-dra",
+    resource_names: Mapping[str, str] | None = None,
+    dra_names: Mapping[str, object] | None = None,
+    mig_profiles: Sequence[str] = (),
+    gpu_memory: str | None = None,
+    cores: int | None = None,
+    namespace: str | None = None,
+) -> list[dict[str, Any]]:
+    """The ResourceClaimTemplates :func:`static_profiles` refers to, one per size."""
+    cluster = cluster_of(preset, resource_names, mig_profiles, gpu_memory, dra_names)
+    if cluster.preset.dra is None:
+        raise ValueError(f"resource preset {preset!r} is not a DRA preset: its profiles need no claim")
+    templates = []
+    for size in sizes:
+        request = kernel_request(mode, parse_size(size), cores, cluster)
+        assert request.claim is not None
+        labels = {
+            "app.kubernetes.io/name": "jupyter-gpushare-server",
+            "app.kubernetes.io/managed-by": "jupyter-gpushare",
+        }
+        templates.append(
+            make_claim_template(template_name(mode, size), request.claim, labels=labels, namespace=namespace)
+        )
+    return templates
 
 
 def _templated_custom(mode: str, preset: Any, cores: int | None) -> tuple[str, dict[str, Any]] | None:
@@ -261,6 +376,7 @@ __all__ = [
     "budget_environment",
     "budget_from_form",
     "budget_options_form",
+    "claim_templates",
     "gpu_profiles",
     "static_profiles",
 ]

@@ -18,6 +18,9 @@ class SliceRequest:
     size: Size
     mode: Mode
     cores: int | None
+    # Exclusive requests become "whole"; the amount asked stays as the least memory the card
+    # must have (a DRA claim selects such a card by CEL; device plugins cannot say it).
+    card_at_least: int | None = None
 
 
 def make_slice_request(
@@ -48,10 +51,12 @@ def make_slice_request(
         chosen_mode = get_mode(default_mode if mode is None else mode)  # type: ignore[arg-type]
     except UnknownModeError as error:
         raise InvalidRequestError(str(error)) from None
+    card_at_least = None
     if chosen_mode.placement == "exclusive":
         # Exclusive means a whole card; the card is at least as large as any size that fits.
+        card_at_least = size.resolve(0) if size.kind == "bytes" else None
         size = parse_size("whole")
-    return SliceRequest(size, chosen_mode, _check_cores(cores))
+    return SliceRequest(size, chosen_mode, _check_cores(cores), card_at_least)
 
 
 def _check_cores(cores: object) -> int | None:

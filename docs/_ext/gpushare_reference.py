@@ -110,19 +110,20 @@ class MetricsDirective(SphinxDirective):
 
 
 class PresetsDirective(SphinxDirective):
-    """``gpushare-presets``: the names each resource preset gives, one row per field of
-    ``ResourcePreset`` (the keys ``c.GPUShare.resource_names`` overrides)."""
+    """``gpushare-presets``: the names each device-plugin preset gives, one row per field of
+    ``ResourcePreset`` (the keys ``c.GPUShare.resource_names`` overrides). The DRA presets name
+    a driver and device classes instead (``ResourcePreset.dra``); docs/dra.md tables those."""
 
     optional_arguments = 1  # the import path of the presets
 
     def run(self) -> list[nodes.Node]:
         presets = _import(self.arguments[0] if self.arguments else f"{PACKAGE}.k8s.presets:PRESETS")
-        names = list(presets)
-        fields = [field.name for field in dataclasses.fields(next(iter(presets.values())))]
+        names = [name for name, preset in presets.items() if getattr(preset, "dra", None) is None]
+        fields = [field.name for field in dataclasses.fields(presets[names[0]])]
         rows = [
             [nodes.literal(text=field)] + [_value(getattr(presets[name], field)) for name in names]
             for field in fields
-            if field != "name"
+            if field not in ("name", "dra")
         ]
         return [_table(["resource_names key", *names], rows)]
 

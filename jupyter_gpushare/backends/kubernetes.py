@@ -28,6 +28,16 @@ from ..errors import POD_HOLDS_ITS_GPU, DoesNotFitError, HeldForLifeError
 from ..k8s.build import cluster_facts
 from ..k8s.clients import SharedCluster, shared_cluster
 from ..k8s.cluster import Cluster, ClusterError
+from ..k8s.dra_pool import (
+    ClaimUse,
+    DraDevice,
+    device_views,
+    dra_nodes,
+    facts_from_slices,
+    read_claims,
+    read_slices,
+    with_allocated_modes,
+)
 from ..k8s.holders import holder_text, is_orphan
 from ..k8s.manifests import APP, APP_LABEL, OWNER_LABEL, label_value, selector, server_label
 from ..k8s.pool import (
@@ -93,7 +103,7 @@ class KubernetesBackend:
         self.viewer = self.owner  # whose kernels the views show in full (see scoped)
         self.server_label = server_label(self.server_id)
         self.holder = holder_text(current_process())
-        self.preset = resolve_preset(settings.resource_preset, settings.resource_names)
+        self.preset = resolve_preset(settings.resource_preset, settings.resource_names, settings.dra_names())
         self.hooks = ServerHooks()
         self._shared: SharedCluster | None = None
         self._problem: str | None = None  # why there is no cluster
@@ -141,17 +151,29 @@ class KubernetesBackend:
         return shared.namespace if shared is not None else (self.settings.namespace or "?")
 
     def nodes(self) -> list[NodeGPUs]:
-        """The GPU nodes: from the watch in a server, else listed (cached a minute)."""
+        """The GPU nodes: from the watch in a server, else listed (cached a minute). Under DRA,
+        from the driver's ResourceSlices and every allocated ResourceClaim."""
         shared = self._connect()
         if shared is None:
             return []
         try:
-            nodes = shared.gpu_nodes(self.preset)
+            if self.preset.dra is not None:
+                devices, uses = self._dra_objects(shared)
+                nodes = dra_nodes(devices, uses, self.preset)
+            else:
+                nodes = shared.gpu_nodes(self.preset)
         except ClusterError as error:  # nodes need a ClusterRole; the pods alone still say a lot
             self._nodes_problem = str(error)
             return []
         self._nodes_problem = None
         return nodes
+
+    def _dra_objects(self, shared: SharedCluster) -> tuple[list[DraDevice], list[ClaimUse]]:
+        assert self.preset.dra is not None
+        return (
+            read_slices(shared.resource_slices(), self.preset.dra),
+            read_claims(shared.all_claims(), self.preset.dra),
+        )
 
     def slices(self) -> list[PodSlice]:
         """Our kernel pods, oldest first: from the watch in a server, else listed now."""
@@ -168,8 +190,18 @@ class KubernetesBackend:
 
     def facts(self) -> ClusterFacts:
         """What pod requests depend on: the MIG profiles the nodes advertise and the cards'
-        memory (GPU Feature Discovery); the settings alone where nodes cannot be listed."""
+        memory (GPU Feature Discovery, or under DRA the driver's ResourceSlices); the settings
+        alone where they cannot be listed."""
         shared = self._connect()
+        if self.preset.dra is not None:
+            try:
+                names = self.preset.dra
+                devices = read_slices(shared.resource_slices(), names) if shared is not None else []
+            except ClusterError as error:
+                log.info("GPU facts from settings only: %s", error)
+                devices = []
+            profiles, smallest, consumable = facts_from_slices(devices)
+            return cluster_facts(self.settings, profiles, smallest, consumable)
         try:
             nodes = shared.gpu_nodes(self.preset) if shared is not None else []
         except ClusterError as error:
@@ -183,21 +215,34 @@ class KubernetesBackend:
     # ---- the service API (backends.base.Backend) ---------------------------------------------
 
     def pool(self) -> PoolPayload:
-        slices = self.slices()
+        slices, nodes = self.slices(), self.nodes()
+        usage = self._fresh_usage(slices)
+        devices = None
+        shared = self._shared
+        if self.preset.dra is not None and shared is not None and nodes:
+            dra_devices, uses = self._dra_objects(shared)
+            slices = with_allocated_modes(slices, uses)
+            devices = device_views(nodes, dra_devices, uses, slices, self.preset, usage, self.viewer)
         return pool_view(
-            self.nodes(),
-            slices,
-            self.preset,
-            self._fresh_usage(slices),
-            viewer=self.viewer,
-            problem=self.problem(),
+            nodes, slices, self.preset, usage, viewer=self.viewer, problem=self.problem(), devices=devices
         )
+
+    def _kernel_slices(self) -> list[PodSlice]:
+        """Our kernel pods, with the mode each DRA claim got where it had fallbacks."""
+        slices = self.slices()
+        shared = self._shared
+        if self.preset.dra is None or shared is None:
+            return slices
+        try:
+            return with_allocated_modes(slices, read_claims(shared.all_claims(), self.preset.dra))
+        except ClusterError:
+            return slices  # the pool's problem says why; the modes asked for stand
 
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
         """This server's kernel pods (by label, or by id for kernels this process runs), and its
         kernels without a pod: a start being checked, a restart between two pods, a pod that
         ended before the server restarts the kernel."""
-        slices, nodes = self.slices(), self.nodes()
+        slices, nodes = self._kernel_slices(), self.nodes()
         usage = self._fresh_usage(slices)
         positions = queue_positions(slices)
         views: list[KernelPayload] = []
@@ -237,7 +282,7 @@ class KubernetesBackend:
         return views
 
     def all_kernels(self) -> list[KernelPayload]:
-        slices, nodes = self.slices(), self.nodes()
+        slices, nodes = self._kernel_slices(), self.nodes()
         usage = self._fresh_usage(slices)
         positions = queue_positions(slices)
         return [
@@ -321,7 +366,10 @@ class KubernetesBackend:
         self.hooks = hooks
         shared = self._connect()
         if shared is not None:
-            threading.Thread(target=shared.watch, name="gpushare-watch-start", daemon=True).start()
+            dra = self.preset.dra is not None
+            threading.Thread(
+                target=lambda: shared.watch(dra=dra), name="gpushare-watch-start", daemon=True
+            ).start()
         if self.settings.usage_metrics_url:
             threading.Thread(target=self._read_metrics_forever, name="gpushare-metrics", daemon=True).start()
 
@@ -401,7 +449,8 @@ class KubernetesBackend:
             self._claims.pop(kernel_id, None)
 
     def collect_orphans(self) -> list[str]:
-        """Delete this server's pods and Secrets whose creating process is gone (once per process)."""
+        """Delete this server's pods, Secrets and ResourceClaims whose creating process is gone
+        (once per process)."""
         with self._lock:
             if self._collected:
                 return []
@@ -418,6 +467,13 @@ class KubernetesBackend:
                     name = secret["metadata"]["name"]
                     cluster.delete_secret(name)
                     collected.append(f"secret/{name}")
+            if self.preset.dra is not None:
+                # Claims go with their pods (owner references); one whose pod never came is ours.
+                for claim in cluster.list_claims(label_selector):
+                    if is_orphan(claim):
+                        name = claim["metadata"]["name"]
+                        cluster.delete_claim(name)
+                        collected.append(f"resourceclaim/{name}")
             if collected:
                 log.info(
                     "Collected %d orphaned kernel object(s) of server %s (their server process is gone): %s",

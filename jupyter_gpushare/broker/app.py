@@ -67,12 +67,27 @@ def local_authority(settings: GPUShare) -> LocalAuthority:
     return LocalAuthority(backend)
 
 
+def refuse_dra_presets(settings: GPUShare) -> None:
+    """The broker makes kernel pods and Secrets but not yet ResourceClaims: under a DRA preset its
+    pods would wait for claims nobody creates, so it refuses to start (before any cluster call)."""
+    from ..k8s.presets import resolve_preset
+
+    preset = resolve_preset(settings.resource_preset, settings.resource_names, settings.dra_names())
+    if preset.dra is not None:
+        raise ConfigurationError(
+            f"the broker does not create ResourceClaims yet, so it cannot serve the DRA preset "
+            f"{preset.name!r}: use a device-plugin preset (nvidia, hami, volcano, kai, aliyun) with "
+            "the broker, or DRA without a broker"
+        )
+
+
 def kubernetes_authority(settings: GPUShare, broker: GPUShareBroker) -> Authority:
     from ..backends.base import ServerHooks
     from ..backends.kubernetes import KubernetesBackend
     from .authority import KubernetesAuthority
     from .pods import PodStarts
 
+    refuse_dra_presets(settings)
     backend = KubernetesBackend(settings)
     backend.attach_server(ServerHooks())  # the one list+watch of the cluster, in the broker
     return KubernetesAuthority(backend, PodStarts(backend, orphan_grace=broker.orphan_grace))

@@ -12,9 +12,19 @@ from typing import Any
 from .. import env_names
 from ..config import GPUShare
 from ..slice_request import SliceRequest
-from .manifests import SIZE_ANNOTATION, KernelPodSpec, kernel_ports, make_pod
+from .claims import make_claim
+from .dialects import kernel_request
+from .manifests import (
+    SERVER_ANNOTATION,
+    SIZE_ANNOTATION,
+    KernelPodSpec,
+    claim_name,
+    kernel_ports,
+    labels,
+    make_pod,
+)
 from .presets import resolve_preset
-from .requests import ClusterFacts, PodRequest, pod_request
+from .requests import ClusterFacts, PodRequest
 
 DEFAULT_ARGV = ("python", "-m", "ipykernel_launcher", "-f", "{connection_file}")
 DEFAULT_NAMESPACE = "default"
@@ -31,15 +41,24 @@ _FORWARDED = (
 
 
 def cluster_facts(
-    settings: GPUShare, mig_profiles: Sequence[str] = (), gpu_memory: int | None = None
+    settings: GPUShare,
+    mig_profiles: Sequence[str] = (),
+    gpu_memory: int | None = None,
+    consumable_capacity: bool = False,
 ) -> ClusterFacts:
-    """What pod requests depend on: the preset, and what the nodes advertise where known."""
+    """What pod requests depend on: the preset, and what the nodes (or, under DRA, the
+    ResourceSlices) advertise where known. ``consumable_capacity``: a ResourceSlice of the DRA
+    driver offers devices that take several claims (used unless the setting says otherwise)."""
+    dra_names = settings.dra_names()
+    if consumable_capacity and settings.dra_consumable_capacity is None:
+        dra_names["consumable_capacity"] = True
     return ClusterFacts(
-        preset=resolve_preset(settings.resource_preset, settings.resource_names),
+        preset=resolve_preset(settings.resource_preset, settings.resource_names, dra_names),
         mig_profiles=tuple(mig_profiles) or tuple(settings.mig_profiles),
         gpu_memory=gpu_memory,
         gpu_type=settings.gpu_type or None,
         queue=settings.kai_queue or None,
+        fallbacks=tuple(settings.dra_fallbacks),
     )
 
 
@@ -61,10 +80,12 @@ def kernel_pod(
     report_url: str | None = None,
     kernel_env: Mapping[str, str] | None = None,
     ports: Mapping[str, int] | None = None,
+    generation: int = 0,
 ) -> tuple[dict[str, Any], PodRequest]:
     """The kernel pod manifest and the pod request it carries; ``kernel_env`` is the kernelspec's
-    ``env`` (ours wins where a name is both)."""
-    resources = pod_request(request.mode.name, request.size, request.cores, cluster)
+    ``env`` (ours wins where a name is both). Under a DRA preset the request carries a claim
+    spec and the pod refers to the claim of its ``generation`` (:func:`kernel_claim` makes it)."""
+    resources = kernel_request(request.mode.name, request.size, request.cores, cluster, request.card_at_least)
     env: dict[str, str] = {str(name): str(value) for name, value in (kernel_env or {}).items()}
     env[env_names.MODE] = request.mode.name
     for name in _FORWARDED:
@@ -87,8 +108,35 @@ def kernel_pod(
         template=dict(settings.pod_template),
         annotations={**(annotations or {}), SIZE_ANNOTATION: request.size.text},
         ports=dict(ports or kernel_ports()),
+        claim_name=claim_name(kernel_id, generation),
     )
     return make_pod(spec), resources
+
+
+def kernel_claim(
+    request: PodRequest,
+    *,
+    kernel_id: str,
+    server_id: str,
+    owner: str,
+    namespace: str,
+    size: str,
+    annotations: Mapping[str, str] | None = None,
+    generation: int = 0,
+    pod: Mapping[str, str] | None = None,
+) -> dict[str, Any] | None:
+    """The ResourceClaim of a kernel's pod (None when the request carries no claim): labelled as
+    its pod, so orphans are found the same way; with ``pod`` (name and uid) owned by it."""
+    if request.claim is None:
+        return None
+    return make_claim(
+        claim_name(kernel_id, generation),
+        namespace,
+        request.claim,
+        labels=labels(kernel_id, server_id, owner),
+        annotations={**(annotations or {}), SERVER_ANNOTATION: server_id, SIZE_ANNOTATION: size},
+        owner=pod,
+    )
 
 
 def forwarded_settings(settings: GPUShare) -> Mapping[str, str]:

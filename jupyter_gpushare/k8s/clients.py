@@ -33,16 +33,22 @@ class SharedCluster:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _listed_at: float = -NODES_CACHED_FOR
     _listed: list[dict[str, object]] = field(default_factory=list)
+    _slices_at: float = -NODES_CACHED_FOR
+    _slices: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def namespace(self) -> str:
         return self.cluster.namespace
 
-    def watch(self) -> ClusterWatch:
-        """The list+watch of GPU nodes and kernel pods, started on first use (one per process)."""
+    def watch(self, dra: bool = False) -> ClusterWatch:
+        """The list+watch of GPU nodes and kernel pods (and with ``dra`` of ResourceSlices,
+        ResourceClaims and DeviceClasses), started on first use (one per process)."""
         with self._lock:
+            if self._watch is not None and dra and self._watch.dra is None:
+                self._watch.stop()  # a DRA backend came after a device-plugin one: watch more
+                self._watch = None
             if self._watch is None:
-                self._watch = ClusterWatch(self.cluster).start()
+                self._watch = ClusterWatch(self.cluster, dra=dra).start()
             watch = self._watch
         watch.wait_synced(FIRST_LIST_WAIT)
         return watch
@@ -71,6 +77,24 @@ class SharedCluster:
                 raw = list(self._listed)
         read = (read_node(node, preset) for node in raw)
         return sorted((node for node in read if node is not None), key=lambda node: node.name)
+
+    def resource_slices(self) -> list[dict[str, object]]:
+        """Every ResourceSlice: from the watch where it runs with DRA, else from a listing
+        reused for a minute (as nodes are)."""
+        if self._watch is not None and self._watch.resource_slices is not None:
+            return self.watch(dra=True).resource_slices.items()  # type: ignore[union-attr]
+        with self._lock:
+            if time.monotonic() - self._slices_at >= NODES_CACHED_FOR:
+                self._slices = list(self.cluster.list_resource_slices())
+                self._slices_at = time.monotonic()
+            return list(self._slices)
+
+    def all_claims(self) -> list[dict[str, object]]:
+        """Every ResourceClaim in the cluster (what is taken, and by whom): from the watch where
+        it runs with DRA, else listed now."""
+        if self._watch is not None and self._watch.claims is not None:
+            return self.watch(dra=True).claims.items()  # type: ignore[union-attr]
+        return list(self.cluster.list_all_claims())
 
     def stop(self) -> None:
         with self._lock:

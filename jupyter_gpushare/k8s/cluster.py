@@ -81,8 +81,12 @@ def _read(path: str) -> str | None:
         return None
 
 
+RESOURCE_GROUP = "resource.k8s.io"  # Dynamic Resource Allocation
+
+
 class Cluster:
-    """Pods, Secrets, events and nodes in one namespace."""
+    """Pods, Secrets, events and nodes in one namespace; ResourceClaims, ResourceSlices and
+    DeviceClasses of Dynamic Resource Allocation (``resource.k8s.io/v1``)."""
 
     def __init__(
         self,
@@ -99,6 +103,7 @@ class Cluster:
             api_client = k8s_client.ApiClient(configuration)
         self.api_client = api_client
         self.core = k8s_client.CoreV1Api(api_client)
+        self.resource = k8s_client.ResourceV1Api(api_client)
         self.namespace = namespace or discovered_namespace or "default"
         self.host = str(api_client.configuration.host)
 
@@ -195,13 +200,94 @@ class Cluster:
         listed = self._call("list nodes", lambda: self.core.list_node(_preload_content=False))
         return list(listed.get("items") or [])
 
-    def allowed(self, verb: str, resource: str) -> bool:
+    # ---- Dynamic Resource Allocation ----------------------------------------------------------
+
+    def create_claim(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(
+            f"create ResourceClaim {body['metadata']['name']}",
+            lambda: self.resource.create_namespaced_resource_claim(
+                self.namespace,
+                body,  # type: ignore[arg-type]
+                _preload_content=False,
+            ),
+        )
+
+    def read_claim(self, name: str) -> dict[str, Any] | None:
+        """The ResourceClaim, or None when there is none of that name."""
+        return self._call_or_none(
+            f"read ResourceClaim {name}",
+            lambda: self.resource.read_namespaced_resource_claim(
+                name, self.namespace, _preload_content=False
+            ),
+        )
+
+    def delete_claim(self, name: str) -> bool:
+        """Delete a ResourceClaim; False when it was already gone."""
+        found = self._call_or_none(
+            f"delete ResourceClaim {name}",
+            lambda: self.resource.delete_namespaced_resource_claim(
+                name, self.namespace, _preload_content=False
+            ),
+        )
+        return found is not None
+
+    def list_claims(self, label_selector: str) -> list[dict[str, Any]]:
+        listed = self._call(
+            "list ResourceClaims",
+            lambda: self.resource.list_namespaced_resource_claim(
+                self.namespace, label_selector=label_selector, _preload_content=False
+            ),
+        )
+        return list(listed.get("items") or [])
+
+    def list_all_claims(self) -> list[dict[str, Any]]:
+        """Every ResourceClaim of every namespace (needs a ClusterRole)."""
+        listed = self._call(
+            "list ResourceClaims in all namespaces",
+            lambda: self.resource.list_resource_claim_for_all_namespaces(_preload_content=False),
+        )
+        return list(listed.get("items") or [])
+
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        """Every ResourceSlice: the devices DRA drivers publish, per node (cluster-scoped)."""
+        listed = self._call(
+            "list ResourceSlices", lambda: self.resource.list_resource_slice(_preload_content=False)
+        )
+        return list(listed.get("items") or [])
+
+    def list_device_classes(self) -> list[dict[str, Any]]:
+        listed = self._call(
+            "list DeviceClasses", lambda: self.resource.list_device_class(_preload_content=False)
+        )
+        return list(listed.get("items") or [])
+
+    def resource_api_versions(self) -> list[str]:
+        """The versions of ``resource.k8s.io`` the API serves, preferred first (empty: none)."""
+        groups = self._call(
+            "list API groups",
+            lambda: k8s_client.ApisApi(self.api_client).get_api_versions(_preload_content=False),
+        )
+        for group in groups.get("groups") or []:
+            if group.get("name") == RESOURCE_GROUP:
+                preferred = (group.get("preferredVersion") or {}).get("version")
+                versions = [str(item.get("version")) for item in group.get("versions") or []]
+                return sorted(versions, key=lambda version: version != preferred)
+        return []
+
+    def allowed(self, verb: str, resource: str, group: str = "") -> bool:
         """Whether this client may ``verb`` ``resource`` in the namespace (a
         SelfSubjectAccessReview); False where the API cannot say."""
         review = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"namespace": self.namespace, "verb": verb, "resource": resource}},
+            "spec": {
+                "resourceAttributes": {
+                    "namespace": self.namespace,
+                    "verb": verb,
+                    "resource": resource,
+                    "group": group,
+                }
+            },
         }
         authorization = k8s_client.AuthorizationV1Api(self.api_client)
         try:

@@ -43,6 +43,7 @@ KERNEL_PORTS = {
     "hb": 50005,
 }
 
+CLAIM_REQUEST = "gpu"  # the pod's name for its ResourceClaim, and the claim's one request (DRA)
 PORT_BLOCKS = 1000  # ports 50001-50005 for a kernel's first pod, 50011-50015 for its next… to 59995
 
 
@@ -82,6 +83,12 @@ def secret_name(kernel_id: str) -> str:
     return f"gpushare-kernel-{_dns_safe(kernel_id)}"[:56].rstrip("-") + "-conn"
 
 
+def claim_name(kernel_id: str, generation: int = 0) -> str:
+    """The ResourceClaim of a kernel's ``generation``-th pod (DRA presets). Each pod has a claim
+    of its own name, so a restart never waits for the previous claim to go."""
+    return f"{pod_name(kernel_id)}-gpu-{generation}"
+
+
 def _dns_safe(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
 
@@ -110,6 +117,7 @@ class KernelPodSpec:
     template: Mapping[str, Any] = field(default_factory=dict)  # c.GPUShare.pod_template overlay
     annotations: Mapping[str, str] = field(default_factory=dict)  # extra metadata.annotations
     ports: Mapping[str, int] = field(default_factory=kernel_ports)  # channel -> port
+    claim_name: str | None = None  # the pod's ResourceClaim, where the request carries a claim
 
 
 def labels(kernel_id: str, server_id: str, owner: str) -> dict[str, str]:
@@ -176,7 +184,7 @@ def make_pod(spec: KernelPodSpec) -> dict[str, Any]:
         "ports": [
             {"name": name, "containerPort": port, "protocol": "TCP"} for name, port in spec.ports.items()
         ],
-        "resources": {"limits": dict(request.resources)},
+        "resources": _resources(request),
         "volumeMounts": [
             {"name": "connection", "mountPath": MOUNT_PATH, "readOnly": True},
             {"name": "runtime", "mountPath": RUNTIME_PATH},
@@ -206,6 +214,12 @@ def make_pod(spec: KernelPodSpec) -> dict[str, Any]:
         ],
         "automountServiceAccountToken": False,
     }
+    if request.claim is not None:
+        # The claim is created with the pod, owned by it (see claims.make_claim); the scheduler
+        # waits for it, then allocates it.
+        pod_spec["resourceClaims"] = [
+            {"name": CLAIM_REQUEST, "resourceClaimName": spec.claim_name or claim_name(spec.kernel_id)}
+        ]
     scheduler = spec.scheduler_name or request.scheduler_name
     if scheduler:
         pod_spec["schedulerName"] = scheduler
@@ -229,6 +243,15 @@ def make_pod(spec: KernelPodSpec) -> dict[str, Any]:
     return overlay(pod, spec.template)
 
 
+def _resources(request: PodRequest) -> dict[str, Any]:
+    if request.claim is None:
+        return {"limits": dict(request.resources)}
+    resources: dict[str, Any] = {"claims": [{"name": CLAIM_REQUEST}]}
+    if request.resources:
+        resources["limits"] = dict(request.resources)
+    return resources
+
+
 # Lists that merge item by item, matched on a key, as ``kubectl``'s strategic merge patch does;
 # any other list in a template replaces ours.
 MERGE_KEYS = {
@@ -239,6 +262,8 @@ MERGE_KEYS = {
     "volumeMounts": "mountPath",
     "ports": "containerPort",
     "imagePullSecrets": "name",
+    "resourceClaims": "name",
+    "claims": "name",
 }
 
 

@@ -44,6 +44,10 @@ class NodeGPUs:
     memory_total: int  # bytes the node offers to slices (0 when nothing says)
     allocatable: dict[str, str] = field(default_factory=dict)  # the GPU resources only
     mig: dict[str, int] = field(default_factory=dict)  # profile -> instances
+    # Read from DRA objects (k8s/dra_pool.py): bytes every allocated ResourceClaim holds on the
+    # node, whoever made it, and the modes its devices serve. None: a device-plugin node.
+    claimed: int | None = None
+    offered_modes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,8 @@ def mig_memory(profile: str) -> int:
 
 def node_modes(node: NodeGPUs, preset: ResourcePreset) -> list[str]:
     """The modes a kernel pod may ask of this node."""
+    if node.offered_modes is not None:
+        return list(node.offered_modes)
     modes: list[str] = []
     advertised = node.allocatable
     if preset.gpu in advertised and node.sharing in (None, "none") and not _virtual(preset, advertised):
@@ -260,8 +266,10 @@ def pool_view(
     *,
     viewer: str,
     problem: str | None = None,
+    devices: Sequence[DevicePayload] | None = None,
 ) -> PoolPayload:
-    """``GET pool`` for the Kubernetes backend."""
+    """``GET pool`` for the Kubernetes backend; ``devices`` are the nodes' views where the caller
+    built them (from DRA objects), else they are made from ``nodes`` here."""
     queue: list[QueuePayload] = [
         queue_entry_as_seen(
             {
@@ -282,9 +290,9 @@ def pool_view(
         "backend": "kubernetes",
         "simulated": False,
         "overcommit": 1.0,
-        "devices": [
-            _node_view(index, node, slices, preset, usage, viewer) for index, node in enumerate(nodes)
-        ],
+        "devices": list(devices)
+        if devices is not None
+        else [_node_view(index, node, slices, preset, usage, viewer) for index, node in enumerate(nodes)],
         "queue": queue,
     }
     if problem:

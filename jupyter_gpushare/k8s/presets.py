@@ -1,8 +1,12 @@
-"""How clusters name GPU sharing: one preset per device plugin or scheduler. Pure data.
+"""How clusters name GPU sharing: one preset per device plugin, scheduler or DRA driver. Pure data.
 
-A preset says which extended resources, annotations and labels a pod uses for each mode. The
-defaults are the NVIDIA device plugin's and HAMi's; Volcano vGPU, KAI and Aliyun's cGPU are
-presets too, and any name can be overridden with ``c.GPUShare.resource_names``.
+A device-plugin preset says which extended resources, annotations and labels a pod uses for each
+mode. The defaults are the NVIDIA device plugin's and HAMi's; Volcano vGPU, KAI and Aliyun's cGPU
+are presets too, and any name can be overridden with ``c.GPUShare.resource_names``.
+
+A Dynamic Resource Allocation preset (``nvidia-dra``, ``hami-dra``, the generic ``dra``) carries
+:class:`DraNames` instead: the driver, device classes and capacity names its ResourceClaims use
+(:mod:`.claims` builds them); the ``dra_*`` traits override them.
 """
 
 from __future__ import annotations
@@ -11,6 +15,25 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
+
+
+@dataclass(frozen=True)
+class DraNames:
+    """What a DRA driver calls things (``resource.k8s.io/v1``), as its ResourceSlices publish them."""
+
+    driver: str  # the driver's name, also the domain of its attributes and capacities in CEL
+    device_class: str  # DeviceClass of whole (or shared) GPUs
+    mig_device_class: str | None = None  # DeviceClass of MIG devices (None: the driver has none)
+    memory_capacity: str = "memory"  # the capacity holding a device's memory (bytes)
+    cores_capacity: str | None = None  # a consumable capacity of SM percent (HAMi's "cores")
+    product_attribute: str = "productName"  # the attribute gpu_type is matched against
+    mig_profile_attribute: str = "profile"  # a MIG device's profile attribute ("1g.10gb")
+    # Opaque configuration in the dialect of NVIDIA's driver (GpuConfig: TimeSlicing / MPS).
+    nvidia_sharing: bool = False
+    config_api_version: str = "resource.nvidia.com/v1beta1"
+    # Devices allow several claims at once, each consuming part of their capacity (KEP-5075):
+    # always for HAMi-DRA; for NVIDIA's driver where the cluster turned it on.
+    consumable_capacity: bool = False
 
 
 @dataclass(frozen=True)
@@ -29,6 +52,7 @@ class ResourcePreset:
     queue_label: str | None = None  # KAI's queue label
     mig_prefix: str = "nvidia.com/mig-"  # nvidia.com/mig-1g.10gb
     scheduler_name: str | None = None  # a scheduler the vgpu mode needs (hami-scheduler…)
+    dra: DraNames | None = None  # set for the DRA presets: kernels ask through ResourceClaims
 
 
 PRESETS: Mapping[str, ResourcePreset] = {
@@ -63,19 +87,55 @@ PRESETS: Mapping[str, ResourcePreset] = {
         vgpu_cores=None,
         gpu_type_annotation=None,
     ),
+    # Dynamic Resource Allocation (resource.k8s.io/v1): NVIDIA's DRA driver for GPUs (full GPUs,
+    # MIG devices, GpuConfig sharing), HAMi's DRA driver on HAMi-core (memory and cores as
+    # consumable capacity), and a driver whose names come from the dra_* traits.
+    "nvidia-dra": ResourcePreset(
+        "nvidia-dra",
+        dra=DraNames(
+            driver="gpu.nvidia.com",
+            device_class="gpu.nvidia.com",
+            mig_device_class="mig.nvidia.com",
+            nvidia_sharing=True,
+        ),
+    ),
+    "hami-dra": ResourcePreset(
+        "hami-dra",
+        dra=DraNames(
+            driver="hami-core-gpu.project-hami.io",
+            device_class="hami-core-gpu.project-hami.io",
+            cores_capacity="cores",
+            consumable_capacity=True,
+        ),
+    ),
+    "dra": ResourcePreset("dra", dra=DraNames(driver="", device_class="")),
 }
+
+DRA_PRESETS = tuple(name for name, preset in PRESETS.items() if preset.dra is not None)
+DEVICE_PLUGIN_PRESETS = tuple(name for name, preset in PRESETS.items() if preset.dra is None)
 
 
 class PresetError(ValueError):
     """An unknown preset or an override of a field that does not exist."""
 
 
-def resolve_preset(name: str, overrides: Mapping[str, object] | None = None) -> ResourcePreset:
-    """``PRESETS[name]`` with ``overrides`` (``c.GPUShare.resource_names``) applied."""
+def resolve_preset(
+    name: str,
+    overrides: Mapping[str, object] | None = None,
+    dra_overrides: Mapping[str, object] | None = None,
+) -> ResourcePreset:
+    """``PRESETS[name]`` with ``overrides`` (``c.GPUShare.resource_names``) applied, and for a
+    DRA preset ``dra_overrides`` (the ``dra_*`` traits that are set: field -> value)."""
     try:
         preset = PRESETS[name]
     except KeyError:
         raise PresetError(f"unknown resource preset {name!r}; choose one of: {', '.join(PRESETS)}") from None
+    if preset.dra is not None and dra_overrides:
+        known = {field.name for field in dataclasses.fields(DraNames)}
+        unknown = set(dra_overrides) - known
+        if unknown:
+            raise PresetError(f"unknown DRA name field(s) {', '.join(sorted(unknown))}")
+        preset = dataclasses.replace(preset, dra=dataclasses.replace(preset.dra, **dra_overrides))  # type: ignore[arg-type]
     if not overrides:
         return preset
     fields = {field.name for field in dataclasses.fields(ResourcePreset)} - {"name"}

@@ -63,7 +63,10 @@ def preview_pod(
 
 
 def _free(node: NodeGPUs, slices: Sequence[PodSlice]) -> int:
-    """Bytes of the node's GPU memory that none of the kernel pods placed there holds."""
+    """Bytes of the node's GPU memory that none of the kernel pods placed there holds (under
+    DRA: that no allocated claim holds, whoever made it)."""
+    if node.claimed is not None:
+        return max(0, node.memory_total - node.claimed)
     reserved = sum(item.memory or 0 for item in slices if item.node == node.name and item.placed)
     return max(0, node.memory_total - reserved)
 

@@ -11,6 +11,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import InvalidRequestError, ModeUnavailableError
 from ..sizes import GiB, MiB, Size, format_bytes
@@ -27,6 +28,8 @@ class PodRequest:
     scheduler_name: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     memory: int | None = None  # bytes the slice stands for, where known before scheduling
+    # Dynamic Resource Allocation: the ResourceClaim spec the pod's claim carries (.claims).
+    claim: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class ClusterFacts:
     gpu_memory: int | None = None  # the cards' memory (GPU Feature Discovery), where known
     gpu_type: str | None = None
     queue: str | None = None
+    fallbacks: Sequence[str] = ()  # DRA: modes a claim may fall back to (c.GPUShare.dra_fallbacks)
 
 
 def pod_request(mode: str, size: Size, cores: int | None, cluster: ClusterFacts) -> PodRequest:
@@ -136,7 +140,19 @@ def vgpu_request(size: Size, cores: int | None, cluster: ClusterFacts) -> PodReq
 
 def mig_request(size: Size, cluster: ClusterFacts) -> PodRequest:
     """The smallest MIG profile the cluster advertises that holds the size."""
-    preset, profiles = cluster.preset, cluster.mig_profiles
+    if not cluster.mig_profiles and not size.is_whole:
+        raise ModeUnavailableError(
+            "mode 'mig' needs MIG profiles: no node advertises nvidia.com/mig-* resources "
+            "(or set c.GPUShare.mig_profiles)"
+        )
+    profile, memory = smallest_mig_profile(size, cluster)
+    return PodRequest({f"{cluster.preset.mig_prefix}{profile}": "1"}, memory=memory)
+
+
+def smallest_mig_profile(size: Size, cluster: ClusterFacts) -> tuple[str, int]:
+    """``(profile, bytes)`` of the smallest of ``cluster.mig_profiles`` that holds the size (the
+    least compute among profiles of equal memory); the device-plugin and DRA dialects share it."""
+    profiles = cluster.mig_profiles
     if size.is_whole:
         raise InvalidRequestError("'whole' is not a MIG size; use mode 'exclusive' for a whole card")
     wanted = bytes_for(size, cluster.gpu_memory, percent_resource=False)
@@ -146,17 +162,12 @@ def mig_request(size: Size, cluster: ClusterFacts) -> PodRequest:
         match = _MIG_PROFILE.match(profile)
         if match and int(match.group(2)) * GiB >= wanted:
             fitting.append((int(match.group(2)), int(match.group(1)), profile))
-    if not profiles:
-        raise ModeUnavailableError(
-            "mode 'mig' needs MIG profiles: no node advertises nvidia.com/mig-* resources "
-            "(or set c.GPUShare.mig_profiles)"
-        )
     if not fitting:
         raise InvalidRequestError(
             f"{size} is larger than any MIG profile the cluster offers ({', '.join(profiles)})"
         )
     memory_gb, _, profile = min(fitting)
-    return PodRequest({f"{preset.mig_prefix}{profile}": "1"}, memory=memory_gb * GiB)
+    return profile, memory_gb * GiB
 
 
 def describe(request: PodRequest) -> str:

@@ -145,10 +145,17 @@ def _key(obj: dict[str, Any]) -> tuple[str, str]:
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
-class ClusterWatch:
-    """GPU nodes (cluster-wide) and kernel pods of jupyter-gpushare (in the namespace)."""
+DRA_HINT = "reading the DRA pool needs the ClusterRole in examples/kubernetes/rbac-dra.yaml"
 
-    def __init__(self, cluster: Cluster, on_change: Callable[[], None] | None = None) -> None:
+
+class ClusterWatch:
+    """GPU nodes (cluster-wide) and kernel pods of jupyter-gpushare (in the namespace); with
+    ``dra``, also ResourceSlices, ResourceClaims (every namespace: others' claims occupy the
+    devices too) and DeviceClasses."""
+
+    def __init__(
+        self, cluster: Cluster, on_change: Callable[[], None] | None = None, *, dra: bool = False
+    ) -> None:
         self.cluster = cluster
         self.version = 0  # changes with every change seen; a cheap "anything new?" for caches
         self._listeners = [on_change] if on_change else []
@@ -169,6 +176,42 @@ class ClusterWatch:
             label_selector=f"{APP_LABEL}={APP}",
             hint=f"the server's service account needs the Role in examples/kubernetes for {namespace}",
         )
+        self.dra: tuple[Watched, Watched, Watched] | None = None
+        if dra:
+            resource = cluster.resource
+            self.dra = (
+                Watched(
+                    "ResourceSlices",
+                    lambda **o: resource.list_resource_slice(**o),
+                    self._changed,
+                    hint=DRA_HINT,
+                ),
+                Watched(
+                    "ResourceClaims",
+                    lambda **o: resource.list_resource_claim_for_all_namespaces(**o),
+                    self._changed,
+                    hint=DRA_HINT,
+                ),
+                Watched(
+                    "DeviceClasses", lambda **o: resource.list_device_class(**o), self._changed, hint=DRA_HINT
+                ),
+            )
+
+    @property
+    def _all(self) -> list[Watched]:
+        return [self.nodes, self.pods, *(self.dra or ())]
+
+    @property
+    def resource_slices(self) -> Watched | None:
+        return self.dra[0] if self.dra else None
+
+    @property
+    def claims(self) -> Watched | None:
+        return self.dra[1] if self.dra else None
+
+    @property
+    def device_classes(self) -> Watched | None:
+        return self.dra[2] if self.dra else None
 
     def _changed(self) -> None:
         self.version += 1
@@ -176,18 +219,18 @@ class ClusterWatch:
             listener()
 
     def start(self) -> ClusterWatch:
-        self.nodes.start()
-        self.pods.start()
+        for watched in self._all:
+            watched.start()
         return self
 
     def stop(self) -> None:
-        self.nodes.stop()
-        self.pods.stop()
+        for watched in self._all:
+            watched.stop()
 
     def wait_synced(self, timeout: float) -> bool:
-        return self.nodes.synced.wait(timeout) and self.pods.synced.wait(timeout)
+        return all(watched.synced.wait(timeout) for watched in self._all)
 
     @property
     def problem(self) -> str | None:
-        problems = [problem for problem in (self.nodes.problem, self.pods.problem) if problem]
+        problems = [watched.problem for watched in self._all if watched.problem]
         return "; ".join(problems) or None

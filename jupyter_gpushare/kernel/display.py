@@ -148,7 +148,12 @@ class PodSliceStatus(TextView):
         where = f" in pod {view['pod']}" if view.get("pod") else " in a kernel pod"
         if view.get("node"):
             where += f" on node {view['node']}"
-        lines = [f"GPU slice: {size} ({self.mode or '?'}){where}"]
+        # Under DRA with fallbacks the claim may have got another mode than the kernel asked for;
+        # the server reads which from the claim's allocation.
+        mode = str(view.get("mode") or self.mode or "?")
+        if self.mode and mode != self.mode:
+            mode = f"{mode}, a fallback of the {self.mode} asked for"
+        lines = [f"GPU slice: {size} ({mode}){where}"]
         if self.problem:
             lines.append(f"Usage unknown: {self.problem}")
         elif view.get("usage_source") and memory:

@@ -54,18 +54,21 @@ from ..errors import (
     HeldForLifeError,
     NeedsRestartError,
 )
-from ..k8s.build import kernel_pod
+from ..k8s.build import kernel_claim, kernel_pod
+from ..k8s.claims import summary
 from ..k8s.cluster import ClusterError
+from ..k8s.dialects import describe_request
 from ..k8s.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
+    claim_name,
     connection_info,
     kernel_ports,
     make_secret,
     pod_name,
     secret_name,
 )
-from ..k8s.requests import PodRequest, describe
+from ..k8s.requests import PodRequest
 from ..k8s.status import termination
 from ..sizes import bytes_or_none
 from ..slice_request import SliceRequest, make_slice_request
@@ -105,6 +108,8 @@ class KubernetesProvisioner(GPUShareProvisioner):
     _key: str | None = None
     _curve: tuple[str, str] | None = None
     _manifests: tuple[dict[str, Any], dict[str, Any]] | None = None
+    _pod_request: PodRequest | None = None  # what the pod asks for (under DRA: its claim's spec)
+    _claim: str | None = None  # the current pod's ResourceClaim (DRA presets)
     _pod_ip: str | None = None
     _token: str | None = None  # the kernel's own-slice token (kept across restarts)
     _resized: bool = False  # gpu_memory was changed by resize_to; the start arguments are stale
@@ -132,6 +137,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
         return self._backend
 
     def _pod_start(self) -> PodStart:
+        asked = summary(self._pod_request) if self._pod_request is not None else ""
         return PodStart(
             self.backend.cluster,
             self.kernel_id,
@@ -141,6 +147,8 @@ class KubernetesProvisioner(GPUShareProvisioner):
             self.log,
             self.poll_interval,
             self.unschedulable_grace,
+            claim=self._claim,
+            asked=asked or None,
         )
 
     # ---- start ---------------------------------------------------------------------------------
@@ -197,7 +205,10 @@ class KubernetesProvisioner(GPUShareProvisioner):
             report_url=backend.report_url(self.kernel_id),
             kernel_env=dict(getattr(self.kernel_spec, "env", None) or {}),
             ports=kernel_ports(self._generation),
+            generation=self._generation,
         )
+        self._pod_request = pod_request
+        self._claim = claim_name(self.kernel_id, self._generation) if pod_request.claim is not None else None
         secret = make_secret(
             self.kernel_id,
             backend.server_id,
@@ -213,7 +224,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
             self.kernel_id,
             self.pod,
             backend.cluster.namespace,
-            describe(pod_request) or "no GPU",
+            describe_request(pod_request) or "no GPU",
         )
         return pod_request
 
@@ -274,6 +285,8 @@ class KubernetesProvisioner(GPUShareProvisioner):
                 "Kernel %s: %s; restarting with %s", self.kernel_id, self.resize_failure, previous
             )
             self.set_state(f"resize to {wanted} failed; restarting with the previous size")
+            if self._claim is not None:
+                self._generation += 1  # a claim of its own name: the refused one may linger
             await self._rebuild(self._settings)
             try:
                 return await self._launch()
@@ -292,9 +305,15 @@ class KubernetesProvisioner(GPUShareProvisioner):
         timeout = self._settings.launch_timeout
         try:
             await asyncio.to_thread(start.create_secret, secret)
-            await start.create_pod(pod, time.monotonic() + timeout)
+            created = await start.create_pod(pod, time.monotonic() + timeout)
             self._launched = True
+            claim = self._claim_of(created)
+            if claim is not None:
+                # Made once the pod exists, owned by it: it goes with the pod whatever happens.
+                await asyncio.to_thread(start.create_claim, claim)
             ip = await start.wait_running(timeout)
+            if claim is not None:
+                await start.say_allocated()
         except BaseException:
             self._launched = False
             await asyncio.shield(asyncio.to_thread(self._delete_objects))
@@ -311,6 +330,23 @@ class KubernetesProvisioner(GPUShareProvisioner):
         info["key"] = str(info["key"]).encode()  # type: ignore[typeddict-item]
         self.connection_info = info
         return info
+
+    def _claim_of(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """The ResourceClaim of the pod just created (None without a DRA preset)."""
+        assert self._pod_request is not None and self._settings is not None
+        metadata = pod.get("metadata") or {}
+        backend = self.backend
+        return kernel_claim(
+            self._pod_request,
+            kernel_id=self.kernel_id,
+            server_id=backend.server_id,
+            owner=backend.owner,
+            namespace=backend.cluster.namespace,
+            size=str(self._request(self._settings).size),
+            annotations={HOLDER_ANNOTATION: backend.holder},
+            generation=self._generation,
+            pod={"name": self.pod, "uid": str(metadata.get("uid") or "")},
+        )
 
     def _tell_new_pod(self) -> None:
         told = self.backend.new_pod(self.kernel_id)

@@ -1,4 +1,5 @@
-"""Bringing one kernel pod up: create its objects, wait for it to run, say why it does not.
+"""Bringing one kernel pod up: create its objects (Secret, pod, and under DRA its ResourceClaim),
+wait for it to run, say why it does not.
 
 Blocking calls run in threads (the API client is synchronous). While the pod waits, its phase and
 the cluster's events are reported as they come (``on_state`` and the log); a pod the scheduler
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BackendUnavailableError, DoesNotFitError
+from ..k8s.claims import allocated_mode
 from ..k8s.cluster import Cluster, ClusterError
 from ..k8s.manifests import KERNEL_ID_LABEL, label_value
 from ..k8s.status import (
@@ -48,6 +50,8 @@ class PodStart:
     poll_interval: float
     unschedulable_grace: float
     last_state: str = ""
+    claim: str | None = None  # the pod's ResourceClaim (DRA presets)
+    asked: str | None = None  # what the pod asks for, where its limits do not say (a claim)
 
     def say(self, state: str) -> None:
         self.last_state = state
@@ -63,12 +67,23 @@ class PodStart:
             self.cluster.delete_secret(self.secret)
             self.cluster.create_secret(body)
 
-    async def create_pod(self, body: dict[str, Any], deadline: float) -> None:
-        """Create the pod; a pod of the same name still being deleted (a restart) is waited for."""
+    def create_claim(self, body: dict[str, Any]) -> None:
+        """Create the pod's ResourceClaim; one of ours left by a start that did not finish is
+        replaced."""
+        try:
+            self.cluster.create_claim(body)
+        except ClusterError as error:
+            if error.api_status != 409:
+                raise
+            self.cluster.delete_claim(body["metadata"]["name"])
+            self.cluster.create_claim(body)
+
+    async def create_pod(self, body: dict[str, Any], deadline: float) -> dict[str, Any]:
+        """Create the pod (returned as created, with its uid); a pod of the same name still being
+        deleted (a restart) is waited for."""
         while True:
             try:
-                await asyncio.to_thread(self.cluster.create_pod, body)
-                return
+                return await asyncio.to_thread(self.cluster.create_pod, body)
             except ClusterError as error:
                 if error.api_status != 409 or time.monotonic() > deadline:
                     raise
@@ -115,9 +130,9 @@ class PodStart:
                 self.say(f"pending: {unschedulable}")
                 scaling_up = any(event.get("reason") == "TriggeredScaleUp" for event in events)
                 if not scaling_up and now - unschedulable_since >= self.unschedulable_grace:
+                    asked = f"asked for {self.asked}" if self.asked else describe_limits(pod)
                     raise DoesNotFitError(
-                        f"the cluster cannot place the kernel pod {self.pod} ({describe_limits(pod)}): "
-                        f"{unschedulable}"
+                        f"the cluster cannot place the kernel pod {self.pod} ({asked}): {unschedulable}"
                     )
             else:
                 unschedulable_since = None
@@ -128,6 +143,21 @@ class PodStart:
                     f"(c.GPUShare.launch_timeout); last: {self.last_state}"
                 )
             await asyncio.sleep(self.poll_interval)
+
+    async def say_allocated(self) -> None:
+        """Where the pod's claim had fallbacks, say which one the kernel got (GET kernels and
+        %gpu status show it too, read from the claim)."""
+        if self.claim is None:
+            return
+        try:
+            claim = await asyncio.to_thread(self.cluster.read_claim, self.claim)
+        except ClusterError as error:
+            self.log.debug("Kernel %s: cannot read its claim: %s", self.kernel_id, error)
+            return
+        got = allocated_mode(claim or {})
+        if got is not None:
+            self.log.info("Kernel %s: its claim %s was allocated as %s", self.kernel_id, self.claim, got)
+            self.say(f"{self.last_state}; the claim got {got}")
 
     async def _events(self, pod: dict[str, Any], seen: set[str]) -> list[dict[str, Any]]:
         """This pod's events (not an earlier pod's of the same name), new ones logged."""
@@ -161,12 +191,17 @@ class PodStart:
         return f"; its last output:\n{text}" if text else ""
 
     def delete_objects(self) -> list[str]:
-        """Delete pod (at once) and Secret, whatever state they are in (blocking); the problems."""
+        """Delete pod (at once), Secret and ResourceClaim, whatever state they are in (blocking);
+        the problems. The claim would go with its pod anyway (it is owned by it); deleting it
+        here frees its devices without waiting for the garbage collector."""
         problems: list[str] = []
         deletions: list[Callable[[], bool]] = [
             lambda: self.cluster.delete_pod(self.pod, grace_period_seconds=0),
             lambda: self.cluster.delete_secret(self.secret),
         ]
+        claim = self.claim
+        if claim is not None:
+            deletions.append(lambda: self.cluster.delete_claim(claim))
         for delete in deletions:
             try:
                 delete()

@@ -84,6 +84,18 @@ def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
 
 
 @pytest.fixture(autouse=True)
+def no_connection_file_left_here() -> Iterator[None]:
+    """Tests clean up: a kernel's connection file belongs in the test's runtime directory, never
+    in the current one (the repository), where a killed run would leave it for ``git add``."""
+    before = set(Path.cwd().glob("kernel-*.json"))
+    yield
+    left = sorted(set(Path.cwd().glob("kernel-*.json")) - before)
+    for path in left:
+        path.unlink()
+    assert not left, f"connection files left in {Path.cwd()}: {[path.name for path in left]}"
+
+
+@pytest.fixture(autouse=True)
 def close_kernel_manager_contexts() -> Iterator[None]:
     """After each test, close the zmq contexts its kernel managers created, without lingering.
 

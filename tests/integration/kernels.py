@@ -3,18 +3,41 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.multikernelmanager import AsyncMultiKernelManager
+from traitlets.config import Config
 
 from ..polling import wait_until
 from .conftest import Node
 
 # ``from .kernels import wait_until``, as tests written before tests/polling.py import it.
-__all__ = ["Cell", "has_ended", "run_cell", "run_code", "wait_for_exit", "wait_until", "write_kernelspec"]
+__all__ = [
+    "Cell",
+    "has_ended",
+    "kernel_manager",
+    "run_cell",
+    "run_code",
+    "wait_for_exit",
+    "wait_until",
+    "write_kernelspec",
+]
+
+
+def kernel_manager(config: Config | None = None) -> AsyncMultiKernelManager:
+    """The kernel manager of a test: connection files go to the test's runtime directory.
+
+    A plain ``AsyncMultiKernelManager`` writes ``kernel-<id>.json`` into the current directory
+    (its ``connection_dir`` defaults to ""), and only a clean shutdown removes it: a test that is
+    killed or fails mid-start would leave it in the repository. jupyter_server's manager uses the
+    runtime directory; so do the tests (``JUPYTER_RUNTIME_DIR``, set by the ``node`` fixture).
+    """
+    return AsyncMultiKernelManager(config=config, connection_dir=os.environ["JUPYTER_RUNTIME_DIR"])
 
 
 @dataclass

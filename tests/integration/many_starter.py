@@ -7,6 +7,7 @@ queued requests of both processes get their turn. Exits non-zero if any start fa
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
@@ -19,7 +20,8 @@ async def start_hold_stop(kernels: AsyncMultiKernelManager, kernel_name: str) ->
 
 
 async def main(kernel_name: str, count: int) -> None:
-    kernels = AsyncMultiKernelManager()
+    # Connection files in the test's runtime directory, not the current one (kernels.kernel_manager).
+    kernels = AsyncMultiKernelManager(connection_dir=os.environ["JUPYTER_RUNTIME_DIR"])
     await asyncio.gather(*(start_hold_stop(kernels, kernel_name) for _ in range(count)))
 
 

@@ -1,6 +1,6 @@
 """A team box (SPEC §13): real OS users share one GPU broker, which alone holds the node ledger.
 
-Two users made for the test, ``gpu-alice`` (two servers) and ``gpu-bob`` (one), run their jupyter
+Two users made for the test, ``gpu-alice-…`` (two servers) and ``gpu-bob-…`` (one), run their jupyter
 servers, kernels and scripts as themselves; the broker runs as root. One broker and three servers
 serve the whole module (starting them costs seconds); each test sets up the kernels it needs.
 The broker's limits: 8G per user, 7G per kernel, on one simulated 80G card.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
 import subprocess
 import threading
@@ -33,7 +34,10 @@ from .teambox import BIN, TeamBox, team_box, wait_ready
 pytestmark = pytest.mark.integration
 
 API = "/api/gpushare"
-ALICE, BOB = "gpu-alice", "gpu-bob"
+# Names of this run's own: two runs on one machine (a developer's and a helper's) never share,
+# delete or kill each other's users.
+RUN = secrets.token_hex(3)
+ALICE, BOB = f"gpu-alice-{RUN}", f"gpu-bob-{RUN}"
 RACE_ROUNDS = 20
 BROKER_LIMITS = {"max_memory_per_user": "8G", "max_memory_per_kernel": "7G", "sample_interval": 0.5}
 
@@ -235,7 +239,7 @@ def test_users_see_and_act_on_their_own_kernels_only(box: TeamBox) -> None:
 def test_identity_and_limits_come_from_the_broker(box: TeamBox) -> None:
     bob_server = server_of(box, BOB)
     bobs = one_kernel(box, bob_server)
-    # Bob's server runs with JUPYTER_GPUSHARE_OWNER=gpu-alice and limits of 80G: the broker
+    # Bob's server runs with JUPYTER_GPUSHARE_OWNER set to alice's name and limits of 80G: the broker
     # knows him by his uid and holds him to its own limits.
     assert {kernel["owner"] for kernel in kernels_of(box, BOB)} == {BOB}
     assert not [kernel for kernel in kernels_of(box, ALICE) if kernel["kernel_id"] == bobs]

@@ -7,10 +7,9 @@ left alone and says so in ``%gpu``; JAX is held by the environment the provision
 from __future__ import annotations
 
 import pytest
-from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 
 from .conftest import Node
-from .kernels import run_cell
+from .kernels import kernel_manager, run_cell
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +31,7 @@ print("jax preallocate", os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"])
 
 
 async def test_torch_and_jax_import_without_failing_or_warning(node: Node) -> None:
-    kernels = AsyncMultiKernelManager()
+    kernels = kernel_manager()
     try:
         kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
         kernel = kernels.get_kernel(kernel_id)

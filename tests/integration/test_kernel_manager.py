@@ -19,13 +19,13 @@ from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
 from ..polling import async_wait_until
 from .conftest import Node
-from .kernels import run_code, write_kernelspec
+from .kernels import kernel_manager, run_code, write_kernelspec
 
 pytestmark = pytest.mark.integration
 
 
 def manager(**gpushare: object) -> AsyncMultiKernelManager:
-    return AsyncMultiKernelManager(config=Config({"GPUShare": gpushare}) if gpushare else None)
+    return kernel_manager(Config({"GPUShare": gpushare}) if gpushare else None)
 
 
 async def test_third_kernel_queues_at_position_one_and_starts_when_one_ends(node: Node) -> None:

@@ -44,7 +44,7 @@ from jupyter_gpushare.provisioners.kubernetes import KernelPodError, KubernetesP
 from ..polling import async_wait_until
 from .conftest import BROKEN_IMAGE, IMAGE, NAMESPACE, Node
 from .k8s_sim import EVENTS, PODS, SECRETS, SimulatedCluster
-from .kernels import run_cell
+from .kernels import kernel_manager, run_cell
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,7 @@ def manager(**gpushare: object) -> AsyncMultiKernelManager:
         {"GPUShare": settings, "KubernetesProvisioner": {"poll_interval": 0.1, "unschedulable_grace": 0.5}}
     )
     # Connection files in the test's runtime dir, not the working directory.
-    return AsyncMultiKernelManager(config=config, connection_dir=os.environ["JUPYTER_RUNTIME_DIR"])
+    return kernel_manager(config)
 
 
 def ours(cluster: SimulatedCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

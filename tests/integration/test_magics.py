@@ -11,14 +11,14 @@ from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
 from ..polling import async_wait_until
 from .conftest import Node
-from .kernels import run_cell
+from .kernels import kernel_manager, run_cell
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 async def kernels(node: Node) -> AsyncIterator[AsyncMultiKernelManager]:
-    manager = AsyncMultiKernelManager()
+    manager = kernel_manager()
     yield manager
     await manager.shutdown_all(now=True)
 

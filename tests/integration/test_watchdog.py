@@ -19,7 +19,7 @@ from jupyter_gpushare.sizes import GiB
 
 from ..polling import async_wait_until
 from .conftest import Node
-from .kernels import run_cell
+from .kernels import kernel_manager, run_cell
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ DECLARE_5G = "from jupyter_gpushare import kernel as gpu\ngpu.simulate_usage('5G
 
 
 def manager(**gpushare: object) -> AsyncMultiKernelManager:
-    return AsyncMultiKernelManager(config=Config({"GPUShare": {"sample_interval": 0.2, **gpushare}}))
+    return kernel_manager(Config({"GPUShare": {"sample_interval": 0.2, **gpushare}}))
 
 
 def warnings_of(node: Node, kernel_id: str) -> tuple[str, ...]:

@@ -27,7 +27,8 @@ async def test_jupyter_client_still_keeps_a_failed_start_pending(tmp_path: Path)
         json.dumps({"argv": argv, "display_name": "x", "language": "python"})
     )
     manager = AsyncMultiKernelManager(
-        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")]),
+        connection_dir=str(tmp_path),  # not the current directory
     )
     with pytest.raises(OSError):
         await manager.start_kernel(kernel_name="broken", kernel_id="failed-start")

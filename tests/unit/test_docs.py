@@ -134,6 +134,8 @@ def shell_commands(text: str) -> Iterator[str]:
 
 def gpushare_argv(command: str) -> list[str] | None:
     words = shlex.split(command, comments=True)
+    if "|" in words:  # a pipeline: the first command is ours (`profiles ... | kubectl apply -f -`)
+        words = words[: words.index("|")]
     for prefix in (["jupyter", "gpushare"], [".venv/bin/jupyter", "gpushare"], ["jupyter-gpushare"]):
         if words[: len(prefix)] == prefix:
             return words[len(prefix) :]

@@ -26,13 +26,13 @@ from k8s_pods import (
 
 from jupyter_gpushare.errors import InvalidRequestError, ModeUnavailableError
 from jupyter_gpushare.k8s.build import cluster_facts, kernel_pod
-from jupyter_gpushare.k8s.presets import PRESETS, PresetError, resolve_preset
+from jupyter_gpushare.k8s.presets import DEVICE_PLUGIN_PRESETS, PresetError, resolve_preset
 from jupyter_gpushare.k8s.requests import ClusterFacts, pod_request
 from jupyter_gpushare.sizes import GiB, parse_size
 
 
 def test_the_golden_table_covers_every_mode_and_preset() -> None:
-    assert set(GOLDEN) == set(itertools.product(PRESETS, MODES))
+    assert set(GOLDEN) == set(itertools.product(DEVICE_PLUGIN_PRESETS, MODES))  # DRA: test_k8s_claims.py
 
 
 @pytest.mark.parametrize(("preset", "mode"), sorted(GOLDEN))
@@ -49,7 +49,7 @@ def test_pod_resources_annotations_and_scheduler_by_mode_and_preset(preset: str,
     validate(pod)
 
 
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("preset", sorted(DEVICE_PLUGIN_PRESETS))
 def test_soft_caps_and_slice_variables_by_mode(preset: str) -> None:
     """Pods get the caps no layer below enforces: framework limits everywhere a size is known,
     MPS's pinned limit and thread share in mps mode, nothing of a slice for a whole card."""

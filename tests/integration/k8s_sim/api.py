@@ -7,7 +7,9 @@ Secrets, events and nodes: label and field selectors on lists and watches (selec
 ``Status`` objects with the API's reasons (404 ``NotFound``, 409 ``AlreadyExists``, 400
 ``BadRequest``, 422 ``Invalid``), object metadata (uid, resourceVersion, creationTimestamp),
 Secrets' stringData stored as base64 ``data``, pod logs, and graceful pod deletion (a running pod
-gets a deletionTimestamp and goes once its node has stopped it; grace 0 deletes at once).
+gets a deletionTimestamp and goes once its node has stopped it; grace 0 deletes at once). Made
+with ``dra=True`` it also serves ``resource.k8s.io/v1`` (ResourceSlices, ResourceClaims,
+ResourceClaimTemplates, DeviceClasses) the same way, as a Kubernetes 1.34 API server does.
 
 The simulated node (node.py) reads and writes the same store through :meth:`ApiServer.get`,
 :meth:`~ApiServer.items`, :meth:`~ApiServer.store`, :meth:`~ApiServer.add` and
@@ -28,7 +30,17 @@ import aiohttp.web
 import attrs
 import kmock
 
-from .resources import KINDS, NAMESPACED, PODS, SECRETS, now, status_error
+from .resources import (
+    DELETE_ANSWERS_OBJECT,
+    DRA_KINDS,
+    DRA_NAMESPACED,
+    KINDS,
+    NAMESPACED,
+    PODS,
+    SECRETS,
+    now,
+    status_error,
+)
 from .selectors import field_matcher, label_matcher
 
 
@@ -40,13 +52,20 @@ class ApiServer(kmock.KubernetesEmulator):
     logs: dict[str, Path] = attrs.field(factory=dict, init=False)  # pod name -> its container's output
     # Every pod a client created through the API, as it was created (deleted ones too).
     created_pods: list[dict[str, Any]] = attrs.field(factory=list, init=False)
+    dra: bool = False  # serve the resource.k8s.io/v1 kinds too
+    kinds: dict[kmock.resource, str] = attrs.field(factory=dict, init=False)
+    namespaced: set[kmock.resource] = attrs.field(factory=set, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
-        for resource, kind in KINDS.items():
+        self.kinds = {**KINDS, **(DRA_KINDS if self.dra else {})}
+        self.namespaced = NAMESPACED | (DRA_NAMESPACED if self.dra else set())
+        # The API groups, also where the official client asks for them (with a trailing slash).
+        self.fallback["get /apis/"] << self._serve_apis
+        for resource, kind in self.kinds.items():
             self.resources[resource] = {
                 "kind": kind,
-                "namespaced": resource in NAMESPACED,
+                "namespaced": resource in self.namespaced,
                 "verbs": ["create", "delete", "get", "list", "patch", "watch"],
             }
 
@@ -55,7 +74,7 @@ class ApiServer(kmock.KubernetesEmulator):
         resource = request.resource
         if resource == PODS and request.subresource == "log" and request.action == kmock.action.FETCH:
             return self._log(request)
-        if resource not in KINDS or request.subresource or request.action is None:
+        if resource not in self.kinds or request.subresource or request.action is None:
             return await super()._handle(request)
         action = request.action
         if action == kmock.action.WATCH:
@@ -86,7 +105,7 @@ class ApiServer(kmock.KubernetesEmulator):
     # -- storage helpers (call with the lock held) --
 
     def _key(self, resource: kmock.resource, namespace: str | None, name: str | None) -> tuple[Any, ...]:
-        return (resource, namespace if resource in NAMESPACED else None, name)
+        return (resource, namespace if resource in self.namespaced else None, name)
 
     def get(self, resource: kmock.resource, namespace: str | None, name: str) -> dict[str, Any] | None:
         key = self._key(resource, namespace, name)
@@ -131,7 +150,9 @@ class ApiServer(kmock.KubernetesEmulator):
         name, namespace = metadata.get("name"), metadata.get("namespace")
         plural = resource.plural
         if not name:
-            raise status_error(422, "Invalid", f"{KINDS[resource]} is invalid: metadata.name: Required value")
+            raise status_error(
+                422, "Invalid", f"{self.kinds[resource]} is invalid: metadata.name: Required value"
+            )
         if self.get(resource, namespace, name) is not None:
             raise status_error(409, "AlreadyExists", f'{plural} "{name}" already exists', name, plural)
         metadata.setdefault("uid", str(uuid.uuid4()))
@@ -166,8 +187,8 @@ class ApiServer(kmock.KubernetesEmulator):
             and fields(obj)
         ]
         return {
-            "kind": f"{KINDS[resource]}List",
-            "apiVersion": "v1",
+            "kind": f"{self.kinds[resource]}List",
+            "apiVersion": f"{resource.group}/{resource.version}" if resource.group else resource.version,
             "metadata": {"resourceVersion": str(next(self._versions))},
             "items": items,
         }
@@ -228,6 +249,8 @@ class ApiServer(kmock.KubernetesEmulator):
             await self.remove(resource, request.namespace, request.name)
             return found
         await self.remove(resource, request.namespace, request.name)
+        if resource in DELETE_ANSWERS_OBJECT:
+            return found
         return {
             "kind": "Status",
             "apiVersion": "v1",

@@ -70,7 +70,8 @@ class SimulatedCluster:
 
     async def _start(self) -> None:
         self._stack = contextlib.AsyncExitStack()
-        self.api = await self._stack.enter_async_context(ApiServer())
+        dra = self._node_options.get("dra") is not None
+        self.api = await self._stack.enter_async_context(ApiServer(dra=dra))
         server = await self._stack.enter_async_context(kmock.Server(self.api))
         self.url = str(server.url).rstrip("/")
         (self.root / "pods").mkdir(parents=True, exist_ok=True)

@@ -247,7 +247,9 @@ class Kubelet:
         }
         for item in container.get("env") or []:
             env[item["name"]] = local(str(item.get("value", "")))
-        return [local(part) for part in container["command"]], env
+        # The image's entrypoint is taken to be empty: command, then args (KubeSpawner sets args).
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        return [local(part) for part in argv], env
 
     async def _run_to_end(self, container: dict[str, Any], volumes: dict[str, Path], running: Running) -> int:
         command, env = self._rewrite(container, volumes, running)

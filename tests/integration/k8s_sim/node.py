@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .api import ApiServer
+from .dra import DraSimulation
 from .kubelet import Kubelet, Running
 from .nodes import SimNode
 from .resources import NODES, PODS
@@ -31,12 +32,14 @@ class Node:
         schedulers: Iterable[str] = ("default-scheduler", "hami-scheduler"),
         broken_images: Iterable[str] = (),
         interval: float = 0.05,
+        dra: DraSimulation | None = None,
     ) -> None:
         self.api = api
+        self.dra = dra  # the DRA part of scheduler and controllers, where the cluster has a driver
         self.nodes = nodes
         self.interval = interval
         self.violations: list[str] = []  # what a real cluster would refuse or an error of ours
-        self.scheduler = Scheduler(api, nodes, schedulers)
+        self.scheduler = Scheduler(api, nodes, schedulers, dra)
         self.kubelet = Kubelet(api, workdir, self.violations, broken_images)
 
     @property
@@ -53,6 +56,8 @@ class Node:
         async with self.api._lock:
             for node in self.nodes:
                 await self.api.add(NODES, node.manifest())
+        if self.dra is not None:
+            await self.dra.publish(self.api)
         while True:
             try:
                 await self.tick()
@@ -63,6 +68,8 @@ class Node:
     async def tick(self) -> None:
         async with self.api._lock:
             pods = self.api.items(PODS)
+        if self.dra is not None:
+            await self.dra.collect(self.api, pods)
         await self.kubelet.forget({pod["metadata"]["uid"] for pod in pods})
         for pod in pods:
             if pod["metadata"].get("deletionTimestamp"):

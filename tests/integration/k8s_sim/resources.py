@@ -18,6 +18,26 @@ NODES = kmock.resource("", "v1", "nodes")
 KINDS = {PODS: "Pod", SECRETS: "Secret", EVENTS: "Event", NODES: "Node"}
 NAMESPACED = {PODS, SECRETS, EVENTS}
 
+# Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34): served by an API server
+# made with ``dra=True`` (dra.py plays the DRA part of the scheduler and the claim controllers).
+RESOURCE_SLICES = kmock.resource("resource.k8s.io", "v1", "resourceslices")
+RESOURCE_CLAIMS = kmock.resource("resource.k8s.io", "v1", "resourceclaims")
+RESOURCE_CLAIM_TEMPLATES = kmock.resource("resource.k8s.io", "v1", "resourceclaimtemplates")
+DEVICE_CLASSES = kmock.resource("resource.k8s.io", "v1", "deviceclasses")
+DRA_KINDS = {
+    RESOURCE_SLICES: "ResourceSlice",
+    RESOURCE_CLAIMS: "ResourceClaim",
+    RESOURCE_CLAIM_TEMPLATES: "ResourceClaimTemplate",
+    DEVICE_CLASSES: "DeviceClass",
+}
+DRA_NAMESPACED = {RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES}
+
+# The scheduler's words for a node where a pod's claims cannot all be allocated.
+CANNOT_ALLOCATE = "cannot allocate all claims"
+
+# Kinds whose DELETE answers with the object, as the API does; the others answer with a Status.
+DELETE_ANSWERS_OBJECT = {PODS, *DRA_KINDS}
+
 
 def now() -> str:
     """A timestamp as the API writes one (RFC 3339, UTC, microseconds)."""

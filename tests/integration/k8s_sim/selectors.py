@@ -13,7 +13,17 @@ from typing import Any
 
 import kmock
 
-from .resources import EVENTS, NODES, PODS, SECRETS, status_error
+from .resources import (
+    DEVICE_CLASSES,
+    EVENTS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SECRETS,
+    status_error,
+)
 
 # Fields each kind can be selected on (the API refuses others with 400).
 FIELDS = {
@@ -33,6 +43,10 @@ FIELDS = {
         "source",
     },
     NODES: {"metadata.name", "spec.unschedulable"},
+    RESOURCE_SLICES: {"metadata.name", "spec.nodeName", "spec.driver"},
+    RESOURCE_CLAIMS: {"metadata.name", "metadata.namespace"},
+    RESOURCE_CLAIM_TEMPLATES: {"metadata.name", "metadata.namespace"},
+    DEVICE_CLASSES: {"metadata.name"},
 }
 
 _REQUIREMENT = re.compile(
