@@ -105,6 +105,7 @@ async def main(dry_run: bool = False, sizes: tuple[int, ...] = (1, 4, 16)) -> di
     root = Path(tempfile.mkdtemp(prefix="gpushare-gpu-check-"))
     os.environ["JUPYTER_PATH"] = str(root / "share" / "jupyter")
     os.environ["JUPYTER_RUNTIME_DIR"] = str(root / "runtime")
+    (root / "runtime").mkdir(mode=0o700)  # the kernels' connection files go there
     os.environ["JUPYTER_GPUSHARE_LEDGER_PATH"] = str(root / "ledger.sqlite")
     os.environ.pop("JUPYTER_GPUSHARE_SIMULATE", None)
     if dry_run:
