@@ -8,16 +8,25 @@ PyTorch (CUDA build) in the kernel environment, and reports:
 2. NVML usage attributed by the monitor to the right kernel (goal: each kernel's ledger figure
    at least what its PyTorch reserved);
 3. bf16 matmul throughput with the cap vs a plain kernel without gpushare (goal: <= 1% apart);
-4. two kernels running matmuls at once, each against its solo figure (goal: >= 45%).
+4. two kernels running matmuls at once, each against its solo figure (goal: >= 45%);
+5. held memory and suspend/resume of 1, 4 and 16 GiB, and a resume onto another card
+   (``gpu_memory_checks.py``: the ledger never offers memory a kernel holds; NVML shows a
+   suspended kernel holding nothing; its tensors come back unchanged).
 
 Prints a table and writes gpu_check.json into $OUT (or the current directory). Needs torch with
-CUDA in the same environment. Takes about two minutes.
+CUDA and pynvml in the same environment, and a driver with the CUDA 12.8 checkpoint API (13.1 to
+restore onto another card). Takes about five minutes.
 
-    python benchmarks/gpu_check.py
+    python benchmarks/gpu_check.py [--sizes 1,4,16]
+    python benchmarks/gpu_check.py --dry-run   # no GPU: check 5 on a simulated pool (tests)
+
+The dry run exists so the script does not rot where no GPU is at hand: its figures are not
+measurements. Nothing of check 5 has run on a GPU yet.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -29,6 +38,9 @@ from typing import Any
 
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from traitlets.config import Config
+
+sys.path.insert(0, str(Path(__file__).parent))
+import gpu_memory_checks
 
 GiB = 1024**3
 
@@ -86,25 +98,34 @@ async def run(kernel: Any, code: str, timeout: float = 300) -> dict[str, Any]:
 def install(prefix: Path) -> None:
     from jupyter_gpushare.kernelspec import install_kernelspecs
 
-    install_kernelspecs(["10G", "20G"], prefix=str(prefix))
+    install_kernelspecs(["4G", "10G", "20G"], prefix=str(prefix))
 
 
-async def main() -> dict[str, Any]:
+async def main(dry_run: bool = False, sizes: tuple[int, ...] = (1, 4, 16)) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="gpushare-gpu-check-"))
     os.environ["JUPYTER_PATH"] = str(root / "share" / "jupyter")
     os.environ["JUPYTER_RUNTIME_DIR"] = str(root / "runtime")
+    (root / "runtime").mkdir(mode=0o700)  # the kernels' connection files go there
     os.environ["JUPYTER_GPUSHARE_LEDGER_PATH"] = str(root / "ledger.sqlite")
     os.environ.pop("JUPYTER_GPUSHARE_SIMULATE", None)
+    if dry_run:
+        os.environ["JUPYTER_GPUSHARE_SIMULATE"] = "2xA100-80GB"
     install(root)
     from jupyter_gpushare.ledger import Ledger
 
-    ledger = Ledger(root / "ledger.sqlite")
     kernels = AsyncMultiKernelManager(
         config=Config({"GPUShare": {"sample_interval": 0.5}}),
         connection_dir=str(root / "runtime"),  # not the current directory
     )
     report: dict[str, Any] = {}
+    if dry_run:
+        await kernels.start_kernel(kernel_name="python3-gpu-4g")  # the ledger knows the pool now
+        await kernels.shutdown_all(now=True)
+    ledger = Ledger(root / "ledger.sqlite")
     try:
+        if dry_run:
+            report["memory"] = await gpu_memory_checks.run_all(kernels, ledger, True, list(sizes))
+            return report
         small = await kernels.start_kernel(kernel_name="python3-gpu-10g")
         large = await kernels.start_kernel(kernel_name="python3-gpu-20g")
         plain = await kernels.start_kernel(kernel_name="python3")
@@ -155,6 +176,8 @@ async def main() -> dict[str, Any]:
                 together[1]["tflops"] / solo_large["tflops"],
             ],
         }
+        await kernels.shutdown_all(now=True)
+        report["memory"] = await gpu_memory_checks.run_all(kernels, ledger, False, list(sizes))
     finally:
         await kernels.shutdown_all(now=True)
     return report
@@ -162,6 +185,8 @@ async def main() -> dict[str, Any]:
 
 def verdicts(report: dict[str, Any]) -> list[str]:
     lines = []
+    if "cap_10G" not in report:  # a dry run: check 5 only
+        return gpu_memory_checks.verdicts(report["memory"])
     for name in ("10G", "20G"):
         cap = report[f"cap_{name}"]
         lines.append(
@@ -185,12 +210,24 @@ def verdicts(report: dict[str, Any]) -> list[str]:
         f"time-sliced pair: {100 * shares[0]:.0f}% and {100 * shares[1]:.0f}% of solo: "
         f"{'PASS' if min(shares) >= 0.45 else 'FAIL'}"
     )
-    return lines
+    return lines + gpu_memory_checks.verdicts(report["memory"])
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dry-run", action="store_true", help="no GPU: check 5 on a simulated pool")
+    parser.add_argument("--sizes", default="1,4,16", help="GiB of tensors to suspend and resume")
+    return parser.parse_args()
 
 
 if __name__ == "__main__":
+    options = arguments()
+    sizes = tuple(int(size) for size in options.sizes.split(","))
     started = time.monotonic()
-    result = asyncio.run(main())
+    result = asyncio.run(main(options.dry_run, sizes))
+    result["dry_run"] = options.dry_run
     result["seconds"] = time.monotonic() - started
     output = Path(os.environ.get("OUT", ".")) / "gpu_check.json"
     output.write_text(json.dumps(result, indent=2))

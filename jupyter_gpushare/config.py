@@ -87,7 +87,29 @@ class GPUShare(Configurable):
         help="Soft modes: what happens to a kernel above its slice.",
     )
     idle_release_after = Float(
-        0.0, config=True, help="Release slices of kernels idle this many seconds (0 = never)."
+        0.0,
+        config=True,
+        help="Seconds a kernel may be idle before its slice is given back (0 = never); how: idle_action.",
+    )
+    idle_action = Enum(
+        ["suspend", "release"],
+        default_value="suspend",
+        config=True,
+        help="What idle_release_after does to an idle kernel. 'suspend': its GPU state (every "
+        "allocation and its CUDA context) moves to host memory with the CUDA driver's checkpoint "
+        "API and its slice is freed for real; the next cell waits for a slice and restores it. A "
+        "kernel that cannot be suspended (no driver support, MIG, several CUDA processes, not "
+        "enough host memory) is released instead. 'release': the slice is given back and the "
+        "kernel keeps running without one; what its processes still hold stays reserved until "
+        "freed.",
+    )
+    idle_pod_restart = Bool(
+        False,
+        config=True,
+        help="Kubernetes: a kernel pod cannot give GPU memory back without a new pod. True: a "
+        "kernel pod idle for idle_release_after seconds is restarted in a new pod of its size, "
+        "which frees what its process held on the GPU and loses the kernel's variables. False "
+        "(default): an idle kernel pod keeps its GPU and its state.",
     )
     ledger_path = Unicode(
         "",

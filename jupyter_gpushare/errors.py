@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+# What every front end says when a kernel pod is asked to give memory back (SPEC §12): the same
+# words for a release, a shrink without a new pod, a suspend, in %gpu, REST and the panel.
+POD_HOLDS_ITS_GPU = (
+    "a kernel pod holds its GPU memory for the pod's life: it cannot give memory back (release, "
+    "shrink or suspend) without a new pod; %gpu resize SIZE --restart makes a new pod of another "
+    "size (the kernel's variables are lost), or shut the kernel down to free it"
+)
+
 
 class GPUShareError(Exception):
     """Base class; ``str(error)`` is a complete sentence for the user."""
@@ -90,6 +98,25 @@ class NeedsRestartError(GPUShareError):
 
 class HeldForLifeError(GPUShareError):
     """The slice cannot change while the kernel runs (a kernel pod's resources are fixed)."""
+
+    status = 409
+
+
+class CannotSuspendError(GPUShareError):
+    """The kernel's GPU state cannot be suspended (no driver support, MIG, several CUDA
+    processes, not enough host memory, a failed checkpoint); it keeps its slice. ``why`` is the
+    reason alone, for a caller that then does something else (the idle timer releases)."""
+
+    status = 409
+
+    def __init__(self, message: str, why: str | None = None) -> None:
+        super().__init__(message)
+        self.why = why or message
+
+
+class ResumeError(GPUShareError):
+    """A suspended kernel's GPU state could not be restored; the message says whether it stays
+    suspended or is lost."""
 
     status = 409
 

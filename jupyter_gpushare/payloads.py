@@ -15,7 +15,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     from typing_extensions import NotRequired
 
-State = Literal["queued", "running", "released"]
+State = Literal["queued", "running", "released", "suspended"]
 
 
 class MigPayload(TypedDict):
@@ -78,6 +78,8 @@ class KernelPayload(TypedDict):
     utilization: int | None
     usage_source: str | None
     warnings: list[str]
+    held: int  # bytes its processes hold beyond its slice (or without one), kept reserved
+    suspended_bytes: NotRequired[int | None]  # GPU state kept in host memory while suspended
     pod: NotRequired[str | None]
     node: NotRequired[str | None]
     detail: NotRequired[str | None]

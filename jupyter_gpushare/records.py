@@ -7,7 +7,7 @@ the usage monitor can speak of slices without importing a database.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .allocator import Held, PlacementKind
 
@@ -55,10 +55,23 @@ class SliceRecord:
         """The process whose life the slice follows."""
         return self.kernel or self.holder
 
+    @property
+    def reserved(self) -> int:
+        """Bytes placement counts for this running slice: the slice, or what its processes were
+        last measured to hold when that is more (the ledger never offers memory a live process
+        holds)."""
+        return max(self.memory, self.memory_used or 0)
+
+    @property
+    def held_beyond(self) -> int:
+        """What the kernel's processes hold when it is more than the slice (else 0)."""
+        used = self.memory_used or 0
+        return used if used > self.memory else 0
+
     def held(self) -> Held:
         assert self.device_uuid is not None and self.unit_uuid is not None
         return Held(
-            self.kernel_id, self.owner, self.device_uuid, self.unit_uuid, self.memory, self.whole_card
+            self.kernel_id, self.owner, self.device_uuid, self.unit_uuid, self.reserved, self.whole_card
         )
 
 
@@ -77,19 +90,62 @@ class NewRequest:
     kernel_name: str = ""
     path: str = ""
     token_hash: str | None = None
+    # Where the slice may be placed (device UUIDs), None for anywhere: a resume onto a card of
+    # the chip its GPU state came from, or a kernel taking a slice where it still holds memory.
+    only_devices: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SuspendedState:
+    """What a suspended kernel needs to come back: the slice it had and where its GPU state
+    came from (a restore can only go onto a card of the same chip)."""
+
+    size: str  # canonical size of the slice it had
+    mode: str
+    kind: PlacementKind
+    cores: int | None
+    memory: int  # bytes of the slice it had
+    device_uuid: str
+    device_name: str  # the chip, e.g. "NVIDIA H100 80GB HBM3"
+    state_bytes: int  # GPU memory moved to host memory (0: it held none, nothing was checkpointed)
+    suspended_at: float
+    holder: ProcessIdentity  # the process that held the slice (it gets it back)
+    checkpointed: bool = True  # the driver checkpointed the process (False when it held nothing)
+
+    def as_json(self) -> dict[str, object]:
+        values = dict(self.__dict__)
+        values["holder"] = [self.holder.pid, self.holder.start]
+        return values
+
+    @classmethod
+    def from_json(cls, values: dict[str, Any]) -> SuspendedState:
+        fields = dict(values)
+        pid, start = fields.pop("holder")
+        return cls(holder=ProcessIdentity(int(pid), float(start)), **fields)
 
 
 @dataclass(frozen=True)
 class ReleasedSlice:
     """What a running kernel left in the ledger when it gave its slice back: its token digest
     (only it may take a slice under its id again), its name and path (they come back with it)
-    and its process (the claim ends with it)."""
+    and its process (the claim ends with it).
+
+    ``held``: bytes its processes still hold on ``device_uuid`` (a CUDA context, tensors not
+    freed), which placement keeps reserved until they are freed or the process ends.
+    ``suspended``: set while its GPU state is checkpointed to host memory.
+    """
 
     kernel_id: str
     token_hash: str | None
     kernel_name: str
     path: str
     process: ProcessIdentity
+    owner: str = ""
+    device_uuid: str | None = None
+    unit_uuid: str | None = None
+    held: int = 0
+    held_source: str | None = None
+    suspended: SuspendedState | None = None
 
 
 @dataclass(frozen=True)

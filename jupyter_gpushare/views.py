@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from .devices import Device
 from .modes import MODES, NodeFacts
 from .payloads import DevicePayload, KernelPayload, PoolPayload, QueuePayload, State
-from .records import SliceRecord
-from .sizes import parse_size
+from .records import ReleasedSlice, SliceRecord
+from .sizes import format_bytes, parse_size
 from .visibility import kernel_as_seen, queue_entry_as_seen, visible_kernel_id
 
 
@@ -22,8 +22,13 @@ def pool_view(
     overcommit: float,
     viewer: str,
     problem: str | None = None,
+    released: Sequence[ReleasedSlice] = (),
 ) -> PoolPayload:
-    """``GET pool``: devices with reserved/used memory and the queue, others anonymised."""
+    """``GET pool``: devices with reserved/used memory and the queue, others anonymised.
+
+    ``memory_reserved`` is what placement counts: each slice (or what its processes hold, when
+    more) and what ``released`` kernels' processes still hold.
+    """
     running = [record for record in records if record.state == "running"]
     queued = [record for record in records if record.state == "queued"]
     queue: list[QueuePayload] = [
@@ -45,7 +50,7 @@ def pool_view(
         "backend": backend,
         "simulated": simulated,
         "overcommit": overcommit,
-        "devices": [_device_view(device, running, facts, viewer) for device in devices],
+        "devices": [_device_view(device, running, released, facts, viewer) for device in devices],
         "queue": queue,
     }
     if problem:
@@ -54,7 +59,11 @@ def pool_view(
 
 
 def _device_view(
-    device: Device, running: Sequence[SliceRecord], facts: NodeFacts, viewer: str
+    device: Device,
+    running: Sequence[SliceRecord],
+    released: Sequence[ReleasedSlice],
+    facts: NodeFacts,
+    viewer: str,
 ) -> DevicePayload:
     on_device = [record for record in running if record.device_uuid == device.uuid]
     by_unit = {record.unit_uuid: record for record in on_device}
@@ -71,7 +80,8 @@ def _device_view(
         "uuid": device.uuid,
         "name": device.name,
         "memory_total": device.memory_total,
-        "memory_reserved": sum(record.memory for record in on_device),
+        "memory_reserved": sum(record.reserved for record in on_device)
+        + sum(left.held for left in released if left.device_uuid == device.uuid),
         "memory_used": device.memory_used or 0,
         "utilization": device.utilization,
         "modes": modes,
@@ -122,6 +132,7 @@ def kernel_view(
         # "nvml" (measured), "kernel" (the kernel's own report) or "simulated" (declared).
         "usage_source": record.usage_source,
         "warnings": list(record.warnings),
+        "held": record.held_beyond,
     }
     return kernel_as_seen(view, viewer)
 
@@ -148,7 +159,8 @@ def slice_less_view(
     detail: str | None = None,
 ) -> KernelPayload:
     """A kernel of the viewer's that holds no slice now: released, or one whose slice is still
-    being prepared (``state = "queued"`` with ``detail`` saying what happens)."""
+    being prepared (``state = "queued"`` with ``detail`` saying what happens). What a released
+    kernel left in the ledger (held memory, a suspended state): :func:`released_view`."""
     view: KernelPayload = {
         "kernel_id": kernel_id,
         "kernel_name": kernel_name,
@@ -164,7 +176,34 @@ def slice_less_view(
         "utilization": None,
         "usage_source": None,
         "warnings": [],
+        "held": 0,
     }
     if detail is not None:
         view["detail"] = detail
     return view
+
+
+def released_view(left: ReleasedSlice, devices: Sequence[Device], viewer: str) -> KernelPayload:
+    """A kernel running without a slice that the ledger still counts: suspended (its GPU state
+    in host memory, the slice it comes back with), or released with memory its processes hold."""
+    index_of = {device.uuid: device.index for device in devices}
+    view = slice_less_view(
+        left.kernel_id, kernel_name=left.kernel_name, path=left.path, owner=left.owner, state="released"
+    )
+    view["held"] = left.held
+    if left.held and left.device_uuid:
+        view["device"] = index_of.get(left.device_uuid)
+    state = left.suspended
+    if state is not None:
+        view["state"] = "suspended"
+        view["mode"] = state.mode
+        view["size"] = state.size
+        view["memory_request"] = state.memory
+        view["suspended_bytes"] = state.state_bytes
+        view["detail"] = (
+            f"suspended: {format_bytes(state.state_bytes)} of GPU state in host memory; the next "
+            f"cell (or Resume) waits for {state.size} on a {state.device_name} and restores it"
+            if state.checkpointed
+            else f"suspended with no GPU state to keep; the next cell (or Resume) takes {state.size}"
+        )
+    return kernel_as_seen(view, viewer)

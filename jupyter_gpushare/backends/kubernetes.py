@@ -24,7 +24,7 @@ from typing import Any
 
 from ..allocator import kernel_limit_refusal, user_limit_refusal
 from ..config import GPUShare
-from ..errors import DoesNotFitError, HeldForLifeError
+from ..errors import POD_HOLDS_ITS_GPU, DoesNotFitError, HeldForLifeError
 from ..k8s.build import cluster_facts
 from ..k8s.clients import SharedCluster, shared_cluster
 from ..k8s.cluster import Cluster, ClusterError
@@ -70,10 +70,7 @@ log = logging.getLogger("jupyter_gpushare")
 POD_HOLDERS = " by their kernel pods"  # whose memory a per-user refusal counts
 REPORTS_KEPT_FOR = 30.0  # seconds a kernel's report counts; older ones mean it stopped reporting
 METRICS_TIMEOUT = 5.0
-HELD_FOR_LIFE = (
-    "kernel {kernel_id} runs in a pod that holds its GPU until it ends: shut the kernel down, or "
-    "restart it with another size"
-)
+HELD_FOR_LIFE = "kernel {kernel_id}: " + POD_HOLDS_ITS_GPU
 
 
 def server_identity(settings: GPUShare) -> tuple[str, str]:

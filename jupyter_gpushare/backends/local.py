@@ -17,11 +17,12 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from .. import env_names
 from ..allocator import Placement, Policy, Refusal, Request, fit
+from ..checkpoint import HelperRunner, Runner
 from ..config import GPUShare, settings_env
 from ..errors import (
     DoesNotFitError,
@@ -31,6 +32,7 @@ from ..errors import (
     NoSliceError,
     NotYourSliceError,
 )
+from ..holding import released_note
 from ..inventory import Device, Inventory, discover
 from ..ledger import Ledger
 from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
@@ -48,8 +50,11 @@ from ..records import (
 )
 from ..sizes import bytes_or_none, format_bytes
 from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
-from ..views import kernel_view, kernels_view, pool_view, queue_positions, slice_less_view
+from . import holding as holdings
+from . import local_views
+from . import suspend as suspending
 from .base import ServerHooks, ServerKernels, WaitCallback
+from .holding import Holding
 from .monitor import UsageMonitor
 from .queue_wait import wait_for_slice
 
@@ -89,6 +94,7 @@ class LocalBackend:
         self.samples_every_slice = False
         # The secret each kernel started here proves its identity with (kept only in memory).
         self._tokens: dict[str, str] = {}
+        self._runner: Runner | None = None
         self.monitor = UsageMonitor(self)
         try:
             if self.inventory.devices:
@@ -154,11 +160,10 @@ class LocalBackend:
             raise ModeUnavailableError(missing)
         # Refuse at once what waiting cannot change (too large, above a quota), before anything
         # waits or starts; what could fit once others end is the queue's business.
-        held = [record.held() for record in self.ledger.records() if record.state == "running"]
         never = fit(
             Request(kernel_id, self.owner, request.size, request.mode.placement),
             self.ledger.devices(),
-            held,
+            self.ledger.held(),
             self.policy,
         )
         if isinstance(never, Refusal) and not never.retry:
@@ -183,9 +188,9 @@ class LocalBackend:
         if missing:
             return never(missing)
         records = self.ledger.records()
-        held = [record.held() for record in records if record.state == "running"]
         ahead = sum(1 for record in records if record.state == "queued" and is_alive(record.process))
         wanted = Request("", self.owner, request.size, request.mode.placement)
+        held = self.ledger.held()
         return preview_start(wanted, devices, held, ahead, self.policy, self.settings.when_full)
 
     # ---- acquire / release ---------------------------------------------------------------
@@ -206,12 +211,15 @@ class LocalBackend:
         kernel_name: str = "",
         path: str = "",
         token_hash: str | None = None,
+        only_devices: Sequence[str] | None = None,
+        holder: ProcessIdentity | None = None,
     ) -> Outcome:
         """Queue ``request`` for ``kernel_id`` and place it if it fits, in one transaction.
 
         Placed, or waiting (position and reason), or refused — a refused request, and one that
         would wait where ``when_full = "fail"``, leaves nothing behind. A kernel that already
-        holds a slice (a restart) gets it back at once.
+        holds a slice (a restart) gets it back at once. ``only_devices`` limits where it goes
+        (a resume); ``holder`` is the process the slice follows until the kernel is attached.
         """
         outcome = self.ledger.request(
             NewRequest(
@@ -222,10 +230,11 @@ class LocalBackend:
                 kind=request.mode.placement,
                 size=request.size.canonical,
                 cores=request.cores,
-                holder=self.holder,
+                holder=holder or self.holder,
                 kernel_name=stored_label(kernel_name, MAX_NAME_BYTES),
                 path=stored_label(path, MAX_PATH_BYTES),
                 token_hash=token_hash,
+                only_devices=None if only_devices is None else tuple(only_devices),
             ),
             self.policy,
         )
@@ -266,16 +275,31 @@ class LocalBackend:
         kernel_name: str = "",
         path: str = "",
         on_wait: WaitCallback | None = None,
+        only_devices: Sequence[str] | None = None,
+        token_hash: str | None = None,
+        holder: ProcessIdentity | None = None,
     ) -> SliceRecord:
         """Reserve a slice for ``kernel_id``, queueing FIFO when the pool is full.
 
         A kernel that already holds a slice (a restart) gets it back at once. Whatever ends the
         wait early — a refusal, the timeout, cancellation — withdraws the queued request.
+        ``only_devices`` limits where it goes (a resume); ``token_hash`` keeps the kernel's own
+        token (a resume: the kernel keeps proving itself with the token it has); ``holder`` is
+        the process the slice follows until the kernel is attached (default: this one).
         """
-        token = secrets.token_urlsafe(24)
-        self._tokens[kernel_id] = token
+        if token_hash is None:
+            token = secrets.token_urlsafe(24)
+            self._tokens[kernel_id] = token
+            token_hash = token_digest(token)
         first = await asyncio.to_thread(
-            self.ask, kernel_id, request, kernel_name=kernel_name, path=path, token_hash=token_digest(token)
+            self.ask,
+            kernel_id,
+            request,
+            kernel_name=kernel_name,
+            path=path,
+            token_hash=token_hash,
+            only_devices=only_devices,
+            holder=holder,
         )
         return await wait_for_slice(
             kernel_id,
@@ -317,8 +341,12 @@ class LocalBackend:
                 "GPU slice back can take one under that id again"
             )
 
-    def resize(self, kernel_id: str, memory: object) -> SliceRecord:
-        """Resize a running slice in place; raises with the reason when it cannot."""
+    def resize(self, kernel_id: str, memory: object, force: bool = False) -> SliceRecord:
+        """Resize a running slice in place; raises with the reason when it cannot.
+
+        What the kernel's processes hold is measured first: a size below it is refused with the
+        numbers, unless ``force``, and then the held memory stays reserved until it is freed.
+        """
         size = make_slice_request(
             memory,
             None,
@@ -327,13 +355,65 @@ class LocalBackend:
             self.settings.default_mode,
             self.settings.min_memory_bytes(),
         ).size
-        outcome = self.ledger.resize(kernel_id, size.canonical, self.policy)
+        current = self.ledger.get(kernel_id)
+        held = (
+            self.holding(current) if current is not None and current.state == "running" else Holding(0, None)
+        )
+        outcome = self.ledger.resize(
+            kernel_id, size.canonical, self.policy, (held.memory, held.source), force
+        )
         if isinstance(outcome, Refusal):
             raise DoesNotFitError(outcome.reason)
         assert isinstance(outcome, Placement)
         record = self.ledger.get(kernel_id)
         assert record is not None
         return record
+
+    def give_back(self, kernel_id: str) -> tuple[SliceRecord, Holding]:
+        """Release the slice, measuring first what the kernel's processes hold: that stays
+        reserved (``held``) until it is freed. Returns what was released and what is held."""
+        record = self.ledger.get(kernel_id)
+        if record is None:
+            released = self.ledger.released(kernel_id)
+            if released is not None and released.suspended is not None:
+                raise NoSliceError("this kernel is suspended: it holds no GPU slice to release")
+            raise NoSliceError(f"kernel {kernel_id} holds no GPU slice")
+        held = self.holding(record) if record.state == "running" else Holding(0, None)
+        if self.ledger.release(kernel_id, keep_claim=True, held=(held.memory, held.source)) is None:
+            raise NoSliceError(f"kernel {kernel_id} holds no GPU slice")
+        if held.memory:
+            label = next((d.label for d in self.ledger.devices() if d.uuid == record.device_uuid), "?")
+            log.info("%s", released_note(record.memory, held.memory, held.source, label))
+        return record, held
+
+    def holding(self, record: SliceRecord) -> Holding:
+        """What the kernel's processes hold on the GPU now: NVML on a GPU, declared use on a
+        simulated pool (``record``'s own figures when the kernel's process is unknown)."""
+        if self.inventory.source == "nvml" and record.kernel is not None:
+            return holdings.measure_nvml(record.kernel.pid, [d.uuid for d in self.ledger.devices()])
+        return holdings.declared(record)
+
+    @property
+    def runner(self) -> Runner:
+        """Who runs the driver's checkpoint calls: a helper process (a simulated pool's driver
+        keeps its states beside the ledger)."""
+        if self._runner is None:
+            simulated = self.inventory.simulated or (not self.inventory.devices and self.ledger.simulated())
+            self._runner = HelperRunner(f"{self.ledger.path}.checkpoints" if simulated else None)
+        return self._runner
+
+    @runner.setter
+    def runner(self, runner: Runner) -> None:
+        self._runner = runner
+
+    def suspend(self, kernel_id: str) -> suspending.Suspension:
+        """Checkpoint the kernel's GPU state to host memory and give its slice back for real
+        (raises ``CannotSuspendError`` with the reason, keeping the slice, when it cannot)."""
+        return suspending.suspend(self, kernel_id)
+
+    async def resume(self, kernel_id: str, on_wait: WaitCallback | None = None) -> suspending.Resumption:
+        """Wait for a slice like a start (on a card the state can go to), restore and unlock."""
+        return await suspending.resume(self, kernel_id, on_wait)
 
     def reconcile(self) -> list[SliceRecord]:
         released = self.ledger.reconcile()
@@ -431,54 +511,24 @@ class LocalBackend:
             }
 
     def _pool(self) -> PoolPayload:
-        return pool_view(
+        return local_views.pool(
+            self.ledger,
             self.devices(),
-            self.ledger.records(),
+            self.inventory,
             self.facts,
-            backend=self.name,
-            simulated=self.inventory.simulated or (not self.inventory.devices and self.ledger.simulated()),
-            overcommit=self.settings.overcommit,
-            viewer=self.viewer,
-            problem=self.problem(),
+            self.settings,
+            self.viewer,
+            self.problem(),
         )
 
     def all_kernels(self) -> list[KernelPayload]:
-        return kernels_view(self.ledger.records(), self.devices(), viewer=self.viewer)
+        return local_views.all_kernels(self.ledger, self.devices(), self.viewer)
 
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
-        """This server's slices (queued and running), and its gpushare kernels without one:
-        released, or a start not in the ledger yet."""
-        records = self.ledger.records()
-        devices = self.devices()
-        positions = queue_positions(records)
-        views = [
-            kernel_view(record, devices, positions.get(record.kernel_id), self.viewer)
-            for record in records
-            if record.kernel_id in server.ids or record.server_id == self.server_id
-        ]
-        listed = {view["kernel_id"] for view in views}
-        for kernel_id in sorted(server.gpushare - listed):
-            kernel_name, path = server.name_of(kernel_id)
-            starting = kernel_id in server.starting
-            views.append(
-                slice_less_view(
-                    kernel_id,
-                    kernel_name=kernel_name,
-                    path=path,
-                    owner=self.owner,
-                    state="queued" if starting else "released",
-                    detail=server.details.get(kernel_id) if starting else None,
-                )
-            )
-        for view in views:
-            own = view["kernel_id"]
-            if own is None:
-                continue
-            if view["state"] == "queued" and own in server.details:
-                view["detail"] = server.details[own]
-            if own in server.warnings:
-                view["warnings"] = [*view["warnings"], *server.warnings[own]]
-        return views
+        """This server's slices, and its gpushare kernels without one (see :mod:`.local_views`)."""
+        return local_views.server_kernels(
+            self.ledger, self.devices(), server, self.server_id, self.owner, self.viewer
+        )
 
     def change_marker(self) -> Hashable:
         return self.ledger.change_marker()
@@ -491,10 +541,9 @@ class LocalBackend:
         return record is None or record.state == "queued"
 
     def release(self, kernel_id: str) -> None:
-        """Give the slice back while the kernel runs on, keeping its claim on its id (or withdraw
-        the queued request: its start then fails)."""
-        if self.ledger.release(kernel_id, keep_claim=True) is None:
-            raise NoSliceError(f"kernel {kernel_id} holds no GPU slice")
+        """Give the slice back while the kernel runs on, keeping its claim on its id and what
+        its processes still hold reserved (or withdraw the queued request: its start fails)."""
+        self.give_back(kernel_id)
 
     def report_usage(self, kernel_id: str, report: UsageReport) -> None:
         self.ledger.report_usage(kernel_id, report.memory_used, report.utilization, report.source)

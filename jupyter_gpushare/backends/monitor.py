@@ -20,10 +20,11 @@ import psutil
 
 from ..modes import get_mode
 from ..processes import is_alive
-from ..records import DeviceSample, KernelSample, SliceRecord
+from ..records import DeviceSample, KernelSample, ReleasedSlice, SliceRecord
 from ..sizes import format_bytes
 from ..usage.attribution import ProcessUsage, attribute
 from ..usage.watchdog import DeviceUsage, KernelUsage, assess
+from .holding import process_tree
 
 if TYPE_CHECKING:
     from ..config import GPUShare
@@ -50,14 +51,6 @@ _ACTION_NOTES = {
     "kill": "over_limit_action=kill: the kernel was killed",
 }
 IDLE_ROUNDS_BEFORE_EXIT = 3
-
-
-def process_tree(pid: int) -> frozenset[int]:
-    try:
-        process = psutil.Process(pid)
-        return frozenset([pid, *(child.pid for child in process.children(recursive=True))])
-    except psutil.Error:
-        return frozenset()
 
 
 class UsageMonitor:
@@ -110,7 +103,22 @@ class UsageMonitor:
             else [record for record in running if record.holder == self.node.holder]
         )
         devices = ledger.devices()
-        measured, device_usage = self._measure(running, [device.uuid for device in devices])
+        nvml = self.node.inventory.source == "nvml"
+        # Kernels that released their slice while their processes held memory: placement keeps
+        # it reserved until NVML sees it freed (on a simulated pool the kernel declares it).
+        left = [row for row in ledger.released_all() if row.device_uuid] if nvml else []
+        measured, device_usage = self._measure(running, [device.uuid for device in devices], left)
+        if left:
+            ledger.update_held(
+                [
+                    (
+                        row.kernel_id,
+                        measured[row.kernel_id].memory if row.kernel_id in measured else 0,
+                        "nvml",
+                    )
+                    for row in left
+                ]
+            )
 
         usage = {
             record.kernel_id: KernelUsage(
@@ -166,7 +174,7 @@ class UsageMonitor:
         return len(mine)
 
     def _measure(
-        self, running: list[SliceRecord], device_uuids: list[str]
+        self, running: list[SliceRecord], device_uuids: list[str], released: list[ReleasedSlice]
     ) -> tuple[dict[str, ProcessUsage], dict[str, tuple[int | None, int | None]]]:
         """Per-kernel and per-device usage: NVML where there is a GPU, reports otherwise."""
         if self.node.inventory.source == "nvml":
@@ -177,6 +185,7 @@ class UsageMonitor:
             self._last_sample_us = int(time.time() * 1_000_000)
             snapshot = read_snapshot(device_uuids, since)
             trees = {r.kernel_id: process_tree(r.kernel.pid) for r in running if r.kernel is not None}
+            trees.update({row.kernel_id: process_tree(row.process.pid) for row in released})
             devices: dict[str, tuple[int | None, int | None]] = dict(snapshot.devices)
             measured = attribute(snapshot.processes, trees)
             for record in running:

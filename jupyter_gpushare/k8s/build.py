@@ -30,7 +30,14 @@ DEFAULT_ARGV = ("python", "-m", "ipykernel_launcher", "-f", "{connection_file}")
 DEFAULT_NAMESPACE = "default"
 
 # Settings a kernel pod gets as JUPYTER_GPUSHARE_* so its %gpu follows its server's rules.
-_FORWARDED = ("default_memory", "default_mode", "over_limit_action", "idle_release_after", "sample_interval")
+_FORWARDED = (
+    "default_memory",
+    "default_mode",
+    "over_limit_action",
+    "idle_release_after",
+    "idle_pod_restart",
+    "sample_interval",
+)
 
 
 def cluster_facts(

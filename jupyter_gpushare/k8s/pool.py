@@ -393,6 +393,7 @@ def kernel_view(
         "memory_used": usage.memory_used if usage else 0,
         "utilization": usage.utilization if usage else None,
         "usage_source": usage.source if usage else None,
+        "held": 0,
         "warnings": warnings,
         "pod": item.pod,
         "node": item.node,

@@ -38,7 +38,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-_API = ("pool", "release", "request", "resize", "simulate_usage", "status", "watch")
+_API = ("pool", "release", "request", "resize", "resume", "simulate_usage", "status", "suspend", "watch")
 
 
 __all__ = [
@@ -47,7 +47,9 @@ __all__ = [
     "release",
     "request",
     "resize",
+    "resume",
     "simulate_usage",
     "status",
+    "suspend",
     "watch",
 ]

@@ -1,42 +1,73 @@
-"""Cell hooks: tell the user about new warnings, and release an idle kernel's slice.
+"""Cell hooks: new warnings, the idle timer, and the resume of a suspended kernel before a cell.
 
 Idleness is known best inside the kernel (a long-running cell is not idle), so the idle clock
-runs here: after ``idle_release_after`` seconds without running code the kernel gives its slice
-back, and says why the next time it runs code.
+runs here: after ``idle_release_after`` seconds without running code the kernel's slice does its
+``idle_action`` (suspend, or release), and says so the next time it runs code. Before each cell
+the kernel's slice may act (a suspended kernel resumes, waiting for a slice like a start); if
+that fails, the cell is held back with the reason instead of running into CUDA calls that would
+wait for ever.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from IPython.core.error import InputRejected
 
 from .. import env_names
 
-if TYPE_CHECKING:
-    from ..records import SliceRecord
+
+class CellHooks(Protocol):
+    """What the hooks ask of this kernel's slice (``OwnSlice``; a pod's ``PodKernel``)."""
+
+    def on_idle(self, idle_for: float) -> str | None:
+        """Do the idle action; the notice for the next cell, or None when nothing was done."""
+
+    def before_cell(self, source: str) -> None:
+        """Called before a cell runs (a suspended kernel resumes); raises ``GPUShareError``
+        with the reason the cell must not run."""
 
 
-class IdleReleasable(Protocol):
-    """What the idle timer needs of this kernel's slice (the ledger's ``OwnSlice``)."""
+class CellHeldBack(InputRejected):  # type: ignore[misc]
+    """The cell did not run: the reason, without a traceback (IPython shows ``_render_traceback_``)."""
 
-    def record(self) -> SliceRecord | None: ...
+    def _render_traceback_(self) -> list[str]:
+        return [f"GPU: this cell did not run: {self}"]
 
-    def give_back(self) -> SliceRecord: ...
+
+class _Gate(ast.NodeTransformer):
+    """An AST transformer: the only hook between ``pre_run_cell`` and the cell's code that can
+    stop the code from running."""
+
+    def __init__(self, watch: ActivityWatch) -> None:
+        self._watch = watch
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        reason = self._watch.take_refusal()
+        if reason is not None:
+            raise CellHeldBack(reason)
+        return node
 
 
 class ActivityWatch:
-    """``own`` opens the ledger only when it is first needed, so loading the extension costs a
-    kernel's start nothing but these hooks."""
+    """``hooks`` opens the ledger only when it is first needed, so loading the extension costs
+    a kernel's start nothing but these hooks."""
 
-    def __init__(self, own: IdleReleasable, idle_release_after: float) -> None:
-        self._own = own
+    def __init__(self, hooks: CellHooks, idle_release_after: float) -> None:
+        self._hooks = hooks
         self.idle_release_after = idle_release_after
         self.last_activity = time.monotonic()
         self.running_cell = False
         self.notice: str | None = None
+        self._refusal: str | None = None
+        self._after_cell: list[Callable[[], None]] = []
+        self._idle_done = False  # the idle action ran (or failed): not again until new activity
         self._shown_warnings: tuple[str, ...] = ()
         self._ledger: Any = None
         self._lock = threading.Lock()
@@ -48,18 +79,43 @@ class ActivityWatch:
     def register(self, shell: Any) -> None:
         shell.events.register("pre_run_cell", self.pre_run_cell)
         shell.events.register("post_run_cell", self.post_run_cell)
+        shell.ast_transformers.append(_Gate(self))
 
-    def pre_run_cell(self, *_: Any) -> None:
+    def pre_run_cell(self, info: Any = None, *_: Any) -> None:
         with self._lock:
             self.running_cell = True
             notice, self.notice = self.notice, None
         if notice:
             print(notice, file=sys.stderr)
+        from ..errors import GPUShareError
+
+        try:
+            self._hooks.before_cell(str(getattr(info, "raw_cell", "") or ""))
+        except GPUShareError as error:
+            self._refusal = str(error)
+        except Exception as error:  # never let a hook break the kernel; the cell says why
+            self._refusal = f"{type(error).__name__}: {error}"
+
+    def take_refusal(self) -> str | None:
+        """The reason the cell about to run must not, once (read by the AST gate)."""
+        refusal, self._refusal = self._refusal, None
+        return refusal
+
+    def after_cell(self, action: Callable[[], None]) -> None:
+        """Run ``action`` once the running cell has ended (``%gpu suspend`` inside a cell)."""
+        self._after_cell.append(action)
 
     def post_run_cell(self, *_: Any) -> None:
         with self._lock:
             self.running_cell = False
             self.last_activity = time.monotonic()
+            self._idle_done = False
+            actions, self._after_cell = self._after_cell, []
+        for action in actions:
+            try:
+                action()
+            except Exception as error:  # never let a hook break the user's cell
+                print(f"GPU: {error}", file=sys.stderr)
         try:
             warnings = self._warnings()
         except Exception:  # never let a hook break the user's cell
@@ -70,32 +126,28 @@ class ActivityWatch:
             print(f"GPU warning: {warning}", file=sys.stderr)
 
     def check_idle(self) -> bool:
-        """Release the slice if the kernel has been idle long enough; True if it did."""
+        """Do the idle action if the kernel has been idle long enough; True if it did."""
         with self._lock:
             idle_for = time.monotonic() - self.last_activity
-            if self.running_cell or idle_for < self.idle_release_after:
+            if self.running_cell or self._idle_done or idle_for < self.idle_release_after:
                 return False
+            self._idle_done = True
         try:
-            if self._own.record() is None:
-                return False
-            released = self._own.give_back()
-        except Exception:
+            notice = self._hooks.on_idle(idle_for)
+        except Exception as error:
+            notice = f"GPU: the idle action failed: {error}"
+        if notice is None:
             return False
-        from ..sizes import format_bytes
-
         with self._lock:
-            self.notice = (
-                f"Your {format_bytes(released.memory)} GPU slice was released after {idle_for:.0f} s "
-                "idle (GPUShare.idle_release_after). Take one again with %gpu request "
-                f"{released.size}."
-            )
+            self.notice = notice
         return True
 
     def _warnings(self) -> tuple[str, ...]:
         """This kernel's warnings, read straight from the ledger (cheap after every cell); with a
         broker, asked of it (the kernel cannot open the ledger, and must not try)."""
         if os.environ.get(env_names.BROKER_URL):
-            own = self._own.record() if os.environ.get(env_names.KERNEL_ID) else None
+            record = getattr(self._hooks, "record", None)
+            own = record() if record is not None and os.environ.get(env_names.KERNEL_ID) else None
             return own.warnings if own else ()
         kernel_id = os.environ.get(env_names.KERNEL_ID)
         ledger_path = os.environ.get(env_names.LEDGER_PATH)

@@ -24,20 +24,34 @@ def pool() -> PoolStatus:
 def request(memory: object, mode: object = None, cores: object = None) -> TextView:
     """Take a slice for this kernel (waits in the queue when the pool is full)."""
 
-    def tell(position: int, reason: str) -> None:
-        print(f"Waiting for a GPU slice: position {position} in the queue ({reason})", flush=True)
-
-    return my_slice().request(memory, mode, cores, on_wait=tell)
+    return my_slice().request(memory, mode, cores, on_wait=_tell)
 
 
-def resize(memory: object, restart: bool = False) -> TextView:
-    """Resize this kernel's slice; JAX/TensorFlow (and kernel pods) need ``restart=True``."""
-    return my_slice().resize(memory, restart)
+def _tell(position: int, reason: str) -> None:
+    print(f"Waiting for a GPU slice: position {position} in the queue ({reason})", flush=True)
+
+
+def resize(memory: object, restart: bool = False, force: bool = False) -> TextView:
+    """Resize this kernel's slice; JAX/TensorFlow (and kernel pods) need ``restart=True``; a
+    shrink below what the kernel holds needs ``force=True`` (that memory then stays reserved)."""
+    return my_slice().resize(memory, restart, force)
 
 
 def release() -> TextView:
-    """Give the slice back; the kernel keeps running without a GPU reservation."""
+    """Give the slice back; the kernel keeps running without a GPU reservation (what its
+    processes still hold stays reserved until it is freed)."""
     return my_slice().release()
+
+
+def suspend() -> TextView:
+    """Move this kernel's GPU state to host memory and give its slice back (in a cell: when the
+    cell ends); the next cell, or :func:`resume`, brings it back."""
+    return my_slice().suspend()
+
+
+def resume() -> TextView:
+    """Wait for a slice like a start (any GPU of the same chip) and restore the GPU state."""
+    return my_slice().resume(on_wait=_tell)
 
 
 def simulate_usage(memory: object, utilization: int | None = None) -> None:

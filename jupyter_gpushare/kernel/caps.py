@@ -152,6 +152,33 @@ def reapply_imported() -> list[CapResult]:
     return applied
 
 
+def free_caches() -> list[str]:
+    """Give back what imported frameworks cache but no tensor uses (PyTorch's caching allocator,
+    CuPy's memory pools), before a shrink, release or suspend measures what the kernel holds.
+
+    Called by the kernel's own slice; never raises: a framework that cannot free says why.
+    """
+    freed: list[str] = []
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+                freed.append("torch: emptied the CUDA caching allocator")
+        except Exception as error:  # a broken CUDA setup must not break the magic
+            freed.append(f"torch: could not empty its cache ({type(error).__name__}: {error})")
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        try:
+            cupy.get_default_memory_pool().free_all_blocks()
+            cupy.get_default_pinned_memory_pool().free_all_blocks()
+            freed.append("cupy: freed its memory pools' unused blocks")
+        except Exception as error:
+            freed.append(f"cupy: could not free its pools ({type(error).__name__}: {error})")
+    return freed
+
+
 def imported_needing_restart() -> list[str]:
     """Imported frameworks whose cap cannot change without restarting the kernel."""
     return sorted(name for name in APPLIERS if name not in LIVE_RESIZABLE and name in sys.modules)

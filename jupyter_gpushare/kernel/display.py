@@ -6,7 +6,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import SliceRecord
+from ..holding import source_words
+from ..records import ReleasedSlice, SliceRecord
 from ..sizes import format_bytes
 
 
@@ -55,10 +56,11 @@ class SliceStatus(TextView):
     simulated: bool = False
     caps: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    released: ReleasedSlice | None = None  # what it left when it released (held, suspended)
 
     def lines(self) -> list[str]:
         if self.record is None:
-            return ["This kernel holds no GPU slice. Take one with %gpu request 4G.", *self.notes]
+            return [*self._without_slice(), *self.notes]
         record = self.record
         lines = [
             f"GPU slice: {format_bytes(record.memory)} ({record.mode}) on {self.device}"
@@ -73,6 +75,11 @@ class SliceStatus(TextView):
                 + (f", utilization {record.utilization}%" if record.utilization is not None else "")
                 + (f" [{record.usage_source}]" if record.usage_source else "")
             )
+        if record.held_beyond:
+            lines.append(
+                f"Held: {format_bytes(record.held_beyond)} on the GPU, more than the slice: the ledger "
+                "keeps it reserved until it is freed"
+            )
         if self.free_on_device is not None:
             lines.append(f"Free on the device: {format_bytes(self.free_on_device)}")
         if record.cores is not None:
@@ -80,6 +87,29 @@ class SliceStatus(TextView):
         lines.extend(f"Cap: {cap}" for cap in self.caps)
         lines.extend(f"Warning: {warning}" for warning in record.warnings)
         lines.extend(self.notes)
+        return lines
+
+    def _without_slice(self) -> list[str]:
+        left = self.released
+        state = left.suspended if left is not None else None
+        if state is not None:
+            moved = (
+                f"{format_bytes(state.state_bytes)} of GPU state in host memory"
+                if state.checkpointed
+                else "no GPU state to keep"
+            )
+            return [
+                f"This kernel is suspended: {moved}, its {format_bytes(state.memory)} slice back in "
+                "the pool.",
+                f"The next cell (or %gpu resume) waits for {state.size} on a {state.device_name} and "
+                "restores it.",
+            ]
+        lines = ["This kernel holds no GPU slice. Take one with %gpu request 4G."]
+        if left is not None and left.held:
+            lines.append(
+                f"Held: its processes still hold {format_bytes(left.held)} on {self.device} "
+                f"({source_words(left.held_source)}): it stays reserved until freed."
+            )
         return lines
 
     def _repr_html_(self) -> str:

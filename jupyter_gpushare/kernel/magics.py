@@ -1,4 +1,5 @@
-"""``%gpu``: show, grow, shrink and release this kernel's slice without leaving the notebook."""
+"""``%gpu``: show, grow, shrink, release, suspend and resume this kernel's slice without leaving
+the notebook."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ MODES = ("exclusive", "timeslice", "mps", "vgpu", "mig")
 USAGE = """%gpu [status]                         this kernel's slice, use and warnings
 %gpu pool                             every device: reserved, used, free
 %gpu request SIZE [--mode M] [--cores N]   take a slice (e.g. 8G)
-%gpu resize SIZE [--restart]          grow or shrink the slice in place
+%gpu resize SIZE [--restart] [--force]   grow or shrink the slice in place (--force: below
+                                      what the kernel holds, which then stays reserved)
 %gpu release                          give the slice back; the kernel keeps running
+%gpu suspend                          move the GPU state to host memory, free the slice
+%gpu resume                           wait for a slice and restore the GPU state
 %gpu watch                            a live view of the slice"""
 
 
@@ -42,7 +46,10 @@ def _parser() -> _Parser:
     resize = commands.add_parser("resize")
     resize.add_argument("size")
     resize.add_argument("--restart", action="store_true")
+    resize.add_argument("--force", action="store_true")
     commands.add_parser("release")
+    commands.add_parser("suspend")
+    commands.add_parser("resume")
     commands.add_parser("watch")
     commands.add_parser("help")
     return parser
@@ -78,9 +85,13 @@ class GPUMagics(Magics):  # type: ignore[misc]
             if command == "request":
                 return api.request(arguments.size, arguments.mode, arguments.cores)
             if command == "resize":
-                return api.resize(arguments.size, restart=arguments.restart)
+                return api.resize(arguments.size, restart=arguments.restart, force=arguments.force)
             if command == "release":
                 return api.release()
+            if command == "suspend":
+                return api.suspend()
+            if command == "resume":
+                return api.resume()
             if command == "watch":
                 return api.watch()
             print(USAGE)

@@ -33,11 +33,18 @@ class MySlice(Protocol):
     ) -> TextView:
         """Take a slice (waiting in the queue like a start); refused where a slice is fixed."""
 
-    def resize(self, memory: object, restart: bool = False) -> TextView:
-        """Grow or shrink the slice; where that needs a restart, only with ``restart``."""
+    def resize(self, memory: object, restart: bool = False, force: bool = False) -> TextView:
+        """Grow or shrink the slice; where that needs a restart, only with ``restart``; below what
+        the kernel holds, only with ``force`` (the held memory then stays reserved)."""
 
     def release(self) -> TextView:
         """Give the slice back while the kernel runs on; refused where a slice is fixed."""
+
+    def suspend(self) -> TextView:
+        """Move the GPU state to host memory and give the slice back for real."""
+
+    def resume(self, on_wait: WaitCallback | None = None) -> TextView:
+        """Wait for a slice like a start and restore the GPU state."""
 
     def declare_usage(self, memory: object, utilization: int | None = None) -> None:
         """Declare this kernel's use (simulated pools, demos and tests; labelled simulated)."""

@@ -5,6 +5,7 @@ A kernel proves who it is with the secret token its provisioner put in its envir
 the ledger, so a kernel can act on its own slice and on no other. Every change goes through the
 same backend as the server and the CLI: the node ledger in the kernel's process, or — when the
 provisioner handed it a broker's address — the GPU broker, and then the kernel opens no ledger.
+Held memory, forced shrinks and suspend/resume need the node ledger itself (not yet a broker).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -19,15 +21,20 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from .. import env_names
-from ..errors import GPUShareError, NeedsRestartError, NoSliceError, NotYourSliceError
+from ..errors import CannotSuspendError, GPUShareError, NeedsRestartError, NoSliceError, NotYourSliceError
+from ..holding import forced_note, released_note
 from ..processes import current_process
-from ..records import SliceRecord, UsageReport
+from ..records import ReleasedSlice, SliceRecord, UsageReport
 from ..sizes import format_bytes, parse_size
 from . import caps
 from .display import PoolStatus, SliceStatus
 
 if TYPE_CHECKING:
     from ..backends import NodeSlices
+    from ..backends.holding import Holding
+    from ..backends.local import LocalBackend
+    from ..backends.suspend import Suspension
+    from .activity import ActivityWatch
 
 WaitCallback = Callable[[int, str], None]
 
@@ -71,10 +78,12 @@ class OwnSlice:
             or f"process-{os.getpid()}"
         )
         self._token = os.environ.get(env_names.TOKEN)
+        self._activity: ActivityWatch | None = None
+        self._light_ledger: Any = None
 
     @property
     def backend(self) -> NodeSlices:
-        """The node's slices, reached on first use (a kernel starts without opening anything).
+        """The local backend, built on first use (a kernel starts without opening the ledger).
 
         The provisioner handed this kernel its settings as JUPYTER_GPUSHARE_* variables; a
         kernel reads no config files and leaves reconciling the node to the servers.
@@ -103,11 +112,40 @@ class OwnSlice:
             raise NoSliceError("this kernel holds no GPU slice; take one with %gpu request 4G")
         return record
 
-    def device_label(self, record: SliceRecord) -> str:
+    def _local(self, what: str) -> LocalBackend:
+        """The node ledger's backend, or why ``what`` cannot be done through a GPU broker."""
+        from ..backends.local import LocalBackend
+
+        backend = self.backend
+        if not isinstance(backend, LocalBackend):
+            raise GPUShareError(f"{what} is not available through a GPU broker yet: nothing was changed")
+        return backend
+
+    def device_label(self, record: SliceRecord | ReleasedSlice, short: bool = False) -> str:
         for device in self.backend.devices():
             if device.uuid == record.device_uuid:
-                return f"{device.label} ({device.name})"
+                return device.label if short else f"{device.label} ({device.name})"
         return record.device_uuid or "?"
+
+    def released(self) -> ReleasedSlice | None:
+        """What this kernel left in the ledger when it released its slice (held memory, a
+        suspended state), read without building the backend (cheap before every cell)."""
+        if os.environ.get(env_names.BROKER_URL):
+            return None  # through a broker a kernel neither suspends nor holds a ledger row
+        ledger_path = os.environ.get(env_names.LEDGER_PATH)
+        if self._backend is None:
+            if not ledger_path or not os.path.exists(ledger_path):
+                return None  # not a gpushare kernel (or no ledger yet): nothing was released
+            if self._light_ledger is None:
+                from ..ledger import Ledger
+
+                self._light_ledger = Ledger(ledger_path)
+            released: ReleasedSlice | None = self._light_ledger.released(self.kernel_id)
+            return released
+        from ..backends.local import LocalBackend
+
+        backend = self.backend
+        return backend.ledger.released(self.kernel_id) if isinstance(backend, LocalBackend) else None
 
     def free_on_device(self, record: SliceRecord) -> int | None:
         pool = self.backend.pool()
@@ -120,10 +158,13 @@ class OwnSlice:
     def status(self, notes: list[str] | None = None) -> SliceStatus:
         record = self.record()
         backend = self.backend
+        left = None if record is not None else self.released()
+        where = record or (left if left is not None and left.device_uuid else None)
         return SliceStatus(
             kernel_id=self.kernel_id,
             record=record,
-            device=self.device_label(record) if record else "",
+            released=left,
+            device=self.device_label(where) if where else "",
             free_on_device=self.free_on_device(record) if record else None,
             simulated=backend.simulated(),
             caps=caps.descriptions(),
@@ -171,8 +212,12 @@ class OwnSlice:
         self._adopt(record)
         return record
 
-    def resize(self, memory: object, restart: bool = False) -> SliceStatus:
-        """Resize in place; JAX/TensorFlow read their cap only at start, so they need ``restart``."""
+    def resize(self, memory: object, restart: bool = False, force: bool = False) -> SliceStatus:
+        """Resize in place; JAX/TensorFlow read their cap only at start, so they need ``restart``.
+
+        Frameworks' caches are freed first, then what the kernel holds is measured: a shrink
+        below it is refused with the numbers, unless ``force`` (it then stays reserved).
+        """
         self.require()
         parse_size(memory)  # a bad size is refused before anything else is considered
         blocking = caps.imported_needing_restart()
@@ -182,9 +227,20 @@ class OwnSlice:
                 f"{names} read the memory cap only when they start: nothing was changed. "
                 f"Run %gpu resize {memory} --restart to resize and restart the kernel"
             )
-        record = self.backend.resize(self.kernel_id, memory)
+        caps.free_caches()
+        from ..backends.local import LocalBackend
+
+        backend = self.backend
+        if isinstance(backend, LocalBackend):
+            record = backend.resize(self.kernel_id, memory, force=force)
+        elif force:
+            raise GPUShareError("--force is not available through a GPU broker yet: nothing was changed")
+        else:
+            record = backend.resize(self.kernel_id, memory)
         self._adopt(record)
         notes = [f"{result.framework}: {result.detail}" for result in caps.reapply_imported()]
+        if record.held_beyond:
+            notes.append(forced_note(record.memory, record.held_beyond, self.device_label(record, True)))
         if restart:
             notes.append("restarting the kernel so every framework starts with the new cap")
             # While no kernel process exists, the slice follows the process that started us.
@@ -193,28 +249,156 @@ class OwnSlice:
         return self.status(notes)
 
     def release(self) -> SliceStatus:
-        released = self.give_back()
-        return self.status(
-            [
-                f"Released {format_bytes(released.memory)}. Memory a framework already holds stays in "
-                "use until you free it (e.g. torch.cuda.empty_cache()) or restart the kernel."
-            ]
-        )
+        released, held = self.give_back()
+        return self.status([self._released_note(released, held)])
 
-    def give_back(self) -> SliceRecord:
-        """Release the slice; returns what it was (the idle timer says so to the user)."""
-        record = self.require()
-        self.backend.free(self.kernel_id, keep_claim=True)
+    def _released_note(self, released: SliceRecord, held: Holding) -> str:
+        return released_note(released.memory, held.memory, held.source, self.device_label(released, True))
+
+    def give_back(self) -> tuple[SliceRecord, Holding]:
+        """Release the slice once frameworks' caches are freed; what this kernel's processes
+        still hold stays reserved. Returns what was released and what is held."""
+        self.require()
+        caps.free_caches()
+        from ..backends.holding import Holding
+        from ..backends.local import LocalBackend
+
+        backend = self.backend
+        if isinstance(backend, LocalBackend):
+            record, held = backend.give_back(self.kernel_id)
+        else:  # a broker releases the slice; what is still held is not measured there yet
+            record, held = self.require(), Holding(0, None)
+            backend.free(self.kernel_id, keep_claim=True)
+        self._forget_slice()
+        return record, held
+
+    def _forget_slice(self) -> None:
         for name in env_names.SLICE_VARIABLES - {env_names.TOKEN}:
             os.environ.pop(name, None)
         # New CUDA users in this process (or its children) must not think they have a GPU.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        return record
+
+    # ---- suspend and resume ----------------------------------------------------------------
+
+    def suspend(self) -> SliceStatus:
+        """Suspend this kernel's GPU state; inside a cell, once the cell has ended (a CUDA call
+        later in the same cell would otherwise wait for the resume)."""
+        self.require()
+        watch = self._activity
+        if watch is not None and watch.running_cell:
+            watch.after_cell(self._suspend_after_cell)
+            return self.status(["This kernel suspends its GPU state when this cell ends."])
+        return self.status(self._suspended_notes(self.suspend_now()))
+
+    def _suspend_after_cell(self) -> None:
+        try:
+            notes = self._suspended_notes(self.suspend_now())
+        except GPUShareError as error:
+            print(f"%gpu suspend: {error}", file=sys.stderr)
+            return
+        print("\n".join(notes))
+
+    def suspend_now(self) -> Suspension:
+        try:
+            backend = self._local("%gpu suspend")
+        except GPUShareError as error:  # a broker: the idle timer releases instead
+            raise CannotSuspendError(
+                str(error), why="suspend is not available through a GPU broker yet"
+            ) from None
+        caps.free_caches()
+        outcome = backend.suspend(self.kernel_id)
+        self._forget_slice()
+        return outcome
+
+    def _suspended_notes(self, outcome: Suspension) -> list[str]:
+        state = outcome.state
+        moved = (
+            f"Suspended: {format_bytes(state.state_bytes)} of GPU state moved to host memory in "
+            f"{outcome.seconds:.1f} s"
+            if state.checkpointed
+            else "Suspended (it held no GPU memory: nothing to move)"
+        )
+        notes = [
+            f"{moved}; the {format_bytes(state.memory)} slice on {outcome.device.label} is back in the "
+            "pool. The next cell (or %gpu resume) waits for a slice and restores it."
+        ]
+        if outcome.held_after.memory:
+            notes.append(
+                f"Its processes still hold {format_bytes(outcome.held_after.memory)} on "
+                f"{outcome.device.label}: it stays reserved until freed."
+            )
+        return notes
+
+    def resume(self, on_wait: WaitCallback | None = None) -> SliceStatus:
+        """Wait for a slice like a start, restore the GPU state, and say where and how long."""
+        return self.status([self._resume(on_wait)])
+
+    def _resume(self, on_wait: WaitCallback | None) -> str:
+        backend = self._local("%gpu resume")
+        outcome = _run_async(lambda: backend.resume(self.kernel_id, on_wait=on_wait))
+        self._adopt(outcome.record)
+        caps.reapply_imported()
+        state = outcome.state
+        if state.checkpointed:
+            note = (
+                f"Resuming your {format_bytes(state.state_bytes)} GPU state on {outcome.device.label} "
+                f"({outcome.seconds:.1f} s)"
+            )
+        else:
+            note = f"Took a {state.size} GPU slice again on {outcome.device.label} (there was no GPU state)"
+        return note
+
+    def before_cell(self, source: str) -> None:
+        """A suspended kernel resumes before a cell runs — unless the cell is only ``%gpu``."""
+        lines = [line.strip() for line in source.splitlines() if line.strip()]
+        if all(line.startswith("%gpu") for line in lines):
+            return
+        left = self.released()
+        if left is None or left.suspended is None:
+            return
+
+        def tell(position: int, reason: str) -> None:
+            print(f"Waiting for a GPU slice: position {position} in the queue ({reason})", flush=True)
+
+        print(self._resume(on_wait=tell), flush=True)
+
+    def on_idle(self, idle_for: float) -> str | None:
+        """The idle action (``GPUShare.idle_action``): suspend, or release; the notice."""
+        try:
+            record = self.record()
+        except GPUShareError:
+            return None
+        if record is None or record.state != "running":
+            return None
+        why = ""
+        if (os.environ.get(env_names.IDLE_ACTION) or "suspend") == "suspend":
+            try:
+                outcome = self.suspend_now()
+            except CannotSuspendError as error:
+                why = f" It could not be suspended: {error.why}."
+            else:
+                return (
+                    f"This kernel was suspended after {idle_for:.0f} s idle (GPUShare.idle_action): "
+                    + " ".join(self._suspended_notes(outcome))
+                )
+        released, held = self.give_back()
+        return (
+            f"Your {format_bytes(released.memory)} GPU slice was released after {idle_for:.0f} s "
+            f"idle (GPUShare.idle_release_after).{why} Take one again with %gpu request "
+            f"{released.size}. {self._released_note(released, held)}"
+        )
 
     def declare_usage(self, memory: object, utilization: int | None = None) -> None:
-        """Declare this kernel's usage on a simulated pool (demos and tests drive the panel)."""
-        self.require()
+        """Declare this kernel's usage on a simulated pool (demos and tests drive the panel).
+
+        Without a slice, a kernel still holding memory declares what it holds now (it can only
+        free it: without a slice it takes nothing new).
+        """
         backend = self.backend
+        record = self.record()
+        left = None if record is not None else self.released()
+        if record is None and (left is None or left.held <= 0 or left.suspended is not None):
+            self.require()  # says the kernel holds no slice
         if not backend.simulated():
             raise GPUShareError(
                 "declared usage is for simulated pools; on real GPUs usage is measured by NVML"
@@ -222,6 +406,15 @@ class OwnSlice:
         used = parse_size(memory).resolve(0) if memory not in (0, "0") else 0
         if utilization is not None and not (isinstance(utilization, int) and 0 <= utilization <= 100):
             raise GPUShareError(f"utilization must be a whole percentage 0-100, not {utilization!r}")
+        if record is None:
+            assert left is not None
+            if used > left.held:
+                raise GPUShareError(
+                    f"this kernel holds no GPU slice: it can declare at most the {format_bytes(left.held)} "
+                    f"it still holds, not {format_bytes(used)}; take a slice with %gpu request"
+                )
+            self._local("declaring held memory").ledger.update_held([(self.kernel_id, used, "simulated")])
+            return
         backend.report_usage(self.kernel_id, UsageReport(used, utilization, "simulated"))
 
     def watch(self, **kwargs: Any) -> Any:
@@ -234,7 +427,8 @@ class OwnSlice:
         from .activity import ActivityWatch
 
         idle_after = float(os.environ.get(env_names.IDLE_RELEASE_AFTER) or 0)
-        ActivityWatch(self, idle_after).register(shell)
+        self._activity = ActivityWatch(self, idle_after)
+        self._activity.register(shell)
 
     def _adopt(self, record: SliceRecord) -> None:
         """Make this process's environment describe ``record``, for what starts from now on."""

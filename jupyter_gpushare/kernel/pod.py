@@ -20,7 +20,13 @@ import urllib.request
 from typing import Any
 
 from .. import env_names
-from ..errors import BackendUnavailableError, GPUShareError, HeldForLifeError, NeedsRestartError
+from ..errors import (
+    POD_HOLDS_ITS_GPU,
+    BackendUnavailableError,
+    GPUShareError,
+    HeldForLifeError,
+    NeedsRestartError,
+)
 from ..sizes import parse_size
 from . import caps
 from .display import PodSliceStatus, PoolStatus
@@ -29,10 +35,7 @@ log = logging.getLogger("jupyter_gpushare")
 
 TOKEN_HEADER = "X-GPUShare-Token"
 REQUEST_TIMEOUT = 5.0
-FIXED_FOR_LIFE = (
-    "a kernel pod gets its GPU slice when the pod starts and keeps it for the pod's life: "
-    "use %gpu resize SIZE --restart for another size, or shut the kernel down to free it"
-)
+FIXED_FOR_LIFE = POD_HOLDS_ITS_GPU
 
 
 class ServerUnreachableError(BackendUnavailableError):
@@ -116,7 +119,13 @@ class PodKernel:
     def release(self) -> Any:
         raise HeldForLifeError(FIXED_FOR_LIFE)
 
-    def resize(self, memory: object, restart: bool = False) -> PodSliceStatus:
+    def suspend(self) -> Any:
+        raise HeldForLifeError(FIXED_FOR_LIFE)
+
+    def resume(self, on_wait: Any = None) -> Any:
+        raise HeldForLifeError(FIXED_FOR_LIFE)
+
+    def resize(self, memory: object, restart: bool = False, force: bool = False) -> PodSliceStatus:
         parse_size(memory)  # a bad size is refused before anything else
         if not restart:
             raise NeedsRestartError(
@@ -137,8 +146,22 @@ class PodKernel:
         )
 
     def start(self, shell: Any) -> None:
-        """Report this kernel's GPU use to its server, which shows it in the panel."""
+        """Report this kernel's GPU use to its server, which shows it in the panel; where the
+        admin opted in (``GPUShare.idle_pod_restart``), ask for a new pod once idle."""
         self.start_reporting()
+        idle_after = float(os.environ.get(env_names.IDLE_RELEASE_AFTER) or 0)
+        if idle_after > 0 and os.environ.get(env_names.IDLE_POD_RESTART, "").lower() == "true":
+            from .activity import ActivityWatch
+
+            ActivityWatch(self, idle_after).register(shell)
+
+    def on_idle(self, idle_for: float) -> str | None:
+        """Idle too long: ask the server for a new pod (the only way a pod gives memory back)."""
+        answer = self.call("POST", "/idle", {"idle_for": round(idle_for, 1)})
+        return str((answer or {}).get("message") or "restarting in a new pod")
+
+    def before_cell(self, source: str) -> None:
+        """Nothing to resume: a pod never suspends."""
 
     # ---- usage ---------------------------------------------------------------------------
 

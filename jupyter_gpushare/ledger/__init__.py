@@ -21,9 +21,10 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from ..allocator import Placement, Policy, Refusal, Request, fit_on_device
+from ..allocator import Held, Placement, Policy, Refusal, Request, fit_on_device
 from ..devices import Device
 from ..errors import LedgerError
+from ..holding import shrink_refusal
 from ..processes import is_alive
 from ..records import (
     DeviceSample,
@@ -33,12 +34,22 @@ from ..records import (
     ProcessIdentity,
     ReleasedSlice,
     SliceRecord,
+    SuspendedState,
 )
 from ..sizes import parse_size
 from . import queue
 from .access import LOCK_TIMEOUT, RESTORE_WAIT, LedgerAccess
 from .queue import LivenessCheck
-from .schema import DEVICE_COLUMNS, Row, device_rows, read_devices, record_of, replace_devices
+from .schema import (
+    DEVICE_COLUMNS,
+    Row,
+    device_rows,
+    insert_released,
+    read_devices,
+    record_of,
+    released_of,
+    replace_devices,
+)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -173,15 +184,24 @@ class Ledger:
         """What a kernel that gave its slice back left behind (its token digest, name, path)."""
         query = "SELECT * FROM released WHERE kernel_id = ?"
         row = self._connection().execute(query, (kernel_id,)).fetchone()
-        if row is None:
-            return None
-        return ReleasedSlice(
-            row["kernel_id"],
-            row["token_hash"],
-            row["kernel_name"],
-            row["path"],
-            ProcessIdentity(row["pid"], row["start"]),
-        )
+        return None if row is None else released_of(row)
+
+    @_faults_named
+    def released_all(self) -> list[ReleasedSlice]:
+        """Every kernel running without a slice that the ledger still knows of: those whose
+        processes hold memory, those suspended, and the claims of the others."""
+        rows = self._connection().execute("SELECT * FROM released ORDER BY released_at").fetchall()
+        return [released_of(row) for row in rows]
+
+    @_faults_named
+    def held(self) -> list[Held]:
+        """What placement counts as taken now (:func:`~.queue.held`), for dry runs and checks."""
+        connection = self._connection()
+        connection.execute("BEGIN")
+        try:
+            return queue.held(connection)
+        finally:
+            connection.execute("COMMIT")
 
     @_faults_named
     def enqueue(self, request: NewRequest) -> SliceRecord:
@@ -231,8 +251,20 @@ class Ledger:
             )
 
     @_faults_named
-    def resize(self, kernel_id: str, size: str, policy: Policy) -> Placement | Refusal:
-        """Change a running slice's size in place (a live resize cannot move the kernel)."""
+    def resize(
+        self,
+        kernel_id: str,
+        size: str,
+        policy: Policy,
+        holding: tuple[int, str | None] = (0, None),
+        force: bool = False,
+    ) -> Placement | Refusal:
+        """Change a running slice's size in place (a live resize cannot move the kernel).
+
+        ``holding``: what the kernel's processes were just measured to hold (bytes, source). A
+        size below it is refused; ``force`` takes it anyway, and the held bytes stay counted
+        (as the slice's measured use) until the sampler sees them freed.
+        """
         parsed = parse_size(size)
         with self._write() as db:
             row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
@@ -243,44 +275,84 @@ class Ledger:
             if record.kind != "shared":
                 return Refusal(f"a {record.mode} slice cannot be resized in place", retry=False)
             request = Request(kernel_id, record.owner, parsed, record.kind)
-            outcome = fit_on_device(request, record.device_uuid, read_devices(db), queue.held(db), policy)
-            if isinstance(outcome, Placement):
+            devices = read_devices(db)
+            outcome = fit_on_device(request, record.device_uuid, devices, queue.held(db), policy)
+            if not isinstance(outcome, Placement):
+                return outcome
+            held, source = holding
+            if held > outcome.memory and not force:
+                label = next((d.label for d in devices if d.uuid == record.device_uuid), "its GPU")
+                return Refusal(shrink_refusal(size, outcome.memory, held, source, label), retry=False)
+            db.execute(
+                "UPDATE slices SET memory = ?, size = ?, whole_card = ? WHERE kernel_id = ?",
+                (outcome.memory, parsed.canonical, int(outcome.whole_card), kernel_id),
+            )
+            if held > (record.memory_used or 0):
+                # The fresher figure: placement counts it from this transaction on.
                 db.execute(
-                    "UPDATE slices SET memory = ?, size = ?, whole_card = ? WHERE kernel_id = ?",
-                    (outcome.memory, parsed.canonical, int(outcome.whole_card), kernel_id),
+                    "UPDATE slices SET memory_used = ?, usage_source = ?, usage_at = ? WHERE kernel_id = ?",
+                    (held, source, time.time(), kernel_id),
                 )
         return outcome
 
     @_faults_named
-    def release(self, kernel_id: str, keep_claim: bool = False) -> SliceRecord | None:
+    def release(
+        self,
+        kernel_id: str,
+        keep_claim: bool = False,
+        held: tuple[int, str | None] = (0, None),
+        suspended: SuspendedState | None = None,
+    ) -> SliceRecord | None:
         """Remove a kernel's slice or queued request; returns what was removed.
 
         ``keep_claim`` (a running kernel gives its slice back): remember the kernel's token
         digest, name and path, so only that kernel can take a slice under its id again and the
-        name and path come back with it. Otherwise (the kernel ends) any such memory goes too.
+        name and path come back with it; ``held`` (bytes, source) its processes still hold on
+        the slice's device, which stays reserved; ``suspended`` its checkpointed GPU state.
+        Otherwise (the kernel ends) any such memory goes too.
         """
         with self._write() as db:
             row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
+            if row is None and keep_claim:
+                return None  # nothing to give back: what it left when it released stays
             db.execute("DELETE FROM released WHERE kernel_id = ?", (kernel_id,))
             if row is None:
                 return None
             record = record_of(row)
             db.execute("DELETE FROM slices WHERE kernel_id = ?", (kernel_id,))
             if keep_claim:
-                db.execute(
-                    """INSERT INTO released (kernel_id, token_hash, kernel_name, path, pid, start,
-                       released_at) VALUES (?, ?, ?, ?, ?, ?, ?)""",
-                    (
-                        kernel_id,
-                        record.token_hash,
-                        record.kernel_name,
-                        record.path,
-                        record.process.pid,
-                        record.process.start,
-                        time.time(),
-                    ),
+                left = ReleasedSlice(
+                    kernel_id,
+                    record.token_hash,
+                    record.kernel_name,
+                    record.path,
+                    record.process,
+                    owner=record.owner,
+                    device_uuid=record.device_uuid,
+                    unit_uuid=record.unit_uuid,
+                    held=max(0, held[0]),
+                    held_source=held[1],
+                    suspended=suspended,
                 )
+                insert_released(db, left)
         return record
+
+    @_faults_named
+    def put_released(self, released: ReleasedSlice) -> None:
+        """Write back what a kernel left when it released its slice (a resume that could not
+        take a slice leaves the kernel suspended as it was)."""
+        with self._write() as db:
+            insert_released(db, released)
+
+    @_faults_named
+    def update_held(self, held: Sequence[tuple[str, int, str | None]]) -> None:
+        """What released kernels' processes hold now, ``(kernel_id, bytes, source)`` each (the
+        sampler's measure, or a kernel declaring its use on a simulated pool)."""
+        with self._write() as db:
+            db.executemany(
+                "UPDATE released SET held = ?, held_source = ? WHERE kernel_id = ? AND held IS NOT ?",
+                [(max(0, used), source, kernel_id, max(0, used)) for kernel_id, used, source in held],
+            )
 
     @_faults_named
     def reconcile(self, alive: LivenessCheck = is_alive) -> list[SliceRecord]:

@@ -7,6 +7,7 @@ ask the pure :func:`~jupyter_gpushare.allocator.fit`, and write the outcome.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -24,10 +25,14 @@ def running(db: sqlite3.Connection) -> list[SliceRecord]:
 
 
 def held(db: sqlite3.Connection) -> list[Held]:
+    """What placement counts as taken: each running slice, or what its processes were last
+    measured to hold when that is more; and what released kernels' processes still hold."""
     # Only the columns placement needs: this runs in every placement, under the write lock.
     rows = db.execute(
-        "SELECT kernel_id, owner, device_uuid, unit_uuid, memory, whole_card FROM slices"
-        " WHERE state = 'running'"
+        "SELECT kernel_id, owner, device_uuid, unit_uuid, MAX(memory, COALESCE(memory_used, 0)),"
+        " whole_card FROM slices WHERE state = 'running'"
+        " UNION ALL SELECT kernel_id, owner, device_uuid, COALESCE(unit_uuid, device_uuid), held, 0"
+        " FROM released WHERE held > 0 AND device_uuid IS NOT NULL"
     ).fetchall()
     return [Held(row[0], row[1], row[2], row[3], row[4], bool(row[5])) for row in rows]
 
@@ -44,20 +49,27 @@ def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True)
         seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM slices").fetchone()[0]
         # A kernel taking a slice again keeps the name and path it had (the panel's row).
         left = db.execute(
-            "SELECT kernel_name, path FROM released WHERE kernel_id = ?", (request.kernel_id,)
+            "SELECT kernel_name, path, device_uuid, held, held_source FROM released WHERE kernel_id = ?",
+            (request.kernel_id,),
         ).fetchone()
+        held_before: tuple[int, str | None] = (0, None)
         if left is not None:
             request = dataclasses.replace(
                 request,
                 kernel_name=request.kernel_name or left["kernel_name"],
                 path=request.path or left["path"],
             )
+            if left["held"] > 0 and left["device_uuid"] is not None:
+                # Its processes still hold memory there: its new slice goes there and counts it.
+                held_before = (left["held"], left["held_source"])
+                if request.only_devices is None:
+                    request = dataclasses.replace(request, only_devices=(left["device_uuid"],))
             db.execute("DELETE FROM released WHERE kernel_id = ?", (request.kernel_id,))
         db.execute(
             """INSERT INTO slices (kernel_id, seq, state, owner, server_id, kernel_name,
                path, mode, kind, size, cores, holder_pid, holder_start, requested_at,
-               token_hash)
-               VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               token_hash, only_devices, memory_used, usage_source)
+               VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (
                 request.kernel_id,
                 seq,
@@ -73,6 +85,9 @@ def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True)
                 request.holder.start,
                 time.time(),
                 request.token_hash,
+                None if request.only_devices is None else json.dumps(list(request.only_devices)),
+                held_before[0] or None,
+                held_before[1],
             ),
         )
     if not read_back:
@@ -127,6 +142,9 @@ def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: Livenes
         return waiting(ahead)
     request = Request(kernel_id, record.owner, parse_size(record.size), record.kind)
     devices = read_devices(db)
+    if row["only_devices"] is not None:
+        allowed = set(json.loads(row["only_devices"]))
+        devices = [device for device in devices if device.uuid in allowed]
     outcome = fit(request, devices, held(db), policy)
     if isinstance(outcome, Refusal) and outcome.retry and release_dead(db, alive, running(db)):
         outcome = fit(request, devices, held(db), policy)
@@ -160,6 +178,10 @@ def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: Livenes
 
 
 def release_dead(db: sqlite3.Connection, alive: LivenessCheck, records: Sequence[SliceRecord]) -> bool:
+    """Delete the slices of dead processes, and what dead released kernels still held."""
     dead = [record.kernel_id for record in records if not alive(record.process)]
     db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(kernel_id,) for kernel_id in dead])
-    return bool(dead)
+    holding = db.execute("SELECT kernel_id, pid, start FROM released WHERE held > 0").fetchall()
+    gone = [(row[0],) for row in holding if not alive(ProcessIdentity(row[1], row[2]))]
+    db.executemany("DELETE FROM released WHERE kernel_id = ?", gone)
+    return bool(dead or gone)

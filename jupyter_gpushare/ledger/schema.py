@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..devices import Device, MigInstance
-from ..records import ProcessIdentity, SliceRecord
+from ..records import ProcessIdentity, ReleasedSlice, SliceRecord, SuspendedState
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -56,11 +57,13 @@ CREATE TABLE IF NOT EXISTS slices (
     utilization INTEGER,
     usage_source TEXT,
     usage_at REAL,  -- when the usage last changed
-    warnings TEXT NOT NULL DEFAULT '[]'
+    warnings TEXT NOT NULL DEFAULT '[]',
+    only_devices TEXT  -- JSON list of the device UUIDs it may be placed on (NULL: any)
 );
 CREATE INDEX IF NOT EXISTS slices_by_state ON slices (state, seq);
 -- A slice its kernel gave back: the kernel's token digest, name and path, so that only that
--- kernel may take a slice under its id again, and its name and path come back with it.
+-- kernel may take a slice under its id again, and its name and path come back with it, the
+-- memory its processes still hold on the device (kept reserved), and its suspended GPU state.
 CREATE TABLE IF NOT EXISTS released (
     kernel_id TEXT PRIMARY KEY,
     token_hash TEXT,
@@ -68,7 +71,13 @@ CREATE TABLE IF NOT EXISTS released (
     path TEXT NOT NULL DEFAULT '',
     pid INTEGER NOT NULL,
     start REAL NOT NULL,
-    released_at REAL NOT NULL
+    released_at REAL NOT NULL,
+    owner TEXT NOT NULL DEFAULT '',
+    device_uuid TEXT,
+    unit_uuid TEXT,
+    held INTEGER NOT NULL DEFAULT 0,
+    held_source TEXT,
+    suspended TEXT  -- JSON of the suspended state (NULL when not suspended)
 );
 """
 
@@ -83,6 +92,13 @@ ADDED_COLUMNS = (
     ("slices", "usage_source", "TEXT"),
     ("slices", "usage_at", "REAL"),
     ("slices", "warnings", "TEXT NOT NULL DEFAULT '[]'"),
+    ("slices", "only_devices", "TEXT"),
+    ("released", "owner", "TEXT NOT NULL DEFAULT ''"),
+    ("released", "device_uuid", "TEXT"),
+    ("released", "unit_uuid", "TEXT"),
+    ("released", "held", "INTEGER NOT NULL DEFAULT 0"),
+    ("released", "held_source", "TEXT"),
+    ("released", "suspended", "TEXT"),
 )
 
 DEVICE_COLUMNS = ("uuid", "idx", "name", "memory_total", "mig", "simulated")
@@ -221,4 +237,46 @@ def record_of(row: sqlite3.Row) -> SliceRecord:
         usage_source=row["usage_source"],
         usage_at=row["usage_at"],
         warnings=tuple(json.loads(row["warnings"])) if row["warnings"] not in (None, "[]") else (),
+    )
+
+
+def insert_released(db: sqlite3.Connection, released: ReleasedSlice) -> None:
+    """Write (or replace) what a kernel left when it gave its slice back."""
+    suspended = released.suspended
+    db.execute(
+        """INSERT OR REPLACE INTO released (kernel_id, token_hash, kernel_name, path, pid, start,
+           released_at, owner, device_uuid, unit_uuid, held, held_source, suspended)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (
+            released.kernel_id,
+            released.token_hash,
+            released.kernel_name,
+            released.path,
+            released.process.pid,
+            released.process.start,
+            time.time(),
+            released.owner,
+            released.device_uuid,
+            released.unit_uuid,
+            released.held,
+            released.held_source,
+            None if suspended is None else json.dumps(suspended.as_json()),
+        ),
+    )
+
+
+def released_of(row: sqlite3.Row) -> ReleasedSlice:
+    suspended = row["suspended"]
+    return ReleasedSlice(
+        kernel_id=row["kernel_id"],
+        token_hash=row["token_hash"],
+        kernel_name=row["kernel_name"],
+        path=row["path"],
+        process=ProcessIdentity(row["pid"], row["start"]),
+        owner=row["owner"],
+        device_uuid=row["device_uuid"],
+        unit_uuid=row["unit_uuid"],
+        held=row["held"],
+        held_source=row["held_source"],
+        suspended=SuspendedState.from_json(json.loads(suspended)) if suspended else None,
     )

@@ -47,9 +47,19 @@ class GPUShareProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         """Whether the kernel's process (or pod) was launched and has not been cleaned up."""
         return False
 
-    async def resize(self, memory: object, restart: bool) -> bool:
+    async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         """Change the kernel's slice to ``memory``; True when the kernel must restart to have it
-        (the caller restarts it). Raises with the reason, changing nothing, when it cannot."""
+        (the caller restarts it). Raises with the reason, changing nothing, when it cannot — a
+        shrink below what the kernel holds among them, unless ``force``."""
+        raise NotImplementedError
+
+    async def suspend(self) -> None:
+        """Move the kernel's GPU state to host memory and give its slice back; raises with the
+        reason, the kernel keeping its slice, when it cannot."""
+        raise NotImplementedError
+
+    async def resume(self) -> None:
+        """Wait for a slice like a start and restore the kernel's suspended GPU state."""
         raise NotImplementedError
 
     def token_matches(self, token: str | None) -> bool:

@@ -47,7 +47,13 @@ from traitlets import Float
 from ..allocator import kernel_limit_refusal
 from ..backends.kubernetes import KubernetesBackend, kubernetes_backend
 from ..config import GPUShare, load_settings
-from ..errors import ConfigurationError, DoesNotFitError, NeedsRestartError
+from ..errors import (
+    POD_HOLDS_ITS_GPU,
+    ConfigurationError,
+    DoesNotFitError,
+    HeldForLifeError,
+    NeedsRestartError,
+)
 from ..k8s.build import kernel_claim, kernel_pod
 from ..k8s.claims import summary
 from ..k8s.cluster import ClusterError
@@ -350,7 +356,13 @@ class KubernetesProvisioner(GPUShareProvisioner):
 
     # ---- the kernel's own slice ------------------------------------------------------------------
 
-    async def resize(self, memory: object, restart: bool) -> bool:
+    async def suspend(self) -> None:
+        raise HeldForLifeError(POD_HOLDS_ITS_GPU)
+
+    async def resume(self) -> None:
+        raise HeldForLifeError(POD_HOLDS_ITS_GPU)
+
+    async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         """A pod's resources are fixed: the new size takes a new pod, so ``restart`` is needed."""
         await asyncio.to_thread(self.backend.check, memory, self.gpu_mode, None, self.kernel_id)
         if not restart:

@@ -161,7 +161,7 @@ class RemotePodProvisioner(KubernetesProvisioner):
 
     # ---- the kernel's own slice ------------------------------------------------------------------
 
-    async def resize(self, memory: object, restart: bool) -> bool:
+    async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         await asyncio.to_thread(self.broker.check, memory, self.gpu_mode, None, self.kernel_id)
         if not restart:
             raise NeedsRestartError(NEEDS_RESTART)

@@ -22,6 +22,7 @@ from ..backends import Backend, ServerKernels
 from ..compat import forget_pending_kernel
 from ..errors import (
     BackendUnavailableError,
+    CannotSuspendError,
     DoesNotFitError,
     NoSliceError,
     NoSuchKernelError,
@@ -214,19 +215,42 @@ class GPUShareContext:
             return
         await asyncio.to_thread(self.backend.release, kernel_id)
 
-    async def resize(self, kernel_id: str, memory: object, restart: bool) -> None:
+    async def resize(self, kernel_id: str, memory: object, restart: bool, force: bool = False) -> None:
         """``PATCH kernels/{id}``: the kernel's provisioner applies the size; a restart follows
         where one is needed (asked for, or a kernel pod)."""
         self.require_own(kernel_id)
         provisioner = self.provisioner_of(kernel_id)
         if provisioner is None:
             raise NoSliceError(f"kernel {kernel_id} holds no GPU slice to resize")
-        if await provisioner.resize(memory, restart):
+        if await provisioner.resize(memory, restart, force):
             await self.kernel_manager.restart_kernel(kernel_id)
         if provisioner.resize_failure:
             raise DoesNotFitError(
                 f"{provisioner.resize_failure}; the kernel restarted with its previous size"
             )
+
+    async def suspend(self, kernel_id: str) -> None:
+        """``POST kernels/{id}/suspend``: refused while a cell runs (its CUDA calls would wait
+        for a resume nobody asks for until the next cell); else the kernel's provisioner does it."""
+        provisioner = self._gpushare_kernel(kernel_id)
+        kernel = self.kernel_manager.get_kernel(kernel_id)
+        if getattr(kernel, "execution_state", "idle") == "busy":
+            raise CannotSuspendError(
+                "this kernel cannot be suspended while it runs a cell: suspend it once the cell "
+                "ends (or put %gpu suspend at the end of the cell); it keeps its slice"
+            )
+        await provisioner.suspend()
+
+    async def resume(self, kernel_id: str) -> None:
+        """``POST kernels/{id}/resume``: waits in the queue like a start, then restores."""
+        await self._gpushare_kernel(kernel_id).resume()
+
+    def _gpushare_kernel(self, kernel_id: str) -> GPUShareProvisioner:
+        self.require_own(kernel_id)
+        provisioner = self.provisioner_of(kernel_id)
+        if provisioner is None:
+            raise NoSuchKernelError(f"no GPU kernel {kernel_id} on this server")
+        return provisioner
 
     def kernel_by_token(self, kernel_id: str, token: str | None) -> GPUShareProvisioner:
         """The provisioner of this server's kernel ``kernel_id``, once ``token`` proves the caller

@@ -110,18 +110,19 @@ class KernelHandler(GPUShareHandler):
     @answering_domain_errors
     async def patch(self, kernel_id: str) -> None:
         body = self.json_body()
-        unknown = set(body) - {"gpu_memory", "restart"}
+        unknown = set(body) - {"gpu_memory", "restart", "force"}
         if unknown:
             raise web.HTTPError(400, f"only gpu_memory can be changed, not {', '.join(sorted(unknown))}")
         if "gpu_memory" not in body:
             raise web.HTTPError(400, 'send {"gpu_memory": SIZE} to resize the slice')
-        restart = body.get("restart", False)
-        if not isinstance(restart, bool):
-            raise web.HTTPError(400, f"restart must be true or false, not {json.dumps(restart)}")
+        restart, force = body.get("restart", False), body.get("force", False)
+        for name, value in (("restart", restart), ("force", force)):
+            if not isinstance(value, bool):
+                raise web.HTTPError(400, f"{name} must be true or false, not {json.dumps(value)}")
         fields = request_fields(body)
         if "gpu_memory" not in fields:
             raise web.HTTPError(400, 'gpu_memory must be a size such as "8G", not null')
-        await self.gpushare.resize(kernel_id, fields["gpu_memory"], restart)
+        await self.gpushare.resize(kernel_id, fields["gpu_memory"], restart, force)
         self.write_json(await asyncio.to_thread(self.gpushare.kernel_view, kernel_id))
 
 
@@ -133,6 +134,35 @@ class KernelGPUHandler(GPUShareHandler):
         await self.gpushare.release(kernel_id)
         self.set_status(204)
         self.finish()
+
+
+class KernelStateHandler(GPUShareHandler):
+    """``POST kernels/{id}/suspend`` and ``POST kernels/{id}/resume`` (no body, or ``{}``): one
+    subclass per route, so each route is a path of its own in the OpenAPI document."""
+
+    action = ""
+
+    @web.authenticated  # type: ignore[untyped-decorator]
+    @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
+    async def post(self, kernel_id: str) -> None:
+        if (self.request.body or b"").strip():
+            body = self.json_body()
+            if body:
+                raise web.HTTPError(400, f"{self.action} takes no fields, not {', '.join(sorted(body))}")
+        if self.action == "suspend":
+            await self.gpushare.suspend(kernel_id)
+        else:
+            await self.gpushare.resume(kernel_id)
+        self.write_json(await asyncio.to_thread(self.gpushare.kernel_view, kernel_id))
+
+
+class KernelSuspendHandler(KernelStateHandler):
+    action = "suspend"
+
+
+class KernelResumeHandler(KernelStateHandler):
+    action = "resume"
 
 
 class StreamHandler(GPUShareHandler):
@@ -235,6 +265,9 @@ __all__ = [
     "FitHandler",
     "KernelGPUHandler",
     "KernelHandler",
+    "KernelResumeHandler",
+    "KernelStateHandler",
+    "KernelSuspendHandler",
     "KernelsHandler",
     "OpenAPIHandler",
     "PoolHandler",

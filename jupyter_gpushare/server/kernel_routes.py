@@ -1,4 +1,4 @@
-"""Routes a kernel calls about itself: ``kernels/{id}/usage``, ``…/self`` and ``…/resize``.
+"""Routes a kernel calls about itself: ``kernels/{id}/usage``, ``…/self``, ``…/resize``, ``…/idle``.
 
 A kernel is not a user of the server: it proves who it is with its own-slice token (header
 ``X-GPUShare-Token``; a kernel pod's comes from its Secret), checked by the kernel's provisioner,
@@ -15,6 +15,7 @@ from typing import Any
 from tornado import web
 from tornado.log import app_log
 
+from ..errors import POD_HOLDS_ITS_GPU, HeldForLifeError
 from ..http_errors import answering_domain_errors, message_of
 from ..records import UsageReport
 from . import request_body
@@ -93,6 +94,33 @@ class KernelResizeHandler(KernelTokenHandler):
         if await provisioner.resize(memory, restart=True):
             self.gpushare.restart_later(kernel_id, RESTART_AFTER, _log_restart_failure)
         self.answer({"message": f"restarting kernel {kernel_id} with {memory}"}, status=202)
+
+
+class KernelIdleHandler(KernelTokenHandler):
+    """``POST kernels/{id}/idle`` ``{"idle_for": seconds}``: a kernel pod idle for
+    ``idle_release_after`` asks to give its GPU memory back. A pod can only do that in a new
+    pod, losing the kernel's variables, so the server restarts it only when the admin opted in
+    (``GPUShare.idle_pod_restart``); otherwise 409 with the reason, and nothing changes."""
+
+    @answering_domain_errors
+    async def post(self, kernel_id: str) -> None:
+        self.authenticate(kernel_id)
+        body = self.json_body()
+        idle_for = body.get("idle_for") if isinstance(body, dict) else None
+        if not isinstance(body, dict) or set(body) != {"idle_for"} or not _seconds(idle_for):
+            raise web.HTTPError(400, 'send {"idle_for": SECONDS}')
+        if not self.gpushare.backend.settings.idle_pod_restart:
+            raise HeldForLifeError(f"{POD_HOLDS_ITS_GPU} (GPUShare.idle_pod_restart is off)")
+        app_log.info("Kernel %s idle for %.0f s: restarting it in a new pod", kernel_id, idle_for)
+        self.gpushare.restart_later(kernel_id, RESTART_AFTER, _log_restart_failure)
+        self.answer(
+            {"message": f"idle for {idle_for:.0f} s: restarting in a new pod (the variables are lost)"},
+            status=202,
+        )
+
+
+def _seconds(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < 1e9
 
 
 def _log_restart_failure(error: BaseException) -> None:

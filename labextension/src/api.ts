@@ -158,6 +158,22 @@ export class GPUShareAPI {
     await this.request<void>('DELETE', ['kernels', kernelId, 'gpu']);
   }
 
+  /**
+   * `POST kernels/{id}/suspend`: the kernel's GPU state goes to host memory and its slice back
+   * to the pool (409 with the reason when it cannot; it then keeps its slice).
+   */
+  suspend(kernelId: string): Promise<IKernelSlice> {
+    return this.request<IKernelSlice>('POST', ['kernels', kernelId, 'suspend']);
+  }
+
+  /**
+   * `POST kernels/{id}/resume`: wait for a slice like a start, then restore the kernel's GPU
+   * state; answers once it runs again.
+   */
+  resume(kernelId: string): Promise<IKernelSlice> {
+    return this.request<IKernelSlice>('POST', ['kernels', kernelId, 'resume']);
+  }
+
   private async request<T>(
     method: string,
     parts: string[],

@@ -1,7 +1,8 @@
 /**
  * The JupyterLab commands of jupyter-gpushare (SPEC §9): the panel, and the actions on a GPU
- * kernel — resize, release, shut down, open its notebook — that the panel's rows run and that
- * the command palette and key bindings reach too (as JupyterLab's running-sessions panel does).
+ * kernel — resize, release, suspend and resume, shut down, open its notebook — that the panel's
+ * rows run and that the command palette and key bindings reach too (as JupyterLab's
+ * running-sessions panel does).
  *
  * A kernel command takes `{kernelId}`; without it, it acts on the current notebook's kernel.
  */
@@ -30,6 +31,8 @@ export namespace CommandIDs {
   export const openPanel = 'gpushare:open-panel';
   export const resize = 'gpushare:resize-kernel';
   export const release = 'gpushare:release-kernel';
+  export const suspend = 'gpushare:suspend-kernel';
+  export const resume = 'gpushare:resume-kernel';
   export const shutdown = 'gpushare:shutdown-kernel';
   export const openNotebook = 'gpushare:open-kernel-notebook';
 }
@@ -154,6 +157,43 @@ export function addCommands(
       }
     })
   });
+  commands.addCommand(CommandIDs.suspend, {
+    label: args =>
+      args.kernelId
+        ? 'Suspend GPU Kernel'
+        : 'Suspend the GPU State of This Kernel',
+    caption:
+      'Move the GPU state to host memory and give the slice back; the next cell resumes it',
+    isEnabled: hasKernel,
+    execute: forKernel(async kernel => {
+      try {
+        await api.suspend(kernel.kernel_id as string);
+      } catch (error) {
+        await showErrorMessage(
+          'GPU kernel not suspended',
+          (error as Error).message
+        );
+      }
+    })
+  });
+  commands.addCommand(CommandIDs.resume, {
+    label: args =>
+      args.kernelId
+        ? 'Resume GPU Kernel'
+        : 'Resume the GPU State of This Kernel',
+    caption: 'Wait for a GPU slice and restore the suspended GPU state',
+    isEnabled: hasKernel,
+    execute: forKernel(async kernel => {
+      try {
+        await api.resume(kernel.kernel_id as string);
+      } catch (error) {
+        await showErrorMessage(
+          'GPU kernel not resumed',
+          (error as Error).message
+        );
+      }
+    })
+  });
   commands.addCommand(CommandIDs.shutdown, {
     label: args =>
       args.kernelId ? 'Shut Down GPU Kernel…' : 'Shut Down This GPU Kernel…',
@@ -198,6 +238,8 @@ export function addCommands(
       CommandIDs.openPanel,
       CommandIDs.resize,
       CommandIDs.release,
+      CommandIDs.suspend,
+      CommandIDs.resume,
       CommandIDs.shutdown
     ]) {
       options.palette.addItem({ command, category: 'GPU' });
@@ -211,6 +253,8 @@ export function addCommands(
     open: run(CommandIDs.openNotebook),
     resize: run(CommandIDs.resize),
     release: run(CommandIDs.release),
+    suspend: run(CommandIDs.suspend),
+    resume: run(CommandIDs.resume),
     shutdown: run(CommandIDs.shutdown)
   };
 }

@@ -101,10 +101,26 @@ export class GPUShareModel implements IDisposable {
    * servers' kernels, shown as anonymous occupancy.
    */
   othersReserved(device: IDevice): number {
-    const own = this._kernels
-      .filter(k => k.state === 'running' && k.device === device.id)
-      .reduce((sum, k) => sum + (k.memory_request ?? 0), 0);
-    return Math.max(0, device.memory_reserved - own);
+    return Math.max(0, device.memory_reserved - this.yoursReserved(device));
+  }
+
+  /**
+   * Bytes this server's kernels take on a device: each slice, or what its processes hold when
+   * that is more, and what released kernels' processes still hold there.
+   */
+  yoursReserved(device: IDevice): number {
+    return this._kernels
+      .filter(k => k.device === device.id)
+      .reduce(
+        (sum, k) =>
+          sum +
+          (k.state === 'running'
+            ? Math.max(k.memory_request ?? 0, k.held)
+            : k.state === 'released'
+              ? k.held
+              : 0),
+        0
+      );
   }
 
   /**

@@ -91,7 +91,7 @@ export interface IKernelSlice {
   kernel_name: string;
   path: string;
   owner: string;
-  state: 'queued' | 'running' | 'released';
+  state: 'queued' | 'running' | 'released' | 'suspended';
   queue_position: number | null;
   device: number | null;
   mode: Mode | null;
@@ -101,6 +101,10 @@ export interface IKernelSlice {
   utilization: number | null;
   usage_source: 'nvml' | 'kernel' | 'simulated' | 'hami' | null;
   warnings: string[];
+  // Bytes its processes hold beyond its slice (or without one), kept reserved until freed.
+  held: number;
+  // While suspended: the GPU state kept in host memory.
+  suspended_bytes?: number | null;
   pod?: string | null;
   node?: string | null;
   detail?: string | null;
@@ -114,6 +118,7 @@ export interface IKernelSlice {
 export interface IResize {
   gpu_memory: string | number;
   restart?: boolean;
+  force?: boolean;
 }
 
 /**

@@ -386,6 +386,11 @@ def test_rest_api_stream_and_magics_through_the_broker(box: TeamBox) -> None:
     seen = run(server, kernel_id, "%gpu resize 3G")
     seen += run(server, kernel_id, "import os; print(os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])")
     assert "GPU slice: 3G" in seen and str(3 * GiB) in seen, seen
+    # Suspend/resume and forced shrinks need the node ledger itself: a broker says so, no change.
+    seen = run(server, kernel_id, "%gpu suspend")
+    assert "not available through a GPU broker yet: nothing was changed" in seen, seen
+    refused = server.request("POST", f"{API}/kernels/{kernel_id}/suspend")
+    assert refused.status == 409 and "through a GPU broker" in refused.body["message"], refused
     seen = run(server, kernel_id, "%gpu release")
     assert "Released 3G" in seen, seen
     assert server.request("GET", f"{API}/kernels/{kernel_id}").body["state"] == "released"

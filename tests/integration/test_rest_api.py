@@ -24,6 +24,8 @@ ROUTES = [
     ("GET", f"{API}/kernels/some-id"),
     ("PATCH", f"{API}/kernels/some-id"),
     ("DELETE", f"{API}/kernels/some-id/gpu"),
+    ("POST", f"{API}/kernels/some-id/suspend"),
+    ("POST", f"{API}/kernels/some-id/resume"),
     ("GET", f"{API}/stream"),
     ("GET", f"{API}/fit?gpu_memory=4G"),
     ("GET", f"{API}/openapi.yaml"),

@@ -15,6 +15,7 @@ from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from traitlets.config import Config
 
 from jupyter_gpushare.processes import is_alive
+from jupyter_gpushare.sizes import GiB
 
 from ..polling import async_wait_until
 from .conftest import Node
@@ -152,15 +153,40 @@ async def test_overcommitted_device_near_full_warns(node: Node) -> None:
 
 
 async def test_idle_release_frees_the_slice_and_says_why(node: Node) -> None:
-    kernels = manager(idle_release_after=1.0)
+    kernels = manager(idle_release_after=1.0, idle_action="release")
     try:
         kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
         kernel = kernels.get_kernel(kernel_id)
-        await run_cell(kernel, "x = 1")
+        await run_cell(kernel, "x = 1\nfrom jupyter_gpushare import kernel as gpu\ngpu.simulate_usage('2G')")
         await async_wait_until(lambda: node.ledger.get(kernel_id) is None, 10, 0.1, "the idle release")
+        # What its process still holds stays reserved.
+        left = node.ledger.released(kernel_id)
+        assert left is not None and left.held == 2 * GiB and left.suspended is None
         cell = await run_cell(kernel, "print(x)")
         assert cell.stdout.strip() == "1"
         assert "GPU slice was released after" in cell.stderr
         assert "idle" in cell.stderr and "%gpu request 4G" in cell.stderr
+        assert "still holds 2G on GPU0" in cell.stderr
+    finally:
+        await kernels.shutdown_all(now=True)
+
+
+async def test_idle_suspend_gives_everything_back_and_the_next_cell_resumes(node: Node) -> None:
+    kernels = manager(idle_release_after=1.0)  # idle_action = "suspend", the default
+    try:
+        kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
+        kernel = kernels.get_kernel(kernel_id)
+        await run_cell(kernel, "x = 1\nfrom jupyter_gpushare import kernel as gpu\ngpu.simulate_usage('2G')")
+        await async_wait_until(lambda: node.ledger.get(kernel_id) is None, 10, 0.1, "the idle suspend")
+        left = node.ledger.released(kernel_id)
+        assert left is not None and left.held == 0 and left.suspended is not None
+        assert left.suspended.state_bytes == 2 * GiB
+        cell = await run_cell(kernel, "print(x)")
+        assert "was suspended after" in cell.stderr and "GPUShare.idle_action" in cell.stderr, cell
+        assert cell.stdout.startswith("Resuming your 2G GPU state on GPU0") and cell.stdout.endswith("1\n"), (
+            cell
+        )
+        record = node.ledger.get(kernel_id)
+        assert record is not None and record.state == "running"
     finally:
         await kernels.shutdown_all(now=True)

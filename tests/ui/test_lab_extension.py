@@ -203,6 +203,33 @@ def test_release_and_shut_down_remove_the_slice(page: Any, lab: Lab) -> None:
     assert lab.slices() == []
 
 
+def test_suspend_from_the_panel_and_the_next_cell_resumes(page: Any, lab: Lab) -> None:
+    panel = open_panel(page)
+    kernel_id = notebook_with_pick(page, lab)
+    row = panel.locator(ROW)
+    # A cell run before the notebook is connected to its kernel would not run.
+    expect(page.get_by_text("Python 3 (GPU) | Idle")).to_be_visible(timeout=20_000)
+    run_cell(page, "from jupyter_gpushare import kernel as gpu; gpu.simulate_usage('3G'); x = 41")
+    expect(row.locator(".jp-gpushare-usage")).to_have_text("3 / 4 GiB", timeout=10_000)
+    row.get_by_role("button", name="Suspend the GPU state of Untitled.ipynb").click()
+    wait_for(lambda: lab.slice_of(kernel_id) is None, what="the slice to be given back")
+    expect(row).to_contain_text("suspended · 4G")
+    expect(row.locator(".jp-gpushare-release")).to_be_disabled()
+    resume = row.get_by_role("button", name="Resume the GPU state of Untitled.ipynb")
+    expect(resume).to_have_text("Resume")
+    # The next cell resumes the kernel, then runs.
+    run_cell(page, "print(x + 1)")
+    output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output").last
+    expect(output).to_contain_text(
+        re.compile(r"Resuming your 3G GPU state on GPU\d[^\n]*\n42"), timeout=20_000
+    )
+    expect(row).to_contain_text(re.compile(r"4G on GPU\d · timeslice"))
+    assert lab.slice_of(kernel_id) is not None
+    # A release with memory still held says so in the row.
+    row.get_by_role("button", name="Release the GPU slice of Untitled.ipynb").click()
+    expect(row).to_contain_text(re.compile(r"no GPU \(released\) · 3G held on GPU\d"))
+
+
 def test_an_over_limit_kernel_warns_in_its_row_and_the_status_bar(page: Any, lab: Lab) -> None:
     panel = open_panel(page)
     notebook_with_pick(page, lab)

@@ -110,6 +110,7 @@ def test_the_golden_hami_vgpu_pod() -> None:
                         {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "6442450944"},
                         {"name": "JUPYTER_GPUSHARE_DEFAULT_MEMORY", "value": "4G"},
                         {"name": "JUPYTER_GPUSHARE_DEFAULT_MODE", "value": "timeslice"},
+                        {"name": "JUPYTER_GPUSHARE_IDLE_POD_RESTART", "value": "False"},
                         {"name": "JUPYTER_GPUSHARE_IDLE_RELEASE_AFTER", "value": "0.0"},
                         {"name": "JUPYTER_GPUSHARE_KERNEL_ID", "value": KERNEL_ID},
                         {"name": "JUPYTER_GPUSHARE_MEMORY_BYTES", "value": "6442450944"},

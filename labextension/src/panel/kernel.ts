@@ -1,7 +1,8 @@
 /**
  * A kernel row of the side panel (`.jp-gpushare-kernel`): the notebook (a button that opens
- * it), the slice, a used/slice bar, utilisation, the state or queue position, the warnings,
- * and the actions resize, release and shut down.
+ * it), the slice, a used/slice bar, utilisation, the state or queue position, the memory its
+ * processes hold beyond the slice, the warnings, and the actions resize, release, suspend (or
+ * resume) and shut down.
  */
 
 import { h, percentOf, setAttr, setText } from '../dom';
@@ -21,6 +22,10 @@ export interface IKernelActions {
   resize(kernel: IKernelSlice): void;
   /** Release the slice; the kernel keeps running. */
   release(kernel: IKernelSlice): void;
+  /** Move the GPU state to host memory and give the slice back. */
+  suspend(kernel: IKernelSlice): void;
+  /** Bring a suspended kernel's GPU state back. */
+  resume(kernel: IKernelSlice): void;
   /** Shut the kernel down. */
   shutdown(kernel: IKernelSlice): void;
 }
@@ -70,6 +75,7 @@ export class KernelRow {
         { class: 'jp-gpushare-actions' },
         this._resize,
         this._release,
+        this._suspend,
         this._shutdown
       )
     );
@@ -87,6 +93,13 @@ export class KernelRow {
     this._release.addEventListener('click', () => {
       if (this._kernel) {
         this._actions.release(this._kernel);
+      }
+    });
+    this._suspend.addEventListener('click', () => {
+      if (this._kernel?.state === 'suspended') {
+        this._actions.resume(this._kernel);
+      } else if (this._kernel) {
+        this._actions.suspend(this._kernel);
       }
     });
     this._shutdown.addEventListener('click', () => {
@@ -124,14 +137,22 @@ export class KernelRow {
     if (kernel.state === 'queued') {
       state = `queued #${kernel.queue_position ?? '?'} · ${kernel.size ?? ''}`;
     } else if (kernel.state === 'released') {
-      state = 'no GPU (released)';
+      state = kernel.held
+        ? `no GPU (released) · ${formatBytes(kernel.held)} held on GPU${kernel.device}`
+        : 'no GPU (released)';
+    } else if (kernel.state === 'suspended') {
+      state = `suspended · ${kernel.size ?? ''}`;
     } else {
       state = `${kernel.size ?? formatBytes(request)} on ${where} · ${kernel.mode}`;
     }
     setText(this._state, state);
     this._state.className = `jp-gpushare-state jp-gpushare-state-${kernel.state}`;
-    // A kernel pod's start in the cluster's words ("pending: 0/4 nodes are available: …").
-    const detail = kernel.state === 'queued' ? (kernel.detail ?? '') : '';
+    // A kernel pod's start in the cluster's words ("pending: 0/4 nodes are available: …"), or
+    // where a suspended kernel's GPU state waits.
+    const detail =
+      kernel.state === 'queued' || kernel.state === 'suspended'
+        ? (kernel.detail ?? '')
+        : '';
     setText(this._detail, detail);
     this._detail.hidden = !detail;
 
@@ -139,6 +160,8 @@ export class KernelRow {
     this._used.style.width = percentOf(kernel.memory_used, request);
     setAttr(this._bar, 'aria-valuenow', String(kernel.memory_used));
     setAttr(this._bar, 'aria-valuemax', String(request));
+    // Memory held beyond the slice shows as use above it ("3.8 / 1 GiB"), which the ledger
+    // keeps reserved; a released kernel's row says what it still holds.
     const usage = running
       ? `${formatGiB(kernel.memory_used)} / ${formatGiB(request)} GiB`
       : '';
@@ -169,7 +192,9 @@ export class KernelRow {
     this._resize.disabled = !running;
     // A pod holds its GPU for its life; only a queued pod's start can be withdrawn.
     this._release.disabled =
-      kernel.state === 'released' || (Boolean(kernel.pod) && running);
+      kernel.state === 'released' ||
+      kernel.state === 'suspended' ||
+      (Boolean(kernel.pod) && running);
     setAttr(
       this._release,
       'title',
@@ -177,7 +202,27 @@ export class KernelRow {
         ? 'A kernel pod keeps its GPU until it ends: shut the kernel down to free it'
         : 'Release the GPU slice; the kernel keeps running'
     );
+    const suspended = kernel.state === 'suspended';
+    setText(this._suspend, suspended ? 'Resume' : 'Suspend');
+    // A pod cannot give its memory back without a new pod; only a running slice can suspend.
+    this._suspend.disabled = !(suspended || (running && !kernel.pod));
     const name = notebook.label;
+    setAttr(
+      this._suspend,
+      'aria-label',
+      suspended
+        ? `Resume the GPU state of ${name}`
+        : `Suspend the GPU state of ${name}`
+    );
+    setAttr(
+      this._suspend,
+      'title',
+      suspended
+        ? 'Wait for a GPU slice and restore the GPU state'
+        : kernel.pod
+          ? 'A kernel pod keeps its GPU until it ends: shut the kernel down to free it'
+          : 'Move the GPU state to host memory and give the slice back; the next cell resumes it'
+    );
     setAttr(this._resize, 'aria-label', `Resize the GPU slice of ${name}`);
     setAttr(this._release, 'aria-label', `Release the GPU slice of ${name}`);
     setAttr(this._shutdown, 'aria-label', `Shut down the kernel of ${name}`);
@@ -215,6 +260,11 @@ export class KernelRow {
     'button',
     { class: 'jp-gpushare-action jp-gpushare-release', type: 'button' },
     'Release'
+  );
+  private _suspend = h(
+    'button',
+    { class: 'jp-gpushare-action jp-gpushare-suspend', type: 'button' },
+    'Suspend'
   );
   private _shutdown = h(
     'button',

@@ -95,9 +95,7 @@ export class GPUSharePanel extends Widget {
         card = new DeviceCard();
         this._deviceCards.set(device.uuid, card);
       }
-      const yours = model.kernels
-        .filter(k => k.state === 'running' && k.device === device.id)
-        .reduce((sum, k) => sum + (k.memory_request ?? 0), 0);
+      const yours = model.yoursReserved(device);
       card.update({
         device,
         yours: Math.min(yours, device.memory_reserved),

@@ -100,6 +100,8 @@ export class GPUStatusItem extends Widget {
         text = `GPU ${formatGiB(kernel.memory_used)} / ${formatGiB(kernel.memory_request ?? 0)} GiB`;
       } else if (kernel.state === 'queued') {
         text = `GPU queued #${kernel.queue_position ?? '?'}`;
+      } else if (kernel.state === 'suspended') {
+        text = 'GPU suspended';
       } else {
         text = 'GPU released';
       }

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyter_gpushare.errors import DoesNotFitError
+from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, DoesNotFitError
 from jupyter_gpushare.k8s.manifests import pod_name
 from jupyter_gpushare.sizes import GiB
 
@@ -88,12 +88,15 @@ async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
     # A pod's slice is fixed: resizing without a restart changes nothing, and says so.
     _, err = await execute(server, kernel_id, "%gpu resize 8G")
     assert "fixed for the pod's life: nothing was changed" in err
-    _, err = await execute(server, kernel_id, "%gpu release")
-    assert "keeps it for the pod's life" in err
+    for command in ("%gpu release", "%gpu suspend", "%gpu resume"):
+        _, err = await execute(server, kernel_id, command)
+        assert POD_HOLDS_ITS_GPU in err
     refused = server.request("PATCH", f"/api/gpushare/kernels/{kernel_id}", {"gpu_memory": "8G"})
     assert refused.status == 409 and "nothing was changed" in refused.body["message"]
     refused = server.request("DELETE", f"/api/gpushare/kernels/{kernel_id}/gpu")
-    assert refused.status == 409 and "shut the kernel down" in refused.body["message"]
+    assert refused.status == 409 and POD_HOLDS_ITS_GPU in refused.body["message"]
+    refused = server.request("POST", f"/api/gpushare/kernels/{kernel_id}/suspend")
+    assert refused.status == 409 and POD_HOLDS_ITS_GPU in refused.body["message"]
     assert get(server, f"kernels/{kernel_id}")["memory_request"] == 6 * GiB
 
     # With a restart (the panel's Resize on a pod): a new pod of the new size.
@@ -272,3 +275,31 @@ async def test_browsers_reconnect_when_their_kernel_comes_back_in_a_new_pod(
     assert out == "42\n"
     await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
     await nothing_left(cluster)
+
+
+async def test_an_idle_pod_restarts_in_a_new_pod_only_where_the_admin_opted_in(
+    node: Node, cluster: SimulatedCluster
+) -> None:
+    server = await asyncio.to_thread(
+        server_for, node, cluster, idle_release_after="1", idle_pod_restart="True"
+    )
+    try:
+        started = await asyncio.to_thread(start, server, {"name": "gpu-6g-vgpu"})
+        kernel_id = started["kernel_id"]
+        await asyncio.to_thread(running_view, server, kernel_id)
+        [pod] = [p for p in cluster.pods() if p["metadata"]["name"] == pod_name(kernel_id)]
+        await execute(server, kernel_id, "x = 1")  # the idle clock starts with the first cell
+        # Idle for 1 s: the kernel asks its server, which restarts it in a new pod (x is lost).
+        await asyncio.to_thread(
+            wait_until,
+            lambda: [
+                p["metadata"]["uid"] for p in cluster.pods() if p["metadata"]["name"] == pod_name(kernel_id)
+            ],
+            60,
+            POLL,
+            "a new pod",
+            until=lambda uids: bool(uids) and uids != [pod["metadata"]["uid"]],
+        )
+        await asyncio.to_thread(running_view, server, kernel_id, 60)
+    finally:
+        await asyncio.to_thread(server.stop)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU
 from jupyter_gpushare.k8s.manifests import pod_name, secret_name
 from jupyter_gpushare.sizes import GiB
 
@@ -80,6 +81,16 @@ async def test_only_the_kernel_itself_reports_and_bad_reports_change_nothing(
     assert (status, body["message"]) == (
         409,
         "100G does not fit on any GPU node of the cluster: the largest card has 80G",
+    )
+    # An idle pod asks to give its memory back: only a new pod can, and only if the admin opted in.
+    for bad_idle in ({}, {"idle_for": -1}, {"idle_for": "60"}, {"idle_for": 60, "now": True}):
+        status, body = kernel_call(server, kernel_id, "idle", bad_idle, token)
+        assert status == 400 and body["message"], bad_idle
+    status, body = kernel_call(server, kernel_id, "idle", {"idle_for": 60}, token)
+    assert (
+        status == 409
+        and POD_HOLDS_ITS_GPU in body["message"]
+        and "idle_pod_restart is off" in body["message"]
     )
     view = get(server, f"kernels/{kernel_id}")
     assert view["usage_source"] is None and view["memory_used"] == 0
