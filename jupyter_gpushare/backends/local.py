@@ -21,14 +21,12 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from .. import env_names
-from ..allocator import Placement, Policy, Refusal, Request, fit
+from ..allocator import Placement, Policy, Refusal
 from ..checkpoint import HelperRunner, Runner
 from ..config import GPUShare, settings_env
 from ..errors import (
     DoesNotFitError,
     LedgerError,
-    ModeUnavailableError,
-    NoGPUError,
     NoSliceError,
     NotYourSliceError,
 )
@@ -37,8 +35,8 @@ from ..inventory import Device, Inventory, discover
 from ..ledger import Ledger
 from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
 from ..payloads import KernelPayload, PoolPayload
-from ..preview import Preview, never, preview_start
-from ..processes import current_process, identify, is_alive, runs_within
+from ..preview import Preview
+from ..processes import current_process, identify, runs_within
 from ..records import (
     NewRequest,
     Outcome,
@@ -51,12 +49,12 @@ from ..records import (
 from ..sizes import bytes_or_none, format_bytes
 from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
 from . import holding as holdings
-from . import local_views
+from . import local_checks, local_views
 from . import suspend as suspending
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .holding import Holding
 from .monitor import UsageMonitor
-from .queue_wait import wait_for_slice
+from .queue_wait import settle, wait_for_slice
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -145,53 +143,29 @@ class LocalBackend:
         self, memory: object = None, mode: object = None, cores: object = None, kernel_id: str = ""
     ) -> SliceRequest:
         """Validate a request and check this node can honour its mode (raises with the reason)."""
-        request = make_slice_request(
-            memory,
-            mode,
-            cores,
-            self.settings.default_memory,
-            self.settings.default_mode,
-            self.settings.min_memory_bytes(),
+        return local_checks.check(self._asked(kernel_id), self._slice_request(memory, mode, cores))
+
+    def _slice_request(self, memory: object, mode: object, cores: object) -> SliceRequest:
+        settings = self.settings
+        return make_slice_request(
+            memory, mode, cores, settings.default_memory, settings.default_mode, settings.min_memory_bytes()
         )
-        if not self.ledger.devices():
-            raise NoGPUError(self.inventory.problem or "no GPU found")
-        missing = request.mode.unavailable_reason(self.facts)
-        if missing:
-            raise ModeUnavailableError(missing)
-        # Refuse at once what waiting cannot change (too large, above a quota), before anything
-        # waits or starts; what could fit once others end is the queue's business.
-        never = fit(
-            Request(kernel_id, self.owner, request.size, request.mode.placement),
-            self.ledger.devices(),
-            self.ledger.held(),
-            self.policy,
-        )
-        if isinstance(never, Refusal) and not never.retry:
-            raise DoesNotFitError(never.reason)
-        return request
 
     def preview(self, memory: object, mode: object = None, cores: object = None) -> Preview:
         """What starting a kernel with this request would do now (``GET fit``, the start
         picker): the same placement a start makes, from the same ledger; nothing is reserved."""
-        request = make_slice_request(
-            memory,
-            mode,
-            cores,
-            self.settings.default_memory,
-            self.settings.default_mode,
-            self.settings.min_memory_bytes(),
+        return local_checks.preview(self._asked(""), self._slice_request(memory, mode, cores))
+
+    def _asked(self, kernel_id: str) -> local_checks.Asked:
+        return local_checks.Asked(
+            kernel_id,
+            self.owner,
+            self.ledger,
+            self.inventory.problem,
+            self.facts,
+            self.policy,
+            self.settings.when_full,
         )
-        devices = self.ledger.devices()
-        if not devices:
-            return never(self.inventory.problem or "no GPU found", "no GPU in the pool")
-        missing = request.mode.unavailable_reason(self.facts)
-        if missing:
-            return never(missing)
-        records = self.ledger.records()
-        ahead = sum(1 for record in records if record.state == "queued" and is_alive(record.process))
-        wanted = Request("", self.owner, request.size, request.mode.placement)
-        held = self.ledger.held()
-        return preview_start(wanted, devices, held, ahead, self.policy, self.settings.when_full)
 
     # ---- acquire / release ---------------------------------------------------------------
 
@@ -255,14 +229,7 @@ class LocalBackend:
         if isinstance(outcome, Waiting):
             record = self.ledger.get(kernel_id)
             waited = time.time() - record.requested_at if record is not None else 0.0
-            if self.settings.when_full == "fail":
-                outcome = Refused(outcome.reason)
-            elif waited >= self.settings.queue_timeout:
-                outcome = Refused(
-                    f"no GPU slice after waiting {waited:.0f} s (queue position {outcome.position}): "
-                    f"{outcome.reason}",
-                    timed_out=True,
-                )
+            outcome = settle(outcome, waited, self.settings.when_full, self.settings.queue_timeout)
         if isinstance(outcome, Refused):
             self.ledger.release(kernel_id)
         return outcome
@@ -347,14 +314,7 @@ class LocalBackend:
         What the kernel's processes hold is measured first: a size below it is refused with the
         numbers, unless ``force``, and then the held memory stays reserved until it is freed.
         """
-        size = make_slice_request(
-            memory,
-            None,
-            None,
-            self.settings.default_memory,
-            self.settings.default_mode,
-            self.settings.min_memory_bytes(),
-        ).size
+        size = self._slice_request(memory, None, None).size
         current = self.ledger.get(kernel_id)
         held = (
             self.holding(current) if current is not None and current.state == "running" else Holding(0, None)

@@ -21,6 +21,20 @@ from .base import WaitCallback
 log = logging.getLogger("jupyter_gpushare")
 
 
+def settle(outcome: Waiting, waited: float, when_full: str, queue_timeout: float) -> Outcome:
+    """What a request still waiting after ``waited`` seconds is now: refused at once when the
+    pool is full and ``when_full = "fail"``, refused as timed out after ``queue_timeout``."""
+    if when_full == "fail":
+        return Refused(outcome.reason)
+    if waited >= queue_timeout:
+        return Refused(
+            f"no GPU slice after waiting {waited:.0f} s (queue position {outcome.position}): "
+            f"{outcome.reason}",
+            timed_out=True,
+        )
+    return outcome
+
+
 async def wait_for_slice(
     kernel_id: str,
     request: SliceRequest,
