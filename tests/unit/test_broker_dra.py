@@ -1,10 +1,16 @@
 """The broker under Dynamic Resource Allocation (pure parts): each start's pod has a claim of its
 own name per generation, and a claim the scheduler cannot allocate fails the start with what it
-asked for and the scheduler's words. End to end: tests/integration/test_broker_dra.py."""
+asked for and the scheduler's words; the broker's DRA RBAC example. End to end:
+tests/integration/test_broker_dra.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import kubernetes_validate
+import yaml
+from kubernetes_validate.utils import latest_version
 
 from jupyter_gpushare.broker.pods import PodStartState
 from jupyter_gpushare.config import GPUShare
@@ -87,3 +93,27 @@ def test_an_unallocatable_claim_fails_with_what_it_asked_for_and_the_schedulers_
         "0/4 nodes are available: 4 cannot allocate all claims."
     )
     assert asked.startswith("a ResourceClaim for 1 gpu.nvidia.com device")
+
+
+def test_the_brokers_dra_rbac_example_grants_what_its_dra_calls_need_and_no_more() -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "kubernetes" / "broker-rbac-dra.yaml"
+    documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    for document in documents:
+        kubernetes_validate.validate(document, latest_version(), strict=True)
+    granted: dict[tuple[str, str], set[str]] = {}
+    for role in (doc for doc in documents if doc["kind"] in ("Role", "ClusterRole")):
+        where = role["metadata"].get("namespace", "cluster")
+        for rule in role["rules"]:
+            assert rule["apiGroups"] == ["resource.k8s.io"]
+            for resource in rule["resources"]:
+                granted.setdefault((where, resource), set()).update(rule["verbs"])
+    assert granted == {
+        # broker/pods.py: create_claim, list_claims and delete_claim (with the pod, orphans)
+        ("jupyter-kernels", "resourceclaims"): {"create", "list", "delete"},
+        # k8s/watch.py with dra=True: the pool, admission, the fallback a claim got
+        ("cluster", "resourceslices"): {"list", "watch"},
+        ("cluster", "resourceclaims"): {"list", "watch"},
+        ("cluster", "deviceclasses"): {"list", "watch"},
+    }
+    bindings = [doc for doc in documents if doc["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert {(s["name"], s["namespace"]) for b in bindings for s in b["subjects"]} == {("hub", "jupyter")}
