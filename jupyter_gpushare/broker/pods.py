@@ -9,8 +9,8 @@ created — the only API requests a start costs — and the pod is followed thro
 list+watch. The server polls (``GET pods/{id}``) and gets, in turn, its queue position, the pod's
 phase and the scheduler's words, and once it runs the connection info.
 
-Under a DRA preset each pod also gets a ResourceClaim of its own, built by the same pure
-:func:`~jupyter_gpushare.k8s.build.kernel_claim` as the embedded provisioner's, created right
+Under a DRA preset each pod also gets a ResourceClaim of its own (:mod:`.pod_claims`), built by
+the embedded provisioner's pure :func:`~jupyter_gpushare.k8s.build.kernel_claim`, created right
 after the pod and owned by it (so it goes with it); the nodes admission judges by are the DRA
 pool (ResourceSlices and allocated claims, from the same watch), and a claim the scheduler cannot
 allocate reaches the server as the scheduler's words, as for any pod it cannot place.
@@ -45,19 +45,15 @@ from ..errors import (
     QueueTimeoutError,
 )
 from ..k8s.admission import why_not_now
-from ..k8s.build import kernel_claim, kernel_pod
+from ..k8s.build import kernel_pod
 from ..k8s.claims import summary
 from ..k8s.cluster import ClusterError
 from ..k8s.manifests import (
-    APP,
-    APP_LABEL,
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
-    KERNEL_ID_LABEL,
     claim_name,
     connection_info,
     kernel_ports,
-    label_value,
     make_secret,
     pod_name,
     secret_name,
@@ -68,6 +64,7 @@ from ..k8s.starting import KernelPodStartError, progress
 from ..k8s.status import termination
 from ..sizes import bytes_or_none
 from ..slice_request import make_slice_request
+from .pod_claims import create_claim, delete_claims
 
 log = logging.getLogger("jupyter_gpushare.broker")
 
@@ -409,16 +406,19 @@ class PodStarts:
                 cluster.delete_secret(secret_name(start.kernel_id))
                 cluster.create_secret(start.secret)
             created = cluster.create_pod(start.pod)
-            claim = self._claim_of(start, created)
-            if claim is not None:
+            if start.pod_request is not None:
                 # Made once the pod exists, owned by it: it goes with the pod whatever happens.
-                try:
-                    cluster.create_claim(claim)
-                except ClusterError as error:
-                    if error.api_status != 409:
-                        raise
-                    cluster.delete_claim(claim["metadata"]["name"])  # left by an unfinished start
-                    cluster.create_claim(claim)
+                create_claim(
+                    cluster,
+                    start.pod_request,
+                    created,
+                    kernel_id=start.kernel_id,
+                    server_id=start.server_id,
+                    owner=start.owner,
+                    size=start.size,
+                    generation=start.generation,
+                    annotations={HOLDER_ANNOTATION: self.backend.holder},
+                )
         except ClusterError as error:
             with self.lock:
                 self._fail(start, KernelPodStartError(f"the kernel pod could not be created: {error}"))
@@ -428,23 +428,6 @@ class PodStarts:
             if start.state == "creating":  # not withdrawn meanwhile
                 start.state = "starting"
                 start.detail = "pending: waiting for the scheduler"
-
-    def _claim_of(self, start: PodStartState, pod: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The ResourceClaim of ``start``'s pod just created (None without a DRA preset)."""
-        if start.pod_request is None:
-            return None
-        metadata = pod.get("metadata") or {}
-        return kernel_claim(
-            start.pod_request,
-            kernel_id=start.kernel_id,
-            server_id=start.server_id,
-            owner=start.owner,
-            namespace=self.backend.cluster.namespace,
-            size=start.size,
-            annotations={HOLDER_ANNOTATION: self.backend.holder},
-            generation=start.generation,
-            pod={"name": pod_name(start.kernel_id), "uid": str(metadata.get("uid") or "")},
-        )
 
     def _allocated_as(self, start: PodStartState) -> str | None:
         """Which fallback the running pod's claim got (None: no claim, or not allocated yet)."""
@@ -496,18 +479,12 @@ class PodStarts:
             lambda: cluster.delete_secret(secret_name(kernel_id)),
         ]
         if self.backend.preset.dra is not None:
-            deletions.append(lambda: self._delete_claims(kernel_id))
+            deletions.append(lambda: delete_claims(cluster, kernel_id))
         for delete in deletions:
             try:
                 delete()
             except ClusterError as error:
                 log.error("Kernel %s: cleanup incomplete: %s", kernel_id, error)
-
-    def _delete_claims(self, kernel_id: str) -> None:
-        cluster = self.backend.cluster
-        mine = f"{APP_LABEL}={APP},{KERNEL_ID_LABEL}={label_value(kernel_id)}"
-        for claim in cluster.list_claims(mine):
-            cluster.delete_claim(str(claim["metadata"]["name"]))
 
 
 def _connection_of(start: PodStartState) -> dict[str, Any]:
