@@ -227,6 +227,18 @@ class KubernetesBackend:
             nodes, slices, self.preset, usage, viewer=self.viewer, problem=self.problem(), devices=devices
         )
 
+    def claim_allocated_as(self, name: str) -> str | None:
+        """The mode ResourceClaim ``name`` was allocated as, from the watch (the broker says it to
+        the kernel's server); None without DRA, or while it is not allocated or not seen."""
+        shared = self._shared
+        if self.preset.dra is None or shared is None:
+            return None
+        try:
+            uses = read_claims(shared.all_claims(), self.preset.dra)
+        except ClusterError:
+            return None
+        return next((use.mode for use in uses if (use.namespace, use.name) == (self.namespace, name)), None)
+
     def _kernel_slices(self) -> list[PodSlice]:
         """Our kernel pods, with the mode each DRA claim got where it had fallbacks."""
         slices = self.slices()

@@ -2,8 +2,9 @@
 
 Started by ``jupyter gpushare broker`` (:func:`main`). On the local backend the broker makes the
 node ledger its own (files mode 0600: no user can open it, only the broker decides); on the
-Kubernetes backend it holds the cluster credentials and the one list+watch. Every few seconds it
-releases slices of kernels that are gone and collects kernel pods nobody asks after, so a
+Kubernetes backend it holds the cluster credentials and the one list+watch (under a DRA preset
+of ResourceSlices and ResourceClaims too: it creates each kernel pod's claim). Every few seconds
+it releases slices of kernels that are gone and collects kernel pods nobody asks after, so a
 restarted broker rebuilds its state from the ledger or the cluster and loses nothing.
 """
 
@@ -67,27 +68,12 @@ def local_authority(settings: GPUShare) -> LocalAuthority:
     return LocalAuthority(backend)
 
 
-def refuse_dra_presets(settings: GPUShare) -> None:
-    """The broker makes kernel pods and Secrets but not yet ResourceClaims: under a DRA preset its
-    pods would wait for claims nobody creates, so it refuses to start (before any cluster call)."""
-    from ..k8s.presets import resolve_preset
-
-    preset = resolve_preset(settings.resource_preset, settings.resource_names, settings.dra_names())
-    if preset.dra is not None:
-        raise ConfigurationError(
-            f"the broker does not create ResourceClaims yet, so it cannot serve the DRA preset "
-            f"{preset.name!r}: use a device-plugin preset (nvidia, hami, volcano, kai, aliyun) with "
-            "the broker, or DRA without a broker"
-        )
-
-
 def kubernetes_authority(settings: GPUShare, broker: GPUShareBroker) -> Authority:
     from ..backends.base import ServerHooks
     from ..backends.kubernetes import KubernetesBackend
     from .authority import KubernetesAuthority
     from .pods import PodStarts
 
-    refuse_dra_presets(settings)
     backend = KubernetesBackend(settings)
     backend.attach_server(ServerHooks())  # the one list+watch of the cluster, in the broker
     return KubernetesAuthority(backend, PodStarts(backend, orphan_grace=broker.orphan_grace))

@@ -2,10 +2,12 @@
 
 A server asks after each of its kernel pods every few seconds (its poll, and a lease it renews),
 so the broker knows which pods are wanted. One nobody has asked after for ``orphan_grace``
-seconds is an orphan: its server is gone, or its start was lost when the broker was killed. A
-restarted broker gives every server that long to come back before it collects anything. Secrets
-are listed now and then (they are not watched): one whose kernel has no pod and no start in
-flight was left by a start killed between creating the two.
+seconds is an orphan: its server is gone, or its start was lost when the broker was killed. It
+is deleted with its Secret and, under DRA, its ResourceClaim (a claim is made after its pod and
+owned by it, so none outlives its pod). A restarted broker gives every server that long to come
+back before it collects anything. Secrets are listed now and then (they are not watched): one
+whose kernel has no pod and no start in flight was left by a start killed between creating the
+two.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ created — the only API requests a start costs — and the pod is followed thro
 list+watch. The server polls (``GET pods/{id}``) and gets, in turn, its queue position, the pod's
 phase and the scheduler's words, and once it runs the connection info.
 
+Under a DRA preset each pod also gets a ResourceClaim of its own (:mod:`.pod_claims`), built by
+the embedded provisioner's pure :func:`~jupyter_gpushare.k8s.build.kernel_claim`, created right
+after the pod and owned by it (so it goes with it); the nodes admission judges by are the DRA
+pool (ResourceSlices and allocated claims, from the same watch), and a claim the scheduler cannot
+allocate reaches the server as the scheduler's words, as for any pod it cannot place.
+
 Servers keep asking after their running kernels (their poll, and a lease), so the broker knows
 which pods someone still wants. A pod nobody has asked after for ``orphan_grace`` seconds — its
 server is gone, or the broker was killed while starting it — is deleted with its Secret: a
@@ -40,10 +46,12 @@ from ..errors import (
 )
 from ..k8s.admission import why_not_now
 from ..k8s.build import kernel_pod
+from ..k8s.claims import summary
 from ..k8s.cluster import ClusterError
 from ..k8s.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
+    claim_name,
     connection_info,
     kernel_ports,
     make_secret,
@@ -51,10 +59,12 @@ from ..k8s.manifests import (
     secret_name,
 )
 from ..k8s.pool import held_by_user, never_fits, read_pod
+from ..k8s.requests import PodRequest
 from ..k8s.starting import KernelPodStartError, progress
 from ..k8s.status import termination
 from ..sizes import bytes_or_none
 from ..slice_request import make_slice_request
+from .pod_claims import create_claim, delete_claims
 
 log = logging.getLogger("jupyter_gpushare.broker")
 
@@ -94,6 +104,9 @@ class PodStartState:
     memory: int | None  # bytes the pod asks for, where known
     secret: dict[str, Any]
     pod: dict[str, Any]
+    pod_request: PodRequest | None = None  # under DRA: the claim's spec (kernel_claim makes it)
+    size: str = ""  # the slice size as asked, for the claim's annotation
+    generation: int = 0  # how many pods the kernel had before this one: its claim's name
     requested_at: float = field(default_factory=time.monotonic)
     state: str = "queued"  # queued, creating, starting, running, failed
     detail: str = ""
@@ -102,6 +115,13 @@ class PodStartState:
     unschedulable_since: float | None = None
     ip: str | None = None
     finished_at: float | None = None
+
+    @property
+    def claim(self) -> str | None:
+        """The name of this pod's ResourceClaim (None without a DRA preset)."""
+        if self.pod_request is None or self.pod_request.claim is None:
+            return None
+        return claim_name(self.kernel_id, self.generation)
 
     @property
     def active(self) -> bool:
@@ -173,6 +193,7 @@ class PodStarts:
             report_url=ask.report_url,
             kernel_env=ask.env,
             ports=ports,
+            generation=ask.generation,  # under DRA the pod refers to its own claim
         )
         secret = make_secret(
             ask.kernel_id,
@@ -211,7 +232,17 @@ class PodStarts:
                     refusal = user_limit_refusal(owner, wanted, held, limit, POD_HOLDERS)
                 if refusal is not None:
                     raise DoesNotFitError(refusal)
-            start = PodStartState(ask.kernel_id, owner, server_id, wanted, secret, pod)
+            start = PodStartState(
+                ask.kernel_id,
+                owner,
+                server_id,
+                wanted,
+                secret,
+                pod,
+                pod_request=pod_request,
+                size=str(request.size),
+                generation=ask.generation,
+            )
             if settings.when_full == "fail":
                 reason = why_not_now(wanted, self.backend.nodes(), slices, self._unseen(pods))
                 if self.queue or reason:
@@ -374,7 +405,20 @@ class PodStarts:
                     raise
                 cluster.delete_secret(secret_name(start.kernel_id))
                 cluster.create_secret(start.secret)
-            cluster.create_pod(start.pod)
+            created = cluster.create_pod(start.pod)
+            if start.pod_request is not None:
+                # Made once the pod exists, owned by it: it goes with the pod whatever happens.
+                create_claim(
+                    cluster,
+                    start.pod_request,
+                    created,
+                    kernel_id=start.kernel_id,
+                    server_id=start.server_id,
+                    owner=start.owner,
+                    size=start.size,
+                    generation=start.generation,
+                    annotations={HOLDER_ANNOTATION: self.backend.holder},
+                )
         except ClusterError as error:
             with self.lock:
                 self._fail(start, KernelPodStartError(f"the kernel pod could not be created: {error}"))
@@ -384,6 +428,11 @@ class PodStarts:
             if start.state == "creating":  # not withdrawn meanwhile
                 start.state = "starting"
                 start.detail = "pending: waiting for the scheduler"
+
+    def _allocated_as(self, start: PodStartState) -> str | None:
+        """Which fallback the running pod's claim got (None: no claim, or not allocated yet)."""
+        name = start.claim
+        return self.backend.claim_allocated_as(name) if name is not None else None
 
     def _follow(self, start: PodStartState, pod: dict[str, Any] | None, now: float) -> None:
         """Move a starting pod on from what the watch shows (lock held)."""
@@ -395,11 +444,17 @@ class PodStarts:
             unschedulable_for=now - (start.unschedulable_since or now),
             unschedulable_grace=self.unschedulable_grace,
             launch_timeout=self.settings.launch_timeout,
+            asked=summary(start.pod_request) if start.pod_request is not None else None,
         )
         start.unschedulable_since = (start.unschedulable_since or now) if seen.unschedulable else None
         start.detail = seen.detail
         if seen.state == "running":
             start.state, start.ip, start.finished_at = "running", seen.ip, now
+            got = self._allocated_as(start)
+            if got is not None:
+                # As the embedded provisioner says it: the kernel's state tells which fallback.
+                log.info("Kernel %s: its claim %s was allocated as %s", start.kernel_id, start.claim, got)
+                start.detail = f"{start.detail}; the claim got {got}"
         elif seen.error is not None:
             self._fail(start, seen.error)
             threading.Thread(target=self.delete_objects, args=(start.kernel_id, 0), daemon=True).start()
@@ -416,11 +471,15 @@ class PodStarts:
                 del self.starts[kernel_id]
 
     def delete_objects(self, kernel_id: str, grace: int | None) -> None:
+        """Delete a kernel's pod and Secret and, under DRA, its ResourceClaims (they would go with
+        their pod anyway, being owned by it; deleting them here frees the devices at once)."""
         cluster = self.backend.cluster
-        deletions: list[Callable[[], bool]] = [
+        deletions: list[Callable[[], object]] = [
             lambda: cluster.delete_pod(pod_name(kernel_id), grace_period_seconds=grace),
             lambda: cluster.delete_secret(secret_name(kernel_id)),
         ]
+        if self.backend.preset.dra is not None:
+            deletions.append(lambda: delete_claims(cluster, kernel_id))
         for delete in deletions:
             try:
                 delete()

@@ -6,7 +6,9 @@ pods still waiting for the scheduler will take — says the pod fits. The schedu
 word: an admitted pod that still cannot be placed fails with the scheduler's reason.
 
 Only slices of a known size in bytes are judged; a whole card or a MIG instance (no byte size)
-and nodes that say nothing of their memory are left to the scheduler.
+and nodes that say nothing of their memory are left to the scheduler. Under a DRA preset the
+nodes are the DRA pool's (:func:`~jupyter_gpushare.k8s.dra_pool.dra_nodes`: ResourceSlices, and
+what every allocated ResourceClaim holds).
 """
 
 from __future__ import annotations
@@ -42,7 +44,13 @@ def node_rooms(
             held[item.node] = held.get(item.node, 0) + item.memory
         elif not item.deleting:
             waiting.append(item.memory)
-    free = {node.name: node.memory_total - held.get(node.name, 0) for node in nodes if node.memory_total}
+    # Under DRA a node's allocated claims say what is held there, whoever made them (another
+    # namespace's claims occupy the devices too); our pods' claims may not show as allocated yet.
+    free = {
+        node.name: node.memory_total - max(held.get(node.name, 0), node.claimed or 0)
+        for node in nodes
+        if node.memory_total
+    }
     for amount in sorted(waiting, reverse=True):
         if not free:
             break

@@ -37,9 +37,11 @@ def progress(
     unschedulable_grace: float,
     launch_timeout: float,
     gone_grace: float = 5.0,
+    asked: str | None = None,
 ) -> Progress:
     """Where pod ``name`` stands, ``waited`` seconds after it was created (``pod`` None: the
-    watch does not show it — not yet, or deleted)."""
+    watch does not show it — not yet, or deleted). ``asked``: what the pod asks for where its
+    limits do not say it (a DRA claim), for the reason a start fails with."""
     if pod is None:
         if waited > gone_grace:
             return _failed(KernelPodStartError(f"the kernel pod {name} was deleted while it started"))
@@ -63,8 +65,9 @@ def progress(
     unschedulable = unschedulable_reason(pod, [])
     if unschedulable is not None:
         if unschedulable_for >= unschedulable_grace:
+            what = f" (asked for {asked})" if asked else ""
             return _failed(
-                DoesNotFitError(f"the cluster cannot place the kernel pod {name}: {unschedulable}")
+                DoesNotFitError(f"the cluster cannot place the kernel pod {name}{what}: {unschedulable}")
             )
         return Progress("starting", f"pending: {unschedulable}", unschedulable=True)
     detail = pending_state(pod, [])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -113,14 +114,19 @@ class Setup:
         return (self.root / "broker.log").read_text(errors="replace")
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    root = tmp_path_factory.mktemp("broker-k8s")
+@contextlib.contextmanager
+def hub_and_broker(
+    root: Path,
+    cluster: SimulatedCluster,
+    kernelspecs: dict[str, dict[str, Any]],
+    preset: str,
+    gpushare: dict[str, Any],
+) -> Iterator[Setup]:
+    """A hub whose users' servers know only the broker's URL, and the broker (``preset``, the
+    broker's ``gpushare`` settings) holding ``cluster``'s kubeconfig; the ``kernelspecs`` (name:
+    the provisioner's config) installed for every server."""
     prefix = root / "prefix" / "share" / "jupyter"
-    for name, config in (
-        ("gpu-6g-vgpu", {"gpu_memory": "6G", "gpu_mode": "vgpu"}),
-        ("gpu-2g-vgpu", {"gpu_memory": "2G", "gpu_mode": "vgpu"}),
-    ):
+    for name, provisioner_config in kernelspecs.items():
         directory = prefix / "kernels" / name
         directory.mkdir(parents=True)
         spec = {
@@ -128,103 +134,115 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             "display_name": name,
             "language": "python",
             "metadata": {
-                "kernel_provisioner": {"provisioner_name": "gpushare-provisioner", "config": config}
+                "kernel_provisioner": {
+                    "provisioner_name": "gpushare-provisioner",
+                    "config": provisioner_config,
+                }
             },
         }
-        (directory / "kernel.json").write_text(__import__("json").dumps(spec))
+        (directory / "kernel.json").write_text(json.dumps(spec))
     server_config = root / "server-config"
     server_config.mkdir()
     (server_config / "jupyter_server_config.json").write_text(
-        __import__("json").dumps({"ServerApp": {"jpserver_extensions": LEAN_SERVER}})
+        json.dumps({"ServerApp": {"jpserver_extensions": LEAN_SERVER}})
     )
     broker_config = root / "broker-config"
     broker_config.mkdir()
     (broker_config / "jupyter_server_config.json").write_text(
-        __import__("json").dumps(
-            {"GPUShare": {"max_memory_per_user": "12G"}, "GPUShareBroker": {"orphan_grace": ORPHAN_GRACE}}
+        json.dumps({"GPUShare": gpushare, "GPUShareBroker": {"orphan_grace": ORPHAN_GRACE}})
+    )
+    broker_port, hub_port, port = free_port(), free_port(), free_port()
+    broker_url = f"http://127.0.0.1:{broker_port}/"
+    environment = {
+        "JUPYTER_PATH": str(prefix),
+        "JUPYTER_CONFIG_DIR": str(server_config),
+        "JUPYTER_GPUSHARE_BACKEND": "kubernetes",
+        "JUPYTER_GPUSHARE_BROKER_URL": broker_url,
+        "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
+    }
+    (root / "hub" / "home").mkdir(parents=True)
+    config = root / "hub" / "jupyterhub_config.py"
+    config.write_text(
+        HUB_CONFIG.format(
+            port=port,
+            hub_port=hub_port,
+            proxy_api_port=free_port(),
+            proxy=proxy_command(),
+            root=root / "hub",
+            singleuser=str(BIN / "jupyterhub-singleuser"),
+            environment=environment,
+            admin_token=ADMIN_TOKEN,
+            broker_port=broker_port,
+            broker_token=BROKER_TOKEN,
         )
     )
+    # Nothing of the cluster reaches the hub, hence its single-user servers.
+    hub_env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "JUPYTER_GPUSHARE"))}
+    hub_env["PATH"] = f"{BIN}{os.pathsep}{os.environ['PATH']}"
+    hub_log = root / "hub" / "hub.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyterhub", "-f", str(config)],
+        cwd=root / "hub",
+        env=hub_env,
+        stdout=hub_log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    hub = Hub(f"http://127.0.0.1:{port}", process, hub_log)
+    broker_env = {
+        "PATH": hub_env["PATH"],
+        "HOME": str(root),
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "JUPYTER_CONFIG_DIR": str(broker_config),
+        "JUPYTER_RUNTIME_DIR": str(root / "broker-runtime"),
+        "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub_port}/hub/api",
+        "JUPYTERHUB_API_TOKEN": BROKER_TOKEN,
+        "JUPYTERHUB_SERVICE_NAME": "gpushare-broker",
+        "JUPYTER_GPUSHARE_RESOURCE_PRESET": preset,
+        "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
+        "JUPYTER_GPUSHARE_NAMESPACE": NAMESPACE,
+        "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
+    }
+    made = Setup(hub, cluster, broker_url, broker_env, root)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"jupyterhub exited:\n{hub_log.read_text()[-4000:]}")
+            with contextlib.suppress(OSError):
+                if hub.call("GET", "/hub/api/")[0] == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"jupyterhub did not answer:\n{hub_log.read_text()[-4000:]}")
+            time.sleep(0.3)
+        made.start_broker()
+        yield made
+    finally:
+        for user in ("alice", "bob"):
+            with contextlib.suppress(OSError):
+                hub.call("DELETE", f"/hub/api/users/{user}/server")
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if made.broker is not None and made.broker.poll() is None:
+            made.broker.terminate()
+            made.broker.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    root = tmp_path_factory.mktemp("broker-k8s")
+    kernelspecs = {
+        "gpu-6g-vgpu": {"gpu_memory": "6G", "gpu_mode": "vgpu"},
+        "gpu-2g-vgpu": {"gpu_memory": "2G", "gpu_mode": "vgpu"},
+    }
     with SimulatedCluster(
         root / "cluster", NAMESPACE, nodes=hami_nodes(1, gpumem_mib=16384, card_mib=16384)
     ) as cluster:
-        broker_port, hub_port, port = free_port(), free_port(), free_port()
-        broker_url = f"http://127.0.0.1:{broker_port}/"
-        environment = {
-            "JUPYTER_PATH": str(prefix),
-            "JUPYTER_CONFIG_DIR": str(server_config),
-            "JUPYTER_GPUSHARE_BACKEND": "kubernetes",
-            "JUPYTER_GPUSHARE_BROKER_URL": broker_url,
-            "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
-        }
-        (root / "hub" / "home").mkdir(parents=True)
-        config = root / "hub" / "jupyterhub_config.py"
-        config.write_text(
-            HUB_CONFIG.format(
-                port=port,
-                hub_port=hub_port,
-                proxy_api_port=free_port(),
-                proxy=proxy_command(),
-                root=root / "hub",
-                singleuser=str(BIN / "jupyterhub-singleuser"),
-                environment=environment,
-                admin_token=ADMIN_TOKEN,
-                broker_port=broker_port,
-                broker_token=BROKER_TOKEN,
-            )
-        )
-        # Nothing of the cluster reaches the hub, hence its single-user servers.
-        hub_env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "JUPYTER_GPUSHARE"))}
-        hub_env["PATH"] = f"{BIN}{os.pathsep}{os.environ['PATH']}"
-        hub_log = root / "hub" / "hub.log"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub", "-f", str(config)],
-            cwd=root / "hub",
-            env=hub_env,
-            stdout=hub_log.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        hub = Hub(f"http://127.0.0.1:{port}", process, hub_log)
-        broker_env = {
-            "PATH": hub_env["PATH"],
-            "HOME": str(root),
-            "KUBECONFIG": str(cluster.kubeconfig),
-            "JUPYTER_CONFIG_DIR": str(broker_config),
-            "JUPYTER_RUNTIME_DIR": str(root / "broker-runtime"),
-            "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub_port}/hub/api",
-            "JUPYTERHUB_API_TOKEN": BROKER_TOKEN,
-            "JUPYTERHUB_SERVICE_NAME": "gpushare-broker",
-            "JUPYTER_GPUSHARE_RESOURCE_PRESET": "hami",
-            "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
-            "JUPYTER_GPUSHARE_NAMESPACE": NAMESPACE,
-            "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
-        }
-        made = Setup(hub, cluster, broker_url, broker_env, root)
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"jupyterhub exited:\n{hub_log.read_text()[-4000:]}")
-                with contextlib.suppress(OSError):
-                    if hub.call("GET", "/hub/api/")[0] == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"jupyterhub did not answer:\n{hub_log.read_text()[-4000:]}")
-                time.sleep(0.3)
-            made.start_broker()
+        with hub_and_broker(root, cluster, kernelspecs, "hami", {"max_memory_per_user": "12G"}) as made:
             yield made
-        finally:
-            for user in ("alice", "bob"):
-                with contextlib.suppress(OSError):
-                    hub.call("DELETE", f"/hub/api/users/{user}/server")
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            if made.broker is not None and made.broker.poll() is None:
-                made.broker.terminate()
-                made.broker.wait(timeout=30)
         assert cluster.violations == []
 
 
@@ -266,12 +284,16 @@ def server_of(setup: Setup, user: str) -> JupyterServer:
     )
 
 
-def single_user_processes(user: str) -> list[psutil.Process]:
+def single_user_processes(setup: Setup, user: str) -> list[psutil.Process]:
+    """``user``'s single-user servers of this hub (another run's hub may have an alice too)."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):
             singleuser = any("jupyterhub-singleuser" in part for part in process.info["cmdline"] or [])
-            if singleuser and process.environ().get("JUPYTERHUB_USER") == user:
+            environ = process.environ() if singleuser else {}
+            if environ.get("JUPYTERHUB_USER") == user and (
+                environ.get("JUPYTER_GPUSHARE_BROKER_URL") == setup.broker_url
+            ):
                 found.append(process)
     return found
 
@@ -299,7 +321,7 @@ def test_users_start_kernel_pods_through_the_broker_holding_no_cluster_credentia
 
     # The servers have no kubeconfig, no service account token, no cluster address.
     for user in ("alice", "bob"):
-        [process] = single_user_processes(user)
+        [process] = single_user_processes(setup, user)
         environ = process.environ()
         assert not [name for name in environ if name.startswith("KUBE")], environ
         home = Path(environ["HOME"])

@@ -72,3 +72,19 @@ def test_a_slice_must_fit_one_card_of_a_node() -> None:
 def test_nodes_that_say_nothing_of_their_memory_leave_it_to_the_scheduler() -> None:
     assert node_rooms([node("a", 0)], []) == []
     assert why_not_now(6 * G, [node("a", 0)], [pod("1", 99 * G, "a")]) is None
+
+
+def test_under_dra_every_allocated_claim_on_a_node_counts_whoever_made_it() -> None:
+    # 10G of node a's 16G is held by claims (4G of them our running pod's, 6G another
+    # namespace's): 6G is free there, not 12G.
+    claimed = NodeGPUs("a", "A100", 16 * G, 1, None, None, 16 * G, claimed=10 * G)
+    slices = [pod("k1", 4 * G, "a")]
+    [room] = node_rooms([claimed], slices)
+    assert room.free == 6 * G
+    assert why_not_now(6 * G, [claimed], slices) is None
+    assert why_not_now(7 * G, [claimed], slices) is not None
+    # Our pod bound before its claim shows as allocated still counts.
+    assert (
+        node_rooms([NodeGPUs("a", "A100", 16 * G, 1, None, None, 16 * G, claimed=0)], slices)[0].free
+        == 12 * G
+    )
