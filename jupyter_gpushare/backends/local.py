@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import hashlib
 import hmac
 import logging
@@ -118,26 +117,8 @@ class LocalBackend:
         )
 
     def devices(self) -> list[Device]:
-        """The pool's devices with their latest sampled usage.
-
-        The ledger holds what the monitors last measured; a device never sampled shows what
-        this process's own inventory read, and a process that sees no GPU (a CLI on a login
-        shell) shows the devices the node's servers registered.
-        """
-        recorded = self.ledger.devices()
-        if not recorded:
-            return list(self.inventory.devices)
-        discovered = {device.uuid: device for device in self.inventory.devices}
-        return [
-            dataclasses.replace(
-                device,
-                memory_used=discovered[device.uuid].memory_used,
-                utilization=discovered[device.uuid].utilization,
-            )
-            if device.memory_used is None and device.uuid in discovered
-            else device
-            for device in recorded
-        ]
+        """The pool's devices with their latest sampled usage (see ``with_sampled_usage``)."""
+        return local_views.with_sampled_usage(self.ledger.devices(), self.inventory.devices)
 
     def check(
         self, memory: object = None, mode: object = None, cores: object = None, kernel_id: str = ""
@@ -394,7 +375,7 @@ class LocalBackend:
             kernel_id=record.kernel_id,
             mode=record.mode,
             unit_uuid=record.unit_uuid,
-            unit_memory=self._unit_memory(record),
+            unit_memory=local_views.unit_memory(self.ledger.devices(), record.unit_uuid),
             memory=record.memory,
             cores=record.cores,
         )
@@ -443,15 +424,6 @@ class LocalBackend:
     def remember_token(self, kernel_id: str, token: str) -> None:
         """Let a kernel that requests its own slice keep proving its identity with ``token``."""
         self._tokens[kernel_id] = token
-
-    def _unit_memory(self, record: SliceRecord) -> int:
-        for device in self.ledger.devices():
-            if device.uuid == record.unit_uuid:
-                return device.memory_total
-            for instance in device.mig:
-                if instance.uuid == record.unit_uuid:
-                    return instance.memory_total
-        raise LookupError(f"device {record.unit_uuid} is not in the pool")
 
     # ---- the service API (backends.base.Backend) --------------------------------------------
 

@@ -6,6 +6,7 @@ read the ledger and hand its rows to the pure views (:mod:`jupyter_gpushare.view
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,37 @@ if TYPE_CHECKING:
     from ..devices import Inventory
     from ..ledger import Ledger
     from ..modes import NodeFacts
+
+
+def with_sampled_usage(recorded: Sequence[Device], discovered: Sequence[Device]) -> list[Device]:
+    """The pool's devices with their latest sampled usage.
+
+    The ledger holds what the monitors last measured; a device never sampled shows what this
+    process's own inventory read, and a process that sees no GPU (a CLI on a login shell) shows
+    the devices the node's servers registered.
+    """
+    if not recorded:
+        return list(discovered)
+    read = {device.uuid: device for device in discovered}
+    return [
+        dataclasses.replace(
+            device, memory_used=read[device.uuid].memory_used, utilization=read[device.uuid].utilization
+        )
+        if device.memory_used is None and device.uuid in read
+        else device
+        for device in recorded
+    ]
+
+
+def unit_memory(devices: Sequence[Device], unit_uuid: str | None) -> int:
+    """The memory of the card or MIG instance ``unit_uuid`` of the pool."""
+    for device in devices:
+        if device.uuid == unit_uuid:
+            return device.memory_total
+        for instance in device.mig:
+            if instance.uuid == unit_uuid:
+                return instance.memory_total
+    raise LookupError(f"device {unit_uuid} is not in the pool")
 
 
 def counted(released: Sequence[ReleasedSlice]) -> list[ReleasedSlice]:
