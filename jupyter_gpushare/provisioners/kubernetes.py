@@ -401,17 +401,18 @@ class KubernetesProvisioner(GPUShareProvisioner):
         if time.monotonic() - self._last_read < self.poll_interval:
             return None
         self._last_read = time.monotonic()
+        return await self._look_at_pod()
+
+    async def _look_at_pod(self) -> int | None:
+        """One look at the running pod (``poll`` limits how often): None while it runs, else
+        its kernel's exit code."""
         try:
             pod = await asyncio.to_thread(self.backend.cluster.read_pod, self.pod)
         except ClusterError as error:
             self.log.warning("Kernel %s: cannot read its pod (taken as running): %s", self.kernel_id, error)
             return None
         if pod is None:
-            if self._deleted:
-                self._exit_code = -signal.SIGKILL
-            else:
-                self._ended(1, "the kernel pod was deleted by someone else")
-            return self._exit_code
+            return self._pod_gone("the kernel pod was deleted by someone else")
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
             code, reason = termination(pod)
@@ -419,6 +420,15 @@ class KubernetesProvisioner(GPUShareProvisioner):
             self._ended(code, reason, output)
             return self._exit_code
         return None
+
+    def _pod_gone(self, reason: str) -> int | None:
+        """The exit code of a kernel whose pod is gone: killed when we deleted it, else ended
+        for ``reason``."""
+        if self._deleted:
+            self._exit_code = -signal.SIGKILL
+        else:
+            self._ended(1, reason)
+        return self._exit_code
 
     def _ended(self, code: int, reason: str, output: str = "") -> None:
         if self._exit_code is not None:  # concurrent polls: say it once

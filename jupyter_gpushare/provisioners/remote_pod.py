@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
-import time
 from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
@@ -170,23 +169,12 @@ class RemotePodProvisioner(KubernetesProvisioner):
 
     # ---- running -------------------------------------------------------------------------------
 
-    async def poll(self) -> int | None:
-        """None while the pod runs (or the broker cannot say); its exit code once it ended."""
-        if not self._launched:
-            return self._exit_code if self._exit_code is not None else 0
-        if self._exit_code is not None:
-            return self._exit_code
-        if time.monotonic() - self._last_read < self.poll_interval:
-            return None
-        self._last_read = time.monotonic()
+    async def _look_at_pod(self) -> int | None:
+        """The pod as the broker sees it: None while it runs (or the broker cannot say)."""
         try:
             view = await asyncio.to_thread(self.broker.client.call, "GET", f"pods/{self.kernel_id}")
         except NoSuchKernelError:
-            if self._deleted:
-                self._exit_code = -9
-            else:
-                self._ended(1, "the kernel pod is gone")
-            return self._exit_code
+            return self._pod_gone("the kernel pod is gone")
         except BackendUnavailableError as error:
             if not self._warned_unreachable:
                 self.log.warning(
