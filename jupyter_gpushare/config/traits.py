@@ -183,9 +183,12 @@ class GPUShare(Configurable):
     encrypt = Bool(
         True,
         config=True,
-        help="CurveZMQ encryption of kernel traffic: between the server and kernel pods, and of "
-        "local kernels wherever other users share the node (a broker, or a ledger file other "
-        "users may write). Elsewhere c.KernelManager.transport_encryption = 'required' turns it on.",
+        help="CurveZMQ encryption of kernel traffic. Kernel pods: always, the keys in their "
+        "Secret. Local kernels: whenever their kernelspec says the kernel reads CurveZMQ keys "
+        "(gpushare's do, with ipykernel >= 7.4) and pyzmq has CurveZMQ; required — a kernel "
+        "that cannot encrypt does not start — wherever other users share the node (a broker, or "
+        "a ledger file other users may write). False: no encryption (ipykernel then warns that "
+        "it runs over TCP without it). Other kernelspecs: c.KernelManager.transport_encryption.",
     )
     node_selector = Dict(config=True, help="nodeSelector of kernel pods.")
     tolerations = List(Dict(), config=True, help="tolerations of kernel pods.")

@@ -9,7 +9,8 @@ from jupyter_server.utils import url_path_join
 
 from ..backends import ServerHooks, backend_for
 from ..config import GPUShare, load_settings
-from . import handlers, kernel_routes, log_filter, metrics
+from .. import refusals
+from . import handlers, kernel_routes, metrics
 from .context import GPUShareContext
 from .lifecycle import Reclaimer, settle_before_shutdown
 from .websockets import close_kernel_websockets
@@ -33,7 +34,7 @@ def report_base(settings: GPUShare, serverapp: Any) -> str | None:
 
 
 def load_jupyter_server_extension(serverapp: Any) -> None:
-    log_filter.install(serverapp.log)
+    refusals.install(serverapp.log)
     settings = load_settings(serverapp.config)
     backend = backend_for(settings)
     backend.attach_server(
