@@ -7,9 +7,9 @@ from typing import Any
 
 from jupyter_server.utils import url_path_join
 
+from .. import refusals
 from ..backends import ServerHooks, backend_for
 from ..config import GPUShare, load_settings
-from .. import refusals
 from . import handlers, kernel_routes, metrics
 from .context import GPUShareContext
 from .lifecycle import Reclaimer, settle_before_shutdown
