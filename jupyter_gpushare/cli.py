@@ -11,6 +11,7 @@ from typing import Any
 
 from . import __version__
 from .backends import backend_for
+from .broker.settings import BROKER_CONFIG_DIR
 from .config import load_settings
 from .errors import BackendUnavailableError, GPUShareError
 from .inventory import SimulationSpecError
@@ -91,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument(
         "--backend", choices=["local", "kubernetes"], help="what it holds (default: GPUShare.backend)"
     )
+    broker.add_argument(
+        "--config-dir",
+        metavar="DIR",
+        default=BROKER_CONFIG_DIR,
+        help="its own configuration: jupyter_server_config.py (or .json) with the GPUShare limits and "
+        f"GPUShareBroker settings, read before the Jupyter config path (default: {BROKER_CONFIG_DIR})",
+    )
 
     kernelspec = commands.add_parser("kernelspec", help="manage gpushare kernelspecs")
     kernelspec_commands = kernelspec.add_subparsers(dest="kernelspec_command", metavar="ACTION")
@@ -145,15 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _broker(arguments: argparse.Namespace) -> int:
     from .broker.app import run
-    from .broker.settings import load_broker_settings
+    from .broker.settings import load_broker_configuration
 
-    settings = load_settings()
-    if arguments.backend:
-        settings.backend = arguments.backend
-    run(
-        settings,
-        load_broker_settings({"socket": arguments.socket, "ip": arguments.ip, "port": arguments.port}),
-    )
+    flags = {"socket": arguments.socket, "ip": arguments.ip, "port": arguments.port}
+    run(load_broker_configuration(arguments.config_dir, flags, arguments.backend))
     return 0
 
 

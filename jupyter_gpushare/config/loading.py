@@ -100,7 +100,8 @@ def read_config_files(
     sections: tuple[str, ...] = ("GPUShare",), directories: list[str] | None = None
 ) -> tuple[Config, list[Path]]:
     """The ``sections`` of the ``jupyter_server_config`` files in ``directories`` (by default
-    the Jupyter config path, most specific first: it wins), and the files that had any of them."""
+    the Jupyter config path, most specific first: it wins), and the files that had any of them
+    (the winning first)."""
     merged = Config()
     read: list[Path] = []
     for directory in reversed(jupyter_config_path() if directories is None else directories):
@@ -113,7 +114,7 @@ def read_config_files(
             for section in found:
                 merged.merge(Config({section: loaded[section]}))
             if found:
-                read.append(Path(directory) / filename)
+                read.insert(0, Path(directory) / filename)
     return merged, read
 
 
