@@ -209,6 +209,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     from .k8s.build import DEFAULT_ARGV, cluster_facts, kernel_claim, kernel_pod
+    from .k8s.claims import whole_card_warning
     from .slice_request import make_slice_request
 
     settings = load_settings()
@@ -252,6 +253,10 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     print("# The connection file and token are mounted from a Secret of the same name + -conn.")
     if claim is not None:
         print("# The ResourceClaim below is created with the pod and owned by it (its uid then).")
+        whole = None if request.size.is_whole else whole_card_warning(claim["spec"], request.mode.name)
+        if whole:
+            print(f"jupyter gpushare: warning: {whole}", file=sys.stderr)
+            print(f"# Warning: {whole}")
     print(yaml.safe_dump(pod, sort_keys=False), end="")
     if claim is not None:
         print("---")

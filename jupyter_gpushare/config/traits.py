@@ -257,7 +257,7 @@ class GPUShare(Configurable):
         "",
         config=True,
         help="Where kernel pods reach this server to report their GPU use, e.g. "
-        "'http://jupyter-alice.jhub.svc:8888/user/alice/'. Default: this host's address, the "
+        "'http://jupyter-alice.jupyter.svc:8888/user/alice/'. Default: this host's address, the "
         "server's port and base URL. Empty and a server on loopback only: pods report nothing.",
     )
     usage_metrics_url = Unicode(
@@ -346,7 +346,7 @@ class GPUShare(Configurable):
         if value and (parsed.scheme not in ("http", "https") or not parsed.hostname):
             raise ValueError(
                 f"GPUShare.{proposal['trait'].name} must be an http:// or https:// URL with a host, "
-                f"such as 'http://jupyter-alice.jhub.svc:8888/user/alice/', not {value!r}"
+                f"such as 'http://jupyter-alice.jupyter.svc:8888/user/alice/', not {value!r}"
             )
         return value
 

@@ -148,7 +148,7 @@ def gpushare_argv(command: str) -> list[str] | None:
 
 
 GPUSHARE_COMMAND = re.compile(
-    r"^(jupyter gpushare|\.venv/bin/jupyter gpushare|jupyter-gpushare|\S*/bin/jupyter gpushare)\b"
+    r"^(jupyter gpushare|\.venv/bin/jupyter gpushare|jupyter-gpushare|\S*/bin/jupyter gpushare)(?=\s|$)"
 )
 
 
