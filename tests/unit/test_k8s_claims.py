@@ -387,7 +387,9 @@ def test_device_plugin_presets_make_no_claim() -> None:
 
 def test_a_template_and_a_pod_reference_for_single_user_servers() -> None:
     _, _, request = build(settings("hami-dra"), "vgpu", cores=30)
-    template = make_claim_template("gpushare-vgpu-6g", request.claim, labels={"app": "x"}, namespace="jupyter")
+    template = make_claim_template(
+        "gpushare-vgpu-6g", request.claim, labels={"app": "x"}, namespace="jupyter"
+    )
     assert template["spec"] == {"spec": request.claim}
     validate(template)
     assert pod_claim_reference("gpushare-vgpu-6g", template=True) == {
