@@ -95,6 +95,28 @@ export function addCommands(
       await action(kernel);
       await model.refresh();
     };
+  /** Ask for a new size of one kernel's slice (null: cancelled). */
+  const pickFor = async (
+    kernel: IKernelSlice,
+    title: string,
+    acceptLabel: string,
+    withFit: boolean
+  ): Promise<string | null> => {
+    const pick = await pickSize({
+      title,
+      sizes: (await options.config()).sizes,
+      current: kernel.size,
+      allowNone: false,
+      modes: [],
+      mode: kernel.mode ?? '',
+      deviceMemory: (model.pool ?? (await api.pool())).devices.map(
+        device => device.memory_total
+      ),
+      acceptLabel,
+      ...(withFit ? { fit: (sizes, mode) => api.fit(sizes, mode) } : {})
+    });
+    return pick?.memory ?? null;
+  };
   const hasKernel = (args: ReadonlyPartialJSONObject): boolean =>
     !!args.kernelId ||
     !!notebooks.currentWidget?.sessionContext.session?.kernel;
@@ -117,21 +139,15 @@ export function addCommands(
     execute: forKernel(async kernel => {
       const name = notebookOf(kernel).label;
       try {
-        const pick = await pickSize({
-          title: `Resize the GPU slice of ${name}`,
-          sizes: (await options.config()).sizes,
-          current: kernel.size,
-          allowNone: false,
-          modes: [],
-          mode: kernel.mode ?? '',
-          deviceMemory: (model.pool ?? (await api.pool())).devices.map(
-            device => device.memory_total
-          ),
-          acceptLabel: kernel.pod ? 'Restart in a new pod' : 'Resize'
-        });
-        if (pick?.memory && kernel.kernel_id) {
+        const memory = await pickFor(
+          kernel,
+          `Resize the GPU slice of ${name}`,
+          kernel.pod ? 'Restart in a new pod' : 'Resize',
+          false
+        );
+        if (memory && kernel.kernel_id) {
           // A pod's resources are fixed: its kernel restarts in a new pod of the new size.
-          await api.resize(kernel.kernel_id, pick.memory, Boolean(kernel.pod));
+          await api.resize(kernel.kernel_id, memory, Boolean(kernel.pod));
         }
       } catch (error) {
         await showErrorMessage(
@@ -173,20 +189,13 @@ export function addCommands(
     execute: forKernel(async kernel => {
       const name = notebookOf(kernel).label;
       try {
-        const pick = await pickSize({
-          title: `Request a GPU slice for ${name}`,
-          sizes: (await options.config()).sizes,
-          current: kernel.size,
-          allowNone: false,
-          modes: [],
-          mode: kernel.mode ?? '',
-          deviceMemory: (model.pool ?? (await api.pool())).devices.map(
-            device => device.memory_total
-          ),
-          acceptLabel: 'Request',
-          fit: (sizes, mode) => api.fit(sizes, mode)
-        });
-        if (!pick?.memory) {
+        const memory = await pickFor(
+          kernel,
+          `Request a GPU slice for ${name}`,
+          'Request',
+          true
+        );
+        if (!memory) {
           return;
         }
         // The kernel takes its slice itself, as %gpu request in a cell does: its environment
@@ -195,7 +204,7 @@ export function addCommands(
         const problem = await runInKernel(
           app,
           kernel,
-          `%gpu request ${pick.memory}${mode}`
+          `%gpu request ${memory}${mode}`
         );
         if (problem) {
           await showErrorMessage('No GPU slice', problem);

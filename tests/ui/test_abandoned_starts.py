@@ -19,11 +19,10 @@ import pytest
 
 from jupyter_gpushare.sizes import GiB
 
-from .conftest import VIEWPORT
 from .lab import (
     Lab,
     kernel_name,
-    open_lab,
+    lab_page,
     open_panel,
     picker_dialog,
     run_cell,
@@ -205,14 +204,9 @@ def test_a_browser_tab_closed_while_its_start_waits_is_withdrawn_by_the_server(
     """Failed before: once room appeared the kernel started and held its slice for nobody."""
     lab = quick_lab
     lab.reset()
-    context = browser.new_context(viewport=VIEWPORT)
-    context.set_default_timeout(20_000)
-    page = context.new_page()
-    try:
-        open_lab(page, lab)
+    with lab_page(browser, lab) as page:
         holders, queued = queue_a_start(page, lab)
-    finally:
-        context.close()  # the tab is gone: nothing asks after the start any more
+    # The tab is gone: nothing asks after the start any more.
     wait_for(lambda: lab.queued() == [], timeout=60, what="the server to withdraw the start")
     assert f"withdrew the queued start of kernel {queued}" in lab.log()
     free_room(lab, holders)

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from ..integration.test_examples import NOTEBOOKS, demo_kernelspec_command
-from .conftest import VIEWPORT
-from .lab import Lab, free_port, kernel_name, make_environment, open_lab, picker_dialog, wait_for
+from .lab import Lab, free_port, kernel_name, lab_page, make_environment, picker_dialog, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -49,11 +48,7 @@ def test_make_demos_kernelspecs_open_every_example_notebook_with_the_picker(
     lab.reset()
     for path in NOTEBOOKS:
         shutil.copy(path, lab.notebook_dir / path.name)
-    context = browser.new_context(viewport=VIEWPORT)
-    context.set_default_timeout(20_000)
-    page = context.new_page()
-    try:
-        open_lab(page, lab)
+    with lab_page(browser, lab) as page:
         for index, path in enumerate(NOTEBOOKS):
             page.evaluate(
                 f"() => window.jupyterapp.commands.execute('docmanager:open', {{path: '{path.name}'}})"
@@ -71,5 +66,3 @@ def test_make_demos_kernelspecs_open_every_example_notebook_with_the_picker(
                 dialog.get_by_role("button", name="Cancel").click()
                 expect(kernel_name(page)).to_have_text("No Kernel")
             expect(page.locator(".jp-Dialog")).to_have_count(0)  # never "Select Kernel"
-    finally:
-        context.close()
