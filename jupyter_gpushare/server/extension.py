@@ -54,7 +54,8 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
         serverapp.log,
     )
     settle_before_shutdown(serverapp.kernel_manager, reclaimer)
-    serverapp.io_loop.add_callback(reclaimer.start)
+    if getattr(serverapp, "io_loop", None) is not None:  # started once the server's loop runs
+        serverapp.io_loop.add_callback(reclaimer.start)
     web_app = serverapp.web_app
     web_app.settings["gpushare"] = context
     base = url_path_join(web_app.settings["base_url"], "api", "gpushare")

@@ -191,7 +191,9 @@ def settle_before_shutdown(kernel_manager: Any, reclaimer: Reclaimer) -> None:
     start first. jupyter_server offers a plain server extension no hook of its own at shutdown
     (only extension apps have ``stop_extension``), and it shuts kernels down before it would
     stop anything else of ours."""
-    shutdown_all = kernel_manager.shutdown_all
+    shutdown_all = getattr(kernel_manager, "shutdown_all", None)
+    if shutdown_all is None:  # no kernel manager of jupyter_server's kind: nothing to settle
+        return
 
     async def settled_shutdown_all(now: bool = False) -> None:
         try:

@@ -132,6 +132,7 @@ export class KernelStarts {
     }
     const pending = new Pending(request, () => this._changed.emit(pending));
     this._pending.set(request.path, pending);
+    this._active.add(pending);
     pending.update({});
     try {
       const left = await this._leftBehind(request);
@@ -152,6 +153,7 @@ export class KernelStarts {
       });
       return await this._follow(kernel, pending);
     } finally {
+      this._active.delete(pending);
       if (this._pending.get(request.path) === pending) {
         this._pending.delete(request.path);
       }
@@ -189,8 +191,9 @@ export class KernelStarts {
     } catch {
       return null; // the picker says what is wrong with the server
     }
+    // Starts of this page, a cancelled one still withdrawing its kernel included.
     const followed = new Set(
-      [...this._pending.values()].map(pending => pending.kernelId)
+      [...this._active].map(pending => pending.kernelId)
     );
     return (
       kernels.find(
@@ -240,6 +243,7 @@ export class KernelStarts {
 
   private _picker: Picker | null = null;
   private _pending = new Map<string, Pending>();
+  private _active = new Set<Pending>();
   private _changed = new Signal<this, IPendingStart | null>(this);
 }
 
