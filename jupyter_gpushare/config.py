@@ -25,6 +25,7 @@ from traitlets.config import Config, Configurable
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 from . import env_names
+from .accounting_config import AccountingTraits
 from .errors import ConfigurationError
 from .modes import MODES, get_mode
 from .sizes import SizeError, parse_size
@@ -32,8 +33,9 @@ from .sizes import SizeError, parse_size
 LEDGER_FILENAME = "gpushare-ledger.sqlite"
 
 
-class GPUShare(Configurable):
-    """Fractional GPUs for Jupyter kernels."""
+class GPUShare(Configurable, AccountingTraits):
+    """Fractional GPUs for Jupyter kernels (the queue's order and the accounting's traits come
+    from :class:`~jupyter_gpushare.accounting_config.AccountingTraits`)."""
 
     backend = Enum(
         ["local", "kubernetes"],

@@ -33,7 +33,7 @@ from ..holding import released_note
 from ..inventory import Device, Inventory, discover
 from ..ledger import Ledger
 from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
-from ..payloads import KernelPayload, PoolPayload
+from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from ..preview import Preview
 from ..processes import current_process, identify, runs_within
 from ..records import (
@@ -47,9 +47,11 @@ from ..records import (
 )
 from ..sizes import bytes_or_none, format_bytes
 from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
+from ..usage_report import row
 from . import holding as holdings
 from . import local_checks, local_views
 from . import suspend as suspending
+from .accounts import Accounts
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .holding import Holding
 from .monitor import UsageMonitor
@@ -92,6 +94,7 @@ class LocalBackend:
         # The secret each kernel started here proves its identity with (kept only in memory).
         self._tokens: dict[str, str] = {}
         self._runner: Runner | None = None
+        self.accounts = Accounts(self.ledger, lambda: self.settings)
         self.monitor = UsageMonitor(self)
         try:
             if self.inventory.devices:
@@ -114,6 +117,7 @@ class LocalBackend:
             max_memory_per_kernel=bytes_or_none(settings.max_memory_per_kernel),
             max_memory_per_user=bytes_or_none(settings.max_memory_per_user),
             min_memory=settings.min_memory_bytes(),
+            queue=settings.queue_rule(),
         )
 
     def devices(self) -> list[Device]:
@@ -146,6 +150,7 @@ class LocalBackend:
             self.facts,
             self.policy,
             self.settings.when_full,
+            self.accounts,
         )
 
     # ---- acquire / release ---------------------------------------------------------------
@@ -451,16 +456,47 @@ class LocalBackend:
             self.settings,
             self.viewer,
             self.problem(),
+            self._in_line,
         )
 
     def all_kernels(self) -> list[KernelPayload]:
-        return local_views.all_kernels(self.ledger, self.devices(), self.viewer)
+        return local_views.all_kernels(self.ledger, self.devices(), self.viewer, self._in_line)
 
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
-        """This server's slices, and its gpushare kernels without one (see :mod:`.local_views`)."""
-        return local_views.server_kernels(
-            self.ledger, self.devices(), server, self.server_id, self.owner, self.viewer
+        """This server's slices, and its gpushare kernels without one (see :mod:`.local_views`),
+        with when each queued start is expected to be placed and what idle kernels will do."""
+        devices = self.devices()
+        records = self._in_line(self.ledger.records())
+        views = local_views.server_kernels(
+            self.ledger, devices, server, self.server_id, self.owner, self.viewer, records
         )
+        self.accounts.describe(views, records, devices, self.policy)
+        return views
+
+    def _in_line(self, records: list[SliceRecord]) -> list[SliceRecord]:
+        return self.accounts.in_line(records, self.policy)
+
+    def usage(self, since: float, by: str) -> UsagePayload:
+        """The accounting of the viewer's kernels (everyone's for a broker's admin)."""
+        return self.accounts.report(since, by, self.viewer)
+
+    def usage_totals(self) -> list[UsageRowPayload]:
+        return [
+            row(owner, owner, figures, 0)
+            for owner, figures in sorted(self.accounts.totals(self.viewer).items())
+        ]
+
+    def note_activity(
+        self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str
+    ) -> None:
+        """A kernel's own report: a cell started (``busy``) or ended at ``at``. A kernel that
+        holds no slice (or another kernel's token) reports nothing."""
+        try:
+            if self.own_slice(kernel_id, token) is None:
+                return
+        except NotYourSliceError:
+            return
+        self.accounts.note_activity(kernel_id, busy, at, idle_after, idle_action)
 
     def change_marker(self) -> Hashable:
         return self.ledger.change_marker()
