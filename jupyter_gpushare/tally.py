@@ -28,7 +28,18 @@ from typing import Literal
 DETAIL_SECONDS = 900.0  # the width of a bucket kept per kernel
 ROLLED_SECONDS = 3600.0  # the width of a bucket kept per user, once older than the retention
 
-EVENT_KINDS = ("queued", "placed", "resized", "used", "ended", "suspended", "unsuspended", "busy", "idle")
+EVENT_KINDS = (
+    "queued",
+    "placed",
+    "resized",
+    "used",
+    "ended",
+    "withdrawn",
+    "suspended",
+    "unsuspended",
+    "busy",
+    "idle",
+)
 Phase = Literal["queued", "running", "suspended", "gone"]
 
 
@@ -43,6 +54,9 @@ class Event:
     memory: int | None = None  # bytes reserved (placed, resized)
     used: int | None = None  # bytes in use (placed, used)
     label: str = ""  # the kernel's notebook path, else its kernelspec (queued, placed)
+    # When the request was made (placed, withdrawn): the ledger records no event when a request
+    # is queued, so a start pays for two records, not three; its wait is known from this.
+    requested_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -159,7 +173,7 @@ def open_figures(accounts: Iterable[KernelAccount], now: float) -> dict[BucketKe
 def _accrue(account: KernelAccount, to: float, folded: Folded) -> KernelAccount:
     """Add what ``account`` accrued from its ``since`` up to ``to``; the account as of ``to``."""
     if to <= account.since or account.phase == "gone":
-        return account if to <= account.since else dataclasses.replace(account, since=to)
+        return account  # (a gone account keeps the time it went: a wait since then is its next)
     for bucket, seconds in pieces(account.since, to):
         figures = folded.buckets.setdefault((bucket, account.kernel_id, account.owner), Figures())
         if account.phase == "running":
@@ -181,6 +195,12 @@ def _accrue(account: KernelAccount, to: float, folded: Folded) -> KernelAccount:
 def _count(folded: Folded, account: KernelAccount | None, event: Event, at: float) -> Figures:
     owner = account.owner if account is not None else event.owner
     return folded.buckets.setdefault((bucket_of(at), event.kernel_id, owner), Figures())
+
+
+def _waited(folded: Folded, event: Event, start: float, end: float) -> None:
+    """Add the seconds a request waited, ``[start, end)``, to its buckets."""
+    for bucket, seconds in pieces(start, end):
+        folded.buckets.setdefault((bucket, event.kernel_id, event.owner), Figures()).queued += seconds
 
 
 def _apply(account: KernelAccount | None, event: Event, at: float, folded: Folded) -> KernelAccount | None:
@@ -205,8 +225,15 @@ def _apply(account: KernelAccount | None, event: Event, at: float, folded: Folde
         figures.starts += 1
         if account is not None and account.phase == "queued":
             figures.wait += at - (account.queued_at if account.queued_at is not None else at)
-            if account.resuming:
-                figures.resumes += 1
+        elif event.requested_at is not None and phase != "running":
+            # The wait is known from the request's time: accrue it now.
+            start = min(
+                at, max(event.requested_at, account.since if account is not None else event.requested_at)
+            )
+            _waited(folded, event, start, at)
+            figures.wait += at - min(at, event.requested_at)
+        if account is not None and account.resuming:
+            figures.resumes += 1
         return KernelAccount(
             event.kernel_id,
             event.owner,
@@ -218,6 +245,14 @@ def _apply(account: KernelAccount | None, event: Event, at: float, folded: Folde
             busy=account.busy if account else False,
             placed_at=at,
         )
+    if what == "withdrawn":  # a request that ended unplaced: timed out, cancelled, a failed resume
+        if phase == "queued":
+            what = "ended"  # its wait was accrued as it went (a "queued" event opened it)
+        else:
+            if event.requested_at is not None:
+                start = max(event.requested_at, account.since) if account is not None else event.requested_at
+                _waited(folded, event, min(start, at), at)
+            return None if account is None else dataclasses.replace(account, since=at, released=False)
     if account is None:
         if what == "suspended":  # accounting began while the kernel was running
             _count(folded, account, event, at).suspends += 1

@@ -14,7 +14,7 @@ import sqlite3
 # Seconds since the epoch, as sqlite tells the time (to the millisecond).
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _LABEL = "COALESCE(NULLIF({row}.path, ''), {row}.kernel_name)"
-_EVENT = "INSERT INTO acct_events (at, kernel_id, owner, what, memory, used, label) VALUES"
+_EVENT = "INSERT INTO acct_events (at, kernel_id, owner, what, memory, used, label, requested_at) VALUES"
 
 FIGURE_COLUMNS = (
     "reserved",
@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS acct_events (
     what TEXT NOT NULL,
     memory INTEGER,
     used INTEGER,
-    label TEXT NOT NULL DEFAULT ''
+    label TEXT NOT NULL DEFAULT '',
+    requested_at REAL
 );
 -- What each kernel is doing now, accounted up to ``since`` (tally.KernelAccount).
 CREATE TABLE IF NOT EXISTS acct_kernels (
@@ -102,38 +103,40 @@ CREATE TABLE IF NOT EXISTS acct_groups (
 );
 """
 
+# A request queued is not recorded (a start pays for two records: placed, and ended): the
+# events of its placement or withdrawal carry when it was made.
 TRIGGERS = f"""
-CREATE TRIGGER IF NOT EXISTS acct_slice_inserted AFTER INSERT ON slices BEGIN
-    {_EVENT} (new.requested_at, new.kernel_id, new.owner, 'queued', NULL, NULL, {_LABEL.format(row="new")});
-    INSERT INTO acct_events (at, kernel_id, owner, what, memory, used, label)
-        SELECT COALESCE(new.placed_at, {NOW}), new.kernel_id, new.owner, 'placed', new.memory,
-               new.memory_used, {_LABEL.format(row="new")}
-        WHERE new.state = 'running';
+CREATE TRIGGER IF NOT EXISTS acct_slice_inserted AFTER INSERT ON slices
+WHEN new.state = 'running' BEGIN
+    {_EVENT} (COALESCE(new.placed_at, {NOW}), new.kernel_id, new.owner, 'placed', new.memory,
+              new.memory_used, {_LABEL.format(row="new")}, new.requested_at);
 END;
 CREATE TRIGGER IF NOT EXISTS acct_slice_placed AFTER UPDATE OF state ON slices
 WHEN old.state = 'queued' AND new.state = 'running' BEGIN
     {_EVENT} (COALESCE(new.placed_at, {NOW}), new.kernel_id, new.owner, 'placed', new.memory,
-              new.memory_used, {_LABEL.format(row="new")});
+              new.memory_used, {_LABEL.format(row="new")}, new.requested_at);
 END;
 CREATE TRIGGER IF NOT EXISTS acct_slice_resized AFTER UPDATE OF memory ON slices
 WHEN old.state = 'running' AND new.state = 'running' AND new.memory IS NOT old.memory BEGIN
-    {_EVENT} ({NOW}, new.kernel_id, new.owner, 'resized', new.memory, NULL, '');
+    {_EVENT} ({NOW}, new.kernel_id, new.owner, 'resized', new.memory, NULL, '', NULL);
 END;
 CREATE TRIGGER IF NOT EXISTS acct_slice_used AFTER UPDATE OF memory_used ON slices
 WHEN new.state = 'running' AND new.memory_used IS NOT old.memory_used BEGIN
     {_EVENT} (COALESCE(new.usage_at, {NOW}), new.kernel_id, new.owner, 'used', NULL,
-              COALESCE(new.memory_used, 0), '');
+              COALESCE(new.memory_used, 0), '', NULL);
 END;
 CREATE TRIGGER IF NOT EXISTS acct_slice_ended AFTER DELETE ON slices BEGIN
-    {_EVENT} ({NOW}, old.kernel_id, old.owner, 'ended', old.memory, NULL, '');
+    {_EVENT} ({NOW}, old.kernel_id, old.owner,
+              CASE old.state WHEN 'running' THEN 'ended' ELSE 'withdrawn' END, old.memory, NULL,
+              {_LABEL.format(row="old")}, old.requested_at);
 END;
 CREATE TRIGGER IF NOT EXISTS acct_suspended AFTER INSERT ON released
 WHEN new.suspended IS NOT NULL BEGIN
-    {_EVENT} ({NOW}, new.kernel_id, new.owner, 'suspended', NULL, NULL, {_LABEL.format(row="new")});
+    {_EVENT} ({NOW}, new.kernel_id, new.owner, 'suspended', NULL, NULL, {_LABEL.format(row="new")}, NULL);
 END;
 CREATE TRIGGER IF NOT EXISTS acct_unsuspended AFTER DELETE ON released
 WHEN old.suspended IS NOT NULL BEGIN
-    {_EVENT} ({NOW}, old.kernel_id, old.owner, 'unsuspended', NULL, NULL, '');
+    {_EVENT} ({NOW}, old.kernel_id, old.owner, 'unsuspended', NULL, NULL, '', NULL);
 END;
 """
 

@@ -63,16 +63,16 @@ def test_every_change_of_a_slice_is_recorded_in_its_own_transaction(ledger: Ledg
     ledger.enqueue(request("k1", "8G"))  # the resume asks again
     ledger.release("k1")
     assert events(ledger) == [
-        ("k1", "queued", None, None),
-        ("k1", "placed", 4 * GiB, None),
+        ("k1", "placed", 4 * GiB, None),  # a request queued is not recorded: its placement is
         ("k1", "resized", 8 * GiB, None),
         ("k1", "used", None, 3 * GiB),
         ("k1", "ended", 8 * GiB, None),
         ("k1", "suspended", None, None),
         ("k1", "unsuspended", None, None),
-        ("k1", "queued", None, None),
-        ("k1", "ended", 0, None),
+        ("k1", "withdrawn", 0, None),
     ]
+    times = ledger.read_with(lambda db: db.execute("SELECT requested_at FROM acct_events").fetchall())
+    assert times[0][0] is not None and times[-1][0] is not None  # the placement and the withdrawal
 
 
 def test_a_folded_session_is_what_was_held_and_used(ledger: Ledger, accounts: Accounts) -> None:

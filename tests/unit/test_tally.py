@@ -65,6 +65,30 @@ def test_a_session_queued_placed_resized_used_busy_suspended_resumed_and_ended()
     assert folded.accounts["k1"].label == "a.ipynb"
 
 
+def test_a_placement_or_withdrawal_carries_its_wait_without_a_queued_event() -> None:
+    events = [
+        Event(T0 + 30, "k1", "alice", "placed", 2 * GiB, 0, "a.ipynb", requested_at=T0 + 10),
+        Event(T0 + 50, "k1", "alice", "ended", 2 * GiB),
+        Event(T0 + 90, "k2", "alice", "withdrawn", 0, requested_at=T0 + 60),
+    ]
+    figures = total(fold({}, events).buckets)
+    assert (figures.queued, figures.wait, figures.starts) == (20 + 30, 20, 1)
+    assert figures.reserved == 2 * GiB * 20
+
+
+def test_a_resume_is_counted_when_its_slice_is_placed() -> None:
+    events = [
+        event(0, "placed", memory=GiB, requested_at=T0),
+        event(10, "ended"),
+        event(10, "suspended"),
+        event(60, "unsuspended"),
+        Event(T0 + 65, "k1", "alice", "placed", GiB, 0, requested_at=T0 + 60),
+    ]
+    figures = total(fold({}, events).buckets)
+    assert (figures.suspends, figures.resumes, figures.starts) == (1, 1, 2)
+    assert (figures.suspended, figures.queued, figures.wait) == (50, 5, 5)
+
+
 def test_time_is_cut_exactly_at_bucket_boundaries() -> None:
     folded = fold({}, [event(0, "placed", memory=GiB), event(2.5 * DETAIL_SECONDS, "ended")])
     reserved = sorted((start - T0, f.reserved / GiB) for (start, _, _), f in folded.buckets.items())
@@ -77,8 +101,7 @@ def test_a_failed_resume_going_back_to_sleep_is_not_a_new_suspension() -> None:
         event(10, "ended"),
         event(10, "suspended"),
         event(20, "unsuspended"),
-        event(20, "queued"),
-        event(30, "ended"),  # the resume found no slice: withdrawn
+        event(30, "withdrawn", requested_at=T0 + 20),  # the resume found no slice
         event(30, "suspended"),  # and the kernel stays suspended
     ]
     figures = total(fold({}, events).buckets)
