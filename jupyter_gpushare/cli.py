@@ -19,7 +19,7 @@ from .kernelspec import install_kernelspecs
 from .modes import MODES
 from .payloads import KernelPayload, PoolPayload, StatusPayload
 from .sizes import SizeError, format_bytes, parse_size
-from .usage_report import as_csv, as_table, check_by, parse_since
+from .usage_report import ReportError, as_csv, as_table, check_by, parse_since
 
 
 class CommandError(Exception):
@@ -184,7 +184,10 @@ def _status(as_json: bool) -> int:
 
 def _report(since: str, by: str, form: str) -> int:
     # Every flag is checked before the pool is opened: a bad one is one sentence, exit status 2.
-    seconds, by = parse_since(since), check_by(by)
+    try:
+        seconds, by = parse_since(since), check_by(by)
+    except ReportError as error:
+        raise CommandError(f"--{error}") from None
     if form not in REPORT_FORMATS:
         raise CommandError(f"--format takes one of {', '.join(REPORT_FORMATS)}, not {form!r}")
     payload = backend_for(load_settings()).usage(seconds, by)

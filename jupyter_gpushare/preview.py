@@ -128,7 +128,9 @@ def preview_start(
             memory=outcome.memory,
         )
     if outcome.retry:
-        return waiting(queued_ahead + 1, outcome.reason, when_full, estimate)
+        # Under fair share, why it stands where it stands comes first; then why it waits at all.
+        reason = f"{why_ahead}; {outcome.reason}" if why_ahead and queued_ahead else outcome.reason
+        return waiting(queued_ahead + 1, reason, when_full, estimate)
     return never(outcome.reason, _never_summary(outcome.code, request.owner, held, policy))
 
 
