@@ -22,7 +22,7 @@ from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.slice_request import make_slice_request
 
 from ..polling import wait_until
-from .servers import JupyterServer, Response
+from .servers import JupyterServer, Response, execute
 from .teambox import BIN, TeamBox, team_box, wait_ready
 
 pytestmark = pytest.mark.integration
@@ -145,7 +145,11 @@ def test_a_user_reads_their_own_figures_and_the_admin_everyones(box: TeamBox) ->
     for server in (alice, bob):  # each has run a kernel (the test above, or now)
         answer = start(server)
         assert answer.status == 201, answer
-        server.request("DELETE", f"/api/kernels/{answer.body['kernel_id']}")
+        kernel_id = answer.body["kernel_id"]
+        asyncio.run(execute(server, kernel_id, "x = 1"))
+        # The kernel tells the broker its cells (with its own token): its row says it is idle.
+        wait_until(lambda: views(server)[kernel_id].get("idle_since"), timeout=60)  # noqa: B023
+        server.request("DELETE", f"/api/kernels/{kernel_id}")
     # Every kernel gone: the figures stand still while they are compared.
     wait_until(lambda: shut_down_all(alice) and shut_down_all(bob), timeout=120, interval=1)
     mine = alice.request("GET", f"{API}/usage?since=1d&by=kernel").body
@@ -184,3 +188,47 @@ def test_a_user_reads_their_own_figures_and_the_admin_everyones(box: TeamBox) ->
         text = answer.read().decode()
     assert f'jupyter_gpushare_reserved_byte_seconds_total{{owner="{ALICE}"}}' in text
     assert BOB not in text
+
+
+BAD_INPUT = [
+    ("GET", "usage?since=7y", None),
+    ("GET", "usage?since=0d", None),
+    ("GET", "usage?by=team", None),
+    ("GET", "usage?by=user&by=group", None),
+    ("POST", "slices/none-such/activity", b"not json"),
+    ("POST", "slices/none-such/activity", {"busy": "yes", "at": 0}),
+    ("POST", "slices/none-such/activity", {"busy": True, "at": 0}),  # not within the last hour
+    ("POST", "slices/none-such/activity", {"busy": True, "at": "now"}),
+    ("POST", "slices/none-such/activity", {"busy": False, "at": 1e12, "idle_after": 5}),
+    ("POST", "slices/none-such/activity", {"busy": False, "at": None, "idle_after": -1}),
+    ("POST", "slices/none-such/activity", {"busy": False, "at": None, "idle_action": "kill"}),
+]
+
+
+def test_the_accounting_routes_refuse_bad_input_with_a_4xx_and_record_nothing(box: TeamBox) -> None:
+    import time
+
+    from jupyter_gpushare.backends.transport import BrokerAddress
+    from jupyter_gpushare.ledger import Ledger
+
+    address = BrokerAddress(box.broker_url)
+    for method, route, body in BAD_INPUT:
+        if isinstance(body, dict) and body.get("at") is None and "at" in body:
+            body = {**body, "at": time.time()}
+        data = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else None)
+        connection = address.connection(30)
+        connection.request(method, address.path(route), body=data)
+        response = connection.getresponse()
+        answer = json.loads(response.read() or b"{}")
+        connection.close()
+        assert 400 <= response.status < 500 and answer.get("message"), (
+            method,
+            route,
+            response.status,
+            answer,
+        )
+    recorded = Ledger(box.ledger).read_with(
+        lambda db: db.execute("SELECT COUNT(*) FROM acct_activity WHERE kernel_id = 'none-such'").fetchone()
+    )
+    assert recorded[0] == 0
+    assert "Traceback" not in box.broker_log()
