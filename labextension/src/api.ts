@@ -158,7 +158,10 @@ export class GPUShareAPI {
    * `GET usage`: what the user's kernels (everyone's for an admin) reserved and used over the
    * last `since` (`24h`, `7d`), with each user's series of reserved and used memory.
    */
-  usage(since = '24h', by: 'user' | 'group' | 'kernel' = 'user'): Promise<IUsage> {
+  usage(
+    since = '24h',
+    by: 'user' | 'group' | 'kernel' = 'user'
+  ): Promise<IUsage> {
     const query = new URLSearchParams({ since, by });
     return this.request<IUsage>('GET', ['usage'], undefined, query.toString());
   }

@@ -51,15 +51,24 @@ export function shortDuration(seconds: number): string {
     return `${minutes} min`;
   }
   const rest = minutes % 60;
-  return rest ? `${Math.floor(minutes / 60)} h ${rest} min` : `${minutes / 60} h`;
+  return rest
+    ? `${Math.floor(minutes / 60)} h ${rest} min`
+    : `${minutes / 60} h`;
 }
 
 /**
  * What a running kernel's row says of its idleness: "idle 42 min — will suspend in 18 min",
  * "idle 3 min" (no idle timer); null while a cell runs or where nothing is known.
  */
-export function idleText(kernel: IKernelSlice, now = Date.now()): string | null {
-  if (kernel.state !== 'running' || kernel.idle_since === undefined || kernel.idle_since === null) {
+export function idleText(
+  kernel: IKernelSlice,
+  now = Date.now()
+): string | null {
+  if (
+    kernel.state !== 'running' ||
+    kernel.idle_since === undefined ||
+    kernel.idle_since === null
+  ) {
     return null;
   }
   const seconds = now / 1000;
