@@ -34,8 +34,8 @@ LEDGER_FILENAME = "gpushare-ledger.sqlite"
 
 
 class GPUShare(Configurable, AccountingTraits):
-    """Fractional GPUs for Jupyter kernels (the queue's order and the accounting's traits come
-    from :class:`~jupyter_gpushare.accounting_config.AccountingTraits`)."""
+    """Fractional GPUs for Jupyter kernels (the queue's order and the accounting's traits are
+    defined in ``jupyter_gpushare/accounting_config.py``)."""
 
     backend = Enum(
         ["local", "kubernetes"],

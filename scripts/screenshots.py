@@ -181,9 +181,9 @@ def replay_a_day(ledger_path: Path, owner: str, now: float) -> None:
     from jupyter_gpushare.ledger import Ledger
     from jupyter_gpushare.sizes import parse_size
 
-    trace = generate(seed=4, days=1, users=1, kernels_per_user=9)
+    trace = generate(seed=1, days=1, users=3, kernels_per_user=4)  # all shown as one user's
     shift = now - 3600 - 20 * 3600 + 8 * 3600 - min(s.start for s in trace.sessions) - 8 * 3600
-    rng = random.Random(4)
+    rng = random.Random(1)
     rows: list[tuple[float, str, str, str, int | None, int | None, float | None]] = []
     for number, session in enumerate(trace.sessions):
         memory = parse_size(session.memory).resolve(80 * 2**30)
@@ -239,7 +239,7 @@ def usage() -> None:
             dialog.wait_for(state="detached")
             page.locator(".jp-NotebookPanel:visible .jp-Notebook-cell").first.wait_for()
             run_cell(page, USAGE.format(memory="9.5G", base=60, swing=25, period=15))
-            panel.locator(".jp-gpushare-idle").filter(has_text="will suspend").wait_for(timeout=30_000)
+            panel.locator(".jp-gpushare-idle").filter(has_text="will suspend").wait_for(timeout=90_000)
             # Shown again: the Usage view asks for the day's figures.
             page.locator('.jp-SideBar [data-id="jp-gpushare-panel"]').click()
             panel = open_panel(page)

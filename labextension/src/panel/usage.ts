@@ -174,6 +174,12 @@ export class UsageView {
         { class: 'jp-gpushare-usage-figure' },
         chart,
         h(
+          'div',
+          { class: 'jp-gpushare-usage-axis', 'aria-hidden': 'true' },
+          h('span', {}, '24 h ago'),
+          h('span', {}, 'now')
+        ),
+        h(
           'figcaption',
           { class: 'jp-gpushare-usage-caption' },
           everyone
