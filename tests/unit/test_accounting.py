@@ -174,3 +174,13 @@ def test_under_fair_the_position_and_reason_say_why(ledger: Ledger) -> None:
     outcome = ledger.request(request("alice1", "16G", owner="alice"), FAIR)
     assert isinstance(outcome, Waiting) and outcome.position == 2
     assert "under fair share" in outcome.reason
+
+
+def test_a_backend_without_accounting_says_so_in_one_sentence() -> None:
+    from jupyter_gpushare.backends.accounts import WithoutAccounting
+    from jupyter_gpushare.errors import NoAccountingError
+
+    with pytest.raises(NoAccountingError, match="the Kubernetes backend keeps none yet") as raised:
+        WithoutAccounting().usage(3600, "user")
+    assert raised.value.status == 501
+    assert WithoutAccounting().usage_totals() == []
