@@ -33,7 +33,7 @@ from ..holding import released_note
 from ..inventory import Device, Inventory, discover
 from ..ledger import Ledger
 from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
-from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
+from ..payloads import KernelPayload, PoolPayload
 from ..preview import Preview
 from ..processes import current_process, identify, runs_within
 from ..records import (
@@ -47,11 +47,10 @@ from ..records import (
 )
 from ..sizes import bytes_or_none, format_bytes
 from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
-from ..usage_report import row
 from . import holding as holdings
 from . import local_checks, local_views
 from . import suspend as suspending
-from .accounts import Accounts
+from .accounts import Accounts, KeepsAccounts
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .holding import Holding
 from .monitor import UsageMonitor
@@ -70,8 +69,9 @@ class BackendKey:
     mps_pipe_directory: str
 
 
-class LocalBackend:
-    """Slices on this node for one process (a server, a console, an nbclient run)."""
+class LocalBackend(KeepsAccounts):
+    """Slices on this node for one process (a server, a console, an nbclient run); what they
+    cost from :class:`~.accounts.KeepsAccounts`."""
 
     name = "local"
     remote_kernels = False
@@ -472,31 +472,6 @@ class LocalBackend:
         )
         self.accounts.describe(views, records, devices, self.policy)
         return views
-
-    def _in_line(self, records: list[SliceRecord]) -> list[SliceRecord]:
-        return self.accounts.in_line(records, self.policy)
-
-    def usage(self, since: float, by: str) -> UsagePayload:
-        """The accounting of the viewer's kernels (everyone's for a broker's admin)."""
-        return self.accounts.report(since, by, self.viewer)
-
-    def usage_totals(self) -> list[UsageRowPayload]:
-        return [
-            row(owner, owner, figures, 0)
-            for owner, figures in sorted(self.accounts.totals(self.viewer).items())
-        ]
-
-    def note_activity(
-        self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str
-    ) -> None:
-        """A kernel's own report: a cell started (``busy``) or ended at ``at``. A kernel that
-        holds no slice (or another kernel's token) reports nothing."""
-        try:
-            if self.own_slice(kernel_id, token) is None:
-                return
-        except NotYourSliceError:
-            return
-        self.accounts.note_activity(kernel_id, busy, at, idle_after, idle_action)
 
     def change_marker(self) -> Hashable:
         return self.ledger.change_marker()
