@@ -216,5 +216,5 @@ export class UsageView {
     this._legendTop
   );
   private _charts = h('div', { class: 'jp-gpushare-usage-charts' });
-  private _message = h('p', { class: 'jp-gpushare-empty' });
+  private _message = h('p', { class: 'jp-gpushare-usage-empty' });
 }
