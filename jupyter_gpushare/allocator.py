@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .devices import Device
+from .queue_order import FIFO, QueueRule
 from .sizes import Size, format_bytes
 
 # How a mode uses a device: many slices sharing its memory, the whole card, or one MIG instance.
@@ -44,12 +45,13 @@ class Held:
 
 @dataclass(frozen=True)
 class Policy:
-    """The admin's limits (SPEC §4)."""
+    """The admin's limits (SPEC §4), and who of the waiting requests goes first."""
 
     overcommit: float = 1.0
     max_memory_per_kernel: int | None = None
     max_memory_per_user: int | None = None
     min_memory: int = 0  # bytes: no slice smaller (a share of a small card can be)
+    queue: QueueRule = FIFO
 
 
 @dataclass(frozen=True)

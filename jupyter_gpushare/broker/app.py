@@ -27,7 +27,7 @@ from tornado.netutil import bind_unix_socket
 from .. import env_names
 from ..config import GPUShare
 from ..errors import ConfigurationError
-from . import handlers, slices
+from . import handlers, slices, usage_routes
 from .authority import Authority, LocalAuthority
 from .banner import startup_lines
 from .handlers import BrokerState
@@ -82,9 +82,9 @@ def kubernetes_authority(settings: GPUShare, broker: GPUShareBroker) -> Authorit
 
 
 def make_application(state: BrokerState) -> web.Application:
-    routes: list[tuple[str, type[web.RequestHandler]]] = list(handlers.ROUTES)
+    routes: list[tuple[str, type[web.RequestHandler]]] = [*handlers.ROUTES, *usage_routes.ROUTES]
     if isinstance(state.authority, LocalAuthority):
-        routes += slices.ROUTES
+        routes += usage_routes.LOCAL_ROUTES + slices.ROUTES
     else:
         from . import pod_routes
 

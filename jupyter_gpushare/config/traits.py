@@ -19,12 +19,14 @@ from traitlets.config import Configurable
 from .. import env_names
 from ..modes import MODES, get_mode
 from ..sizes import SizeError, parse_size
+from .accounting import AccountingTraits
 
 LEDGER_FILENAME = "gpushare-ledger.sqlite"
 
 
-class GPUShare(Configurable):
-    """Fractional GPUs for Jupyter kernels."""
+class GPUShare(Configurable, AccountingTraits):
+    """Fractional GPUs for Jupyter kernels (the queue's order and the accounting's traits are
+    defined in ``jupyter_gpushare/config/accounting.py``)."""
 
     backend = Enum(
         ["local", "kubernetes"],

@@ -10,7 +10,7 @@ from jupyter_server.utils import url_path_join
 from .. import refusals
 from ..backends import ServerHooks, backend_for
 from ..config import GPUShare, load_settings
-from . import handlers, kernel_routes, metrics
+from . import handlers, kernel_routes, metrics, usage_handlers
 from .context import GPUShareContext
 from .lifecycle import Reclaimer, settle_before_shutdown
 from .websockets import close_kernel_websockets
@@ -76,10 +76,11 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, "stream"), handlers.StreamHandler),
             (url_path_join(base, "config"), handlers.ConfigHandler),
             (url_path_join(base, "fit"), handlers.FitHandler),
+            (url_path_join(base, "usage"), usage_handlers.UsageHandler),
             (url_path_join(base, "openapi.yaml"), handlers.OpenAPIHandler),
         ],
     )
-    metrics.register(context.metrics_snapshot)
+    metrics.register(context.metrics_snapshot, backend.usage_totals)
     serverapp.log.info("jupyter_gpushare: %s backend, %s", backend.name, backend.location())
     problem = backend.problem()
     if problem:

@@ -1,14 +1,15 @@
 /**
  * A kernel row of the side panel (`.jp-gpushare-kernel`): the notebook (a button that opens
- * it), the slice, a used/slice bar, utilisation, the state or queue position, the memory its
- * processes hold beyond the slice, the warnings, and the actions resize, release (cancel for
- * a start still queued, request for a kernel that gave its slice back), suspend (or resume)
- * and shut down.
+ * it), the slice, a used/slice bar, utilisation, the state or queue position (and the expected
+ * wait), the memory its processes hold beyond the slice, how long it has been idle and what its
+ * idle timer will do, the warnings, and the actions resize, release (cancel for a start still
+ * queued, request for a kernel that gave its slice back), suspend (or resume) and shut down.
  */
 
 import { h, percentOf, setAttr, setText } from '../dom';
 import { formatBytes, formatGiB } from '../sizes';
 import { IKernelSlice } from '../types';
+import { idleText, waitOf } from '../waits';
 
 export const KERNEL_CLASS = 'jp-gpushare-kernel';
 
@@ -72,6 +73,7 @@ export class KernelRow {
         this._util,
         this._source
       ),
+      this._idle,
       this._warnings,
       h(
         'div',
@@ -141,7 +143,10 @@ export class KernelRow {
     let state: string;
     const where = kernel.node ? kernel.node : `GPU${kernel.device}`;
     if (kernel.state === 'queued') {
-      state = `queued #${kernel.queue_position ?? '?'} · ${kernel.size ?? ''}`;
+      const wait = waitOf(kernel);
+      state =
+        `queued #${kernel.queue_position ?? '?'} · ${kernel.size ?? ''}` +
+        (wait ? ` · wait ${wait}` : '');
     } else if (kernel.state === 'released') {
       state = kernel.held
         ? `no GPU (released) · ${formatBytes(kernel.held)} held on GPU${kernel.device}`
@@ -165,6 +170,10 @@ export class KernelRow {
         : '';
     setText(this._detail, detail);
     this._detail.hidden = !detail;
+    // "idle 42 min — will suspend in 18 min": not a live region (it changes every minute).
+    const idle = idleText(kernel) ?? '';
+    setText(this._idle, idle);
+    this._idle.hidden = !idle;
 
     this._bar.hidden = !running;
     this._used.style.width = percentOf(kernel.memory_used, request);
@@ -263,6 +272,7 @@ export class KernelRow {
   private _path: string | null = null;
   private _shownWarnings = '';
   private _detail = h('div', { class: 'jp-gpushare-detail', role: 'status' });
+  private _idle = h('div', { class: 'jp-gpushare-idle' });
   private _open = h('button', {
     class: 'jp-gpushare-open',
     type: 'button'
