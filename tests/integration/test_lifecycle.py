@@ -32,6 +32,14 @@ def start(server: JupyterServer, memory: str) -> dict[str, object]:
     return dict(answer.body)
 
 
+def open_in_a_session(server: JupyterServer, kernel_id: object, path: str) -> None:
+    """A notebook session that uses the kernel, as a browser tab does: the kernel is in use."""
+    body = {"path": path, "type": "notebook", "name": path, "kernel": {"id": kernel_id}}
+    answer = server.request("POST", "/api/sessions", body)
+    assert answer.status == 201, answer.body
+    assert answer.body["kernel"]["id"] == kernel_id, answer.body
+
+
 def kernel_ids(server: JupyterServer) -> set[str]:
     return {kernel["id"] for kernel in server.request("GET", "/api/kernels").body}
 
@@ -70,6 +78,9 @@ def test_a_queued_start_nobody_asks_after_is_withdrawn(node: Node) -> None:
     server = start_server(node)
     try:
         blocker = start(server, "60G")
+        # The blocker is open in a notebook, so it is not itself reclaimed as unused while the
+        # forgotten start's timeout runs (on a busy machine this test outlasts that timeout).
+        open_in_a_session(server, blocker["kernel_id"], "blocker.ipynb")
         left = start(server, "30G")  # its client went away (a closed tab)
         kept = start(server, "30G")  # its client keeps asking
         assert kept["state"] == left["state"] == "queued"
@@ -87,8 +98,12 @@ def test_a_queued_start_nobody_asks_after_is_withdrawn(node: Node) -> None:
         # Room appears: the start still asked after runs; the withdrawn one never starts.
         assert server.request("DELETE", f"/api/kernels/{blocker['kernel_id']}").status == 204
         wait_until(
-            lambda: kernel_ids(server), 60, message="the kept start running", until=lambda ids: bool(ids)
+            lambda: server.request("GET", f"{API}/kernels/{kept['kernel_id']}").body["state"],
+            60,
+            message="the kept start running",
+            until=lambda state: state == "running",
         )
+        open_in_a_session(server, kept["kernel_id"], "kept.ipynb")
         assert kernel_ids(server) == {kept["kernel_id"]}
         assert [record.kernel_id for record in node.ledger.records()] == [kept["kernel_id"]]
     finally:
