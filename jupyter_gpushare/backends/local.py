@@ -176,6 +176,8 @@ class LocalBackend:
         holds a slice (a restart) gets it back at once. ``only_devices`` limits where it goes
         (a resume); ``holder`` is the process the slice follows until the kernel is attached.
         """
+        if only_devices is None and request.card_at_least is not None:
+            only_devices = local_checks.cards_large_enough(self.ledger.devices(), request.card_at_least)
         outcome = self.ledger.request(
             NewRequest(
                 kernel_id=kernel_id,
@@ -494,7 +496,10 @@ class LocalBackend:
             devices = self.ledger.devices()
         except LedgerError as error:  # the routes answer it; the guard mends what it can
             return str(error)
-        return None if devices else (self.inventory.problem or "no GPU found")
+        if not devices:
+            return self.inventory.problem or "no GPU found"
+        fault = self.ledger.write_fault()  # readable but not writable: every change would fail
+        return None if fault is None else str(fault)
 
     def location(self) -> str:
         return f"ledger {self.ledger.path}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..allocator import Policy, Refusal, Request, fit
+from ..devices import Device
 from ..errors import DoesNotFitError, ModeUnavailableError, NoGPUError
 from ..ledger import Ledger
 from ..modes import NodeFacts
@@ -29,6 +30,12 @@ class Asked:
     when_full: str
 
 
+def cards_large_enough(devices: list[Device], least: int) -> list[str]:
+    """The devices an exclusive request of a size (``least`` bytes) may be placed on; the queue
+    keeps them with the request (``only_devices``), so a card too small is never taken."""
+    return [device.uuid for device in devices if device.memory_total >= least]
+
+
 def check(asked: Asked, request: SliceRequest) -> SliceRequest:
     """``request`` when this node can honour it now or later; raises with the reason otherwise."""
     devices = asked.ledger.devices()
@@ -39,7 +46,7 @@ def check(asked: Asked, request: SliceRequest) -> SliceRequest:
         raise ModeUnavailableError(missing)
     # Refuse at once what waiting cannot change (too large, above a quota), before anything
     # waits or starts; what could fit once others end is the queue's business.
-    wanted = Request(asked.kernel_id, asked.owner, request.size, request.mode.placement)
+    wanted = Request(asked.kernel_id, asked.owner, request.size, request.mode.placement, request.card)
     never_fits = fit(wanted, devices, asked.ledger.held(), asked.policy)
     if isinstance(never_fits, Refusal) and not never_fits.retry:
         raise DoesNotFitError(never_fits.reason)
@@ -56,5 +63,5 @@ def preview(asked: Asked, request: SliceRequest) -> Preview:
         return never(missing)
     records = asked.ledger.records()
     ahead = sum(1 for record in records if record.state == "queued" and is_alive(record.process))
-    wanted = Request("", asked.owner, request.size, request.mode.placement)
+    wanted = Request("", asked.owner, request.size, request.mode.placement, request.card)
     return preview_start(wanted, devices, asked.ledger.held(), ahead, asked.policy, asked.when_full)

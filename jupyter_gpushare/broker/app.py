@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from tornado import web
-from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_unix_socket
 
 from ..config import GPUShare
 from ..errors import ConfigurationError
 from . import handlers, slices
 from .authority import Authority, LocalAuthority
+from .door import BrokerServer, broker_server, raise_open_files_limit
 from .handlers import BrokerState
 from .identity import HubIdentity
 from .settings import GPUShareBroker
@@ -35,7 +35,6 @@ from .settings import GPUShareBroker
 log = logging.getLogger("jupyter_gpushare.broker")
 
 PREFIX = "/api/gpushare/broker/"
-MAX_BODY = 1024 * 1024  # bytes: the broker's bodies are small JSON objects
 HOUSEKEEPING_EVERY = 2.0  # seconds between releases of dead kernels' slices, orphan collections
 LEDGER_FILES = ("", "-wal", "-shm", ".lock")
 
@@ -56,7 +55,7 @@ def secure_ledger(path: Path) -> None:
             os.chmod(target, 0o600)
 
 
-def local_authority(settings: GPUShare) -> LocalAuthority:
+def local_authority(settings: GPUShare, broker: GPUShareBroker | None = None) -> LocalAuthority:
     from ..backends.local import LocalBackend
 
     # Files the ledger creates (the database, its WAL and lock) are the broker's only.
@@ -65,7 +64,7 @@ def local_authority(settings: GPUShare) -> LocalAuthority:
     backend = LocalBackend(settings)
     backend.ledger.change_marker()  # creates the files now, under this umask
     secure_ledger(backend.ledger.path)
-    return LocalAuthority(backend)
+    return LocalAuthority(backend, waiting_lease=(broker or GPUShareBroker()).waiting_lease)
 
 
 def kubernetes_authority(settings: GPUShare, broker: GPUShareBroker) -> Authority:
@@ -105,11 +104,13 @@ class Broker:
         admins = frozenset(broker.admin_users)
         hub = HubIdentity(admins) if broker.ip else None
         self.state = BrokerState(authority, hub=hub, admin_users=admins)
-        self.server: HTTPServer | None = None
+        self.server: BrokerServer | None = None
         self.addresses: list[str] = []
 
     def listen(self) -> None:
-        self.server = HTTPServer(make_application(self.state), max_body_size=MAX_BODY)
+        self.server = broker_server(
+            make_application(self.state), self.broker.max_connections_per_user, self.broker.idle_timeout
+        )
         if self.broker.socket:
             path = Path(self.broker.socket)
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -184,10 +185,11 @@ def run(settings: GPUShare, broker: GPUShareBroker) -> None:
             "the broker holds the pool itself: unset c.GPUShare.broker_url "
             "($JUPYTER_GPUSHARE_BROKER_URL) in the broker's own configuration"
         )
+    raise_open_files_limit()  # each connection holds a file descriptor
     authority = (
         kubernetes_authority(settings, broker)
         if settings.backend == "kubernetes"
-        else local_authority(settings)
+        else local_authority(settings, broker)
     )
     asyncio.run(Broker(settings, broker, authority).serve())
 
