@@ -34,6 +34,13 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgumentError(message)
 
 
+def _cores(text: str) -> int:
+    """A whole number in the digits 0-9 (``int()`` alone reads other scripts' digits too)."""
+    if not re.fullmatch(r"[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"--cores takes a whole number in the digits 0-9, not {text!r}")
+    return int(text)
+
+
 def _parser() -> _Parser:
     parser = _Parser(prog="%gpu", add_help=False)
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -42,7 +49,7 @@ def _parser() -> _Parser:
     request = commands.add_parser("request")
     request.add_argument("size")
     request.add_argument("--mode", choices=list(MODES))
-    request.add_argument("--cores")  # checked with every other door's rule (digits 0-9)
+    request.add_argument("--cores", type=_cores)
     resize = commands.add_parser("resize")
     resize.add_argument("size")
     resize.add_argument("--restart", action="store_true")

@@ -453,9 +453,14 @@ def test_a_broker_killed_mid_start_leaves_no_orphan_and_loses_no_kernel(setup: S
         lambda: {s["metadata"]["name"] for s in setup.cluster.secrets()} == {secret_name(alices)}, timeout=60
     )
     assert lost != pod_name(alices)
-    # Alice's kernel, started before the broker died, runs on and is listed.
-    views = call(setup, "alice", "GET", "kernels")[1]
-    assert [(view["kernel_id"], view["state"]) for view in views] == [(alices, "running")]
+    # Alice's kernel, started before the broker died, runs on and is listed (once the restarted
+    # broker's watch has seen its pod again).
+    wait_until(
+        lambda: [(view["kernel_id"], view["state"]) for view in call(setup, "alice", "GET", "kernels")[1]],
+        timeout=120,
+        message="alice's kernel listed as running by the restarted broker",
+        until=lambda views: views == [(alices, "running")],
+    )
     out, _ = asyncio.run(execute(server_of(setup, "alice"), alices, "print(6 * 7)"))
     assert out.strip() == "42"
     # And the restarted broker resizes it by restart: a new pod of the new size, same kernel.

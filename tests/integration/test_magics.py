@@ -121,7 +121,13 @@ async def test_a_kernel_cannot_act_on_another_kernels_slice(
 
 async def test_bad_magic_arguments_print_the_usage(node: Node, kernels: AsyncMultiKernelManager) -> None:
     kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
-    for line in ("%gpu bogus", "%gpu resize", "%gpu request 4G --cores many", "%gpu request 4G --mode x"):
+    for line in (
+        "%gpu bogus",
+        "%gpu resize",
+        "%gpu request 4G --cores many",
+        "%gpu request 4G --cores ٥٠",  # digits of another script: the REST API refuses them too
+        "%gpu request 4G --mode x",
+    ):
         cell = await run_cell(kernels.get_kernel(kernel_id), line)
         assert cell.error is None and "%gpu resize SIZE" in cell.stderr, (line, cell)
     record = node.ledger.get(kernel_id)
