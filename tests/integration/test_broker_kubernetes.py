@@ -304,7 +304,7 @@ def running(setup: Setup, user: str, kernel_id: str) -> dict[str, Any]:
             lambda: (
                 lambda answer: answer[1] if answer[0] == 200 and answer[1]["state"] == "running" else None
             )(call(setup, user, "GET", f"kernels/{kernel_id}")),
-            timeout=60,
+            timeout=120,  # a pod's start on a busy 2-core machine
         )
     )
 
