@@ -122,7 +122,7 @@ def test_a_connection_beyond_the_share_is_answered_503_with_the_reason() -> None
 def test_out_of_descriptors_the_pending_connection_is_closed_not_left_to_spin() -> None:
     door = Door(per_user=64)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-        listener.bind("\0gpushare-door-test-%d" % os.getpid())
+        listener.bind(f"\0gpushare-door-test-{os.getpid()}")
         listener.listen()
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         client.connect(listener.getsockname())
