@@ -175,7 +175,7 @@ class BrokerServer(HTTPServer):
         uid = _peer_uid(stream.socket)
         if uid is not None:
             if not self.door.admit(uid):
-                stream.write(self.door.refusal(uid)).add_done_callback(lambda _: stream.close())
+                stream.write(self.door.refusal(uid)).add_done_callback(lambda sent: _close(stream, sent))
                 return
             self._peers[stream] = uid
         super().handle_stream(stream, address)
@@ -185,6 +185,12 @@ class BrokerServer(HTTPServer):
         if uid is not None:
             self.door.leave(uid)
         super().on_close(server_conn)
+
+
+def _close(stream: IOStream, sent: Any) -> None:
+    if not sent.cancelled():
+        sent.exception()  # a peer gone before the answer: nothing to tell it
+    stream.close()
 
 
 def _peer_uid(sock: socket.socket | None) -> int | None:
