@@ -176,8 +176,7 @@ class LocalBackend:
         holds a slice (a restart) gets it back at once. ``only_devices`` limits where it goes
         (a resume); ``holder`` is the process the slice follows until the kernel is attached.
         """
-        if only_devices is None and request.card_at_least is not None:
-            only_devices = local_checks.cards_large_enough(self.ledger.devices(), request.card_at_least)
+        only_devices = local_checks.where_allowed(self.ledger, request, only_devices)
         outcome = self.ledger.request(
             NewRequest(
                 kernel_id=kernel_id,

@@ -1,14 +1,15 @@
 """The local backend's answers before anything is reserved: a start's request checked against the
 node (``check``), and what a start would do now (``preview``, for ``GET fit`` and the start
-picker). Both read the same ledger and make the same placement a start makes; neither writes.
+picker), and where a start may be placed (``where_allowed``). They read the same ledger and make
+the same placement a start makes; none writes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..allocator import Policy, Refusal, Request, fit
-from ..devices import Device
 from ..errors import DoesNotFitError, ModeUnavailableError, NoGPUError
 from ..ledger import Ledger
 from ..modes import NodeFacts
@@ -30,10 +31,15 @@ class Asked:
     when_full: str
 
 
-def cards_large_enough(devices: list[Device], least: int) -> list[str]:
-    """The devices an exclusive request of a size (``least`` bytes) may be placed on; the queue
-    keeps them with the request (``only_devices``), so a card too small is never taken."""
-    return [device.uuid for device in devices if device.memory_total >= least]
+def where_allowed(
+    ledger: Ledger, request: SliceRequest, only_devices: Sequence[str] | None
+) -> Sequence[str] | None:
+    """Where a request may be placed: ``only_devices``; for an exclusive request of a size, the
+    cards at least that large (kept with the request, so a card too small is never taken)."""
+    least = request.card_at_least
+    if only_devices is not None or least is None:
+        return only_devices
+    return [device.uuid for device in ledger.devices() if device.memory_total >= least]
 
 
 def check(asked: Asked, request: SliceRequest) -> SliceRequest:

@@ -51,7 +51,12 @@ class ThreadConnections:
         if getattr(local, "connection_key", None) == key:
             connection: sqlite3.Connection = local.connection
             return connection
-        return self._replace("connection", key, self.connect)
+        connection = self._replace("connection", key, self.connect)
+        if ledger_faults.not_writable(self.path) is not None:
+            # sqlite opened it read-only (mode=rw falls back so): used for this call only, so
+            # that the file's fix reaches this thread's next write.
+            local.connection_key = (key[0], None)
+        return connection
 
     def watcher(self, generation: int) -> sqlite3.Connection:
         """The process's connection that never writes (``PRAGMA data_version`` counts every
