@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .devices import Device
-from .sizes import ACCEPTED_FORMS, Size, format_bytes
+from .sizes import Size, format_bytes
 
 # How a mode uses a device: many slices sharing its memory, the whole card, or one MIG instance.
 PlacementKind = Literal["shared", "exclusive", "mig"]
@@ -139,7 +139,7 @@ def _larger_than_the_pool(request: Request, devices: Sequence[Device]) -> Refusa
         return None
     return Refusal(
         f"{needed} is larger than any GPU in the pool "
-        f"(largest: {format_bytes(largest.memory_total)} on {largest.label}); {ACCEPTED_FORMS}",
+        f"(largest: {format_bytes(largest.memory_total)} on {largest.label})",
         retry=False,
         code=TOO_LARGE,
     )

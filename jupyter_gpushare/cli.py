@@ -11,6 +11,7 @@ from typing import Any
 
 from . import __version__
 from .backends import backend_for
+from .broker.settings import BROKER_CONFIG_DIR
 from .config import load_settings
 from .errors import BackendUnavailableError, GPUShareError
 from .inventory import SimulationSpecError
@@ -92,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument(
         "--backend", choices=["local", "kubernetes"], help="what it holds (default: GPUShare.backend)"
     )
+    broker.add_argument(
+        "--config-dir",
+        metavar="DIR",
+        default=BROKER_CONFIG_DIR,
+        help="its own configuration: jupyter_server_config.py (or .json) with the GPUShare limits and "
+        f"GPUShareBroker settings, read before the Jupyter config path (default: {BROKER_CONFIG_DIR})",
+    )
 
     kernelspec = commands.add_parser("kernelspec", help="manage gpushare kernelspecs")
     kernelspec_commands = kernelspec.add_subparsers(dest="kernelspec_command", metavar="ACTION")
@@ -146,15 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _broker(arguments: argparse.Namespace) -> int:
     from .broker.app import run
-    from .broker.settings import load_broker_settings
+    from .broker.settings import load_broker_configuration
 
-    settings = load_settings()
-    if arguments.backend:
-        settings.backend = arguments.backend
-    run(
-        settings,
-        load_broker_settings({"socket": arguments.socket, "ip": arguments.ip, "port": arguments.port}),
-    )
+    flags = {"socket": arguments.socket, "ip": arguments.ip, "port": arguments.port}
+    run(load_broker_configuration(arguments.config_dir, flags, arguments.backend))
     return 0
 
 
@@ -208,6 +211,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     from .k8s.build import DEFAULT_ARGV, cluster_facts, kernel_claim, kernel_pod
+    from .k8s.claims import whole_card_warning
     from .slice_request import make_slice_request
 
     settings = load_settings()
@@ -251,6 +255,10 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     print("# The connection file and token are mounted from a Secret of the same name + -conn.")
     if claim is not None:
         print("# The ResourceClaim below is created with the pod and owned by it (its uid then).")
+        whole = None if request.size.is_whole else whole_card_warning(claim["spec"], request.mode.name)
+        if whole:
+            print(f"jupyter gpushare: warning: {whole}", file=sys.stderr)
+            print(f"# Warning: {whole}")
     print(yaml.safe_dump(pod, sort_keys=False), end="")
     if claim is not None:
         print("---")

@@ -83,6 +83,9 @@ class KernelPayload(TypedDict):
     pod: NotRequired[str | None]
     node: NotRequired[str | None]
     detail: NotRequired[str | None]
+    # This server's kernel that no session refers to and no client uses (shut down after
+    # GPUShare.unused_kernel_timeout).
+    unused: NotRequired[bool]
 
 
 class StatusPayload(TypedDict):

@@ -37,8 +37,19 @@ class _Parser(argparse.ArgumentParser):
 def _cores(text: str) -> int:
     """A whole number in the digits 0-9 (``int()`` alone reads other scripts' digits too)."""
     if not re.fullmatch(r"[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"--cores takes a whole number in the digits 0-9, not {text!r}")
+        raise argparse.ArgumentTypeError(f"a whole number in the digits 0-9, not {text!r}")
     return int(text)
+
+
+COMMANDS = ("status", "pool", "request", "resize", "release", "suspend", "resume", "watch", "help")
+
+
+def mistake(words: list[str], error: str) -> str:
+    """One line for a %gpu line the parser refused: what is wrong, and where the usage is."""
+    if words and words[0] not in COMMANDS:
+        return f"%gpu: there is no command {words[0]!r}; the commands: {', '.join(COMMANDS)} (%gpu help)"
+    where = f"%gpu {words[0]}" if words else "%gpu"
+    return f"{where}: {error} (%gpu help shows the usage)"
 
 
 def _parser() -> _Parser:
@@ -75,9 +86,14 @@ class GPUMagics(Magics):  # type: ignore[misc]
     def gpu(self, line: str) -> Any:
         """Manage this kernel's GPU slice. Run ``%gpu help`` for the commands."""
         try:
-            arguments = _parser().parse_args(_sizes_last(shlex.split(line)))
+            words = shlex.split(line)
+        except ValueError as error:  # an unclosed quote
+            print(f"%gpu: {error} (%gpu help shows the usage)", file=sys.stderr)
+            return None
+        try:
+            arguments = _parser().parse_args(_sizes_last(words))
         except (_ArgumentError, ValueError) as error:
-            print(f"%gpu: {error}\n\n{USAGE}", file=sys.stderr)
+            print(mistake(words, str(error)), file=sys.stderr)
             return None
         command = arguments.command or "status"
         from ..errors import GPUShareError

@@ -155,7 +155,9 @@ class OwnSlice:
                 return max(0, capacity - int(device["memory_reserved"]))
         return None
 
-    def status(self, notes: list[str] | None = None) -> SliceStatus:
+    def status(
+        self, notes: list[str] | None = None, outcome: list[str] | None = None, ask_again: str | None = None
+    ) -> SliceStatus:
         record = self.record()
         backend = self.backend
         left = None if record is not None else self.released()
@@ -169,6 +171,8 @@ class OwnSlice:
             simulated=backend.simulated(),
             caps=caps.descriptions(),
             notes=list(notes or []),
+            outcome=list(outcome or []),
+            ask_again=ask_again or backend.settings.default_memory,
         )
 
     def pool(self) -> PoolStatus:
@@ -250,7 +254,7 @@ class OwnSlice:
 
     def release(self) -> SliceStatus:
         released, held = self.give_back()
-        return self.status([self._released_note(released, held)])
+        return self.status(outcome=[self._released_note(released, held)], ask_again=released.size)
 
     def _released_note(self, released: SliceRecord, held: Holding) -> str:
         return released_note(released.memory, held.memory, held.source, self.device_label(released, True))

@@ -108,6 +108,9 @@ export interface IKernelSlice {
   pod?: string | null;
   node?: string | null;
   detail?: string | null;
+  // This server's kernel that no session refers to and no client uses (shut down after
+  // `GPUShare.unused_kernel_timeout`).
+  unused?: boolean;
 }
 
 /**

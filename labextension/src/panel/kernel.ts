@@ -1,8 +1,9 @@
 /**
  * A kernel row of the side panel (`.jp-gpushare-kernel`): the notebook (a button that opens
  * it), the slice, a used/slice bar, utilisation, the state or queue position, the memory its
- * processes hold beyond the slice, the warnings, and the actions resize, release, suspend (or
- * resume) and shut down.
+ * processes hold beyond the slice, the warnings, and the actions resize, release (cancel for
+ * a start still queued, request for a kernel that gave its slice back), suspend (or resume)
+ * and shut down.
  */
 
 import { h, percentOf, setAttr, setText } from '../dom';
@@ -20,8 +21,10 @@ export interface IKernelActions {
   open(kernel: IKernelSlice): void;
   /** Ask for a new size and resize. */
   resize(kernel: IKernelSlice): void;
-  /** Release the slice; the kernel keeps running. */
+  /** Release the slice (the kernel keeps running), or withdraw a queued start. */
   release(kernel: IKernelSlice): void;
+  /** Ask for a slice again, for a kernel that released its own. */
+  request(kernel: IKernelSlice): void;
   /** Move the GPU state to host memory and give the slice back. */
   suspend(kernel: IKernelSlice): void;
   /** Bring a suspended kernel's GPU state back. */
@@ -91,7 +94,9 @@ export class KernelRow {
       }
     });
     this._release.addEventListener('click', () => {
-      if (this._kernel) {
+      if (this._kernel?.state === 'released') {
+        this._actions.request(this._kernel);
+      } else if (this._kernel) {
         this._actions.release(this._kernel);
       }
     });
@@ -121,6 +126,7 @@ export class KernelRow {
     const level = usageLevel(kernel);
     this.node.dataset.kernelId = kernel.kernel_id ?? '';
     this.node.dataset.state = kernel.state;
+    this.node.dataset.unused = kernel.unused ? 'true' : '';
     this.node.classList.toggle('jp-mod-warn', level === 'warn');
     this.node.classList.toggle('jp-mod-over', level === 'over');
 
@@ -144,6 +150,10 @@ export class KernelRow {
       state = `suspended · ${kernel.size ?? ''}`;
     } else {
       state = `${kernel.size ?? formatBytes(request)} on ${where} · ${kernel.mode}`;
+    }
+    if (kernel.unused) {
+      // Its notebook's tab closed before it got the kernel: nothing uses it.
+      state = `not open · ${state}`;
     }
     setText(this._state, state);
     this._state.className = `jp-gpushare-state jp-gpushare-state-${kernel.state}`;
@@ -190,18 +200,31 @@ export class KernelRow {
     this._warnings.hidden = warnings.length === 0;
 
     this._resize.disabled = !running;
-    // A pod holds its GPU for its life; only a queued pod's start can be withdrawn.
+    // One button, three meanings: release a running slice, withdraw a queued start (the
+    // kernel never starts), ask again for a kernel that gave its slice back. A pod holds its
+    // GPU for its life.
+    const queued = kernel.state === 'queued';
+    const released = kernel.state === 'released';
+    setText(
+      this._release,
+      queued ? 'Cancel' : released ? 'Request…' : 'Release'
+    );
     this._release.disabled =
-      kernel.state === 'released' ||
       kernel.state === 'suspended' ||
-      (Boolean(kernel.pod) && running);
+      (Boolean(kernel.pod) && (running || released));
     setAttr(
       this._release,
       'title',
       kernel.pod && running
         ? 'A kernel pod keeps its GPU until it ends: shut the kernel down to free it'
-        : 'Release the GPU slice; the kernel keeps running'
+        : queued
+          ? 'Withdraw the start from the queue: the kernel never starts'
+          : released
+            ? 'Ask for a GPU slice again (it waits in the queue when the GPUs are full)'
+            : 'Release the GPU slice; the kernel keeps running'
     );
+    // A queued start has no kernel to shut down yet: Cancel withdraws it.
+    this._shutdown.disabled = queued;
     const suspended = kernel.state === 'suspended';
     setText(this._suspend, suspended ? 'Resume' : 'Suspend');
     // A pod cannot give its memory back without a new pod; only a running slice can suspend.
@@ -224,7 +247,15 @@ export class KernelRow {
           : 'Move the GPU state to host memory and give the slice back; the next cell resumes it'
     );
     setAttr(this._resize, 'aria-label', `Resize the GPU slice of ${name}`);
-    setAttr(this._release, 'aria-label', `Release the GPU slice of ${name}`);
+    setAttr(
+      this._release,
+      'aria-label',
+      queued
+        ? `Cancel the GPU start of ${name}`
+        : released
+          ? `Request a GPU slice for ${name}`
+          : `Release the GPU slice of ${name}`
+    );
     setAttr(this._shutdown, 'aria-label', `Shut down the kernel of ${name}`);
   }
 
