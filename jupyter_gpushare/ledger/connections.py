@@ -135,8 +135,10 @@ class ThreadConnections:
     def open_lock_file(self) -> int:
         # The ledger's own permissions (as sqlite does for its WAL files), so a ledger shared
         # by a group of users stays usable by all of them.
+        # Its owner always reads and writes it: a ledger made read-only for a while (chmod 0444)
+        # must not leave a lock file nobody can open once the ledger is writable again.
         try:
-            mode = os.stat(self.path).st_mode & 0o666
+            mode = os.stat(self.path).st_mode & 0o666 | 0o600
         except OSError:
             mode = 0o600
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, mode)

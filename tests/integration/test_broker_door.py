@@ -438,5 +438,6 @@ def test_a_read_only_ledger_is_one_verdict_with_its_fix_everywhere(box: TeamBox)
             message="the pool without a problem once the ledger is writable again",
             until=lambda pool: not pool.get("problem"),
         )
-    assert start(server, "4G").status == 201
+    last = start(server, "4G")
+    assert last.status == 201, last.body["message"][-400:]
     server.stop()
