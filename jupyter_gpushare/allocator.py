@@ -23,12 +23,14 @@ PlacementKind = Literal["shared", "exclusive", "mig"]
 
 @dataclass(frozen=True)
 class Request:
-    """What a kernel asks for."""
+    """What a kernel asks for; ``at_least``: the least memory its card must have (an exclusive
+    request of a size takes a whole card at least that large)."""
 
     kernel_id: str
     owner: str
     size: Size
     kind: PlacementKind = "shared"
+    at_least: Size | None = None
 
 
 @dataclass(frozen=True)
@@ -131,13 +133,14 @@ def fit_on_device(
 
 def _larger_than_the_pool(request: Request, devices: Sequence[Device]) -> Refusal | None:
     usable = [device for device in devices if not device.mig_enabled]
-    if request.size.kind != "bytes" or not usable:
+    needed = request.at_least or request.size
+    if needed.kind != "bytes" or not usable:
         return None
     largest = max(usable, key=lambda device: device.memory_total)
-    if request.size.resolve(0) <= largest.memory_total:
+    if needed.resolve(0) <= largest.memory_total:
         return None
     return Refusal(
-        f"{request.size} is larger than any GPU in the pool "
+        f"{needed} is larger than any GPU in the pool "
         f"(largest: {format_bytes(largest.memory_total)} on {largest.label})",
         retry=False,
         code=TOO_LARGE,
@@ -167,7 +170,7 @@ def _fit_card(
         if quota is not None:
             quota_refusals.append(quota)
             continue
-        if wanted > device.memory_total:
+        if wanted > device.memory_total or (request.at_least and request.at_least.resolve(0) > wanted):
             continue  # overcommit stretches what is reserved, never one slice past the card
         on_device = [slice_ for slice_ in held if slice_.device_uuid == device.uuid]
         if any(slice_.whole_card for slice_ in on_device):

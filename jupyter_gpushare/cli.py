@@ -20,6 +20,7 @@ from .kernelspec import install_kernelspecs
 from .modes import MODES
 from .payloads import KernelPayload, PoolPayload, StatusPayload
 from .sizes import SizeError, format_bytes, parse_size
+from .terminal import printable
 from .usage_report import ReportError, as_csv, as_table, check_by, parse_since
 
 
@@ -149,15 +150,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .doctor import report, run_checks
 
             checks = run_checks(load_settings(), kernel=not arguments.no_kernel)
-            print(report(checks, arguments.json))
+            print(printable(report(checks, arguments.json)))
             return 1 if any(check.status == "FAIL" for check in checks) else 0
     except BackendUnavailableError as error:
         # The pool (the node's ledger, the cluster), not the command, is at fault: the sentence
         # names what and the fix.
-        print(f"jupyter gpushare: error: {error}", file=sys.stderr)
+        print(f"jupyter gpushare: error: {printable(str(error))}", file=sys.stderr)
         return 1
     except (CommandError, GPUShareError, SizeError, SimulationSpecError, PresetError) as error:
-        print(f"jupyter gpushare: error: {error}", file=sys.stderr)
+        print(f"jupyter gpushare: error: {printable(str(error))}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {arguments.command!r}")
     return 2  # pragma: no cover - parser.error exits
@@ -181,7 +182,8 @@ def _status(as_json: bool) -> int:
     if as_json:
         print(json.dumps(status, indent=2))
         return 0
-    print(_format_status(status["pool"], status["kernels"], backend.location()))
+    # Every cell came from someone: ids, paths and names from users, messages from the pool.
+    print(printable(_format_status(status["pool"], status["kernels"], backend.location())))
     return 0
 
 

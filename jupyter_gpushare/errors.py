@@ -178,4 +178,16 @@ class LedgerBusyError(LedgerError):
 
 
 class RequestBodyError(InvalidRequestError):
-    """A REST body broke a limit (size, nesting, text) before any field was read."""
+    """A request broke a limit (size, nesting, text, a kernel id) before any field was used."""
+
+
+class BodyTooLargeError(RequestBodyError):
+    """A body larger than any route needs (nothing of it was read as JSON)."""
+
+    status = 413
+
+
+class HeadersTooLargeError(RequestBodyError):
+    """A request line and headers larger than any caller sends."""
+
+    status = 431

@@ -39,6 +39,30 @@ def is_alive(identity: ProcessIdentity) -> bool:
         return True  # another user's live process: it exists, we just may not inspect it
 
 
+def same_process(one: ProcessIdentity, other: ProcessIdentity) -> bool:
+    """Whether two identities name the same process (start times agree to psutil's precision)."""
+    return one.pid == other.pid and abs(one.start - other.start) <= _START_TOLERANCE
+
+
+def lineage(process: ProcessIdentity) -> list[ProcessIdentity]:
+    """``process`` and its ancestors up to init, nearest first, each identified by its start
+    time; empty when ``process`` is gone (or its pid was reused)."""
+    try:
+        found = psutil.Process(process.pid)
+        if abs(found.create_time() - process.start) > _START_TOLERANCE:
+            return []
+        parents = found.parents()
+    except psutil.Error:
+        return []
+    line = [process]
+    for parent in parents:
+        try:
+            line.append(ProcessIdentity(parent.pid, parent.create_time()))
+        except psutil.Error:  # it ended while we looked: its children were handed on
+            continue
+    return line
+
+
 def runs_within(process: ProcessIdentity, ancestor: ProcessIdentity) -> bool:
     """True when ``process`` is ``ancestor`` or runs under it (a kernel started through a
     wrapper such as ``conda run`` is the wrapper's child)."""

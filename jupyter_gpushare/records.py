@@ -133,6 +133,8 @@ class ReleasedSlice:
     ``held``: bytes its processes still hold on ``device_uuid`` (a CUDA context, tensors not
     freed), which placement keeps reserved until they are freed or the process ends.
     ``suspended``: set while its GPU state is checkpointed to host memory.
+    ``attached``: whether ``process`` is the kernel's own process (it was attached when the
+    slice was given back), not the process that asked for the slice on its behalf.
     """
 
     kernel_id: str
@@ -146,6 +148,7 @@ class ReleasedSlice:
     held: int = 0
     held_source: str | None = None
     suspended: SuspendedState | None = None
+    attached: bool = True
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 
@@ -11,6 +12,8 @@ from .sizes import Size, SizeError, format_bytes, parse_size
 
 MAX_PATH_BYTES = 4096  # a notebook path, in UTF-8 (PATH_MAX on Linux)
 MAX_NAME_BYTES = 255  # a kernelspec name
+CORES = re.compile(r"[0-9]+%?")  # as openapi.yaml says (ASCII digits: int() takes any script's)
+SURROUNDING = " \t\n\r\f\v"  # ignored around a number, as around a size (ASCII only)
 
 
 @dataclass(frozen=True)
@@ -19,8 +22,14 @@ class SliceRequest:
     mode: Mode
     cores: int | None
     # Exclusive requests become "whole"; the amount asked stays as the least memory the card
-    # must have (a DRA claim selects such a card by CEL; device plugins cannot say it).
-    card_at_least: int | None = None
+    # must have (the local allocator and a DRA claim's CEL pick such a card; device plugins
+    # cannot say it).
+    card: Size | None = None
+
+    @property
+    def card_at_least(self) -> int | None:
+        """Bytes an exclusive request's card must have at least (None: any card)."""
+        return self.card.resolve(0) if self.card is not None else None
 
 
 def make_slice_request(
@@ -51,12 +60,12 @@ def make_slice_request(
         chosen_mode = get_mode(default_mode if mode is None else mode)  # type: ignore[arg-type]
     except UnknownModeError as error:
         raise InvalidRequestError(str(error)) from None
-    card_at_least = None
+    card = None
     if chosen_mode.placement == "exclusive":
         # Exclusive means a whole card; the card is at least as large as any size that fits.
-        card_at_least = size.resolve(0) if size.kind == "bytes" else None
+        card = size if size.kind == "bytes" else None
         size = parse_size("whole")
-    return SliceRequest(size, chosen_mode, _check_cores(cores), card_at_least)
+    return SliceRequest(size, chosen_mode, _check_cores(cores), card)
 
 
 def _check_cores(cores: object) -> int | None:
@@ -64,12 +73,13 @@ def _check_cores(cores: object) -> int | None:
         return None
     if isinstance(cores, bool) or not isinstance(cores, (int, str)):
         raise InvalidRequestError(f"gpu_cores must be a whole percentage from 1 to 100, not {cores!r}")
-    try:
-        value = int(str(cores).strip().rstrip("%"))
-    except ValueError:
+    text = cores.strip(SURROUNDING) if isinstance(cores, str) else str(cores)
+    if not CORES.fullmatch(text):
         raise InvalidRequestError(
-            f"gpu_cores must be a whole percentage from 1 to 100, not {cores!r}"
-        ) from None
+            f"gpu_cores must be a whole percentage from 1 to 100 in the digits 0-9, such as 50 or "
+            f"50%, not {cores!r}"
+        )
+    value = int(text.removesuffix("%"))
     if not 1 <= value <= 100:
         raise InvalidRequestError(f"gpu_cores must be from 1 to 100 (% of the GPU's SMs), not {value}")
     return value

@@ -181,6 +181,7 @@ class LocalBackend(KeepsAccounts):
         holds a slice (a restart) gets it back at once. ``only_devices`` limits where it goes
         (a resume); ``holder`` is the process the slice follows until the kernel is attached.
         """
+        only_devices = local_checks.where_allowed(self.ledger, request, only_devices)
         outcome = self.ledger.request(
             NewRequest(
                 kernel_id=kernel_id,
@@ -505,7 +506,10 @@ class LocalBackend(KeepsAccounts):
             devices = self.ledger.devices()
         except LedgerError as error:  # the routes answer it; the guard mends what it can
             return str(error)
-        return None if devices else (self.inventory.problem or "no GPU found")
+        if not devices:
+            return self.inventory.problem or "no GPU found"
+        fault = self.ledger.write_fault()  # readable but not writable: every change would fail
+        return None if fault is None else str(fault)
 
     def location(self) -> str:
         return f"ledger {self.ledger.path}"

@@ -1,11 +1,13 @@
 """The local backend's answers before anything is reserved: a start's request checked against the
 node (``check``), and what a start would do now (``preview``, for ``GET fit`` and the start
-picker). Both read the same ledger and make the same placement a start makes; neither writes.
+picker), and where a start may be placed (``where_allowed``). They read the same ledger and make
+the same placement a start makes; none writes.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +41,17 @@ class Asked:
     accounts: Accounts
 
 
+def where_allowed(
+    ledger: Ledger, request: SliceRequest, only_devices: Sequence[str] | None
+) -> Sequence[str] | None:
+    """Where a request may be placed: ``only_devices``; for an exclusive request of a size, the
+    cards at least that large (kept with the request, so a card too small is never taken)."""
+    least = request.card_at_least
+    if only_devices is not None or least is None:
+        return only_devices
+    return [device.uuid for device in ledger.devices() if device.memory_total >= least]
+
+
 def check(asked: Asked, request: SliceRequest) -> SliceRequest:
     """``request`` when this node can honour it now or later; raises with the reason otherwise."""
     devices = asked.ledger.devices()
@@ -49,7 +62,7 @@ def check(asked: Asked, request: SliceRequest) -> SliceRequest:
         raise ModeUnavailableError(missing)
     # Refuse at once what waiting cannot change (too large, above a quota), before anything
     # waits or starts; what could fit once others end is the queue's business.
-    wanted = Request(asked.kernel_id, asked.owner, request.size, request.mode.placement)
+    wanted = Request(asked.kernel_id, asked.owner, request.size, request.mode.placement, request.card)
     never_fits = fit(wanted, devices, asked.ledger.held(), asked.policy)
     if isinstance(never_fits, Refusal) and not never_fits.retry:
         raise DoesNotFitError(never_fits.reason)
@@ -66,7 +79,7 @@ def preview(asked: Asked, request: SliceRequest) -> Preview:
         return never(missing)
     records = asked.ledger.records()
     queued = [record for record in records if record.state == "queued" and is_alive(record.process)]
-    wanted = Request("", asked.owner, request.size, request.mode.placement)
+    wanted = Request("", asked.owner, request.size, request.mode.placement, request.card)
     held = asked.ledger.held()
     now = time.time()
     rule = asked.policy.queue

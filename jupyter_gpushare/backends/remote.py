@@ -21,6 +21,7 @@ import json
 import os
 import secrets
 import threading
+import time
 from collections.abc import Hashable
 from typing import Any
 
@@ -31,7 +32,7 @@ from ..errors import GPUShareError
 from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from ..preview import Preview
 from ..processes import identify
-from ..records import ProcessIdentity, SliceRecord, UsageReport
+from ..records import Outcome, ProcessIdentity, SliceRecord, UsageReport, Waiting
 from ..slice_request import SliceRequest, make_slice_request
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .broker_feed import BrokerFeed
@@ -45,6 +46,10 @@ from .wire import (
     server_kernels_to_json,
     usage_to_json,
 )
+
+# Seconds: a waiting start asks the broker after its place at least this often, well within the
+# broker's GPUShareBroker.waiting_lease (after which it drops a request nobody asks after).
+MAX_POLL_INTERVAL = 2.0
 
 
 class RemoteBackend:
@@ -217,13 +222,14 @@ class RemoteBackend:
             "token_hash": token_digest(token),
         }
         first = await asyncio.to_thread(self._outcome, "POST", "slices", body)
+        place = _Place(self, kernel_id, first)
         return await wait_for_slice(
             kernel_id,
             request,
             first,
-            lambda: asyncio.to_thread(self._outcome, "POST", f"slices/{kernel_id}/place", {}),
+            lambda: asyncio.to_thread(place.ask),
             lambda: asyncio.to_thread(self._withdraw, kernel_id),
-            self.settings.queue_poll_interval,
+            min(self.settings.queue_poll_interval, MAX_POLL_INTERVAL),
             on_wait,
         )
 
@@ -303,6 +309,32 @@ class RemoteBackend:
     ) -> None:
         body = {"busy": busy, "at": at, "idle_after": idle_after, "idle_action": idle_action}
         self.client.call("POST", f"slices/{kernel_id}/activity", body, token=token or "")
+
+
+class _Place:
+    """A waiting start asking the broker after its place. A broker that goes away meanwhile (a
+    restart) is waited for as long as a queued start may wait (``queue_timeout``): the request
+    is kept in its ledger, and the start goes on where it was once the broker answers again."""
+
+    def __init__(self, backend: RemoteBackend, kernel_id: str, first: Outcome) -> None:
+        self.backend = backend
+        self.kernel_id = kernel_id
+        self.position = first.position if isinstance(first, Waiting) else 1
+        self.away_since: float | None = None
+
+    def ask(self) -> Outcome:
+        try:
+            outcome: Outcome = self.backend._outcome("POST", f"slices/{self.kernel_id}/place", {})
+        except BrokerUnreachableError as error:
+            now = time.monotonic()
+            self.away_since = self.away_since if self.away_since is not None else now
+            if now - self.away_since >= self.backend.settings.queue_timeout:
+                raise
+            return Waiting(self.position, f"{error}; waiting for it to come back")
+        self.away_since = None
+        if isinstance(outcome, Waiting):
+            self.position = outcome.position
+        return outcome
 
 
 _backends: dict[tuple[str, str, int], RemoteBackend] = {}

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from tornado import web
-from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_unix_socket
 
 from .. import env_names
@@ -30,6 +29,7 @@ from ..errors import ConfigurationError
 from . import handlers, slices, usage_routes
 from .authority import Authority, LocalAuthority
 from .banner import startup_lines
+from .door import BrokerServer, broker_server, raise_open_files_limit
 from .handlers import BrokerState
 from .identity import HubIdentity
 from .settings import BrokerConfiguration, GPUShareBroker, names_this_broker
@@ -37,7 +37,6 @@ from .settings import BrokerConfiguration, GPUShareBroker, names_this_broker
 log = logging.getLogger("jupyter_gpushare.broker")
 
 PREFIX = "/api/gpushare/broker/"
-MAX_BODY = 1024 * 1024  # bytes: the broker's bodies are small JSON objects
 HOUSEKEEPING_EVERY = 2.0  # seconds between releases of dead kernels' slices, orphan collections
 LEDGER_FILES = ("", "-wal", "-shm", ".lock")
 
@@ -58,7 +57,7 @@ def secure_ledger(path: Path) -> None:
             os.chmod(target, 0o600)
 
 
-def local_authority(settings: GPUShare) -> LocalAuthority:
+def local_authority(settings: GPUShare, broker: GPUShareBroker | None = None) -> LocalAuthority:
     from ..backends.local import LocalBackend
 
     # Files the ledger creates (the database, its WAL and lock) are the broker's only.
@@ -67,7 +66,7 @@ def local_authority(settings: GPUShare) -> LocalAuthority:
     backend = LocalBackend(settings)
     backend.ledger.change_marker()  # creates the files now, under this umask
     secure_ledger(backend.ledger.path)
-    return LocalAuthority(backend)
+    return LocalAuthority(backend, waiting_lease=(broker or GPUShareBroker()).waiting_lease)
 
 
 def kubernetes_authority(settings: GPUShare, broker: GPUShareBroker) -> Authority:
@@ -114,11 +113,13 @@ class Broker:
         admins = frozenset(broker.admin_users)
         hub = HubIdentity(admins) if broker.ip else None
         self.state = BrokerState(authority, hub=hub, admin_users=admins)
-        self.server: HTTPServer | None = None
+        self.server: BrokerServer | None = None
         self.addresses: list[str] = []
 
     def listen(self) -> None:
-        self.server = HTTPServer(make_application(self.state), max_body_size=MAX_BODY)
+        self.server = broker_server(
+            make_application(self.state), self.broker.max_connections_per_user, self.broker.idle_timeout
+        )
         if self.broker.socket:
             path = Path(self.broker.socket)
             socket_directory(path.parent)
@@ -225,10 +226,11 @@ def run(configuration: BrokerConfiguration) -> None:
         settings.broker_url = ""
         os.environ.pop(env_names.BROKER_URL, None)
         log.info("GPU broker: c.GPUShare.broker_url = %r is its clients' setting, ignored here", clients_url)
+    raise_open_files_limit()  # each connection holds a file descriptor
     authority = (
         kubernetes_authority(settings, broker)
         if settings.backend == "kubernetes"
-        else local_authority(settings)
+        else local_authority(settings, broker)
     )
     asyncio.run(Broker(settings, broker, authority, configuration).serve())
 

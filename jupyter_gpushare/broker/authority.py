@@ -1,23 +1,37 @@
-"""The broker's backend as each caller may use it: scoped views, and whose each kernel is.
+"""The broker's backend as each caller may use it: scoped views, whose each kernel is, and which
+kernel a calling process belongs to.
 
 A caller acts as themselves — their requests are theirs, held by their process, counted against
 their quota — and sees other users' kernels as anonymous occupancy (an admin sees all). Acting on
-a kernel needs it to be the caller's: another user's kernel answers exactly as a kernel that does
-not exist (404), so ids reveal nothing.
+a kernel needs it to be the caller's: another user's kernel — running, waiting, or one that gave
+its slice back and keeps a claim on its id — answers exactly as a kernel that does not exist
+(404), so ids reveal nothing and nobody takes over another's id.
+
+A process inside a kernel (the kernel's own process as the ledger records it, or any process it
+started) acts on that kernel's slice only; acting on another kernel, even the same user's, is
+refused (403). The user's server, console or command line — processes in no kernel — act on any
+of the user's kernels.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import NoSuchKernelError
+from ..errors import NoSuchKernelError, NotYourSliceError
+from ..processes import lineage, same_process
+from ..records import ProcessIdentity
 from .identity import Caller
+from .waiting import WaitingLeases
 
 if TYPE_CHECKING:
     from ..backends import Backend
     from ..backends.kubernetes import KubernetesBackend
     from ..backends.local import LocalBackend
     from .pods import PodStarts
+
+log = logging.getLogger("jupyter_gpushare.broker")
 
 
 class Authority(Protocol):
@@ -31,28 +45,61 @@ class Authority(Protocol):
         """The backend acting as ``caller``, showing what ``caller`` may see."""
 
     def owner_of(self, kernel_id: str) -> str | None:
-        """The user a kernel's slice (or pod, or start) belongs to; None when there is none."""
+        """The user a kernel's slice (or claim on its id, pod, or start) belongs to; None when
+        there is none."""
+
+    def kernel_of(self, caller: Caller) -> str | None:
+        """The kernel whose processes include the caller's; None for a process in no kernel."""
 
     def housekeeping(self) -> None:
         """What the broker does every few seconds (release dead kernels' slices, collect orphans)."""
 
 
 def require_own(authority: Authority, caller: Caller, kernel_id: str, *, missing_ok: bool = False) -> None:
-    """Refuse, as "no such kernel", to let ``caller`` act on a kernel of someone else's. With
-    ``missing_ok``, a kernel nobody holds passes (the backend then says it holds no slice)."""
+    """Refuse, as "no such kernel", to let ``caller`` act on a kernel of someone else's, and a
+    process inside a kernel to act on any other kernel. With ``missing_ok``, a kernel id nobody
+    holds or claims passes (a new request; or the backend then says it holds no slice)."""
     owner = authority.owner_of(kernel_id)
-    if owner is None and missing_ok:
-        return
-    if owner is None or not caller.may_act_on(owner):
+    if (owner is None and not missing_ok) or (owner is not None and not caller.may_act_on(owner)):
         raise NoSuchKernelError(f"no GPU kernel {kernel_id} of {caller.user}'s")
+    refusal = kernel_scope_refusal(kernel_id, authority.kernel_of(caller))
+    if refusal is not None:
+        raise NotYourSliceError(refusal)
+
+
+def kernel_scope_refusal(kernel_id: str, callers_kernel: str | None) -> str | None:
+    """Why a process inside kernel ``callers_kernel`` may not act on ``kernel_id`` (None: it
+    may; so may any process in no kernel)."""
+    if callers_kernel is None or callers_kernel == kernel_id:
+        return None
+    return (
+        f"this process belongs to kernel {callers_kernel}: a kernel acts on its own GPU slice only, "
+        f"not on kernel {kernel_id}'s"
+    )
+
+
+def kernel_in_lineage(
+    line: Sequence[ProcessIdentity], kernels: Iterable[tuple[str, ProcessIdentity]]
+) -> str | None:
+    """The kernel whose process is nearest in ``line`` (a process, its parent, … up to init),
+    given each kernel's process; None when no process of the line is a kernel's."""
+    by_pid: dict[int, list[tuple[str, ProcessIdentity]]] = {}
+    for kernel_id, process in kernels:
+        by_pid.setdefault(process.pid, []).append((kernel_id, process))
+    for ancestor in line:
+        for kernel_id, process in by_pid.get(ancestor.pid, ()):
+            if same_process(ancestor, process):
+                return kernel_id
+    return None
 
 
 class LocalAuthority:
     """The node ledger, for the processes of this node's users."""
 
-    def __init__(self, backend: LocalBackend) -> None:
+    def __init__(self, backend: LocalBackend, waiting_lease: float = 20.0) -> None:
         self.backend = backend
         self.local = backend
+        self.waiting = WaitingLeases(waiting_lease)
         backend.samples_every_slice = True  # the broker's monitor samples every kernel
 
     def as_seen_by(self, caller: Caller) -> LocalBackend:
@@ -62,12 +109,38 @@ class LocalAuthority:
         return self.local.scoped(caller.user, caller.server_id, holder, caller.viewer)
 
     def owner_of(self, kernel_id: str) -> str | None:
-        record = self.local.ledger.get(kernel_id)
-        return record.owner if record is not None else None
+        ledger = self.local.ledger
+        record = ledger.get(kernel_id)
+        if record is not None:
+            return record.owner
+        left = ledger.released(kernel_id)  # a kernel running without a slice keeps its id
+        return left.owner if left is not None else None
+
+    def kernel_of(self, caller: Caller) -> str | None:
+        if caller.process is None:
+            return None
+        ledger = self.local.ledger
+        kernels = [(r.kernel_id, r.kernel) for r in ledger.records() if r.kernel is not None]
+        kernels += [(left.kernel_id, left.process) for left in ledger.released_all() if left.attached]
+        return kernel_in_lineage(lineage(caller.process), kernels)
 
     def housekeeping(self) -> None:
         self.local.reconcile()
         self.local.accounts.fold()
+        self.drop_abandoned()
+
+    def drop_abandoned(self) -> None:
+        """Drop the waiting requests nobody asked after for the lease (see :mod:`.waiting`)."""
+        ledger = self.local.ledger
+        queued = [record.kernel_id for record in ledger.records() if record.state == "queued"]
+        abandoned = self.waiting.abandoned(queued)
+        for record in ledger.withdraw_waiting(abandoned) if abandoned else []:
+            log.warning(
+                "dropped the waiting GPU request of kernel %s (%s's): nobody asked after it for %g s",
+                record.kernel_id,
+                record.owner,
+                self.waiting.lease,
+            )
 
 
 class KubernetesAuthority:
@@ -84,10 +157,20 @@ class KubernetesAuthority:
     def owner_of(self, kernel_id: str) -> str | None:
         return self.pods.owner_of(kernel_id)
 
+    def kernel_of(self, caller: Caller) -> str | None:
+        return None  # HTTP callers: a server (kernel pods talk to their server, not the broker)
+
     def housekeeping(self) -> None:
         from .orphans import collect_orphans
 
         collect_orphans(self.pods)
 
 
-__all__ = ["Authority", "KubernetesAuthority", "LocalAuthority", "require_own"]
+__all__ = [
+    "Authority",
+    "KubernetesAuthority",
+    "LocalAuthority",
+    "kernel_in_lineage",
+    "kernel_scope_refusal",
+    "require_own",
+]

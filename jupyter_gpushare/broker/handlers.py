@@ -1,10 +1,13 @@
 """The broker's routes of the service API, under ``/api/gpushare/broker/``, for every backend.
 
 Each request is identified before anything else (:mod:`.identity`): a caller the broker cannot
-identify gets 401, a token the hub refuses 403, and nothing is read or changed. Bodies are
-checked field by field; bad input is a 4xx ``{"message", "error"}`` and changes nothing. Domain
-errors answer with their type's status and carry their type's name, so the client raises the
-same error an embedded backend would (:mod:`jupyter_gpushare.backends.wire`).
+identify gets 401, a token the hub refuses 403, and nothing is read or changed. Requests are
+read by the same rules as the REST API's (:mod:`jupyter_gpushare.request_body`): headers and a
+body within their limits (431, 413: answered, the rest of a large body read and dropped), JSON
+no deeper than 32 levels, text only, names and paths without control characters, kernel ids
+that are UUIDs; then field by field. Bad input is a 4xx ``{"message", "error"}`` and changes
+nothing. Domain errors answer with their type's status and carry their type's name, so the
+client raises the same error an embedded backend would (:mod:`jupyter_gpushare.backends.wire`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from .. import request_body
 from ..backends.broker_feed import KEEP_ALIVE
 from ..backends.transport import HOST_HEADER
 from ..backends.wire import error_payload, server_kernels_from_json
@@ -31,9 +35,10 @@ from ..errors import BackendUnavailableError, GPUShareError, InvalidRequestError
 from ..http_errors import answerable, answering_domain_errors, message_of
 from ..records import UsageReport
 from .authority import Authority, require_own
+from .door import DRAIN_BODY_BYTES
 from .identity import Caller, HubIdentity, socket_caller
 
-MAX_ID_LENGTH = 200
+MAX_HOST_BYTES = 253  # a DNS name: where an HTTP caller's server runs
 STREAM_TICK_MIN, STREAM_TICK_MAX = 0.1, 1.0  # seconds between looks at the marker, per stream
 log = logging.getLogger("jupyter_gpushare.broker")
 BROKER_RUN = uuid.uuid4().hex  # this broker process, in its change markers
@@ -46,9 +51,6 @@ def package_version() -> str:
         return "unknown"
 
 
-MAX_TEXT_LENGTH = 4096
-
-
 @dataclass
 class BrokerState:
     """What every route shares: the backend as callers may use it, and how callers are known."""
@@ -59,22 +61,50 @@ class BrokerState:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@web.stream_request_body
 class BrokerHandler(web.RequestHandler):
-    """A broker route: the caller is known (``self.caller``) before the method runs."""
+    """A broker route: the caller is known (``self.caller``) and the request within its limits
+    before the method runs. The body is streamed in: kept up to the limit, dropped beyond it, so
+    a body too large costs no memory and still gets its answer."""
 
     caller: Caller
 
     def initialize(self, state: BrokerState) -> None:
         self.state = state
+        self._body = bytearray()
+        self._body_size = 0
 
     def check_xsrf_cookie(self) -> None:
         return None  # no cookies: the socket's peer or the hub token is the identity
 
     async def prepare(self) -> None:
         try:
+            self._check_request()
             self.caller = await self._identify()
+            kernel_id = self.path_kwargs.get("kernel_id")
+            if kernel_id is not None:
+                request_body.check_kernel_id(kernel_id, "the kernel id in the path")
         except GPUShareError as error:
             raise answerable(error) from None
+
+    def _check_request(self) -> None:
+        request = self.request
+        line = f"{request.method} {request.uri} {request.version}"
+        request_body.check_headers(line, request.headers.get_all())
+        declared = request.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > request_body.MAX_BODY_BYTES:
+            if int(declared) > DRAIN_BODY_BYTES:  # not worth reading: answered, then closed
+                raise request_body.too_large(int(declared))
+            self._body_size = int(declared)  # refused once read (see json_body)
+
+    def data_received(self, chunk: bytes) -> None:
+        if self._body_size > request_body.MAX_BODY_BYTES:
+            return  # too large, known from its length: dropped as it comes
+        self._body_size += len(chunk)
+        if self._body_size > request_body.MAX_BODY_BYTES:
+            self._body = bytearray()  # chunked and too large: dropped from here on
+        else:
+            self._body += chunk
 
     async def _identify(self) -> Caller:
         stream = getattr(self.request.connection, "stream", None)
@@ -84,10 +114,10 @@ class BrokerHandler(web.RequestHandler):
         if self.state.hub is None:
             raise InvalidRequestError("this GPU broker serves its Unix socket only")
         try:
-            return await self.state.hub.caller(
-                self.request.headers.get("Authorization", ""),
-                self.request.headers.get(HOST_HEADER, "")[:MAX_ID_LENGTH],
+            host = request_body.check_label(
+                HOST_HEADER, self.request.headers.get(HOST_HEADER, ""), MAX_HOST_BYTES
             )
+            return await self.state.hub.caller(self.request.headers.get("Authorization", ""), host)
         except web.HTTPError as error:  # the hub itself cannot be asked
             raise BackendUnavailableError(
                 f"the GPU broker cannot check tokens with the hub: {message_of(error, error.status_code)}"
@@ -112,13 +142,10 @@ class BrokerHandler(web.RequestHandler):
         self.finish(json.dumps(payload))
 
     def json_body(self) -> dict[str, Any]:
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise InvalidRequestError("the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise InvalidRequestError("the request body must be a JSON object")
-        return body
+        """The body as a JSON object, read by the REST API's rules (a 4xx that names the limit)."""
+        if self._body_size > request_body.MAX_BODY_BYTES:
+            raise request_body.too_large(self._body_size)
+        return request_body.json_object(bytes(self._body))
 
     def answer(self, payload: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -133,17 +160,18 @@ class BrokerHandler(web.RequestHandler):
 # ---- checking bodies ---------------------------------------------------------------------------
 
 
-def text_field(
-    body: dict[str, Any], name: str, *, required: bool = False, limit: int = MAX_TEXT_LENGTH
-) -> str:
-    value = body.get(name)
-    if value is None and not required:
+def kernel_id_field(body: dict[str, Any], *, required: bool = False) -> str:
+    """``kernel_id`` of a body: a UUID, or "" where it may be left out."""
+    value = body.get("kernel_id")
+    if value in (None, "") and not required:
         return ""
-    if not isinstance(value, str) or (required and not value) or len(value) > limit:
-        raise InvalidRequestError(
-            f"{name} must be a string of at most {limit} characters, not {json.dumps(value)}"
-        )
-    return value
+    return request_body.check_kernel_id(value)
+
+
+def label_field(body: dict[str, Any], name: str, max_bytes: int) -> str:
+    """A name or path to be stored and shown ("" when left out), by the REST API's rule."""
+    value = body.get(name)
+    return "" if value is None else request_body.check_label(name, value, max_bytes)
 
 
 def request_fields(body: dict[str, Any]) -> tuple[object, object, object]:
@@ -277,7 +305,7 @@ class CheckHandler(BrokerHandler):
     async def post(self) -> None:
         body = self.json_body()
         memory, mode, cores = request_fields(body)
-        kernel_id = text_field(body, "kernel_id", limit=MAX_ID_LENGTH)
+        kernel_id = kernel_id_field(body)
         request = await self.run(self.scoped().check, memory, mode, cores, kernel_id)
         self.answer({"size": request.size.text, "mode": request.mode.name, "cores": request.cores})
 
@@ -376,7 +404,8 @@ __all__ = [
     "BrokerHandler",
     "BrokerState",
     "NotFoundHandler",
+    "kernel_id_field",
+    "label_field",
     "request_fields",
-    "text_field",
     "usage_report",
 ]

@@ -11,8 +11,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, cast
 
+from .. import request_body
 from ..errors import InvalidRequestError
 from ..http_errors import answering_domain_errors
+from ..slice_request import MAX_NAME_BYTES
 from .authority import KubernetesAuthority
 from .handlers import KERNEL, BrokerHandler
 from .pods import PodAsk, PodStarts
@@ -58,9 +60,7 @@ class PodHandlerById(PodHandler):
 
 def parse_ask(body: Mapping[str, Any]) -> PodAsk:
     """A server's ``POST pods`` body, checked field by field (raises with what is wrong)."""
-    kernel_id = body.get("kernel_id")
-    if not isinstance(kernel_id, str):
-        raise InvalidRequestError("kernel_id must be a string")
+    kernel_id = request_body.check_kernel_id(body.get("kernel_id"))
     argv = body.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(part, str) for part in argv):
         raise InvalidRequestError("argv must be a non-empty list of strings")
@@ -90,9 +90,7 @@ def parse_ask(body: Mapping[str, Any]) -> PodAsk:
         and all(isinstance(part, str) and len(part) == CURVE_KEY_LENGTH for part in curve)
     ):
         raise InvalidRequestError("curve must be [public, secret] Z85 CurveZMQ keys, or null")
-    kernel_name = body.get("kernel_name", "")
-    if not isinstance(kernel_name, str) or len(kernel_name) > 200:
-        raise InvalidRequestError("kernel_name must be a string of at most 200 characters")
+    kernel_name = request_body.check_label("kernel_name", body.get("kernel_name") or "", MAX_NAME_BYTES)
     for name, kinds in (("gpu_memory", (str, int)), ("gpu_mode", (str,)), ("gpu_cores", (str, int))):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):

@@ -69,6 +69,26 @@ class GPUShareBroker(Configurable):
         "ask every few seconds) before the broker deletes it and its Secret: the pods of a server "
         "that is gone, and of a start the broker was killed in.",
     )
+    max_connections_per_user = Integer(
+        64,
+        config=True,
+        help="Connections one OS user may hold open to the broker's Unix socket at once (each "
+        "costs the broker a file descriptor); one more is answered 503 and closed. A server holds "
+        "one for its event stream and opens one per call.",
+    )
+    idle_timeout = Float(
+        60.0,
+        config=True,
+        help="Seconds a connection may wait without sending a complete request before the broker "
+        "closes it (a running event stream is not idle).",
+    )
+    waiting_lease = Float(
+        20.0,
+        config=True,
+        help="Seconds a start waiting in the queue may go without its requester asking after it "
+        "(clients ask every few seconds, again after a broker restart) before the broker drops "
+        "it: a request nobody waits for must not hold up the queue.",
+    )
 
     @validate("socket_mode")
     def _check_mode(self, proposal: Any) -> int:
@@ -89,6 +109,20 @@ class GPUShareBroker(Configurable):
         value = float(proposal["value"])
         if value < 0:
             raise TraitError("GPUShareBroker.orphan_grace must not be negative")
+        return value
+
+    @validate("max_connections_per_user")
+    def _check_connections(self, proposal: Any) -> int:
+        value = int(proposal["value"])
+        if value < 1:
+            raise TraitError(f"GPUShareBroker.max_connections_per_user must be at least 1, not {value}")
+        return value
+
+    @validate("idle_timeout", "waiting_lease")
+    def _check_positive(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if not value > 0:
+            raise TraitError(f"GPUShareBroker.{proposal['trait'].name} must be more than 0 seconds")
         return value
 
 

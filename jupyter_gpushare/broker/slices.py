@@ -22,8 +22,9 @@ from ..errors import GPUShareError, InvalidRequestError, NotYourSliceError
 from ..http_errors import answering_domain_errors
 from ..processes import identify
 from ..records import Placed, SliceRecord
+from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
 from .authority import LocalAuthority, require_own
-from .handlers import KERNEL, MAX_ID_LENGTH, BrokerHandler, request_fields, text_field
+from .handlers import KERNEL, BrokerHandler, kernel_id_field, label_field, request_fields
 
 TOKEN_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 START_TOLERANCE = 0.05  # seconds: psutil's start times of one process agree within 1/100 s
@@ -65,16 +66,18 @@ class AskHandler(SliceHandler):
     @answering_domain_errors
     async def post(self) -> None:
         body = self.json_body()
-        kernel_id = text_field(body, "kernel_id", required=True, limit=MAX_ID_LENGTH)
+        kernel_id = kernel_id_field(body, required=True)
         memory, mode, cores = request_fields(body)
-        kernel_name = text_field(body, "kernel_name")
-        path = text_field(body, "path")
+        kernel_name = label_field(body, "kernel_name", MAX_NAME_BYTES)
+        path = label_field(body, "path", MAX_PATH_BYTES)
         token_hash = body.get("token_hash")
         if token_hash is not None and not (isinstance(token_hash, str) and TOKEN_DIGEST.match(token_hash)):
             raise InvalidRequestError("token_hash must be a SHA-256 digest in hex (64 characters)")
         mine = self.mine()
-        # A kernel id somebody else holds is not to be taken over (a restart keeps one's own).
+        # A kernel id somebody else holds or claims is not to be taken over (a restart keeps
+        # one's own), nor a kernel's process to ask under another kernel's id.
         await self.run(lambda: require_own(self.authority, self.caller, kernel_id, missing_ok=True))
+        self.local.waiting.asked(kernel_id)
         request = await self.run(mine.check, memory, mode, cores, kernel_id)
         outcome = await self.run(
             lambda: mine.ask(kernel_id, request, kernel_name=kernel_name, path=path, token_hash=token_hash)
@@ -89,6 +92,7 @@ class PlaceHandler(SliceHandler):
     async def post(self, kernel_id: str) -> None:
         mine = self.mine()
         await self.run(require_own, self.authority, self.caller, kernel_id)
+        self.local.waiting.asked(kernel_id)  # its requester still waits for it
         self.answer(self.outcome(await self.run(mine.poll, kernel_id)))
 
 
@@ -172,6 +176,12 @@ class AttachHandler(SliceHandler):
             raise NotYourSliceError(
                 f"process {pid} is not {self.caller.user}'s: only your own kernel process can hold "
                 "your GPU slice"
+            )
+        caller = self.caller.process
+        if self.local.kernel_of(self.caller) is not None and caller is not None and pid != caller.pid:
+            # A kernel names only itself: the slice must not follow another process of the user.
+            raise NotYourSliceError(
+                f"a kernel's GPU slice follows the kernel's own process, not process {pid}"
             )
         ledger.attach_kernel(kernel_id, identity)
         self.local.local.start_monitoring()

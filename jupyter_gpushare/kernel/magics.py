@@ -34,6 +34,13 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgumentError(message)
 
 
+def _cores(text: str) -> int:
+    """A whole number in the digits 0-9 (``int()`` alone reads other scripts' digits too)."""
+    if not re.fullmatch(r"[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"a whole number in the digits 0-9, not {text!r}")
+    return int(text)
+
+
 COMMANDS = ("status", "pool", "request", "resize", "release", "suspend", "resume", "watch", "help")
 
 
@@ -53,7 +60,7 @@ def _parser() -> _Parser:
     request = commands.add_parser("request")
     request.add_argument("size")
     request.add_argument("--mode", choices=list(MODES))
-    request.add_argument("--cores", type=int)
+    request.add_argument("--cores", type=_cores)
     resize = commands.add_parser("resize")
     resize.add_argument("size")
     resize.add_argument("--restart", action="store_true")

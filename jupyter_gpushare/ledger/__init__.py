@@ -37,6 +37,7 @@ from ..records import (
     SuspendedState,
 )
 from ..sizes import parse_size
+from . import faults as ledger_faults
 from . import queue
 from .access import LOCK_TIMEOUT, RESTORE_WAIT, LedgerAccess
 from .queue import LivenessCheck
@@ -102,10 +103,12 @@ class Ledger:
 
         Read on a connection of its own that never writes, so sqlite's ``data_version`` counts
         every commit — by other processes and by this process's other connections alike. It
-        changes too when this process moves to a restored file.
+        changes too when this process moves to a restored file, and when the file is made
+        read-only or writable again (no commit, but every view then shows another problem).
         """
         version = int(self._access.watcher().execute("PRAGMA data_version").fetchone()[0])
-        return (self._access.generation << 40) + version
+        read_only = ledger_faults.not_writable(self.path) is not None
+        return (((self._access.generation << 40) + version) << 1) + read_only
 
     def guard(self, interval: float) -> None:
         """Check the file every ``interval`` seconds (a daemon thread): a deleted ledger is put
@@ -115,6 +118,10 @@ class Ledger:
     def check(self) -> LedgerError | None:
         """The ledger's fault now (after trying to mend it), or None when it is usable."""
         return self._access.check()
+
+    def write_fault(self) -> LedgerError | None:
+        """Why this process may not write the ledger now (read-only), or None."""
+        return ledger_faults.not_writable(self.path)
 
     def close(self) -> None:
         self._access.close()
@@ -350,9 +357,25 @@ class Ledger:
                     held=max(0, held[0]),
                     held_source=held[1],
                     suspended=suspended,
+                    attached=record.kernel is not None,
                 )
                 insert_released(db, left)
         return record
+
+    @_faults_named
+    def withdraw_waiting(self, kernel_ids: Sequence[str]) -> list[SliceRecord]:
+        """Remove the requests of ``kernel_ids`` that still wait in the queue (one placed
+        meanwhile stays); returns those removed."""
+        with self._write() as db:
+            rows = [
+                db.execute(
+                    "SELECT * FROM slices WHERE kernel_id = ? AND state = 'queued'", (kernel_id,)
+                ).fetchone()
+                for kernel_id in kernel_ids
+            ]
+            withdrawn = [record_of(row) for row in rows if row is not None]
+            db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(r.kernel_id,) for r in withdrawn])
+        return withdrawn
 
     @_faults_named
     def put_released(self, released: ReleasedSlice) -> None:

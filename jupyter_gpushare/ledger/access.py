@@ -197,6 +197,7 @@ class LedgerAccess:
         """Follow or put back the file and retry what failed; the fault now, or None."""
         try:
             file = self._current()
+            self._require_writable()
             with self._state:
                 if file.keeper is not None and ledger_id_of(file.keeper) not in (None, file.ledger_id):
                     raise ledger_faults.damaged(self.path, "another ledger was copied over it")
@@ -447,7 +448,13 @@ class LedgerAccess:
                 "jupyter_gpushare: recorded %d GPU slice(s) again in the new ledger %s", added, self.path
             )
 
+    def _require_writable(self) -> None:
+        fault = ledger_faults.not_writable(self.path)
+        if fault is not None:
+            raise fault
+
     def _begin(self) -> tuple[sqlite3.Connection, int]:
+        self._require_writable()  # before sqlite writes through a descriptor opened earlier
         for _ in range(5):
             file = self._current()
             connection = self._threads.connection(file.generation)

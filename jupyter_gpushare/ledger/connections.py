@@ -51,7 +51,12 @@ class ThreadConnections:
         if getattr(local, "connection_key", None) == key:
             connection: sqlite3.Connection = local.connection
             return connection
-        return self._replace("connection", key, self.connect)
+        connection = self._replace("connection", key, self.connect)
+        if ledger_faults.not_writable(self.path) is not None:
+            # sqlite opened it read-only (mode=rw falls back so): used for this call only, so
+            # that the file's fix reaches this thread's next write.
+            local.connection_key = (key[0], None)
+        return connection
 
     def watcher(self, generation: int) -> sqlite3.Connection:
         """The process's connection that never writes (``PRAGMA data_version`` counts every
@@ -130,8 +135,10 @@ class ThreadConnections:
     def open_lock_file(self) -> int:
         # The ledger's own permissions (as sqlite does for its WAL files), so a ledger shared
         # by a group of users stays usable by all of them.
+        # Its owner always reads and writes it: a ledger made read-only for a while (chmod 0444)
+        # must not leave a lock file nobody can open once the ledger is writable again.
         try:
-            mode = os.stat(self.path).st_mode & 0o666
+            mode = os.stat(self.path).st_mode & 0o666 | 0o600
         except OSError:
             mode = 0o600
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, mode)

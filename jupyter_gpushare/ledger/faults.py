@@ -45,6 +45,26 @@ def read_only(path: Path, detail: str) -> LedgerReadOnlyError:
     )
 
 
+def not_writable(path: Path) -> LedgerReadOnlyError | None:
+    """The read-only fault of a ledger file this process may not write now — its mode or owner,
+    an immutable flag, a read-only filesystem — or None (also while there is no file yet).
+
+    One system call when all is well. Every write and every check asks it first: sqlite would go
+    on writing through descriptors it opened before the file was made read-only (into the
+    write-ahead log), while new connections could not, so without it the verdict would depend on
+    which thread asks.
+    """
+    if os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+        return None
+    try:
+        os.close(os.open(path, os.O_WRONLY))  # says why (and root may write a mode-0444 file)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return read_only(path, f"{error.strerror or error} opening it for writing")
+    return None
+
+
 def busy(path: Path, waited: float, holders: list[Holder]) -> LedgerBusyError:
     who = describe(holders) if holders else "another process"
     return LedgerBusyError(
@@ -81,17 +101,17 @@ def classify(error: BaseException, path: Path, lock_timeout: float) -> LedgerErr
         if name.startswith(_DAMAGED) or any(words in text for words in _DAMAGED_WORDS):
             return damaged(path, text)
         if name.startswith(_READ_ONLY) or "readonly" in text:
-            return read_only(path, text)
+            return not_writable(path) or read_only(path, text)  # the file's own reason first
         if name.startswith(_BUSY) or "locked" in text:
             return busy(path, lock_timeout, lock_holders(path) or lock_holders(f"{path}-shm"))
         if (name.startswith("SQLITE_CANTOPEN") or "unable to open" in text) and not _writable(path):
-            return read_only(path, text)
+            return not_writable(path) or read_only(path, text)
         if name.startswith("SQLITE_FULL"):
             return LedgerError(f"The GPU ledger {path} cannot grow: the disk is full ({text}).")
         return LedgerError(f"The GPU ledger {path} cannot be used: {text}.")
     if isinstance(error, OSError):
         if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return read_only(path, error.strerror or str(error))
+            return not_writable(path) or read_only(path, error.strerror or str(error))
         if error.errno == errno.ENOSPC:
             return LedgerError(f"The GPU ledger {path} cannot grow: the disk is full.")
         return LedgerError(f"The GPU ledger {path} cannot be used: {error.strerror or error}.")

@@ -100,6 +100,7 @@ ADDED_COLUMNS = (
     ("released", "held", "INTEGER NOT NULL DEFAULT 0"),
     ("released", "held_source", "TEXT"),
     ("released", "suspended", "TEXT"),
+    ("released", "attached", "INTEGER NOT NULL DEFAULT 1"),  # pid/start are the kernel's own
 )
 
 DEVICE_COLUMNS = ("uuid", "idx", "name", "memory_total", "mig", "simulated")
@@ -247,8 +248,8 @@ def insert_released(db: sqlite3.Connection, released: ReleasedSlice) -> None:
     suspended = released.suspended
     db.execute(
         """INSERT OR REPLACE INTO released (kernel_id, token_hash, kernel_name, path, pid, start,
-           released_at, owner, device_uuid, unit_uuid, held, held_source, suspended)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+           released_at, owner, device_uuid, unit_uuid, held, held_source, suspended, attached)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (
             released.kernel_id,
             released.token_hash,
@@ -263,6 +264,7 @@ def insert_released(db: sqlite3.Connection, released: ReleasedSlice) -> None:
             released.held,
             released.held_source,
             None if suspended is None else json.dumps(suspended.as_json()),
+            int(released.attached),
         ),
     )
 
@@ -281,4 +283,5 @@ def released_of(row: sqlite3.Row) -> ReleasedSlice:
         held=row["held"],
         held_source=row["held_source"],
         suspended=SuspendedState.from_json(json.loads(suspended)) if suspended else None,
+        attached=bool(row["attached"]),
     )

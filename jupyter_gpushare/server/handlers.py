@@ -18,8 +18,8 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from .. import request_body
 from ..http_errors import answering_domain_errors, message_of
-from . import request_body
 from .context import GPUShareContext
 
 AUTH_RESOURCE = "gpushare"

@@ -15,10 +15,10 @@ from typing import Any
 from tornado import web
 from tornado.log import app_log
 
+from .. import request_body
 from ..errors import POD_HOLDS_ITS_GPU, HeldForLifeError
 from ..http_errors import answering_domain_errors, message_of
 from ..records import UsageReport
-from . import request_body
 from .context import GPUShareContext
 from .handlers import request_fields
 

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import pwd
+import resource
 import shutil
 import signal
 import stat
@@ -132,6 +133,7 @@ class TeamBox:
     users: dict[str, OSUser] = field(default_factory=dict)
     broker: subprocess.Popen[bytes] | None = None
     servers: list[JupyterServer] = field(default_factory=list)
+    nofile: tuple[int, int] | None = None  # the broker's open files limit (soft, hard), if set
 
     @property
     def broker_url(self) -> str:
@@ -146,6 +148,7 @@ class TeamBox:
             env=self.broker_env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=None if self.nofile is None else self._limit_open_files,
         )
         deadline = time.monotonic() + 30
         client = BrokerClient(self.broker_url)
@@ -157,6 +160,10 @@ class TeamBox:
                 return
             except BrokerUnreachableError:
                 time.sleep(0.05)
+
+    def _limit_open_files(self) -> None:
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
 
     def kill_broker(self) -> None:
         """kill -9: no cleanup, as a crash."""
@@ -256,8 +263,14 @@ def wait_ready(server: JupyterServer, timeout: float = 90) -> JupyterServer:
 
 
 @contextlib.contextmanager
-def team_box(users: tuple[str, ...], gpushare: dict[str, Any]) -> Iterator[TeamBox]:
-    """A box with ``users`` and a broker configured with ``gpushare`` (c.GPUShare traits)."""
+def team_box(
+    users: tuple[str, ...],
+    gpushare: dict[str, Any],
+    broker: dict[str, Any] | None = None,
+    nofile: tuple[int, int] | None = None,
+) -> Iterator[TeamBox]:
+    """A box with ``users`` and a broker configured with ``gpushare`` (c.GPUShare traits) and
+    ``broker`` (c.GPUShareBroker traits), its open files limited to ``nofile`` if given."""
     root = Path(tempfile.mkdtemp(prefix="gpushare-teambox-"))
     root.chmod(0o755)
     broker_dir = root / "broker"
@@ -265,7 +278,9 @@ def team_box(users: tuple[str, ...], gpushare: dict[str, Any]) -> Iterator[TeamB
     (root / "logs").mkdir()
     install_kernelspecs(["4G", "6G", "12G"], prefix=str(root / "prefix"))
     (broker_dir / "config").mkdir()
-    (broker_dir / "config" / "jupyter_server_config.json").write_text(json.dumps({"GPUShare": gpushare}))
+    (broker_dir / "config" / "jupyter_server_config.json").write_text(
+        json.dumps({"GPUShare": gpushare, "GPUShareBroker": broker or {}})
+    )
     run_dir = root / "run"
     run_dir.mkdir(mode=0o755)
     broker_env = {
@@ -280,7 +295,12 @@ def team_box(users: tuple[str, ...], gpushare: dict[str, Any]) -> Iterator[TeamB
         "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
     }
     box = TeamBox(
-        root, run_dir / "broker.sock", broker_dir / "ledger" / "ledger.sqlite", broker_env, user_python(root)
+        root,
+        run_dir / "broker.sock",
+        broker_dir / "ledger" / "ledger.sqlite",
+        broker_env,
+        user_python(root),
+        nofile=nofile,
     )
     try:
         for name in users:

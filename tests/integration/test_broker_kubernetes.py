@@ -304,7 +304,7 @@ def running(setup: Setup, user: str, kernel_id: str) -> dict[str, Any]:
             lambda: (
                 lambda answer: answer[1] if answer[0] == 200 and answer[1]["state"] == "running" else None
             )(call(setup, user, "GET", f"kernels/{kernel_id}")),
-            timeout=60,
+            timeout=120,  # a pod's start on a busy 2-core machine
         )
     )
 
@@ -336,7 +336,7 @@ def test_users_start_kernel_pods_through_the_broker_holding_no_cluster_credentia
         lambda: (lambda p: p if p["devices"][0]["memory_reserved"] == 12 * GiB else None)(
             call(setup, "alice", "GET", "pool")[1]
         ),
-        timeout=15,
+        timeout=60,
     )
     assert bobs not in str(pool) + str(kernels)
     # Neither can reach the other's pod through the broker.
@@ -453,9 +453,14 @@ def test_a_broker_killed_mid_start_leaves_no_orphan_and_loses_no_kernel(setup: S
         lambda: {s["metadata"]["name"] for s in setup.cluster.secrets()} == {secret_name(alices)}, timeout=60
     )
     assert lost != pod_name(alices)
-    # Alice's kernel, started before the broker died, runs on and is listed.
-    views = call(setup, "alice", "GET", "kernels")[1]
-    assert [(view["kernel_id"], view["state"]) for view in views] == [(alices, "running")]
+    # Alice's kernel, started before the broker died, runs on and is listed (once the restarted
+    # broker's watch has seen its pod again).
+    wait_until(
+        lambda: [(view["kernel_id"], view["state"]) for view in call(setup, "alice", "GET", "kernels")[1]],
+        timeout=120,
+        message="alice's kernel listed as running by the restarted broker",
+        until=lambda views: views == [(alices, "running")],
+    )
     out, _ = asyncio.run(execute(server_of(setup, "alice"), alices, "print(6 * 7)"))
     assert out.strip() == "42"
     # And the restarted broker resizes it by restart: a new pod of the new size, same kernel.

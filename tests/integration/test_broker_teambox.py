@@ -161,7 +161,7 @@ def test_users_see_and_act_on_their_own_kernels_only(box: TeamBox) -> None:
         lambda: (lambda p: p if p["devices"][0]["memory_reserved"] == 8 * GiB else None)(
             alice_server.request("GET", f"{API}/pool").body
         ),
-        timeout=10,
+        timeout=60,
     )
     assert bobs not in json.dumps(pool) + json.dumps(kernels)
     for method, path, body in (
@@ -445,7 +445,7 @@ def test_broker_down_fails_starts_at_once_and_a_restart_loses_nothing(box: TeamB
         assert refused.status == 503, refused.body
         assert f"the GPU broker at {box.broker_url} is not reachable" in refused.body["message"]
         assert time.monotonic() - began < 20, "failed at once, did not hang"
-        wait_until(lambda: alice_server.request("GET", f"{API}/pool").status == 503, timeout=10)
+        wait_until(lambda: alice_server.request("GET", f"{API}/pool").status == 503, timeout=60)
         # The running kernel runs on.
         assert "42" in run(alice_server, kernel_id, "print(6 * 7)")
     finally:

@@ -249,7 +249,7 @@ def test_a_damaged_ledger_is_one_sentence_everywhere_and_mends_once_moved_away(
 
     # The fix the sentence names; the server records its kernel's slice in a new ledger.
     node.ledger_path.rename(node.ledger_path.with_name("ledger.sqlite.broken"))
-    wait_until(lambda: pool_problem(server) is None, timeout=10)
+    wait_until(lambda: pool_problem(server) is None, timeout=60)
     assert reserved(server) == [30 * GiB, 0, 0]
     assert start(server, gpu_memory="60G")["device"] == 1  # GPU0 keeps the 30G it holds
     assert_invariants(node.ledger_path)
@@ -279,7 +279,7 @@ def test_a_truncated_ledger_neither_hangs_nor_hides_the_routes(
         assert answer.status == 503 and str(node.ledger_path) in answer.body["message"], answer
         assert time.monotonic() - began < 8
         node.ledger_path.unlink()  # the fix: the server starts a ledger of its own
-        wait_until(lambda: pool_problem(again) is None, timeout=10)
+        wait_until(lambda: pool_problem(again) is None, timeout=60)
         start(again, gpu_memory="16G")
         assert_invariants(node.ledger_path)
     finally:
@@ -413,7 +413,7 @@ def test_a_read_only_ledger_is_one_sentence_and_works_once_writable(read_only: R
         assert not gpushare_tracebacks(server.log())
 
         read_only.make_writable()  # the fix, without a restart
-        wait_until(lambda: pool_problem(server) is None, timeout=10)
+        wait_until(lambda: pool_problem(server) is None, timeout=60)
         start(server, gpu_memory="4G")
         assert_invariants(node.ledger_path)
     finally:
@@ -513,7 +513,8 @@ def test_hostile_bodies_and_odd_sizes_get_a_clear_4xx(node: Node, server: Jupyte
     ]
     for method, path, raw, words in refusals:
         answer = server.request(method, path, raw=raw)
-        assert answer.status == 400 and words in answer.body["message"], (method, path, raw[:60], answer)
+        expected = 413 if words == "bytes are accepted" else 400  # too large: 413, else 400
+        assert answer.status == expected and words in answer.body["message"], (method, path, raw[:60], answer)
 
     answer = server.request("PATCH", kernel, {"gpu_memory": "50%"})
     assert answer.status == 409 and "50% does not fit: 4G free on GPU2" in answer.body["message"], answer

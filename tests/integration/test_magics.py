@@ -140,7 +140,9 @@ async def test_a_kernel_cannot_act_on_another_kernels_slice(
     [
         ("%gpu frobnicate", "%gpu: there is no command 'frobnicate'; the commands: status, pool,"),
         ("%gpu resize", "%gpu resize: the following arguments are required: size"),
-        ("%gpu request 4G --cores many", "%gpu request: argument --cores: invalid int value: 'many'"),
+        ("%gpu request 4G --cores many", "%gpu request: argument --cores: a whole number in the digits 0-9"),
+        # Digits of another script, which int() reads: refused, as by every other door.
+        ("%gpu request 4G --cores ٥٠", "%gpu request: argument --cores: a whole number in the digits 0-9"),
         ("%gpu request 4G --mode x", "%gpu request: argument --mode: invalid choice: 'x'"),
         ('%gpu resize "4G', "%gpu: No closing quotation"),
     ],

@@ -145,13 +145,16 @@ def test_picking_8g_on_a_4g_kernelspec_creates_one_pod_of_8g(
     dialog.get_by_role("button", name="Start").click()
     row = panel.locator(ROW)
     expect(row).to_have_count(1)
-    expect(row).to_contain_text(re.compile(r"8G on gpu-node-\d · vgpu"), timeout=60_000)
+    # Deadlines for a busy 2-core machine: a pod starts, then the notebook connects to it.
+    expect(row).to_contain_text(re.compile(r"8G on gpu-node-\d · vgpu"), timeout=120_000)
     kernel_id = row.get_attribute("data-kernel-id")
-    # The notebook takes the kernel once the server lists it among its kernels.
-    expect(kernel_name(page)).to_have_text(gpu_card("4G", "vgpu"), timeout=60_000)
+    # The notebook takes the kernel once the server lists it among its kernels, and runs a cell
+    # once it is connected to it.
+    expect(kernel_name(page)).to_have_text(gpu_card("4G", "vgpu"), timeout=120_000)
+    expect(page.get_by_text(f"{gpu_card('4G', 'vgpu')} | Idle")).to_be_visible(timeout=120_000)
     run_cell(page, "print(6 * 7)")
     output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output").first
-    expect(output).to_have_text("42", timeout=60_000)
+    expect(output).to_have_text("42", timeout=120_000)
     created = cluster.created_pods()[before:]
     assert len(created) == 1, [pod["metadata"]["name"] for pod in created]
     limits = created[0]["spec"]["containers"][0]["resources"]["limits"]

@@ -553,3 +553,21 @@ def test_a_share_below_the_smallest_slice_is_refused_for_good() -> None:
     assert "below the smallest GPU slice, 256M" in outcome.reason and not outcome.retry
     # On a larger card the same share is large enough.
     assert placed(fit(ask("1%"), cards(16, 80), [], Policy(min_memory=256 * MiB))).device_index == 1
+
+
+# ---- exclusive cards of a size (issue #20) -------------------------------------------------------
+
+
+def test_an_exclusive_request_larger_than_every_card_is_refused_as_such() -> None:
+    request = Request("new", "alice", parse_size("whole"), "exclusive", at_least=parse_size("90G"))
+    refusal = refused(fit(request, cards(16), []))
+    assert not refusal.retry and refusal.code == "too_large"
+    assert refusal.reason.startswith("90G is larger than any GPU in the pool (largest: 16G on GPU0)")
+
+
+def test_an_exclusive_request_of_a_size_takes_a_card_at_least_that_large() -> None:
+    pool = cards(16, 80)
+    request = Request("new", "alice", parse_size("whole"), "exclusive", at_least=parse_size("20G"))
+    assert placed(fit(request, pool, [])).device_uuid == "GPU-1"
+    busy = refused(fit(request, pool, [hold("a", pool[1], 4)]))
+    assert busy.retry  # the 16G card is free, but too small: wait for the 80G one

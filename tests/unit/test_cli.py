@@ -124,6 +124,17 @@ def test_status_text(ledger_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "mine" in out and "10G" in out
 
 
+def test_status_text_shows_control_characters_as_escapes(
+    ledger_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Written straight into a shared ledger (the broker refuses such ids): root reads the table.
+    hold(ledger_path, "esc\x1b]0;owned\x07\x1b[2J\u202eevil", "alice", "4G", current_process())
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, out
+    assert "esc\\x1b]0;owned\\x07\\x1b[2J\\u202eevil" in out
+
+
 def test_status_without_any_gpu_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setenv("JUPYTER_GPUSHARE_LEDGER_PATH", str(tmp_path / "ledger.sqlite"))
     assert main(["status"]) == 0
