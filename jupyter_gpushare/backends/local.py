@@ -443,23 +443,16 @@ class LocalBackend:
             }
 
     def _pool(self) -> PoolPayload:
-        return local_views.pool(
-            self.ledger,
-            self.devices(),
-            self.inventory,
-            self.facts,
-            self.settings,
-            self.viewer,
-            self.problem(),
-        )
+        state = self.ledger.state()  # one read per change, shared by every view (see Ledger.state)
+        return local_views.pool(state, self.inventory, self.facts, self.settings, self.viewer)
 
     def all_kernels(self) -> list[KernelPayload]:
-        return local_views.all_kernels(self.ledger, self.devices(), self.viewer)
+        return local_views.all_kernels(self.ledger.state(), self.inventory, self.viewer)
 
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
         """This server's slices, and its gpushare kernels without one (see :mod:`.local_views`)."""
         return local_views.server_kernels(
-            self.ledger, self.devices(), server, self.server_id, self.owner, self.viewer
+            self.ledger.state(), self.inventory, server, self.server_id, self.owner, self.viewer
         )
 
     def change_marker(self) -> Hashable:
@@ -491,10 +484,10 @@ class LocalBackend:
 
     def problem(self) -> str | None:
         try:
-            devices = self.ledger.devices()
+            devices = self.ledger.state().devices
         except LedgerError as error:  # the routes answer it; the guard mends what it can
             return str(error)
-        return None if devices else (self.inventory.problem or "no GPU found")
+        return local_views.problem(devices, self.inventory)
 
     def location(self) -> str:
         return f"ledger {self.ledger.path}"

@@ -1,7 +1,8 @@
-"""``GET pool`` and ``GET kernels`` of the local backend, read from the node ledger.
+"""``GET pool`` and ``GET kernels`` of the local backend, from one read of the node ledger.
 
-Split from :mod:`.local` so that the backend keeps to placement and changes; these functions only
-read the ledger and hand its rows to the pure views (:mod:`jupyter_gpushare.views`).
+Split from :mod:`.local` so that the backend keeps to placement and changes; these functions take
+what the ledger held at one moment (``Ledger.state``) and hand its rows to the pure views
+(:mod:`jupyter_gpushare.views`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ from typing import TYPE_CHECKING
 
 from ..devices import Device
 from ..payloads import KernelPayload, PoolPayload
-from ..records import ReleasedSlice
+from ..records import LedgerState, ReleasedSlice
 from ..views import kernel_view, kernels_view, pool_view, queue_positions, released_view, slice_less_view
 from .base import ServerKernels
 
 if TYPE_CHECKING:
     from ..config import GPUShare
     from ..devices import Inventory
-    from ..ledger import Ledger
     from ..modes import NodeFacts
 
 
@@ -59,38 +59,38 @@ def counted(released: Sequence[ReleasedSlice]) -> list[ReleasedSlice]:
     return [left for left in released if left.suspended is not None or left.held > 0]
 
 
+def problem(registered: Sequence[Device], inventory: Inventory) -> str | None:
+    """Why the pool is empty (None when the node's servers registered devices)."""
+    return None if registered else (inventory.problem or "no GPU found")
+
+
 def pool(
-    ledger: Ledger,
-    devices: Sequence[Device],
-    inventory: Inventory,
-    facts: NodeFacts,
-    settings: GPUShare,
-    viewer: str,
-    problem: str | None,
+    state: LedgerState, inventory: Inventory, facts: NodeFacts, settings: GPUShare, viewer: str
 ) -> PoolPayload:
     return pool_view(
-        devices,
-        ledger.records(),
+        with_sampled_usage(state.devices, inventory.devices),
+        state.slices,
         facts,
         backend="local",
-        simulated=inventory.simulated or (not inventory.devices and ledger.simulated()),
+        simulated=inventory.simulated or (not inventory.devices and state.simulated),
         overcommit=settings.overcommit,
         viewer=viewer,
-        problem=problem,
-        released=counted(ledger.released_all()),
+        problem=problem(state.devices, inventory),
+        released=counted(state.released),
     )
 
 
-def all_kernels(ledger: Ledger, devices: Sequence[Device], viewer: str) -> list[KernelPayload]:
+def all_kernels(state: LedgerState, inventory: Inventory, viewer: str) -> list[KernelPayload]:
     """Every slice, and every kernel suspended or holding memory without one."""
-    views = kernels_view(ledger.records(), devices, viewer=viewer)
-    views += [released_view(left, devices, viewer) for left in counted(ledger.released_all())]
+    devices = with_sampled_usage(state.devices, inventory.devices)
+    views = kernels_view(state.slices, devices, viewer=viewer)
+    views += [released_view(left, devices, viewer) for left in counted(state.released)]
     return views
 
 
 def server_kernels(
-    ledger: Ledger,
-    devices: Sequence[Device],
+    state: LedgerState,
+    inventory: Inventory,
     server: ServerKernels,
     server_id: str,
     owner: str,
@@ -99,7 +99,8 @@ def server_kernels(
     """This server's slices (queued and running), and its gpushare kernels without one:
     suspended, released (with what they still hold), or a start not in the ledger yet; shown
     as ``viewer`` may see them (a broker's caller)."""
-    records = ledger.records()
+    devices = with_sampled_usage(state.devices, inventory.devices)
+    records = state.slices
     positions = queue_positions(records)
     views = [
         kernel_view(record, devices, positions.get(record.kernel_id), viewer)
@@ -107,7 +108,7 @@ def server_kernels(
         if record.kernel_id in server.ids or record.server_id == server_id
     ]
     listed = {view["kernel_id"] for view in views}
-    released = {left.kernel_id: left for left in ledger.released_all()} if server.gpushare - listed else {}
+    released = {left.kernel_id: left for left in state.released}
     for kernel_id in sorted(server.gpushare - listed):
         kernel_name, path = server.name_of(kernel_id)
         starting = kernel_id in server.starting

@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 from ..allocator import Held, Policy, Refusal, Request, fit
 from ..records import NewRequest, Outcome, Placed, ProcessIdentity, Refused, SliceRecord, Waiting
 from ..sizes import parse_size
-from .schema import read_devices, record_of
+from .schema import only_devices_of, read_devices, record_of, slice_rows
 
 LivenessCheck = Callable[[ProcessIdentity], bool]
 
 
 def running(db: sqlite3.Connection) -> list[SliceRecord]:
-    return [record_of(row) for row in db.execute("SELECT * FROM slices WHERE state = 'running'")]
+    return [record_of(row) for row in slice_rows(db, "WHERE state = 'running'")]
 
 
 def held(db: sqlite3.Connection) -> list[Held]:
@@ -92,8 +92,7 @@ def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True)
         )
     if not read_back:
         return None
-    row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
-    return record_of(row)
+    return record_of(slice_rows(db, "WHERE kernel_id = ?", (request.kernel_id,))[0])
 
 
 def head_of_queue(db: sqlite3.Connection, before_seq: int) -> tuple[int, SliceRecord | None]:
@@ -103,10 +102,8 @@ def head_of_queue(db: sqlite3.Connection, before_seq: int) -> tuple[int, SliceRe
     ).fetchone()[0]
     if not count:
         return 0, None
-    row = db.execute(
-        "SELECT * FROM slices WHERE state = 'queued' AND seq < ? ORDER BY seq LIMIT 1", (before_seq,)
-    ).fetchone()
-    return int(count), record_of(row)
+    rows = slice_rows(db, "WHERE state = 'queued' AND seq < ? ORDER BY seq LIMIT 1", (before_seq,))
+    return int(count), record_of(rows[0])
 
 
 def waiting(ahead: int) -> Waiting:
@@ -126,10 +123,10 @@ def waiting_behind(db: sqlite3.Connection, kernel_id: str, alive: LivenessCheck)
 
 
 def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: LivenessCheck) -> Outcome:
-    row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
-    if row is None:
+    rows = slice_rows(db, "WHERE kernel_id = ?", (kernel_id,))
+    if not rows:
         raise LookupError(f"no GPU request for kernel {kernel_id} in the ledger")
-    record = record_of(row)
+    record = record_of(rows[0])
     if record.state == "running":
         return Placed(record)
     ahead, head = head_of_queue(db, record.seq)
@@ -142,8 +139,8 @@ def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: Livenes
         return waiting(ahead)
     request = Request(kernel_id, record.owner, parse_size(record.size), record.kind)
     devices = read_devices(db)
-    if row["only_devices"] is not None:
-        allowed = set(json.loads(row["only_devices"]))
+    allowed = only_devices_of(rows[0])
+    if allowed is not None:
         devices = [device for device in devices if device.uuid in allowed]
     outcome = fit(request, devices, held(db), policy)
     if isinstance(outcome, Refusal) and outcome.retry and release_dead(db, alive, running(db)):
