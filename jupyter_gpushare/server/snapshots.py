@@ -1,0 +1,114 @@
+"""One rendering of the pool and of this server's kernels per change, shared by every reader.
+
+``GET pool``, ``GET kernels`` and every tick of the live stream answer from the same snapshot
+until the backend's change marker or this server's own kernels change. Under load a request
+then costs a marker check instead of a read and a render, and a change is read, rendered and
+hashed (the ETag) once however many requests and subscribers want it; concurrent requests that
+find it stale wait for one build instead of each making their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BackendUnavailableError
+
+
+@dataclass(frozen=True)
+class Body:
+    """A JSON response as it is written: its text, its bytes and their ETag."""
+
+    text: str
+    data: bytes
+    etag: str  # what tornado would compute for these bytes (a SHA-1), computed once
+
+    @classmethod
+    def of(cls, payload: Any) -> Body:
+        text = json.dumps(payload)
+        data = text.encode()
+        return cls(text, data, f'"{hashlib.sha1(data).hexdigest()}"')
+
+
+Answer = Body | Exception  # what a route answers: a body, or the error it raises
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The pool and this server's kernels as of one change marker."""
+
+    marker: Hashable
+    pool: Answer
+    kernels: Answer
+
+    @property
+    def complete(self) -> bool:
+        return isinstance(self.pool, Body) and isinstance(self.kernels, Body)
+
+    def event(self) -> str:
+        """The stream's ``{"pool": …, "kernels": …}``: the text ``json.dumps`` makes of the two
+        payloads, without rendering them again. No kernels while the pool is unreadable (the
+        pool carries the problem: the panel's banner); any other error is raised."""
+        kernels = Body.of([]) if isinstance(self.kernels, BackendUnavailableError) else self.kernels
+        if not isinstance(kernels, Body):
+            raise kernels
+        if not isinstance(self.pool, Body):
+            raise self.pool
+        return f'{{"pool": {self.pool.text}, "kernels": {kernels.text}}}'
+
+
+def answer_of(build: Callable[[], Any]) -> Answer:
+    try:
+        return Body.of(build())
+    except Exception as error:  # each route raises its own, as it did when it built alone
+        return error
+
+
+class Snapshots:
+    """The latest snapshot, renewed when ``marker()`` changes.
+
+    ``marker`` is awaited on the event loop (it may ask another thread); ``pool`` and
+    ``kernels`` build the two payloads in a worker thread.
+    """
+
+    def __init__(
+        self,
+        marker: Callable[[], Awaitable[Hashable]],
+        pool: Callable[[], Any],
+        kernels: Callable[[], Any],
+    ) -> None:
+        self._marker = marker
+        self._pool = pool
+        self._kernels = kernels
+        self._latest: Snapshot | None = None
+        self._building: asyncio.Lock | None = None
+        self.builds = 0  # how many snapshots were built: one per change
+
+    async def current(self) -> Snapshot:
+        """The snapshot for the marker now: the latest one, or one built for it."""
+        marker = await self._marker()
+        latest = self._latest
+        if latest is not None and latest.marker == marker:
+            return latest
+        if self._building is None:
+            self._building = asyncio.Lock()
+        async with self._building:
+            # Requests that found it stale together wait here for one build; the marker is read
+            # again, since a build may have finished (or the pool changed) while they waited.
+            marker = await self._marker()
+            latest = self._latest
+            if latest is not None and latest.marker == marker:
+                return latest
+            built = await asyncio.to_thread(self._build, marker)
+            # One with an error is not kept: the next request tries again.
+            self._latest = built if built.complete else None
+            return built
+
+    def _build(self, marker: Hashable) -> Snapshot:
+        self.builds += 1
+        kernels = answer_of(self._kernels)
+        return Snapshot(marker, answer_of(self._pool), kernels)
