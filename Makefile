@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # A simulated pool when the machine has no NVIDIA GPU (override: make demo SIMULATE=1xT4-16GB).
 SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
 
-.PHONY: demo test install install-test lint bench docs
+.PHONY: demo test install install-test lint bench bench-quick docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,3 +57,9 @@ test: lint docs
 bench: install
 	$(BIN)/pip install --quiet -e '.[bench]'
 	bash benchmarks/run_all.sh
+
+# CI-sized benchmarks (each well under a minute; CI runs them after the tests): a benchmark that
+# crashes fails, a missed goal is a verdict in the output (benchmarks/README.md).
+bench-quick: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	bash benchmarks/run_all.sh --quick

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING
 from ..devices import Device
 from ..payloads import KernelPayload, PoolPayload
 from ..records import LedgerState, ReleasedSlice
-from ..views import kernel_view, kernels_view, pool_view, queue_positions, released_view, slice_less_view
+from ..views import (
+    device_indexes,
+    kernel_view,
+    kernels_view,
+    pool_view,
+    queue_positions,
+    released_view,
+    slice_less_view,
+)
 from .base import ServerKernels
 
 if TYPE_CHECKING:
@@ -102,8 +110,9 @@ def server_kernels(
     devices = with_sampled_usage(state.devices, inventory.devices)
     records = state.slices
     positions = queue_positions(records)
+    index_of = device_indexes(devices)
     views = [
-        kernel_view(record, devices, positions.get(record.kernel_id), viewer)
+        kernel_view(record, devices, positions.get(record.kernel_id), viewer, index_of)
         for record in records
         if record.kernel_id in server.ids or record.server_id == server_id
     ]

@@ -96,10 +96,12 @@ class Snapshots:
             return latest
         if self._building is None:
             self._building = asyncio.Lock()
+        waited = self._building.locked()
         async with self._building:
-            # Requests that found it stale together wait here for one build; the marker is read
-            # again, since a build may have finished (or the pool changed) while they waited.
-            marker = await self._marker()
+            if waited:
+                # Requests that found it stale together wait here for one build; the marker is
+                # read again, since the pool may have changed again while they waited.
+                marker = await self._marker()
             latest = self._latest
             if latest is not None and latest.marker == marker:
                 return latest
