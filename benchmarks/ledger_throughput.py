@@ -44,11 +44,17 @@ one run (and by whatever else runs on the machine: the load average is printed b
 Beyond the headline, a breakdown runs in this process: the cost of ``request``, ``try_place`` and
 ``release`` alone, the floor of an empty ``BEGIN IMMEDIATE``/``COMMIT`` on the same file and of the
 same with the ``flock`` around it (what every ``_write`` pays), the cost of a polling round as the
-queue grows, and (``--profile``, or automatically when the goal is missed) a cProfile of the
-single-process loop, so that a miss can be attributed to sqlite, to the lock, to locking between
-processes, or to Python work in ``ledger.py``.
+queue grows, and a cProfile of the single-process loop (always: a second or two, and a part that
+only ran on a miss could rot unseen), so that a miss can be attributed to sqlite, to the lock,
+to locking between processes, or to Python work in the ledger.
 
-Goal: >= 2,000 pairs/s (total) at every process count, judged on the ``backoff`` rows.
+``--against REV`` measures the package of git revision REV beside this checkout's in the same run
+(a worktree under ``build/``, see ``against.py``): for each process count the two sides' runs
+alternate, ``--repeat`` times each, and the ratio of their median pairs/s is printed. The workers
+import the commit's package; the file is made and filled by its code only.
+
+Goals: >= 2,000 pairs/s (total) at every process count, judged on the ``backoff`` rows; with
+``--against``, pairs/s >= the commit's at every process count (issue 24: commit e14ae77).
 
 Run: ``.venv/bin/python benchmarks/ledger_throughput.py`` (about 2 minutes; ``--quick`` < 60 s).
 """
@@ -120,7 +126,7 @@ def _api() -> SimpleNamespace:
     from jupyter_gpushare.allocator import Policy
     from jupyter_gpushare.inventory import parse_simulation
     from jupyter_gpushare.ledger import Ledger
-    from jupyter_gpushare.processes import current_process, is_alive
+    from jupyter_gpushare.processes import current_process
 
     try:
         types = importlib.import_module("jupyter_gpushare.records")
@@ -131,7 +137,6 @@ def _api() -> SimpleNamespace:
         parse_simulation=parse_simulation,
         Ledger=Ledger,
         current_process=current_process,
-        is_alive=is_alive,
         NewRequest=types.NewRequest,
         Placed=types.Placed,
         Waiting=types.Waiting,
@@ -488,7 +493,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=None, help=f"comma-separated subset of {','.join(VARIANTS)}")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--quick", action="store_true", help="2.5 s runs, no 'spin' variant (CI)")
-    parser.add_argument("--profile", action="store_true", help="(kept for scripts: the profile always runs)")
     parser.add_argument(
         "--against",
         metavar="REV",

@@ -46,18 +46,25 @@ def unlock(fd: int) -> None:
 
 
 class _Wait:
-    """One caller's wait for the lock on ``fd``, and how it ended."""
+    """One caller's wait for the lock on ``fd``, and how it ended.
+
+    Plain locks, not events: a contended write pays for this twice (the caller and the helper),
+    and a lock is the cheapest thing a thread can sleep on with a timeout.
+    """
+
+    __slots__ = ("abandoned", "acquired", "done", "fd", "mutex")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.mutex = threading.Lock()
-        self.done = threading.Event()
+        self.mutex = threading.Lock()  # guards acquired/abandoned
+        self.done = threading.Lock()  # held until the helper is done with this wait
+        self.done.acquire()
         self.acquired = False
         self.abandoned = False
 
     def settle(self, timeout: float) -> bool:
         """Whether the lock was taken within ``timeout``; if not, the wait is abandoned."""
-        self.done.wait(timeout)
+        self.done.acquire(timeout=timeout)
         with self.mutex:
             if self.acquired:
                 return True
@@ -98,7 +105,7 @@ class _Helper:
                     fcntl.flock(wait.fd, fcntl.LOCK_UN)
                     os.close(wait.fd)
                 wait.acquired = acquired and not wait.abandoned
-            wait.done.set()
+            wait.done.release()
             with self._idle_lock:
                 self._idle.append(self)
 

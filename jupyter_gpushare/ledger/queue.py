@@ -38,7 +38,11 @@ def held(db: sqlite3.Connection) -> list[Held]:
 
 
 def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True) -> SliceRecord | None:
-    existing = db.execute("SELECT kernel_id FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
+    # One statement for both: this runs in every start, under the write lock.
+    existing, seq = db.execute(
+        "SELECT EXISTS (SELECT 1 FROM slices WHERE kernel_id = ?), COALESCE(MAX(seq), 0) + 1 FROM slices",
+        (request.kernel_id,),
+    ).fetchone()
     if existing:
         db.execute(
             "UPDATE slices SET holder_pid = ?, holder_start = ?,"
@@ -46,7 +50,6 @@ def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True)
             (request.holder.pid, request.holder.start, request.token_hash, request.kernel_id),
         )
     else:
-        seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM slices").fetchone()[0]
         # A kernel taking a slice again keeps the name and path it had (the panel's row).
         left = db.execute(
             "SELECT kernel_name, path, device_uuid, held, held_source FROM released WHERE kernel_id = ?",

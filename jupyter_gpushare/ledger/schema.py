@@ -228,7 +228,8 @@ def slice_rows(
 
 
 def read_devices(db: sqlite3.Connection) -> list[Device]:
-    return device_table(db)[0]
+    """The registered devices with their sampled usage (read in every placement)."""
+    return [_device(row) for row in _device_rows(db)]
 
 
 def slice_dicts(rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
@@ -239,13 +240,15 @@ def slice_dicts(rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
 def device_table(db: sqlite3.Connection) -> tuple[list[Device], list[dict[str, Any]]]:
     """The registered devices with their sampled usage, and their rows as registered (what
     :func:`replace_devices` takes), from one query."""
+    rows = _device_rows(db)
+    registered = [dict(zip(DEVICE_COLUMNS, row[: len(DEVICE_COLUMNS)], strict=True)) for row in rows]
+    return [_device(row) for row in rows], registered
+
+
+def _device_rows(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
     cursor = db.cursor()
     cursor.row_factory = None
-    rows = cursor.execute(_SELECT_SAMPLED_DEVICES).fetchall()
-    width = len(DEVICE_COLUMNS)
-    return [_device(row) for row in rows], [
-        dict(zip(DEVICE_COLUMNS, row[:width], strict=True)) for row in rows
-    ]
+    return cursor.execute(_SELECT_SAMPLED_DEVICES).fetchall()
 
 
 _SELECT_SAMPLED_DEVICES = (
