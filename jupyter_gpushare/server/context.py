@@ -56,7 +56,7 @@ class GPUShareContext:
     started_as: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.snapshots = Snapshots(self._marker, self.pool, self.server_kernels)
+        self.snapshots = Snapshots(self._backend_marker, self._own_kernels, self.pool, self.server_kernels)
         self.hub = StreamHub(self.stream_event, lambda: self.backend.settings.sample_interval)
 
     # ---- this server's kernels -----------------------------------------------------------
@@ -280,11 +280,12 @@ class GPUShareContext:
 
     # ---- the snapshot GET pool, GET kernels and the stream share ------------------------
 
-    async def _marker(self) -> Hashable:
-        """What the snapshot depends on: the pool (the backend's marker) and this server's own
-        kernels. Any change (a start, a resize, a sampling round, a watch event) renews it."""
+    def _own_kernels(self) -> Hashable:
+        """What of the snapshot depends on this server itself: its kernels, its starts in flight
+        and what they are doing, its provisioners' states (the pool's part is the backend's
+        change marker). Any change (a start, a resize, a sampling round, a watch event) renews
+        the snapshot."""
         return (
-            await asyncio.to_thread(self._backend_marker),
             frozenset(self.kernel_manager.list_kernel_ids()),
             tuple((start.kernel_id, start.detail) for start in self.starts.pending()),
             tuple(sorted(self._provisioner_states().items())),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,25 +68,64 @@ def answer_of(build: Callable[[], Any]) -> Answer:
         return error
 
 
-class Snapshots:
-    """The latest snapshot, renewed when ``marker()`` changes.
+class SharedReads:
+    """Reads of a value in a worker thread (the backend's change marker, which may block),
+    shared by the requests that arrive while none is under way.
 
-    ``marker`` is awaited on the event loop (it may ask another thread); ``pool`` and
-    ``kernels`` build the two payloads in a worker thread.
+    Every request gets a value read after it arrived, so it sees every change made before it
+    (a client reads its own writes); but twenty requests arriving together cost one read and
+    one thread hop, not twenty.
+    """
+
+    def __init__(self, read: Callable[[], Hashable]) -> None:
+        self._read = read
+        self._next: asyncio.Future[Hashable] | None = None  # the read the next round makes
+        self._rounds: asyncio.Task[None] | None = None
+
+    async def value(self) -> Hashable:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+            if self._rounds is None or self._rounds.done():
+                self._rounds = asyncio.ensure_future(self._run())
+        # A request that goes away does not cancel the read the others wait for.
+        return await asyncio.shield(self._next)
+
+    async def _run(self) -> None:
+        while self._next is not None:
+            # Requests arriving from now on wait for the round after this one.
+            answer, self._next = self._next, None
+            try:
+                answer.set_result(await asyncio.to_thread(self._read))
+            except asyncio.CancelledError:
+                answer.cancel()
+                raise
+            except Exception as error:
+                answer.set_exception(error)
+
+
+class Snapshots:
+    """The latest snapshot, renewed when the marker changes: the backend's change marker (read
+    in a worker thread, see :class:`SharedReads`) and this server's own state of its kernels
+    (read on the event loop). ``pool`` and ``kernels`` build the two payloads in a worker thread.
     """
 
     def __init__(
         self,
-        marker: Callable[[], Awaitable[Hashable]],
+        backend_marker: Callable[[], Hashable],
+        server_marker: Callable[[], Hashable],
         pool: Callable[[], Any],
         kernels: Callable[[], Any],
     ) -> None:
-        self._marker = marker
+        self._backend_marker = SharedReads(backend_marker)
+        self._server_marker = server_marker
         self._pool = pool
         self._kernels = kernels
         self._latest: Snapshot | None = None
         self._building: asyncio.Lock | None = None
         self.builds = 0  # how many snapshots were built: one per change
+
+    async def _marker(self) -> Hashable:
+        return (await self._backend_marker.value(), self._server_marker())
 
     async def current(self) -> Snapshot:
         """The snapshot for the marker now: the latest one, or one built for it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import BackendUnavailableError
 from jupyter_gpushare.records import NewRequest, Placed
 from jupyter_gpushare.server.context import GPUShareContext
-from jupyter_gpushare.server.snapshots import Body, Snapshot
+from jupyter_gpushare.server.snapshots import Body, SharedReads, Snapshot
 from jupyter_gpushare.server.starts import Start
+from tests.polling import async_wait_until
 
 
 class NoKernels:
@@ -112,3 +114,39 @@ def test_an_unreadable_pool_shows_in_the_event_and_the_kernels_route_raises() ->
     broken = Snapshot(object(), ValueError("a bug"), Body.of([]))
     with pytest.raises(ValueError, match="a bug"):
         broken.event()
+
+
+async def test_requests_arriving_together_share_one_read_and_later_ones_get_a_new_one() -> None:
+    """Twenty requests cost one read of the backend's marker, yet none is answered with a read
+    that began before it arrived (a client must see its own change)."""
+    reads: list[int] = []
+    gate = threading.Event()
+
+    def read() -> int:
+        reads.append(len(reads) + 1)
+        assert gate.wait(30)
+        return reads[-1]
+
+    shared = SharedReads(read)
+    together = [asyncio.ensure_future(shared.value()) for _ in range(20)]
+    await async_wait_until(lambda: len(reads) == 1, message="the first read to start")
+    late = asyncio.ensure_future(shared.value())  # arrives while the first read runs
+    gate.set()
+    assert await asyncio.gather(*together) == [1] * 20
+    assert await late == 2
+    assert reads == [1, 2]
+
+
+async def test_a_failed_read_reaches_every_waiter_and_the_next_request_reads_again() -> None:
+    answers = iter([RuntimeError("the broker is away"), "marker-2"])
+
+    def read() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    shared = SharedReads(read)
+    failed = await asyncio.gather(*(shared.value() for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(error, RuntimeError) for error in failed)
+    assert await shared.value() == "marker-2"
