@@ -25,7 +25,7 @@ class StateCache:
 
     def __init__(self) -> None:
         self._latest: tuple[int, LedgerState] | None = None
-        self._records: dict[SliceRow, SliceRecord] = {}
+        self._records: dict[str, tuple[SliceRow, SliceRecord]] = {}  # by kernel id, as last read
         self._lock = threading.Lock()  # one reader renews it; the others wait for its read
 
     def latest(self, marker: int) -> LedgerState | None:
@@ -49,8 +49,8 @@ class StateCache:
             finally:
                 connection.execute("COMMIT")
             known = self._records
-            records = tuple(known.get(row) or record_of(row) for row in rows)
-            self._records = dict(zip(rows, records, strict=True))
+            records = tuple(_record(row, known.get(row[0])) for row in rows)
+            self._records = {row[0]: (row, record) for row, record in zip(rows, records, strict=True)}
             state = LedgerState(
                 devices=tuple(devices),
                 slices=records,
@@ -59,3 +59,10 @@ class StateCache:
             )
             self._latest = (marker, state)
         return state, devices_table, rows
+
+
+def _record(row: SliceRow, known: tuple[SliceRow, SliceRecord] | None) -> SliceRecord:
+    """The record of ``row``: the one made last time when the row is the same."""
+    if known is not None and known[0] == row:
+        return known[1]
+    return record_of(row)
