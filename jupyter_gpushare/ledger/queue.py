@@ -38,10 +38,16 @@ def held(db: sqlite3.Connection) -> list[Held]:
 
 
 def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True) -> SliceRecord | None:
-    # One statement for both: this runs in every start, under the write lock.
-    existing, seq = db.execute(
-        "SELECT EXISTS (SELECT 1 FROM slices WHERE kernel_id = ?), COALESCE(MAX(seq), 0) + 1 FROM slices",
-        (request.kernel_id,),
+    # What a request needs to know, in one statement (this runs in every start, under the write
+    # lock): whether the kernel has a row already, the next place in the queue, and what the
+    # kernel left when it last gave a slice back (name, path, memory its processes still hold).
+    existing, seq, *left = db.execute(
+        """SELECT EXISTS (SELECT 1 FROM slices WHERE kernel_id = :kernel),
+                  (SELECT COALESCE(MAX(seq), 0) + 1 FROM slices),
+                  released.kernel_id, released.kernel_name, released.path, released.device_uuid,
+                  released.held, released.held_source
+           FROM (SELECT 1) LEFT JOIN released ON released.kernel_id = :kernel""",
+        {"kernel": request.kernel_id},
     ).fetchone()
     if existing:
         db.execute(
@@ -50,23 +56,18 @@ def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True)
             (request.holder.pid, request.holder.start, request.token_hash, request.kernel_id),
         )
     else:
-        # A kernel taking a slice again keeps the name and path it had (the panel's row).
-        left = db.execute(
-            "SELECT kernel_name, path, device_uuid, held, held_source FROM released WHERE kernel_id = ?",
-            (request.kernel_id,),
-        ).fetchone()
+        left_id, left_name, left_path, left_device, left_held, left_source = left
         held_before: tuple[int, str | None] = (0, None)
-        if left is not None:
+        if left_id is not None:
+            # A kernel taking a slice again keeps the name and path it had (the panel's row).
             request = dataclasses.replace(
-                request,
-                kernel_name=request.kernel_name or left["kernel_name"],
-                path=request.path or left["path"],
+                request, kernel_name=request.kernel_name or left_name, path=request.path or left_path
             )
-            if left["held"] > 0 and left["device_uuid"] is not None:
+            if left_held > 0 and left_device is not None:
                 # Its processes still hold memory there: its new slice goes there and counts it.
-                held_before = (left["held"], left["held_source"])
+                held_before = (left_held, left_source)
                 if request.only_devices is None:
-                    request = dataclasses.replace(request, only_devices=(left["device_uuid"],))
+                    request = dataclasses.replace(request, only_devices=(left_device,))
             db.execute("DELETE FROM released WHERE kernel_id = ?", (request.kernel_id,))
         db.execute(
             """INSERT INTO slices (kernel_id, seq, state, owner, server_id, kernel_name,
@@ -109,6 +110,11 @@ def head_of_queue(db: sqlite3.Connection, before_seq: int) -> tuple[int, SliceRe
     return int(count), record_of(rows[0])
 
 
+_QUEUED_AHEAD = (
+    "(SELECT COUNT(*) FROM slices AS ahead WHERE ahead.state = 'queued' AND ahead.seq < slices.seq)"
+)
+
+
 def waiting(ahead: int) -> Waiting:
     plural = "s" if ahead > 1 else ""
     return Waiting(ahead + 1, f"behind {ahead} earlier GPU request{plural}")
@@ -126,13 +132,14 @@ def waiting_behind(db: sqlite3.Connection, kernel_id: str, alive: LivenessCheck)
 
 
 def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: LivenessCheck) -> Outcome:
-    rows = slice_rows(db, "WHERE kernel_id = ?", (kernel_id,))
+    # The row, and how many queued requests are ahead of it, in one statement.
+    rows = slice_rows(db, "WHERE kernel_id = ?", (kernel_id,), also=_QUEUED_AHEAD)
     if not rows:
         raise LookupError(f"no GPU request for kernel {kernel_id} in the ledger")
-    record = record_of(rows[0])
+    record = record_of(rows[0][:-1])
     if record.state == "running":
         return Placed(record)
-    ahead, head = head_of_queue(db, record.seq)
+    ahead, head = head_of_queue(db, record.seq) if rows[0][-1] else (0, None)
     # Only the head of the queue is checked for life: dead requests behind it are dropped when
     # they reach the head, so each poll costs one process check, not one per waiter.
     while head is not None and not alive(head.process):

@@ -210,18 +210,19 @@ SLICE_COLUMNS: tuple[str, ...] = tuple(
     if line.strip() and not line.strip().startswith("--")
 )
 _SLICE_COLUMNS = frozenset(SLICE_COLUMNS)
-SELECT_SLICES = f"SELECT {', '.join(SLICE_COLUMNS)} FROM slices"
 
 
 def slice_rows(
-    db: sqlite3.Connection, where: str = "", parameters: tuple[Any, ...] = ()
+    db: sqlite3.Connection, where: str = "", parameters: tuple[Any, ...] = (), also: str = ""
 ) -> list[tuple[Any, ...]]:
     """Rows of ``slices`` as plain tuples in :data:`SLICE_COLUMNS` order (``where``: the rest of
-    the statement). Plain tuples because :class:`sqlite3.Row`'s lookups by name cost more than
-    everything else in reading a hundred rows."""
+    the statement; ``also``: an expression whose value follows the columns). Plain tuples because
+    :class:`sqlite3.Row`'s lookups by name cost more than everything else in reading a hundred
+    rows."""
     cursor = db.cursor()
     cursor.row_factory = None
-    return cursor.execute(f"{SELECT_SLICES} {where}", parameters).fetchall()
+    columns = f"{', '.join(SLICE_COLUMNS)}, {also}" if also else ", ".join(SLICE_COLUMNS)
+    return cursor.execute(f"SELECT {columns} FROM slices {where}", parameters).fetchall()
 
 
 # ---- rows as records --------------------------------------------------------------------------------
