@@ -101,12 +101,12 @@ def _pause(variant: str) -> float:
     return 0.0 if variant == "spin" else 0.001
 
 
-def _median_rates(rows: list[dict[str, Any]], variant: str) -> dict[int, float]:
-    """pairs/s per process count: the median over repeated runs."""
+def _median_rates(rows: list[dict[str, Any]], variant: str, figure: str = "rate") -> dict[int, float]:
+    """pairs/s (or another figure) per process count: the median over repeated runs."""
     rates: dict[int, list[float]] = {}
     for row in rows:
         if row["variant"] == variant:
-            rates.setdefault(row["processes"], []).append(row["rate"])
+            rates.setdefault(row["processes"], []).append(row[figure])
     return {count: statistics.median(values) for count, values in rates.items()}
 
 
@@ -175,6 +175,7 @@ def _worker(
     latencies: list[float] = []
     ready.wait()
     start = time.perf_counter()
+    cpu_start = time.process_time()  # the worker's threads, lock helpers included
     deadline = start + duration
     now = start
     while now < deadline:
@@ -213,7 +214,7 @@ def _worker(
         now = time.perf_counter()
         latencies.append(now - t0)
     ledger.close()
-    results.put((worker, pairs, waits, queued, now - start, latencies))
+    results.put((worker, pairs, waits, queued, now - start, latencies, time.process_time() - cpu_start))
 
 
 def run_processes(
@@ -272,6 +273,9 @@ def run_processes(
         "queued": queued,
         "wall": wall,
         "rate": pairs / wall,
+        # CPU per pair, all workers together: steadier than pairs/s on a busy machine, and it
+        # counts what waiting for the lock costs the waiters.
+        "cpu_us": 1e6 * sum(item[6] for item in collected) / max(1, pairs),
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         "max_ms": 1000 * latencies[-1],
@@ -563,7 +567,7 @@ def _run(
 
         header = (
             f"{'code':<10} {'variant':<9} {'procs':>5} {'pairs':>7} {'pairs/s':>8} {'queued':>7} "
-            f"{'waits':>7} {'p50 ms':>7} {'p99 ms':>8} {'max ms':>8} {'empty':>5} {'goal':>5}"
+            f"{'waits':>7} {'p50 ms':>7} {'p99 ms':>8} {'max ms':>8} {'CPU us':>7} {'empty':>5} {'goal':>5}"
         )
         print(header)
         print("-" * len(header))
@@ -573,12 +577,13 @@ def _run(
             print(
                 f"{row['code']:<10} {row['variant']:<9} {row['processes']:>5} {row['pairs']:>7} "
                 f"{row['rate']:>8.0f} {row['queued']:>7} {row['waits']:>7} {row['p50_ms']:>7.2f} "
-                f"{row['p99_ms']:>8.2f} {row['max_ms']:>8.1f} {'yes' if row['empty'] else 'NO':>5} "
+                f"{row['p99_ms']:>8.2f} {row['max_ms']:>8.1f} {row['cpu_us']:>7.0f} "
+                f"{'yes' if row['empty'] else 'NO':>5} "
                 f"{verdict:>5}"
             )
         print("(queued: requests whose first attempt answered Waiting although the pool had room -")
         print(" strict FIFO behind another process's row that was queued at that moment; waits: all")
-        print(" Waiting answers, polls included)")
+        print(" Waiting answers, polls included; CPU us: the workers' CPU time per pair)")
         print()
 
         ours = [row for row in rows if row["code"] == "ours"]
@@ -611,6 +616,11 @@ def _run(
                 ratios = {n: mine[n] / other[n] for n in counts if n in mine and other.get(n)}
                 listed = ", ".join(f"x{ratio:.2f} at {n}" for n, ratio in ratios.items())
                 print(f"against {revision.label} ({variant}, ours / {revision.short} pairs/s): {listed}")
+                mine_cpu, other_cpu = (_median_rates(side, variant, "cpu_us") for side in (ours, theirs))
+                cpu = ", ".join(
+                    f"x{mine_cpu[n] / other_cpu[n]:.2f} at {n}" for n in counts if other_cpu.get(n)
+                )
+                print(f"  CPU per pair, ours / {revision.short} (lower is better): {cpu}")
                 if variant == "backoff":
                     kept = all(ratio >= 1.0 for ratio in ratios.values())
                     print(
