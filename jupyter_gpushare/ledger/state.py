@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..records import LedgerState, SliceRecord
+from .file import current_pid
 from .schema import Row, device_table, record_of, released_of, slice_rows
 
 SliceRow = tuple[Any, ...]
@@ -27,6 +28,7 @@ class StateCache:
         self._latest: tuple[int, LedgerState] | None = None
         self._records: dict[str, tuple[SliceRow, SliceRecord]] = {}  # by kernel id, as last read
         self._lock = threading.Lock()  # one reader renews it; the others wait for its read
+        self._pid = current_pid()
 
     def latest(self, marker: int) -> LedgerState | None:
         latest = self._latest
@@ -37,6 +39,9 @@ class StateCache:
     ) -> tuple[LedgerState, Sequence[Row] | None, Sequence[SliceRow] | None]:
         """The state for ``marker`` (read before the rows: a commit in between only renews it once
         more), and the device and slice rows if they were read now (for the access to remember)."""
+        if self._pid != current_pid():
+            # A forked child: its parent's lock may have been held by a thread it does not have.
+            self._lock, self._pid = threading.Lock(), current_pid()
         with self._lock:
             latest = self.latest(marker)
             if latest is not None:  # read by another thread while this one waited
