@@ -93,6 +93,7 @@ class LocalBackend:
         self._tokens: dict[str, str] = {}
         self._runner: Runner | None = None
         self.monitor = UsageMonitor(self)
+        self.kernel_views = local_views.KernelViews()  # GET kernels' views, kept per record
         try:
             if self.inventory.devices:
                 self.ledger.register_devices(self.inventory.devices, self.inventory.simulated)
@@ -452,7 +453,13 @@ class LocalBackend:
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
         """This server's slices, and its gpushare kernels without one (see :mod:`.local_views`)."""
         return local_views.server_kernels(
-            self.ledger.state(), self.inventory, server, self.server_id, self.owner, self.viewer
+            self.ledger.state(),
+            self.inventory,
+            server,
+            self.server_id,
+            self.owner,
+            self.viewer,
+            self.kernel_views,
         )
 
     def change_marker(self) -> Hashable:

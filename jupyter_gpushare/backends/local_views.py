@@ -7,13 +7,14 @@ what the ledger held at one moment (``Ledger.state``) and hand its rows to the p
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..devices import Device
 from ..payloads import KernelPayload, PoolPayload
-from ..records import LedgerState, ReleasedSlice
+from ..records import LedgerState, ReleasedSlice, SliceRecord
 from ..views import (
     device_indexes,
     kernel_view,
@@ -96,6 +97,45 @@ def all_kernels(state: LedgerState, inventory: Inventory, viewer: str) -> list[K
     return views
 
 
+class KernelViews:
+    """The views of the records last shown, kept for the next call.
+
+    The ledger's state keeps the same record object for a row that did not change, so a record
+    shown at the same place to the same viewer keeps its view: the same dict, which the server
+    then renders once too (:mod:`jupyter_gpushare.server.snapshots`). After a change of one slice,
+    one view is made again, not a hundred. A view handed out is never changed afterwards.
+    """
+
+    def __init__(self) -> None:
+        # (viewer, device indexes) and the views by record, swapped as one (threads share it).
+        self._kept: tuple[Hashable, dict[int, tuple[SliceRecord, int | None, KernelPayload]]] = (None, {})
+
+    def of(
+        self,
+        records: Sequence[SliceRecord],
+        devices: Sequence[Device],
+        positions: Mapping[str, int],
+        viewer: str,
+    ) -> list[KernelPayload]:
+        index_of = device_indexes(devices)
+        context = (viewer, tuple(index_of.items()))
+        kept_for, known = self._kept
+        if kept_for != context:
+            known = {}
+        views, kept = [], {}
+        for record in records:
+            position = positions.get(record.kernel_id)
+            hit = known.get(id(record))
+            if hit is not None and hit[0] is record and hit[1] == position:
+                view = hit[2]
+            else:
+                view = kernel_view(record, devices, position, viewer, index_of)
+            kept[id(record)] = (record, position, view)
+            views.append(view)
+        self._kept = (context, kept)
+        return views
+
+
 def server_kernels(
     state: LedgerState,
     inventory: Inventory,
@@ -103,19 +143,16 @@ def server_kernels(
     server_id: str,
     owner: str,
     viewer: str,
+    kept: KernelViews | None = None,
 ) -> list[KernelPayload]:
     """This server's slices (queued and running), and its gpushare kernels without one:
     suspended, released (with what they still hold), or a start not in the ledger yet; shown
-    as ``viewer`` may see them (a broker's caller)."""
+    as ``viewer`` may see them (a broker's caller). ``kept``: the views of the last call."""
     devices = with_sampled_usage(state.devices, inventory.devices)
     records = state.slices
     positions = queue_positions(records)
-    index_of = device_indexes(devices)
-    views = [
-        kernel_view(record, devices, positions.get(record.kernel_id), viewer, index_of)
-        for record in records
-        if record.kernel_id in server.ids or record.server_id == server_id
-    ]
+    shown = [record for record in records if record.kernel_id in server.ids or record.server_id == server_id]
+    views = (kept or KernelViews()).of(shown, devices, positions, viewer)
     listed = {view["kernel_id"] for view in views}
     released = {left.kernel_id: left for left in state.released}
     for kernel_id in sorted(server.gpushare - listed):
@@ -138,12 +175,15 @@ def server_kernels(
                 detail=server.details.get(kernel_id) if starting else None,
             )
         )
-    for view in views:
+    for index, view in enumerate(views):
         own = view["kernel_id"]
         if own is None:
             continue
-        if view["state"] == "queued" and own in server.details:
-            view["detail"] = server.details[own]
+        detail = server.details.get(own) if view["state"] == "queued" else None
+        if detail is not None or own in server.warnings:
+            view = views[index] = copy.copy(view)  # a kept view stays as it was
+        if detail is not None:
+            view["detail"] = detail
         if own in server.warnings:
             view["warnings"] = [*view["warnings"], *server.warnings[own]]
     return views

@@ -29,7 +29,10 @@ class Body:
 
     @classmethod
     def of(cls, payload: Any) -> Body:
-        text = json.dumps(payload)
+        return cls.of_text(json.dumps(payload))
+
+    @classmethod
+    def of_text(cls, text: str) -> Body:
         data = text.encode()
         return cls(text, data, f'"{hashlib.sha1(data).hexdigest()}"')
 
@@ -61,9 +64,9 @@ class Snapshot:
         return f'{{"pool": {self.pool.text}, "kernels": {kernels.text}}}'
 
 
-def answer_of(build: Callable[[], Any]) -> Answer:
+def answer_of(build: Callable[[], Any], render: Callable[[Any], Body] = Body.of) -> Answer:
     try:
-        return Body.of(build())
+        return render(build())
     except Exception as error:  # each route raises its own, as it did when it built alone
         return error
 
@@ -122,6 +125,8 @@ class Snapshots:
         self._kernels = kernels
         self._latest: Snapshot | None = None
         self._building: asyncio.Lock | None = None
+        # Each kernel view's JSON, by the view's identity (the view kept alive beside it).
+        self._fragments: dict[int, tuple[Any, str]] = {}
         self.builds = 0  # how many snapshots were built: one per change
 
     async def _marker(self) -> Hashable:
@@ -144,12 +149,27 @@ class Snapshots:
             latest = self._latest
             if latest is not None and latest.marker == marker:
                 return latest
-            built = await asyncio.to_thread(self._build, marker)
+            built = await asyncio.to_thread(self.build, marker)
             # One with an error is not kept: the next request tries again.
             self._latest = built if built.complete else None
             return built
 
-    def _build(self, marker: Hashable) -> Snapshot:
+    def build(self, marker: Hashable = None) -> Snapshot:
+        """Read the pool and the kernels, render them (JSON, bytes, ETag): one snapshot for
+        ``marker``. Blocking: :meth:`current` runs it in a worker thread."""
         self.builds += 1
-        kernels = answer_of(self._kernels)
+        kernels = answer_of(self._kernels, self._list_body)
         return Snapshot(marker, answer_of(self._pool), kernels)
+
+    def _list_body(self, items: list[Any]) -> Body:
+        """``Body.of(items)`` (the same text), each item's JSON reused when the item is the very
+        object of the last build: a backend hands out the same view again for a slice that did
+        not change, and views are never changed once handed out (``Backend.kernels``)."""
+        known, kept, parts = self._fragments, {}, []
+        for item in items:
+            hit = known.get(id(item))
+            text = hit[1] if hit is not None and hit[0] is item else json.dumps(item)
+            kept[id(item)] = (item, text)
+            parts.append(text)
+        self._fragments = kept
+        return Body.of_text(f"[{', '.join(parts)}]")

@@ -20,11 +20,14 @@ from jupyter_gpushare.allocator import Policy
 from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import BackendUnavailableError
+from jupyter_gpushare.processes import current_process
 from jupyter_gpushare.records import NewRequest, Placed
 from jupyter_gpushare.server.context import GPUShareContext
 from jupyter_gpushare.server.snapshots import Body, SharedReads, Snapshot
 from jupyter_gpushare.server.starts import Start
 from tests.polling import async_wait_until
+
+ME = current_process()
 
 
 class NoKernels:
@@ -150,3 +153,46 @@ async def test_a_failed_read_reaches_every_waiter_and_the_next_request_reads_aga
     failed = await asyncio.gather(*(shared.value() for _ in range(3)), return_exceptions=True)
     assert all(isinstance(error, RuntimeError) for error in failed)
     assert await shared.value() == "marker-2"
+
+
+def test_a_slice_that_did_not_change_keeps_its_view_and_only_the_changed_one_is_made_again(
+    backend: LocalBackend,
+) -> None:
+    context = context_of(backend)
+    before = {view["kernel_id"]: view for view in context.server_kernels()}
+    backend.ledger.report_usage("k-1", 5 * 2**30, 70, "simulated")
+    after = {view["kernel_id"]: view for view in context.server_kernels()}
+    assert all(after[kernel_id] is before[kernel_id] for kernel_id in ("k-0", "k-2", "k-3"))
+    assert after["k-1"] is not before["k-1"]
+    assert (after["k-1"]["memory_used"], before["k-1"]["memory_used"]) == (5 * 2**30, 2**30)
+    backend.viewer = "bob"  # another viewer (a broker's caller): views of their own, none reused
+    seen_by_bob = context.server_kernels()
+    assert len(seen_by_bob) == 4 and not any(view is after.get(view["kernel_id"]) for view in seen_by_bob)
+
+
+async def test_a_snapshot_renders_exactly_what_json_makes_of_the_views(backend: LocalBackend) -> None:
+    context = context_of(backend)
+    for size in (3, 5, 7):
+        backend.ledger.report_usage("k-3", size * 2**30, size, "simulated")
+        snapshot = await context.snapshots.current()
+        assert isinstance(snapshot.kernels, Body)
+        assert snapshot.kernels.text == json.dumps(context.server_kernels())
+        assert views_of(snapshot)["k-3"]["memory_used"] == size * 2**30
+
+
+async def test_this_servers_details_change_a_copy_not_the_kept_view(backend: LocalBackend) -> None:
+    for kernel_id in ("k-8", "k-9"):  # a whole card each: the second waits in the queue
+        request = NewRequest(kernel_id, "alice", backend.server_id, "timeslice", "shared", "80G", None, ME)
+        backend.ledger.request(request, Policy())
+    context = context_of(backend)
+    plain = {view["kernel_id"]: view for view in context.server_kernels()}
+    assert plain["k-9"]["state"] == "queued" and "detail" not in plain["k-9"]
+    gate = asyncio.Event()
+    task = asyncio.ensure_future(gate.wait())
+    context.starts.track(Start("k-9", "python3-gpu-80g", "", task))  # type: ignore[arg-type]
+    context.starts.note("k-9", "waiting for its slice: position 1")
+    detailed = {view["kernel_id"]: view for view in context.server_kernels()}
+    assert detailed["k-9"]["detail"] == "waiting for its slice: position 1"
+    assert "detail" not in plain["k-9"], "the view handed out before did not change"
+    gate.set()
+    await task
