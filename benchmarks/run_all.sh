@@ -5,7 +5,8 @@
 #   benchmarks/run_all.sh --quick    # CI-sized runs (each well under a minute)
 #
 # PYTHON overrides the interpreter (default: .venv/bin/python, else python3). A full run
-# regenerates the packing chart at docs/packing.png (a quick one writes it under results/).
+# regenerates the packing and replay charts at docs/packing.png and docs/replay.png (a quick one
+# writes them under results/).
 #
 # Every benchmark runs even when one before it fails. The exit status is non-zero when any of
 # them crashed (an exception, a non-zero exit, or no end within LIMIT seconds): a benchmark that
@@ -20,10 +21,12 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 quick=()
 chart=docs/packing.png
+replay_chart=docs/replay.png
 limit=1800
 if [[ "${1:-}" == "--quick" ]]; then
     quick=(--quick)
     chart=benchmarks/results/packing-quick.png
+    replay_chart=benchmarks/results/replay-quick.png
     limit=300
 elif [[ $# -gt 0 ]]; then
     echo "usage: benchmarks/run_all.sh [--quick]" >&2
@@ -72,6 +75,7 @@ run benchmarks/api_latency.py "${quick[@]}"
 run benchmarks/sampler.py "${quick[@]}"
 run benchmarks/broker_start.py "${quick[@]}"
 run benchmarks/broker_cluster.py "${quick[@]}"
+run benchmarks/replay.py "${quick[@]}" --plot "$replay_chart"
 
 {
     echo

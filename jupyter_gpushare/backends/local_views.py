@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..devices import Device
@@ -24,12 +24,21 @@ from ..views import (
     released_view,
     slice_less_view,
 )
+from .accounts import show_idle
 from .base import ServerKernels
 
 if TYPE_CHECKING:
+    from ..accounting import Activity
     from ..config import GPUShare
     from ..devices import Inventory
     from ..modes import NodeFacts
+
+# The records with the queued ones in the order they are served (the queue policy's order).
+InLine = Callable[[list[SliceRecord]], list[SliceRecord]]
+
+
+def as_recorded(records: list[SliceRecord]) -> list[SliceRecord]:
+    return records
 
 
 def with_sampled_usage(recorded: Sequence[Device], discovered: Sequence[Device]) -> list[Device]:
@@ -74,11 +83,16 @@ def problem(registered: Sequence[Device], inventory: Inventory) -> str | None:
 
 
 def pool(
-    state: LedgerState, inventory: Inventory, facts: NodeFacts, settings: GPUShare, viewer: str
+    state: LedgerState,
+    inventory: Inventory,
+    facts: NodeFacts,
+    settings: GPUShare,
+    viewer: str,
+    in_line: InLine = as_recorded,
 ) -> PoolPayload:
     return pool_view(
         with_sampled_usage(state.devices, inventory.devices),
-        state.slices,
+        in_line(list(state.slices)),
         facts,
         backend="local",
         simulated=inventory.simulated or (not inventory.devices and state.simulated),
@@ -89,10 +103,12 @@ def pool(
     )
 
 
-def all_kernels(state: LedgerState, inventory: Inventory, viewer: str) -> list[KernelPayload]:
+def all_kernels(
+    state: LedgerState, inventory: Inventory, viewer: str, in_line: InLine = as_recorded
+) -> list[KernelPayload]:
     """Every slice, and every kernel suspended or holding memory without one."""
     devices = with_sampled_usage(state.devices, inventory.devices)
-    views = kernels_view(state.slices, devices, viewer=viewer)
+    views = kernels_view(in_line(list(state.slices)), devices, viewer=viewer)
     views += [released_view(left, devices, viewer) for left in counted(state.released)]
     return views
 
@@ -101,14 +117,15 @@ class KernelViews:
     """The views of the records last shown, kept for the next call.
 
     The ledger's state keeps the same record object for a row that did not change, so a record
-    shown at the same place to the same viewer keeps its view: the same dict, which the server
-    then renders once too (:mod:`jupyter_gpushare.server.snapshots`). After a change of one slice,
-    one view is made again, not a hundred. A view handed out is never changed afterwards.
+    shown at the same place, to the same viewer, with the same report of its cells, keeps its
+    view: the same dict, which the server then renders once too
+    (:mod:`jupyter_gpushare.server.snapshots`). After a change of one slice one view is made
+    again, not a hundred. A view handed out is never changed afterwards.
     """
 
     def __init__(self) -> None:
         # (viewer, device indexes) and the views by record, swapped as one (threads share it).
-        self._kept: tuple[Hashable, dict[int, tuple[SliceRecord, int | None, KernelPayload]]] = (None, {})
+        self._kept: tuple[Hashable, dict[int, tuple[SliceRecord, Hashable, KernelPayload]]] = (None, {})
 
     def of(
         self,
@@ -116,21 +133,26 @@ class KernelViews:
         devices: Sequence[Device],
         positions: Mapping[str, int],
         viewer: str,
+        activity: Mapping[str, Activity] | None = None,
     ) -> list[KernelPayload]:
         index_of = device_indexes(devices)
-        context = (viewer, tuple(index_of.items()))
+        context = (viewer, tuple(index_of.items()), activity is None)
         kept_for, known = self._kept
         if kept_for != context:
             known = {}
-        views, kept = [], {}
+        views: list[KernelPayload] = []
+        kept: dict[int, tuple[SliceRecord, Hashable, KernelPayload]] = {}
         for record in records:
-            position = positions.get(record.kernel_id)
+            reported = activity.get(record.kernel_id) if activity is not None else None
+            key = (positions.get(record.kernel_id), reported)
             hit = known.get(id(record))
-            if hit is not None and hit[0] is record and hit[1] == position:
+            if hit is not None and hit[0] is record and hit[1] == key:
                 view = hit[2]
             else:
-                view = kernel_view(record, devices, position, viewer, index_of)
-            kept[id(record)] = (record, position, view)
+                view = kernel_view(record, devices, key[0], viewer, index_of)
+                if activity is not None and view["state"] == "running":
+                    show_idle(view, reported)
+            kept[id(record)] = (record, key, view)
             views.append(view)
         self._kept = (context, kept)
         return views
@@ -143,16 +165,21 @@ def server_kernels(
     server_id: str,
     owner: str,
     viewer: str,
+    records: Sequence[SliceRecord] | None = None,
     kept: KernelViews | None = None,
+    activity: Mapping[str, Activity] | None = None,
 ) -> list[KernelPayload]:
     """This server's slices (queued and running), and its gpushare kernels without one:
     suspended, released (with what they still hold), or a start not in the ledger yet; shown
-    as ``viewer`` may see them (a broker's caller). ``kept``: the views of the last call."""
+    as ``viewer`` may see them (a broker's caller). ``records``: the ledger's, the queued ones in
+    the order they are served (default: as recorded); ``kept``: the views of the last call;
+    ``activity``: the kernels' own reports of their cells (running kernels show since when they
+    are idle and what their idle timer will do)."""
     devices = with_sampled_usage(state.devices, inventory.devices)
-    records = state.slices
+    records = state.slices if records is None else records
     positions = queue_positions(records)
     shown = [record for record in records if record.kernel_id in server.ids or record.server_id == server_id]
-    views = (kept or KernelViews()).of(shown, devices, positions, viewer)
+    views = (kept or KernelViews()).of(shown, devices, positions, viewer, activity)
     listed = {view["kernel_id"] for view in views}
     released = {left.kernel_id: left for left in state.released}
     for kernel_id in sorted(server.gpushare - listed):

@@ -67,7 +67,7 @@ def test_a_crash_fails_the_run_and_the_benchmarks_after_it_still_run(tmp_path: P
 def test_a_missed_goal_never_fails_the_run(tmp_path: Path) -> None:
     done = run(stand_ins(tmp_path, {}), "--quick")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("MISSED") == 7
+    assert done.stdout.count("MISSED") == done.stdout.count("===== benchmarks/") >= 7
     assert "packing.py ran --quick --plot benchmarks/results/packing-quick.png" in done.stdout
     assert done.stdout.rstrip().endswith("all benchmarks ran")
 
