@@ -10,7 +10,7 @@ SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
 PORT ?= 8888
 HEADLESS ?=
 
-.PHONY: demo test install install-test lint bench docs
+.PHONY: demo test install install-test lint bench bench-quick docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,3 +63,9 @@ test: lint docs
 bench: install
 	$(BIN)/pip install --quiet -e '.[bench]'
 	bash benchmarks/run_all.sh
+
+# CI-sized benchmarks (each well under a minute; CI runs them after the tests): a benchmark that
+# crashes fails, a missed goal is a verdict in the output (benchmarks/README.md).
+bench-quick: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	bash benchmarks/run_all.sh --quick

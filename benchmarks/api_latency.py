@@ -1,4 +1,4 @@
-"""REST latency of ``GET pool`` / ``GET kernels`` under 20 clients, and the stream's fan-out cost.
+"""REST latency of ``GET pool`` / ``GET kernels`` under 20 clients, the stream's cost, and one snapshot.
 
 Method
 ------
@@ -7,60 +7,65 @@ extension enabled the way an installed package enables it) runs in a fresh tempo
 with its own ``JUPYTER_CONFIG_DIR``, ``JUPYTER_DATA_DIR``, ``JUPYTER_RUNTIME_DIR`` and
 ``JUPYTER_PATH``, a simulated ``4xA100-80GB`` pool (``JUPYTER_GPUSHARE_SIMULATE``) and a private
 ledger (``JUPYTER_GPUSHARE_LEDGER_PATH``). Once it answers ``GET /api/status``, this script
-writes 100 running slices straight into that ledger through :class:`jupyter_gpushare.ledger.Ledger`
-(``enqueue`` then ``try_place``; sizes 2G/3G/4G in turn, each with a declared usage), all held by a
-``sleep`` process this script starts (so no reconciliation drops them) and all carrying the
-server's own ``server_id`` (``{owner}@{hostname}:{server pid}``), so ``GET kernels`` lists 100
-entries and ``GET pool`` shows 100 reservations. Both are checked before anything is timed.
+writes N running slices (100, then 1,000; 100 only with ``--quick``) straight into that ledger
+through :class:`jupyter_gpushare.ledger.Ledger` (``enqueue`` then ``try_place``, each with a
+declared usage), all held by a ``sleep`` process this script starts (so no reconciliation drops
+them) and all carrying the server's own ``server_id`` (``{owner}@{hostname}:{server pid}``), so
+``GET kernels`` lists N entries and ``GET pool`` shows N reservations. Both are checked before
+anything is timed.
 
-Latency: 20 clients on loopback (one kept-alive connection each, all in one asyncio loop in this
-process; by default a minimal HTTP/1.1 client on asyncio streams, which costs far less CPU per
-request than httpx, so that on a small machine the clients do not queue behind themselves;
-``--client httpx`` uses one ``httpx.AsyncClient`` per client instead) each make 5 warm-up requests
-and then, all released at once, N requests back to back (closed loop, 100 by default, 20 with
-``--quick``) to one route; each request is timed from send to the last body byte and must answer
-200. The baseline is jupyter_server's own ``GET /api/status`` - authenticated and authorized like
-our routes, with a trivial body - measured the same way in the same run. The three routes
-alternate over two rounds (order reversed in the second) so that a drift in machine load hits them
-alike. Reported per route: p50, p90, p99, max, requests/s, and the server process's CPU time per
-request (psutil, user+system of the whole process, over the measured phase only) - the last figure
-does not depend on how many clients queue behind each other and is the steadiest on a busy
-machine. A one-client pass (no queueing: latency close to the server's own cost) follows, and a
-Little's-law line: with N closed-loop clients and one server event loop, a request waits for about
-N requests' worth of server work, so the p99 goal at 20 clients needs a per-request cost well
-under 1 ms.
+Latency (:mod:`http_load`): 20 closed-loop clients on loopback, one kept-alive connection each,
+5 warm-up requests each and then, released together, 100 timed requests each (20 with
+``--quick``) to one route. The baseline is jupyter_server's own ``GET /api/status`` -
+authenticated and authorized like our routes, with a trivial body - measured the same way in
+the same run. The routes alternate over two rounds (order reversed in the second) so that a
+drift in machine load hits them alike. Reported per route: p50, p90, p99, max, requests/s, and
+the server process's CPU time per request (over the measured phase only; it does not depend on
+how many clients queue behind each other and is the steadiest figure on a busy machine); then
+the same with one client, and a Little's-law line (with N closed-loop clients and one event loop,
+a request waits for about N requests' worth of server work).
 
 Stream fan-out: three windows of the same length (10 s; 5 s with ``--quick``) with 0, 1 and 20
-subscribers to ``GET /api/gpushare/stream`` (``Authorization: token ...``, one connection each).
-For each: the server's CPU time over the window as a percentage of one core, events received per
-subscriber, the payload size, and the spread between the first and the last subscriber receiving
-the same event (measured in this process, so it includes the subscribers' own parsing). The
-snapshot is built once per tick however many subscribe, so 1 -> 20 should add only the cost of
-writing the same bytes 19 more times.
+subscribers to ``GET /api/gpushare/stream``: the server's CPU over each window as a share of one
+core, events per subscriber, the payload size, and the spread between the first and the last
+subscriber receiving the same event.
 
-Goal (the issue): p99 <= 20 ms for ``GET kernels`` and ``GET pool`` with 100 slices under 20
-concurrent clients. The ratio of each p50/p99 to the baseline's is printed next to it; a goal the
-baseline itself misses says more about the machine than about the routes. On a miss (or with
-``--profile``) the handlers' work is timed and profiled in this process on the same ledger, so a
-slow route can be attributed (sqlite reads, row decoding, view building, JSON).
+One snapshot, in this process on the same ledger (always, so that this part cannot rot): what
+building the snapshot costs after a change - the ledger read once, pool and kernels views, JSON,
+bytes and ETag, all that ``GET pool``, ``GET kernels`` and the stream then answer from until the
+next change - in one thread, then the same through the event loop, a stream tick (a sampling
+round, then the snapshot) after a change and without one; the parts (``Ledger.state``, ``pool``,
+``server_kernels``, a bare ``fetchall`` of the rows as the floor), and a cProfile of the build.
+Costs are medians of the process's CPU time (wall time beside it).
 
-Everything is bounded: every wait has a deadline, and the server and the ``sleep`` process are
+Goals (issue 24), each printed as a verdict:
+
+* ``GET pool`` and ``GET kernels`` with 100 slices under 20 clients: p99 and server CPU per
+  request <= x1.10 those of ``GET /api/status`` in the same run (1,000 slices: reported only);
+* one snapshot built after a change <= 2 ms (CPU) with 100 slices.
+
+``--against REV`` starts a second server whose package is that of git revision REV (a worktree
+under ``build/``, see :mod:`against`), fills its ledger with that revision's code, and runs every
+measurement on both servers, interleaved, printing the ratios ours / REV.
+
+Everything is bounded: every wait has a deadline, and the servers and the ``sleep`` process are
 stopped in ``finally``.
 
-Run: ``.venv/bin/python benchmarks/api_latency.py`` (about a minute on 2 cores; ``--quick``
-about 35 s). Options: ``--requests``, ``--clients``, ``--slices``, ``--subscribers``,
-``--window``, ``--client``, ``--profile``.
+Run: ``.venv/bin/python benchmarks/api_latency.py`` (about 2 minutes on 2 cores; ``--quick``
+under a minute).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import cProfile
+import importlib
 import io
 import json
-import math
+import multiprocessing as mp
 import os
 import platform
 import pstats
@@ -69,24 +74,29 @@ import shutil
 import signal
 import socket
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
+from against import Revision, RevisionError, checkout, child_env, import_package_from
+from http_load import CLIENTS, Phase, Summary, load, merge, percentile, print_latency_table, summarise
 
-GOAL_P99_MS = 20.0
+GOAL_RATIO = 1.10  # p99 and server CPU per request, to GET /api/status's
+GOAL_SNAPSHOT_MS = 2.0
+GOAL_SLICES = 100
 POOL = "4xA100-80GB"
+POOL_BYTES = 4 * 80 * 2**30
 OWNER = "bench-user"
 SIZES = ("2G", "3G", "4G")
 MODE = "timeslice"
-WARMUP = 5  # requests per client before the measured phase
 ROUNDS = 2
 SERVER_START_LIMIT = 90.0  # seconds
 BASELINE = ("baseline GET /api/status", "/api/status")
@@ -199,46 +209,67 @@ def start_server(root: Path, env: dict[str, str]) -> Server:
     raise RuntimeError(f"jupyter server did not answer in {SERVER_START_LIMIT:.0f} s:\n{server.log_tail()}")
 
 
-# ---- the ledger's 100 slices ---------------------------------------------------------------
+# ---- the ledger's slices -------------------------------------------------------------------
+
+
+def sizes_for(count: int) -> tuple[str, ...]:
+    """Slice sizes that fit ``count`` slices on the pool: 2G/3G/4G up to 100, smaller beyond."""
+    if count * 3 * 2**30 <= 0.95 * POOL_BYTES:
+        return SIZES
+    mean = int(0.75 * POOL_BYTES / count) // 2**20  # MiB
+    return tuple(f"{mean * share // 4}M" for share in (3, 4, 5))
+
+
+def _api() -> Any:
+    """The package's names the fill uses, wherever the measured commit keeps them (the request
+    and outcome types lived in the ledger module before commit 2c944eb)."""
+    try:
+        return importlib.import_module("jupyter_gpushare.records")
+    except ImportError:
+        return importlib.import_module("jupyter_gpushare.ledger")
 
 
 def fill_ledger(ledger_path: Path, server_id: str, holder_pid: int, count: int, seed: int) -> int:
-    """``count`` running slices held by ``holder_pid``; returns the bytes reserved."""
+    """Exactly ``count`` running slices held by ``holder_pid`` (any earlier ones are released
+    first); returns the bytes reserved. Runs with the package of the side being measured."""
     from jupyter_gpushare.allocator import Policy
     from jupyter_gpushare.inventory import parse_simulation
     from jupyter_gpushare.ledger import Ledger
     from jupyter_gpushare.modes import get_mode
     from jupyter_gpushare.processes import identify
-    from jupyter_gpushare.records import NewRequest, Placed
 
+    types = _api()
     holder = identify(holder_pid)
     if holder is None:
         raise RuntimeError(f"the holder process {holder_pid} is gone")
     rng = random.Random(seed)
+    sizes = sizes_for(count)
     ledger = Ledger(ledger_path)
     ledger.register_devices(parse_simulation(POOL).devices, True)
     placement = get_mode(MODE).placement
     reserved = 0
     try:
+        for record in ledger.records():
+            ledger.release(record.kernel_id)
         for index in range(count):
-            kernel_id = f"bench-{index:03d}-{rng.getrandbits(48):012x}"
+            kernel_id = f"bench-{index:04d}-{rng.getrandbits(48):012x}"
             ledger.enqueue(
-                NewRequest(
+                types.NewRequest(
                     kernel_id=kernel_id,
                     owner=OWNER,
                     server_id=server_id,
                     mode=MODE,
                     kind=placement,
-                    size=SIZES[index % len(SIZES)],
+                    size=sizes[index % len(sizes)],
                     cores=None,
                     holder=holder,
                     kernel_name="python3-gpu-4g",
-                    path=f"projects/run-{index:03d}/analysis.ipynb",
+                    path=f"projects/run-{index:04d}/analysis.ipynb",
                 )
             )
             outcome = ledger.try_place(kernel_id, Policy())
-            if not isinstance(outcome, Placed):
-                raise RuntimeError(f"slice {index} ({SIZES[index % len(SIZES)]}) was not placed: {outcome}")
+            if not isinstance(outcome, types.Placed):
+                raise RuntimeError(f"slice {index} ({sizes[index % len(sizes)]}) was not placed: {outcome}")
             used = int(outcome.record.memory * rng.uniform(0.1, 0.9))
             ledger.report_usage(kernel_id, used, rng.randrange(0, 60), "simulated")
             reserved += outcome.record.memory
@@ -248,7 +279,7 @@ def fill_ledger(ledger_path: Path, server_id: str, holder_pid: int, count: int, 
 
 
 def check_views(server: Server, count: int, reserved: int) -> tuple[int, int]:
-    """Both routes answer with the 100 slices; returns their body sizes."""
+    """Both routes answer with the slices; returns their body sizes."""
     with httpx.Client(headers=server.headers, timeout=30.0) as client:
         pool = client.get(f"{server.url}/api/gpushare/pool")
         kernels = client.get(f"{server.url}/api/gpushare/kernels")
@@ -271,223 +302,117 @@ def check_views(server: Server, count: int, reserved: int) -> tuple[int, int]:
     return len(pool.content), len(kernels.content)
 
 
-# ---- latency under concurrent clients ------------------------------------------------------
+# ---- the two sides: this checkout's package, and --against REV's -------------------------------
 
 
 @dataclass
-class Phase:
-    latencies: list[float] = field(default_factory=list)  # seconds
-    wall: float = 0.0
-    server_cpu: float = 0.0
-    client_cpu: float = 0.0
+class Side:
+    """The code one server runs: this checkout's package (``revision`` None), or a commit's."""
 
-
-class RawClient:
-    """A minimal HTTP/1.1 keep-alive GET client on asyncio streams.
-
-    It spends a fraction of httpx's CPU per request, so on a small machine the clients queue
-    less behind themselves and the latency measured is more the server's.
-    """
-
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
-        parsed = httpx.URL(url)
-        self._host = parsed.host
-        self._port = parsed.port or 80
-        lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-        self._head = f"Host: {self._host}:{self._port}\r\n{lines}Accept: application/json\r\n\r\n".encode()
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-
-    async def get(self, path: str) -> tuple[int, bytes]:
-        if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
-        assert self._reader is not None
-        self._writer.write(f"GET {path} HTTP/1.1\r\n".encode() + self._head)
-        await self._writer.drain()
-        head = (await self._reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        status = int(head[0].split(" ", 2)[1])
-        fields = {}
-        for line in head[1:]:
-            if ":" in line:
-                name, value = line.split(":", 1)
-                fields[name.strip().lower()] = value.strip().lower()
-        if "content-length" in fields:
-            body = await self._reader.readexactly(int(fields["content-length"]))
-        elif fields.get("transfer-encoding") == "chunked":
-            parts = []
-            while True:
-                size = int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                parts.append(await self._reader.readexactly(size + 2))
-                if size == 0:
-                    break
-            body = b"".join(part[:-2] for part in parts)
-        else:
-            raise RuntimeError(f"GET {path}: a response with neither Content-Length nor chunks")
-        if fields.get("connection") == "close":
-            await self.close()
-        return status, body
-
-    async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            with contextlib.suppress(OSError):
-                await self._writer.wait_closed()
-        self._reader = self._writer = None
-
-
-class HttpxClient:
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        self._url = url
-        self._client = httpx.AsyncClient(headers=headers, timeout=60.0, limits=limits)
-
-    async def get(self, path: str) -> tuple[int, bytes]:
-        reply = await self._client.get(f"{self._url}{path}")
-        return reply.status_code, reply.content
-
-    async def close(self) -> None:
-        await self._client.aclose()
-
-
-CLIENTS: dict[str, type[RawClient] | type[HttpxClient]] = {"raw": RawClient, "httpx": HttpxClient}
-
-
-async def load(server: Server, path: str, clients: int, per_client: int, kind: str) -> Phase:
-    """``clients`` closed-loop clients, ``per_client`` timed requests each, released together."""
-    phase = Phase()
-    ready = 0
-    all_ready = asyncio.Event()
-    go = asyncio.Event()
-
-    async def client_loop() -> list[float]:
-        nonlocal ready
-        timings: list[float] = []
-        client = CLIENTS[kind](server.url, server.headers)
-        try:
-            for _ in range(WARMUP):
-                status, body = await client.get(path)
-                if status != 200:
-                    raise RuntimeError(f"{path} answered {status}: {body[:200]!r}")
-            ready += 1
-            if ready == clients:
-                all_ready.set()
-            await go.wait()
-            for _ in range(per_client):
-                started = time.perf_counter()
-                status, body = await client.get(path)
-                timings.append(time.perf_counter() - started)
-                if status != 200:
-                    raise RuntimeError(f"{path} answered {status}: {body[:200]!r}")
-        finally:
-            await client.close()
-        return timings
-
-    tasks = [asyncio.ensure_future(client_loop()) for _ in range(clients)]
-    try:
-        waiter = asyncio.ensure_future(all_ready.wait())
-        await asyncio.wait([waiter, *tasks], timeout=120, return_when=asyncio.FIRST_COMPLETED)
-        if not all_ready.is_set():
-            waiter.cancel()
-            for task in tasks:
-                if task.done() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-            raise RuntimeError("clients did not finish warming up in 120 s")
-        cpu_before = server.cpu_seconds()
-        client_before = time.process_time()
-        started = time.perf_counter()
-        go.set()
-        results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=600)
-        phase.wall = time.perf_counter() - started
-        phase.server_cpu = server.cpu_seconds() - cpu_before
-        phase.client_cpu = time.process_time() - client_before
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    for timings in results:
-        phase.latencies.extend(timings)
-    return phase
-
-
-def merge(phases: list[Phase]) -> Phase:
-    merged = Phase()
-    for phase in phases:
-        merged.latencies.extend(phase.latencies)
-        merged.wall += phase.wall
-        merged.server_cpu += phase.server_cpu
-        merged.client_cpu += phase.client_cpu
-    return merged
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest rank: the smallest value with at least q of the values at or below it."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-@dataclass
-class Summary:
     label: str
-    count: int
-    p50: float  # ms
-    p90: float
-    p99: float
-    max: float
-    rate: float  # requests/s
-    server_ms: float  # server CPU ms per request
-    server_share: float  # server CPU, share of one core
-    client_share: float
+    root: Path
+    revision: Revision | None = None
+    server: Server | None = None
+
+    def fill(self, holder_pid: int, count: int, seed: int) -> int:
+        assert self.server is not None
+        arguments = (self.root / "ledger.sqlite", self.server.server_id, holder_pid, count, seed)
+        if self.revision is None:
+            return fill_ledger(*arguments)
+        # The commit's code writes the commit's ledger: in a fresh process that imports it.
+        with concurrent.futures.ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=mp.get_context("spawn"),
+            initializer=import_package_from,
+            initargs=(str(self.revision.root),),
+        ) as pool:
+            return pool.submit(fill_ledger, *arguments).result()
 
 
-def summarise(label: str, phase: Phase) -> Summary:
-    values = phase.latencies
-    count = len(values)
-    return Summary(
-        label,
-        count,
-        1000 * percentile(values, 0.50),
-        1000 * percentile(values, 0.90),
-        1000 * percentile(values, 0.99),
-        1000 * max(values),
-        count / phase.wall,
-        1000 * phase.server_cpu / count,
-        phase.server_cpu / phase.wall,
-        phase.client_cpu / phase.wall,
-    )
+def start_sides(base: Path, revision: Revision | None) -> list[Side]:
+    sides = [Side("ours", base / "ours")]
+    if revision is not None:
+        sides.append(Side(revision.short, base / revision.short, revision))
+    for side in sides:
+        side.root.mkdir()
+        side.server = start_server(side.root, child_env(side.revision, environment(side.root)))
+    return sides
 
 
-def print_latency_table(title: str, rows: list[Summary]) -> None:
-    print(title)
-    header = (
-        f"  {'route':<28}{'requests':>9}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}"
-        f"{'req/s':>8}{'srv CPU ms/req':>16}{'srv CPU':>9}{'client CPU':>11}"
-    )
-    print(header)
-    for row in rows:
-        print(
-            f"  {row.label:<28}{row.count:>9}{row.p50:>9.2f}{row.p90:>9.2f}{row.p99:>9.2f}{row.max:>9.2f}"
-            f"{row.rate:>8.0f}{row.server_ms:>16.2f}{100 * row.server_share:>8.0f}%"
-            f"{100 * row.client_share:>10.0f}%"
-        )
+# ---- latency ---------------------------------------------------------------------------------
 
 
 async def latency_runs(
-    server: Server, clients: int, per_client: int, kind: str
-) -> tuple[list[Summary], list[Summary]]:
+    sides: list[Side], clients: int, per_client: int, kind: str
+) -> tuple[dict[str, list[Summary]], dict[str, list[Summary]]]:
+    """Per side: each route under ``clients`` clients (rounds alternate the order of every side's
+    routes), then with one client."""
     per_round = max(1, per_client // ROUNDS)
-    phases: dict[str, list[Phase]] = {label: [] for label, _ in ROUTES}
+    plan = [(side, route) for side in sides for route in ROUTES]
+    phases: dict[tuple[str, str], list[Phase]] = {(side.label, label): [] for side, (label, _) in plan}
     for round_index in range(ROUNDS):
-        order = ROUTES if round_index % 2 == 0 else tuple(reversed(ROUTES))
-        for label, path in order:
-            phases[label].append(await load(server, path, clients, per_round, kind))
-    loaded = [summarise(label, merge(phases[label])) for label, _ in ROUTES]
-    single = []
-    for label, path in ROUTES:
-        single.append(summarise(label, await load(server, path, 1, per_client, kind)))
+        for side, (label, path) in plan if round_index % 2 == 0 else plan[::-1]:
+            assert side.server is not None
+            phases[side.label, label].append(await load(side.server, path, clients, per_round, kind))
+    loaded = {
+        side.label: [summarise(label, merge(phases[side.label, label])) for label, _ in ROUTES]
+        for side in sides
+    }
+    single: dict[str, list[Summary]] = {side.label: [] for side in sides}
+    for side, (label, path) in plan:
+        assert side.server is not None
+        single[side.label].append(summarise(label, await load(side.server, path, 1, per_client, kind)))
     return loaded, single
 
 
-# ---- stream fan-out ------------------------------------------------------------------------
+def print_ratios(label: str, rows: list[Summary], clients: int) -> None:
+    base = rows[0]
+    print(f"ratio to the baseline ({label}, {clients} clients):")
+    for row in rows[1:]:
+        print(
+            f"  {row.label:<28} p50 x{row.p50 / base.p50:.2f}   p99 x{row.p99 / base.p99:.2f}   "
+            f"server CPU/request x{row.server_ms / base.server_ms:.2f}"
+        )
+
+
+def print_little(rows: list[Summary], clients: int) -> None:
+    print(f"queueing: with {clients} closed-loop clients a one-loop server answers each request after about")
+    print(f"{clients} x its cost (Little's law):")
+    for row in rows:
+        print(
+            f"  {row.label:<28} {clients} x {row.server_ms:.2f} ms server CPU = "
+            f"{clients * row.server_ms:.1f} ms; measured mean {1000 * clients / row.rate:.1f} ms"
+        )
+
+
+def latency_verdict(rows: list[Summary], slices: int) -> bool:
+    """The goal: each of our routes' p99 and server CPU per request <= GOAL_RATIO x the baseline's."""
+    base = rows[0]
+    misses = [
+        f"{row.label} {name} x{ours / theirs:.2f}"
+        for row in rows[1:]
+        for name, ours, theirs in (("p99", row.p99, base.p99), ("CPU/request", row.server_ms, base.server_ms))
+        if ours > GOAL_RATIO * theirs
+    ]
+    worst = max(max(row.p99 / base.p99, row.server_ms / base.server_ms) for row in rows[1:])
+    print(
+        f"VERDICT: GET pool and GET kernels with {slices} slices: p99 and server CPU per request <= "
+        f"x{GOAL_RATIO:.2f} of GET /api/status: {'MET' if not misses else 'MISSED'} (worst x{worst:.2f}"
+        + (f"; over: {', '.join(misses)})" if misses else ")")
+    )
+    return not misses
+
+
+def print_against(ours: list[Summary], theirs: list[Summary], label: str) -> None:
+    print(f"ours / {label} (same run, interleaved):")
+    for mine, other in zip(ours, theirs, strict=True):
+        print(
+            f"  {mine.label:<28} p50 x{mine.p50 / other.p50:.2f}   p99 x{mine.p99 / other.p99:.2f}   "
+            f"server CPU/request x{mine.server_ms / other.server_ms:.2f}"
+        )
+
+
+# ---- stream fan-out --------------------------------------------------------------------------
 
 
 @dataclass
@@ -558,12 +483,14 @@ async def stream_window(server: Server, subscribers: int, seconds: float) -> Str
     return StreamWindow(subscribers, elapsed, cpu, counts, payload, spreads)
 
 
-async def stream_runs(server: Server, subscribers: int, seconds: float) -> list[StreamWindow]:
-    windows = []
+async def stream_runs(servers: list[Server], subscribers: int, seconds: float) -> list[list[StreamWindow]]:
+    """0, 1 and ``subscribers`` subscribers, each count on every server in turn."""
+    windows: list[list[StreamWindow]] = [[] for _ in servers]
     for count in (0, 1, subscribers):
-        windows.append(await stream_window(server, count, seconds))
-        # Let the hub notice it has no subscriber left (it checks once per sample_interval).
-        await asyncio.sleep(2.5)
+        for index, server in enumerate(servers):
+            windows[index].append(await stream_window(server, count, seconds))
+            # Let the hub notice it has no subscriber left (it checks once per sample_interval).
+            await asyncio.sleep(2.5)
     return windows
 
 
@@ -601,11 +528,11 @@ def print_stream_table(windows: list[StreamWindow]) -> None:
     )
 
 
-# ---- attribution (on a miss, or --profile) -------------------------------------------------
+# ---- one snapshot, in this process --------------------------------------------------------------
 
 
 class _NoKernels:
-    """Enough of a kernel manager for ``GPUShareContext.server_kernels`` (none started here)."""
+    """Enough of a kernel manager for ``GPUShareContext`` (no kernel started here)."""
 
     default_kernel_name = ""
 
@@ -616,8 +543,33 @@ class _NoKernels:
         raise KeyError(kernel_id)
 
 
-def attribute(ledger_path: Path, server_id: str, calls: int) -> None:
-    """Time and profile what the two handlers do, in this process, on the same ledger."""
+@dataclass
+class Cost:
+    """Medians over repeated calls: wall time, and this process's CPU time (all threads)."""
+
+    wall_ms: float
+    cpu_ms: float
+
+    def __str__(self) -> str:
+        return f"{self.cpu_ms:>8.3f} ms CPU {self.wall_ms:>8.3f} ms wall"
+
+
+def _cost(step: Callable[[], Any], calls: int, before: Callable[[], Any] | None = None) -> Cost:
+    """Median cost of ``step`` over ``calls`` calls; ``before`` runs untimed before each."""
+    walls, cpus = [], []
+    for _ in range(calls):
+        if before is not None:
+            before()
+        wall, cpu = time.perf_counter(), time.process_time()
+        step()
+        cpus.append(time.process_time() - cpu)
+        walls.append(time.perf_counter() - wall)
+    return Cost(1000 * statistics.median(walls), 1000 * statistics.median(cpus))
+
+
+def snapshot_costs(ledger_path: Path, server_id: str, calls: int) -> Cost:
+    """What one snapshot and one stream tick cost in this process on the same ledger; returns
+    the cost of a snapshot after a change (the goal's figure)."""
     from jupyter_gpushare.backends.local import LocalBackend
     from jupyter_gpushare.config import GPUShare
     from jupyter_gpushare.server.context import GPUShareContext
@@ -625,99 +577,115 @@ def attribute(ledger_path: Path, server_id: str, calls: int) -> None:
     service = LocalBackend(GPUShare(simulate=POOL, ledger_path=str(ledger_path), owner=OWNER))
     service.server_id = server_id  # list the server's slices, as the server does
     context = GPUShareContext(backend=service, kernel_manager=_NoKernels(), kernel_spec_manager=None)
-    pool = service.pool()
-    kernels = context.server_kernels()
-    steps: list[tuple[str, Callable[[], Any]]] = [
-        ("ledger.records() (100 rows)", service.ledger.records),
-        ("service.devices()", service.devices),
-        ("service.pool()", service.pool),
-        ("context.server_kernels()", context.server_kernels),
-        ("json.dumps(pool)", lambda: json.dumps(pool)),
-        ("json.dumps(kernels)", lambda: json.dumps(kernels)),
-        ("stream snapshot (pool+kernels)", context.stream_snapshot),
-    ]
-    print(f"  in-process cost of the handlers' work (mean of {calls} calls, one thread, this process):")
-    for label, step in steps:
-        step()
-        started = time.perf_counter()
-        for _ in range(calls):
-            step()
-        print(f"    {label:<34}{1000 * (time.perf_counter() - started) / calls:>8.3f} ms")
-    # What-ifs for the suggestions (the package is not changed): the same rows decoded from plain
-    # tuples turned into dicts instead of sqlite3.Row (whose by-name lookup scans the columns), the
-    # bare fetch, and the check a cache keyed on the ledger's data_version would make per request.
-    from jupyter_gpushare import ledger as ledger_module
+    ledger = service.ledger
+    first = ledger.records()[0]
+    usage = [first.memory_used or 0]
+
+    def change() -> None:
+        # A kernel's declared usage moves by one byte: every reader sees a new ledger.
+        usage[0] += 1 if usage[0] % 2 == 0 else -1
+        ledger.report_usage(first.kernel_id, usage[0], first.utilization, "simulated")
+
+    loop = asyncio.new_event_loop()
+
+    def run(coroutine: Callable[[], Awaitable[Any]]) -> Callable[[], Any]:
+        return lambda: loop.run_until_complete(coroutine())
 
     plain = sqlite3.connect(ledger_path)
     try:
-        cursor = plain.execute("SELECT * FROM slices ORDER BY seq")
-        columns = [column[0] for column in cursor.description]
-        cursor.fetchall()
-        what_ifs: list[tuple[str, Callable[[], Any]]] = [
+        run(context.stream_event)()
+        snapshot = _cost(context.snapshots.build, calls, before=change)
+        steps: list[tuple[str, Callable[[], Any], bool]] = [
+            ("  the same through the event loop", run(context.snapshots.current), True),
+            ("stream tick after a change", run(context.stream_event), True),
+            ("stream tick, no change", run(context.stream_event), False),
+            ("  sampling round (refresh)", service.refresh, True),
+            ("  snapshot, no change", run(context.snapshots.current), False),
+            (f"  Ledger.state() ({len(ledger.records())} rows)", ledger.state, True),
+            ("  service.pool()", service.pool, False),
+            ("  context.server_kernels()", context.server_kernels, False),
+            ("  json.dumps(server_kernels())", lambda: json.dumps(context.server_kernels()), False),
             (
-                "what-if: fetchall() as tuples only",
-                lambda: plain.execute("SELECT * FROM slices ORDER BY seq").fetchall(),
+                "  floor: fetchall() of the rows",
+                lambda: plain.execute("SELECT * FROM slices").fetchall(),
+                False,
             ),
-            (
-                "what-if: records() via dict rows",
-                lambda: [
-                    ledger_module._record(dict(zip(columns, row, strict=True)))  # type: ignore[arg-type]
-                    for row in plain.execute("SELECT * FROM slices ORDER BY seq")
-                ],
-            ),
-            ("what-if: PRAGMA data_version", lambda: plain.execute("PRAGMA data_version").fetchone()),
+            ("Ledger.records()", ledger.records, False),
         ]
-        for label, step in what_ifs:
+        print(f"one snapshot in this process, medians of {calls} calls (CPU: all of this process's threads):")
+        print(f"  {'snapshot after a change (the goal)':<38}{snapshot}")
+        print("    (read the ledger, build the pool and the kernels, JSON, ETag: what one change costs")
+        print("     once, whatever the number of requests and subscribers)")
+        for label, step, after_change in steps:
             step()
-            started = time.perf_counter()
-            for _ in range(calls):
-                step()
-            print(f"    {label:<34}{1000 * (time.perf_counter() - started) / calls:>8.3f} ms")
+            print(f"  {label:<38}{_cost(step, calls, before=change if after_change else None)}")
+        print("  (a tick: a sampling round for fresh device figures, then the snapshot; after a change")
+        print("   the round's own write is a second change, so the snapshot reads the ledger again)")
+        profiler = cProfile.Profile()
+        for _ in range(calls):
+            change()
+            profiler.runcall(context.snapshots.build)
     finally:
         plain.close()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(calls):
-        json.dumps(service.pool())
-        json.dumps(context.server_kernels())
-    profiler.disable()
+        loop.close()
+        ledger.close()
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
-    print(f"  cProfile of {calls} x (pool + server_kernels + json.dumps), by own time:")
+    print(f"  cProfile of {calls} snapshot builds after a change (pool, kernels, JSON), by own time:")
     started = False
     for line in text.getvalue().splitlines():
-        if line.strip().startswith("ncalls"):
-            started = True
+        started = started or line.strip().startswith("ncalls")
         if started and line.strip():
             print(f"    {line.rstrip()}")
-    service.ledger.close()
+    return snapshot
 
 
-# ---- main ----------------------------------------------------------------------------------
+# ---- main --------------------------------------------------------------------------------------
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=100, help="timed requests per client per route")
     parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--slices", type=int, default=100)
+    parser.add_argument(
+        "--slices", default=None, help="comma-separated slice counts (default 100,1000; --quick: 100)"
+    )
     parser.add_argument("--subscribers", type=int, default=20)
     parser.add_argument("--window", type=float, default=10.0, help="seconds per stream window")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--client", choices=sorted(CLIENTS), default="raw", help="HTTP client of the latency runs"
     )
-    parser.add_argument("--profile", action="store_true", help="attribute the handlers' cost even on a pass")
-    parser.add_argument("--quick", action="store_true", help="20 requests per client, 5 s stream windows")
+    parser.add_argument(
+        "--quick", action="store_true", help="100 slices, 20 requests per client, 5 s stream windows"
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="also run every measurement on a server with the package of git revision REV",
+    )
     args = parser.parse_args()
     if args.quick:
         args.requests = min(args.requests, 20)
         args.window = min(args.window, 5.0)
-    if args.requests < ROUNDS or min(args.clients, args.slices, args.subscribers) < 1 or args.window <= 0:
+    try:
+        counts = [int(item) for item in (args.slices or ("100" if args.quick else "100,1000")).split(",")]
+    except ValueError:
+        parser.error(f"--slices takes whole numbers separated by commas, not {args.slices!r}")
+    if args.requests < ROUNDS or min(args.clients, args.subscribers, *counts) < 1 or args.window <= 0:
         parser.error("--requests >= 2; --clients, --slices, --subscribers, --window > 0")
+    try:
+        with contextlib.ExitStack() as stack:
+            revision = stack.enter_context(checkout(args.against)) if args.against else None
+            return run(args, counts, revision)
+    except RevisionError as error:
+        print(f"api_latency: {error}", file=sys.stderr)
+        return 2
 
+
+def run(args: argparse.Namespace, counts: list[int], revision: Revision | None) -> int:
     print(
-        f"API latency: {args.slices} running slices on a simulated {POOL}, "
+        f"API latency: {', '.join(map(str, counts))} running slices on a simulated {POOL}, "
         f"{args.clients} clients on loopback, {args.requests} timed requests per client per route; "
         f"stream windows of {args.window:.0f} s"
     )
@@ -725,85 +693,77 @@ def main() -> int:
         f"python {platform.python_version()}, httpx {httpx.__version__}, {os.cpu_count()} CPUs, "
         f"load average {' '.join(f'{value:.2f}' for value in os.getloadavg())}"
     )
-    root = Path(tempfile.mkdtemp(prefix="gpushare-api-bench-"))
-    holder = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
-    server: Server | None = None
+    if revision is not None:
+        print(f"against {revision.label} (commit {revision.short}): a second server runs its package")
+    base = Path(tempfile.mkdtemp(prefix="gpushare-api-bench-"))
+    holder = subprocess.Popen(["sleep", "900"], stdin=subprocess.DEVNULL)
+    sides: list[Side] = []
     try:
-        server = start_server(root, environment(root))
-        started = time.perf_counter()
-        reserved = fill_ledger(root / "ledger.sqlite", server.server_id, holder.pid, args.slices, args.seed)
-        pool_bytes, kernels_bytes = check_views(server, args.slices, reserved)
-        print(
-            f"ledger filled in {time.perf_counter() - started:.1f} s: {args.slices} slices, "
-            f"{reserved / 2**30:.0f} GiB reserved; GET pool {pool_bytes / 1024:.1f} KiB, "
-            f"GET kernels {kernels_bytes / 1024:.1f} KiB"
-        )
-        print()
-
-        loaded, single = asyncio.run(latency_runs(server, args.clients, args.requests, args.client))
-        print_latency_table(
-            f"{args.clients} concurrent clients ({args.client} client, closed loop, "
-            f"{ROUNDS} alternating rounds):",
-            loaded,
-        )
-        print()
-        print_latency_table("1 client (no queueing):", single)
-        print()
-        base = loaded[0]
-        print(f"ratio to the baseline ({args.clients} clients):")
-        for row in loaded[1:]:
-            print(
-                f"  {row.label:<28} p50 x{row.p50 / base.p50:.2f}   p99 x{row.p99 / base.p99:.2f}   "
-                f"server CPU/request x{row.server_ms / base.server_ms:.2f}"
-            )
-        print(
-            f"queueing: with {args.clients} closed-loop clients a one-loop server answers each request after "
-            f"about {args.clients} x its cost (Little's law);"
-        )
-        for row in loaded:
-            print(
-                f"  {row.label:<28} {args.clients} x {row.server_ms:.2f} ms server CPU = "
-                f"{args.clients * row.server_ms:.1f} ms; "
-                f"measured mean {1000 * args.clients / row.rate:.1f} ms"
-            )
-        print(
-            f"  p99 <= {GOAL_P99_MS:.0f} ms at {args.clients} clients needs well under "
-            f"{GOAL_P99_MS / args.clients:.2f} ms of server CPU per request"
-        )
-        print()
-
-        print(f"stream fan-out ({args.window:.0f} s per window, sample_interval 1 s):")
-        windows = asyncio.run(stream_runs(server, args.subscribers, args.window))
-        print_stream_table(windows)
-        if server.process.poll() is not None:
-            raise RuntimeError(f"the server died during the run:\n{server.log_tail()}")
-        print()
-
-        ours = loaded[1:]
-        worst = max(ours, key=lambda row: row.p99)
-        met = worst.p99 <= GOAL_P99_MS
-        baseline_note = (
-            ""
-            if base.p99 <= GOAL_P99_MS
-            else f"; the baseline's own p99 is {base.p99:.1f} ms, also over the goal"
-        )
-        print(
-            f"VERDICT: p99 <= {GOAL_P99_MS:.0f} ms with {args.slices} slices under {args.clients} clients: "
-            f"{'MET' if met else 'MISSED'} (worst: {worst.label} p99 {worst.p99:.1f} ms, "
-            f"x{worst.p99 / base.p99:.2f} the baseline{baseline_note})"
-        )
-        if not met or args.profile:
+        sides = start_sides(base, revision)
+        servers = [side.server for side in sides if side.server is not None]
+        for count in counts:
             print()
-            print("attribution:")
-            attribute(root / "ledger.sqlite", server.server_id, 200)
+            print(f"===== {count} slices =====")
+            for side in sides:
+                assert side.server is not None
+                started = time.perf_counter()
+                reserved = side.fill(holder.pid, count, args.seed)
+                pool_bytes, kernels_bytes = check_views(side.server, count, reserved)
+                print(
+                    f"{side.label}: ledger filled in {time.perf_counter() - started:.1f} s, "
+                    f"{reserved / 2**30:.0f} GiB reserved; GET pool {pool_bytes / 1024:.1f} KiB, "
+                    f"GET kernels {kernels_bytes / 1024:.1f} KiB"
+                )
+            loaded, single = asyncio.run(latency_runs(sides, args.clients, args.requests, args.client))
+            for side in sides:
+                print()
+                print_latency_table(
+                    f"{side.label}: {args.clients} concurrent clients ({args.client} client, closed loop, "
+                    f"{ROUNDS} alternating rounds):",
+                    loaded[side.label],
+                )
+                print_latency_table(f"{side.label}: 1 client (no queueing):", single[side.label])
+                print_ratios(side.label, loaded[side.label], args.clients)
+            print()
+            print_little(loaded["ours"], args.clients)
+            if revision is not None:
+                print_against(loaded["ours"], loaded[revision.short], revision.short)
+            if count == GOAL_SLICES:
+                latency_verdict(loaded["ours"], count)
+            else:
+                print(f"(with {count} slices: reported, no goal)")
+
+        print()
+        print(f"stream fan-out ({args.window:.0f} s per window, sample_interval 1 s):")
+        windows = asyncio.run(stream_runs(servers, args.subscribers, args.window))
+        for side, side_windows in zip(sides, windows, strict=True):
+            print(f"{side.label}:")
+            print_stream_table(side_windows)
+        for server in servers:
+            if server.process.poll() is not None:
+                raise RuntimeError(f"a server died during the run:\n{server.log_tail()}")
+
+        print()
+        ours = sides[0]
+        assert ours.server is not None
+        if counts[-1] != GOAL_SLICES:
+            ours.fill(holder.pid, GOAL_SLICES, args.seed)
+        cost = snapshot_costs(ours.root / "ledger.sqlite", ours.server.server_id, 50 if args.quick else 200)
+        print(
+            f"VERDICT: one snapshot (pool + kernels, rendered) after a change with {GOAL_SLICES} slices "
+            f"<= {GOAL_SNAPSHOT_MS:g} ms: {'MET' if cost.cpu_ms <= GOAL_SNAPSHOT_MS else 'MISSED'} "
+            f"({cost.cpu_ms:.2f} ms CPU, {cost.wall_ms:.2f} ms wall)"
+        )
+        print(f"load average at the end: {' '.join(f'{value:.2f}' for value in os.getloadavg())}")
         return 0
     finally:
-        if server is not None:
-            server.stop()
+        for side in sides:
+            if side.server is not None:
+                side.server.stop()
         if holder.poll() is None:
             holder.kill()
         holder.wait(timeout=10)
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ median same-round ratio, and the cost of the broker calls alone (a round trip of
 Goal: ratio <= 1.10.
 
 Run: ``.venv/bin/python benchmarks/broker_start.py`` (15 rounds, about a minute on 2 cores;
-``--quick``: 5 rounds).
+``--quick``: 5 rounds). ``--against REV [--repeat N]`` runs it alternately on this checkout and
+on the package of git revision REV (see ``against.py``) and prints the ratios.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from against import Figure, add_options, run_against, write_figures
 
 GOAL_RATIO = 1.10
 READY_TIMEOUT_S = 30.0
@@ -107,7 +110,7 @@ def held(url: str | None, ledger: Path) -> int:
     return len(BrokerClient(url).call("GET", "kernels"))
 
 
-async def run(rounds: int, root: Path) -> int:
+async def run(rounds: int, root: Path, figures: str | None = None) -> int:
     from jupyter_gpushare.backends.transport import BrokerClient
     from jupyter_gpushare.kernelspec import install_kernelspecs
 
@@ -159,19 +162,32 @@ async def run(rounds: int, root: Path) -> int:
         f"one broker round trip (POST check over the socket): median {statistics.median(trips) * 1000:.2f} ms"
     )
     print("verdict:", "goal met" if ratio <= GOAL_RATIO else "goal MISSED")
+    write_figures(
+        figures,
+        [
+            Figure("broker start-to-ready median (s)", statistics.median(times["broker"])),
+            Figure("embedded start-to-ready median (s)", statistics.median(times["embedded"])),
+            Figure("ratio broker/embedded (medians)", ratio),
+        ],
+    )
     return 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="5 rounds")
-    arguments = parser.parse_args()
+    add_options(parser)
+    arguments = parser.parse_args(argv)
+    if arguments.against:
+        return run_against(
+            __file__, sys.argv[1:] if argv is None else argv, arguments.against, arguments.repeat
+        )
     rounds = 5 if arguments.quick else arguments.rounds
     with tempfile.TemporaryDirectory(prefix="gpushare-broker-bench-") as directory:
         root = Path(directory)
         isolate(root)
-        return asyncio.run(run(rounds, root))
+        return asyncio.run(run(rounds, root, arguments.figures))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ Reported: median and p90 of each kind, and the ratio gpushare/stock of the media
 Goal: ratio <= 1.10.
 
 Run: ``.venv/bin/python benchmarks/kernel_start.py`` (20 rounds, about 1-2 minutes on 2 cores;
-``--quick``: 5 rounds, < 60 s).
+``--quick``: 5 rounds, < 60 s). ``--against REV [--repeat N]`` runs it alternately on this
+checkout and on the package of git revision REV (see ``against.py``) and prints the ratios.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from against import Figure, add_options, run_against, write_figures
 
 GOAL_RATIO = 1.10
 READY_TIMEOUT_S = 20.0  # a start takes < 2 s even on a loaded 2-core machine
@@ -203,7 +206,7 @@ def _p90(values: list[float]) -> float:
     return ordered[max(0, -(-9 * len(ordered) // 10) - 1)]
 
 
-async def run(rounds: int, seed: int) -> int:
+async def run(rounds: int, seed: int, figures: str | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="gpushare-kstart-"))
     try:
         _isolate(root)
@@ -220,7 +223,7 @@ async def run(rounds: int, seed: int) -> int:
         log_path = root / "kernels.log"
         log = log_path.open("ab")
         try:
-            return await _measure(rounds, seed, kinds, log)
+            return await _measure(rounds, seed, kinds, log, figures)
         except BaseException:
             log.flush()
             tail = log_path.read_text(errors="replace")[-4000:]
@@ -232,7 +235,7 @@ async def run(rounds: int, seed: int) -> int:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def _measure(rounds: int, seed: int, kinds: dict[str, str], log: Any) -> int:
+async def _measure(rounds: int, seed: int, kinds: dict[str, str], log: Any, figures: str | None) -> int:
     # Warm-up: imports and the gpushare service (inventory, node probe, ledger file) are made
     # once per process; the warm-up start of each kind is reported but not counted.
     failures: list[str] = []
@@ -294,6 +297,14 @@ async def _measure(rounds: int, seed: int, kinds: dict[str, str], log: Any) -> i
     print(f"added inside start_kernel() (difference of medians): {1000 * extra:+.1f} ms")
     verdict = "MET" if ratio <= GOAL_RATIO else "NOT MET"
     print(f"goal ratio <= {GOAL_RATIO:.2f}: {verdict}")
+    write_figures(
+        figures,
+        [
+            Figure("gpushare start-to-ready median (s)", statistics.median(times["gpushare"])),
+            Figure("stock start-to-ready median (s)", statistics.median(times["stock"])),
+            Figure("ratio gpushare/stock (medians)", ratio),
+        ],
+    )
     cost = _extension_cost(5)
     if cost is not None:
         imported, loaded = cost
@@ -323,11 +334,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=20, help="measured rounds (each starts both kinds)")
     parser.add_argument("--seed", type=int, default=20240601, help="decides which kind starts first")
     parser.add_argument("--quick", action="store_true", help="5 rounds (CI)")
+    add_options(parser)
     args = parser.parse_args(argv)
     rounds = 5 if args.quick else args.rounds
     if rounds < 1:
         parser.error("--rounds must be at least 1")
-    return asyncio.run(run(rounds, args.seed))
+    if args.against:
+        return run_against(__file__, argv, args.against, args.repeat)
+    return asyncio.run(run(rounds, args.seed, args.figures))
 
 
 if __name__ == "__main__":

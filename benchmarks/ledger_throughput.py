@@ -44,11 +44,17 @@ one run (and by whatever else runs on the machine: the load average is printed b
 Beyond the headline, a breakdown runs in this process: the cost of ``request``, ``try_place`` and
 ``release`` alone, the floor of an empty ``BEGIN IMMEDIATE``/``COMMIT`` on the same file and of the
 same with the ``flock`` around it (what every ``_write`` pays), the cost of a polling round as the
-queue grows, and (``--profile``, or automatically when the goal is missed) a cProfile of the
-single-process loop, so that a miss can be attributed to sqlite, to the lock, to locking between
-processes, or to Python work in ``ledger.py``.
+queue grows, and a cProfile of the single-process loop (always: a second or two, and a part that
+only ran on a miss could rot unseen), so that a miss can be attributed to sqlite, to the lock,
+to locking between processes, or to Python work in the ledger.
 
-Goal: >= 2,000 pairs/s (total) at every process count, judged on the ``backoff`` rows.
+``--against REV`` measures the package of git revision REV beside this checkout's in the same run
+(a worktree under ``build/``, see ``against.py``): for each process count the two sides' runs
+alternate, ``--repeat`` times each, and the ratio of their median pairs/s is printed. The workers
+import the commit's package; the file is made and filled by its code only.
+
+Goals: >= 2,000 pairs/s (total) at every process count, judged on the ``backoff`` rows; with
+``--against``, pairs/s >= the commit's at every process count (issue 24: commit e14ae77).
 
 Run: ``.venv/bin/python benchmarks/ledger_throughput.py`` (about 2 minutes; ``--quick`` < 60 s).
 """
@@ -56,8 +62,10 @@ Run: ``.venv/bin/python benchmarks/ledger_throughput.py`` (about 2 minutes; ``--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import fcntl
+import importlib
 import io
 import multiprocessing as mp
 import os
@@ -66,11 +74,16 @@ import pstats
 import queue
 import random
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+from against import Revision, RevisionError, checkout, import_package_from
 
 GOAL_PAIRS_PER_S = 2000.0
 SIZES = ("512M", "1G", "2G", "4G")
@@ -88,6 +101,15 @@ def _pause(variant: str) -> float:
     return 0.0 if variant == "spin" else 0.001
 
 
+def _median_rates(rows: list[dict[str, Any]], variant: str, figure: str = "rate") -> dict[int, float]:
+    """pairs/s (or another figure) per process count: the median over repeated runs."""
+    rates: dict[int, list[float]] = {}
+    for row in rows:
+        if row["variant"] == variant:
+            rates.setdefault(row["processes"], []).append(row[figure])
+    return {count: statistics.median(values) for count, values in rates.items()}
+
+
 def _load() -> str:
     try:
         return " ".join(f"{value:.2f}" for value in os.getloadavg())
@@ -95,12 +117,36 @@ def _load() -> str:
         return "unknown"
 
 
-def _setup_ledger(path: str) -> None:
+def _api() -> SimpleNamespace:
+    """The package's names the measurement uses, wherever the measured commit keeps them.
+
+    Before commit 2c944eb (2026-11-30) the request and outcome types lived in the ledger module;
+    ``--against`` an older commit finds them there.
+    """
+    from jupyter_gpushare.allocator import Policy
     from jupyter_gpushare.inventory import parse_simulation
     from jupyter_gpushare.ledger import Ledger
+    from jupyter_gpushare.processes import current_process
 
-    ledger = Ledger(path)
-    ledger.register_devices(parse_simulation(POOL).devices, True)
+    try:
+        types = importlib.import_module("jupyter_gpushare.records")
+    except ImportError:
+        types = importlib.import_module("jupyter_gpushare.ledger")
+    return SimpleNamespace(
+        Policy=Policy,
+        parse_simulation=parse_simulation,
+        Ledger=Ledger,
+        current_process=current_process,
+        NewRequest=types.NewRequest,
+        Placed=types.Placed,
+        Waiting=types.Waiting,
+    )
+
+
+def _setup_ledger(path: str) -> None:
+    api = _api()
+    ledger = api.Ledger(path)
+    ledger.register_devices(api.parse_simulation(POOL).devices, True)
     ledger.close()
 
 
@@ -112,28 +158,30 @@ def _worker(
     duration: float,
     ready: mp.synchronize.Barrier,
     results: mp.Queue[Any],
+    package_root: str | None,
 ) -> None:
-    from jupyter_gpushare.allocator import Policy
-    from jupyter_gpushare.ledger import Ledger
-    from jupyter_gpushare.processes import current_process
-    from jupyter_gpushare.records import NewRequest, Placed, Waiting
-
+    import_package_from(package_root)  # this checkout's package, or the --against commit's
+    api = _api()
     sleep_for = _pause(variant)
     rng = random.Random(seed * 1000 + worker)
-    ledger = Ledger(path)
+    # Every worker registers the pool (the same rows: the second and later change nothing), so
+    # the file is made by the code being measured, never by this process's.
+    _setup_ledger(path)
+    ledger = api.Ledger(path)
     ledger.devices()  # open the connection before the clock starts
-    me = current_process()
-    policy = Policy()
+    me = api.current_process()
+    policy = api.Policy()
     pairs = waits = queued = 0
     latencies: list[float] = []
     ready.wait()
     start = time.perf_counter()
+    cpu_start = time.process_time()  # the worker's threads, lock helpers included
     deadline = start + duration
     now = start
     while now < deadline:
         kernel_id = f"w{worker}-{pairs}"
         t0 = now
-        request = NewRequest(
+        request = api.NewRequest(
             kernel_id=kernel_id,
             owner=f"user{worker}",
             server_id=f"bench-{worker}",
@@ -148,10 +196,10 @@ def _worker(
             outcome = ledger.try_place(kernel_id, policy)
         else:
             outcome = ledger.request(request, policy)
-        if not isinstance(outcome, Placed):
+        if not isinstance(outcome, api.Placed):
             queued += 1
-        while not isinstance(outcome, Placed):
-            if not isinstance(outcome, Waiting):
+        while not isinstance(outcome, api.Placed):
+            if not isinstance(outcome, api.Waiting):
                 raise RuntimeError(f"worker {worker}: unexpected outcome {outcome!r}")
             waits += 1
             if sleep_for:
@@ -166,19 +214,26 @@ def _worker(
         now = time.perf_counter()
         latencies.append(now - t0)
     ledger.close()
-    results.put((worker, pairs, waits, queued, now - start, latencies))
+    results.put((worker, pairs, waits, queued, now - start, latencies, time.process_time() - cpu_start))
 
 
 def run_processes(
-    variant: str, processes: int, duration: float, seed: int, directory: Path
+    variant: str,
+    processes: int,
+    duration: float,
+    seed: int,
+    directory: Path,
+    revision: Revision | None = None,
 ) -> dict[str, Any]:
-    path = str(directory / f"ledger-{variant}-{processes}.sqlite")
-    _setup_ledger(path)
+    """One measured run; ``revision``: the package of that commit instead of this checkout's."""
+    code = revision.short if revision is not None else "ours"
+    path = str(directory / f"ledger-{variant}-{processes}-{code}-{time.monotonic_ns()}.sqlite")
     context = mp.get_context("spawn")
     barrier = context.Barrier(processes)
     results: mp.Queue[Any] = context.Queue()
+    root = str(revision.root) if revision is not None else None
     workers = [
-        context.Process(target=_worker, args=(i, variant, path, seed, duration, barrier, results))
+        context.Process(target=_worker, args=(i, variant, path, seed, duration, barrier, results, root))
         for i in range(processes)
     ]
     for process in workers:
@@ -199,19 +254,18 @@ def run_processes(
         if process.exitcode != 0:
             raise RuntimeError(f"a worker exited with {process.exitcode}")
 
-    from jupyter_gpushare.ledger import Ledger
-
-    ledger = Ledger(path)
-    leftover = ledger.records()
-    ledger.close()
+    # Read with plain sqlite: the file is the measured commit's, whatever its code looks like.
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        leftover = int(connection.execute("SELECT COUNT(*) FROM slices").fetchone()[0])
     if leftover:
-        raise AssertionError(f"ledger not empty after the run: {len(leftover)} rows left")
+        raise AssertionError(f"ledger not empty after the run ({code}): {leftover} rows left")
     pairs = sum(item[1] for item in collected)
     waits = sum(item[2] for item in collected)
     queued = sum(item[3] for item in collected)
     wall = max(item[4] for item in collected)
     latencies = sorted(lat for item in collected for lat in item[5])
     return {
+        "code": code,
         "variant": variant,
         "processes": processes,
         "pairs": pairs,
@@ -219,6 +273,9 @@ def run_processes(
         "queued": queued,
         "wall": wall,
         "rate": pairs / wall,
+        # CPU per pair, all workers together: steadier than pairs/s on a busy machine, and it
+        # counts what waiting for the lock costs the waiters.
+        "cpu_us": 1e6 * sum(item[6] for item in collected) / max(1, pairs),
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         "max_ms": 1000 * latencies[-1],
@@ -369,10 +426,12 @@ def _poll_cost(directory: Path, depths: list[int], repeats: int = 3) -> list[tup
 
 
 def _profile(directory: Path, count: int, seed: int, top: int = 14) -> tuple[str, str]:
-    from jupyter_gpushare.allocator import Policy
+    from jupyter_gpushare.allocator import Policy, fit
     from jupyter_gpushare.ledger import Ledger
+    from jupyter_gpushare.ledger.schema import read_devices, record_of
     from jupyter_gpushare.processes import current_process
     from jupyter_gpushare.records import NewRequest
+    from jupyter_gpushare.sizes import parse_size
 
     path = str(directory / "ledger-profile.sqlite")
     _setup_ledger(path)
@@ -398,11 +457,14 @@ def _profile(directory: Path, count: int, seed: int, top: int = 14) -> tuple[str
     def own(predicate: Any) -> float:
         return sum(v[2] for k, v in stats.stats.items() if predicate(k))  # type: ignore[attr-defined]
 
-    def cumulative(filename_end: str, function: str) -> float:
+    def cumulative(function: Callable[..., Any]) -> float:
+        # Named by the function object, not by its name: a renamed function fails the import
+        # above instead of silently reporting nothing.
+        code = function.__code__
         return sum(
             v[3]
             for k, v in stats.stats.items()  # type: ignore[attr-defined]
-            if k[0].endswith(filename_end) and k[2] == function
+            if k[0] == code.co_filename and k[2] == code.co_name
         )
 
     sqlite_calls = own(
@@ -412,15 +474,15 @@ def _profile(directory: Path, count: int, seed: int, top: int = 14) -> tuple[str
     parts = [
         ("sqlite statements (execute/fetch, incl. COMMIT)", sqlite_calls),
         ("fcntl.flock (lock + unlock, uncontended)", flock_calls),
-        ("_read_devices (devices table + json per call)", cumulative("ledger.py", "_read_devices")),
-        ("_record (row -> SliceRecord)", cumulative("ledger.py", "_record")),
-        ("allocator.fit", cumulative("allocator.py", "fit")),
-        ("parse_size", cumulative("sizes.py", "parse_size")),
+        ("read_devices (devices table + json per call)", cumulative(read_devices)),
+        ("record_of (row -> SliceRecord)", cumulative(record_of)),
+        ("allocator.fit", cumulative(fit)),
+        ("parse_size", cumulative(parse_size)),
     ]
     lines = [f"  total {1e6 * total / count:.0f} us per pair (request + release, under the profiler)"]
     for label, seconds in parts:
         lines.append(f"  {label:<48}{1e6 * seconds / count:>6.0f} us  {seconds / total:>4.0%}")
-    lines.append("  (_read_devices includes its own SELECT; the other rows exclude sqlite)")
+    lines.append("  (read_devices includes its own SELECT; the other rows exclude sqlite)")
     stats.sort_stats("tottime").print_stats(top)
     text = stream.getvalue()
     raw = [line.replace(str(Path(sys.prefix)), "<venv>") for line in text.splitlines()]
@@ -435,54 +497,97 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=None, help=f"comma-separated subset of {','.join(VARIANTS)}")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--quick", action="store_true", help="2.5 s runs, no 'spin' variant (CI)")
-    parser.add_argument("--profile", action="store_true", help="always print the cProfile breakdown")
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="also measure the package of git revision REV (a worktree under build/), interleaved "
+        "with this checkout's runs, and print the ratio; only the backoff variant unless --variants",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per process count and side (medians are compared)"
+    )
     args = parser.parse_args(argv)
     duration = 2.5 if args.quick else args.duration
-    counts = [int(item) for item in args.processes.split(",") if item.strip()]
+    try:
+        counts = [int(item) for item in args.processes.split(",") if item.strip()]
+    except ValueError:
+        parser.error(f"--processes takes whole numbers separated by commas, not {args.processes!r}")
+    if not counts or min(counts) < 1 or args.repeat < 1 or duration <= 0:
+        parser.error("--processes needs counts >= 1, --repeat >= 1 and --duration > 0")
     if args.variants:
         variants = [item.strip() for item in args.variants.split(",") if item.strip()]
         unknown = set(variants) - set(VARIANTS)
         if unknown:
             parser.error(f"unknown variant(s) {', '.join(sorted(unknown))}")
+    elif args.against:
+        variants = ["backoff"]
     else:
         variants = [v for v in VARIANTS if not (args.quick and v == "spin")]
+    try:
+        with contextlib.ExitStack() as stack:
+            revision = stack.enter_context(checkout(args.against)) if args.against else None
+            return _run(args, duration, counts, variants, revision)
+    except RevisionError as error:
+        print(f"ledger_throughput: {error}", file=sys.stderr)
+        return 2
 
+
+def _run(
+    args: argparse.Namespace,
+    duration: float,
+    counts: list[int],
+    variants: list[str],
+    revision: Revision | None,
+) -> int:
     print("Ledger throughput: request -> (try_place while Waiting) -> release pairs on one sqlite ledger")
     print(
         f"machine: {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, "
         f"Python {platform.python_version()}, sqlite {sqlite3.sqlite_version}"
     )
     print(f"pool {POOL} (simulated), sizes {', '.join(SIZES)}, {duration:g} s per run, seed {args.seed}")
+    if revision is not None:
+        print(
+            f"against {revision.label} (commit {revision.short}, worktree {revision.root}): its runs "
+            f"interleaved with this checkout's (ours), {args.repeat} per process count and side"
+        )
     print(f"load average at start: {_load()} (other work on the machine lowers every figure)")
     print()
 
+    sides: list[Revision | None] = [None] if revision is None else [None, revision]
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpushare-bench-") as tmp:
         directory = Path(tmp)
         for variant in variants:
             for processes in counts:
-                rows.append(run_processes(variant, processes, duration, args.seed, directory))
+                for repeat in range(args.repeat):
+                    # Which side goes first alternates, so a drift of the machine's load hits both.
+                    order = sides if (repeat + processes) % 2 == 0 else sides[::-1]
+                    for side in order:
+                        rows.append(run_processes(variant, processes, duration, args.seed, directory, side))
 
         header = (
-            f"{'variant':<9} {'procs':>5} {'pairs':>7} {'pairs/s':>8} {'queued':>7} {'waits':>7} "
-            f"{'p50 ms':>7} {'p99 ms':>8} {'max ms':>8} {'empty':>5} {'goal':>5}"
+            f"{'code':<10} {'variant':<9} {'procs':>5} {'pairs':>7} {'pairs/s':>8} {'queued':>7} "
+            f"{'waits':>7} {'p50 ms':>7} {'p99 ms':>8} {'max ms':>8} {'CPU us':>7} {'empty':>5} {'goal':>5}"
         )
         print(header)
         print("-" * len(header))
         for row in rows:
-            judged = row["variant"] == "backoff"
+            judged = row["variant"] == "backoff" and row["code"] == "ours"
             verdict = ("ok" if row["rate"] >= GOAL_PAIRS_PER_S else "MISS") if judged else "-"
             print(
-                f"{row['variant']:<9} {row['processes']:>5} {row['pairs']:>7} {row['rate']:>8.0f} "
-                f"{row['queued']:>7} {row['waits']:>7} {row['p50_ms']:>7.2f} {row['p99_ms']:>8.2f} "
-                f"{row['max_ms']:>8.1f} {'yes' if row['empty'] else 'NO':>5} {verdict:>5}"
+                f"{row['code']:<10} {row['variant']:<9} {row['processes']:>5} {row['pairs']:>7} "
+                f"{row['rate']:>8.0f} {row['queued']:>7} {row['waits']:>7} {row['p50_ms']:>7.2f} "
+                f"{row['p99_ms']:>8.2f} {row['max_ms']:>8.1f} {row['cpu_us']:>7.0f} "
+                f"{'yes' if row['empty'] else 'NO':>5} "
+                f"{verdict:>5}"
             )
         print("(queued: requests whose first attempt answered Waiting although the pool had room -")
         print(" strict FIFO behind another process's row that was queued at that moment; waits: all")
-        print(" Waiting answers, polls included)")
+        print(" Waiting answers, polls included; CPU us: the workers' CPU time per pair)")
         print()
 
-        judged_rows = [row for row in rows if row["variant"] == "backoff"] or rows
+        ours = [row for row in rows if row["code"] == "ours"]
+        judged_rows = [row for row in ours if row["variant"] == "backoff"] or ours
         worst = min(judged_rows, key=lambda row: row["rate"])
         met = all(row["rate"] >= GOAL_PAIRS_PER_S for row in judged_rows)
         print(
@@ -491,8 +596,8 @@ def main(argv: list[str] | None = None) -> int:
             f"process{'es' if worst['processes'] > 1 else ''}, ratio to goal "
             f"{worst['rate'] / GOAL_PAIRS_PER_S:.2f}"
         )
-        backoff = {row["processes"]: row["rate"] for row in rows if row["variant"] == "backoff"}
-        two_step = {row["processes"]: row["rate"] for row in rows if row["variant"] == "two-step"}
+        backoff = _median_rates(ours, "backoff")
+        two_step = _median_rates(ours, "two-step")
         if two_step:
             low = min(two_step, key=lambda count: two_step[count])
             print(
@@ -504,6 +609,24 @@ def main(argv: list[str] | None = None) -> int:
             gains = [f"x{backoff[n] / two_step[n]:.2f} at {n}" for n in both]
             if gains:
                 print(f"what Ledger.request buys (backoff / two-step pairs/s): {', '.join(gains)}")
+        if revision is not None:
+            theirs = [row for row in rows if row["code"] == revision.short]
+            for variant in variants:
+                mine, other = _median_rates(ours, variant), _median_rates(theirs, variant)
+                ratios = {n: mine[n] / other[n] for n in counts if n in mine and other.get(n)}
+                listed = ", ".join(f"x{ratio:.2f} at {n}" for n, ratio in ratios.items())
+                print(f"against {revision.label} ({variant}, ours / {revision.short} pairs/s): {listed}")
+                mine_cpu, other_cpu = (_median_rates(side, variant, "cpu_us") for side in (ours, theirs))
+                cpu = ", ".join(
+                    f"x{mine_cpu[n] / other_cpu[n]:.2f} at {n}" for n in counts if other_cpu.get(n)
+                )
+                print(f"  CPU per pair, ours / {revision.short} (lower is better): {cpu}")
+                if variant == "backoff":
+                    kept = all(ratio >= 1.0 for ratio in ratios.values())
+                    print(
+                        f"goal pairs/s >= {revision.label}'s at every process count: "
+                        f"{'MET' if kept else 'NOT MET'} (lowest x{min(ratios.values()):.2f})"
+                    )
         print("correctness: ledger empty after every run, every request placed and released once: yes")
         print(f"load average after the runs: {_load()}")
         print()
@@ -548,14 +671,14 @@ def main(argv: list[str] | None = None) -> int:
         print("  (fastest of 3 rounds; head: the first in line, the only poll that takes the write lock;")
         print("   the others read without it and check only the head's process; busy: a round's share")
         print("   of the interval)")
-        if args.profile or not met:
-            print()
-            summary, table = _profile(directory, count, args.seed)
-            print(f"cProfile of the single-process loop ({count} pairs):")
-            print(summary)
-            print()
-            print("top functions by own time:")
-            print(table)
+        # Always (a second or two), so that it cannot rot unnoticed: CI runs --quick.
+        print()
+        summary, table = _profile(directory, count, args.seed)
+        print(f"cProfile of the single-process loop ({count} pairs):")
+        print(summary)
+        print()
+        print("top functions by own time:")
+        print(table)
     return 0
 
 

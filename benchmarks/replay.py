@@ -56,7 +56,7 @@ from replay_trace import Session, Trace, busy_share, generate, load
 
 from jupyter_gpushare.allocator import Held, Placement, Policy, Request, fit
 from jupyter_gpushare.inventory import parse_simulation
-from jupyter_gpushare.queue_order import QueueRule, Waiter, line_up
+from jupyter_gpushare.queue_order import QueuePolicy, QueueRule, Waiter, line_up
 from jupyter_gpushare.sizes import parse_size
 from jupyter_gpushare.tally import Event, Figures, KernelAccount, add_spans, fold, recent_use
 from jupyter_gpushare.wait_estimate import History, expected_start
@@ -68,7 +68,7 @@ HOLDS_KEPT = 2000
 @dataclass(frozen=True)
 class Way:
     name: str
-    policy: str = "fifo"
+    policy: QueuePolicy = "fifo"
     suspend_after: float | None = None
     whole_card: bool = False
 

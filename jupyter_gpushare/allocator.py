@@ -249,6 +249,8 @@ def _quota_refusal(request: Request, wanted: int, held: list[Held], policy: Poli
     reason = kernel_limit_refusal(wanted, policy.max_memory_per_kernel)
     if reason is not None:
         return Refusal(reason, retry=False, code=KERNEL_LIMIT)
+    if policy.max_memory_per_user is None:
+        return None  # (what the owner holds is summed only where there is a limit to hold it to)
     in_use = sum(slice_.memory for slice_ in held if slice_.owner == request.owner)
     reason = user_limit_refusal(request.owner, wanted, in_use, policy.max_memory_per_user)
     return None if reason is None else Refusal(reason, retry=False, code=USER_LIMIT)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .allocator import Held, PlacementKind
+from .devices import Device
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,20 @@ class ReleasedSlice:
     held_source: str | None = None
     suspended: SuspendedState | None = None
     attached: bool = True
+
+
+@dataclass(frozen=True)
+class LedgerState:
+    """The whole ledger as one read transaction saw it: what the views and the sampler read.
+
+    Shared by every reader of the process until the next commit (see ``Ledger.state``), so it
+    is never changed: tuples of frozen records.
+    """
+
+    devices: tuple[Device, ...]  # as registered, with the usage last sampled
+    slices: tuple[SliceRecord, ...]  # queued and running, in queue order (seq)
+    released: tuple[ReleasedSlice, ...]  # kernels running without a slice, oldest first
+    simulated: bool
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ canonical spelling per size (``4096``, ``4GB`` and ``4GiB`` are all stored as ``
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
@@ -98,12 +99,19 @@ def parse_size(value: object) -> Size:
     int (MiB). Anything else, and any zero, negative, non-numeric or unknown-unit value, raises
     :class:`SizeError` whose message lists the accepted forms.
     """
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+    if isinstance(value, str):
+        return _parse_text(value)
+    if isinstance(value, bool) or not isinstance(value, int):
         raise SizeError(value, f"a GPU size must be text or a whole number of MiB, not {value!r}")
-    if isinstance(value, int):
-        if value <= 0:
-            raise SizeError(value, f"GPU size {value} must be more than zero", forms=False)
-        return Size("bytes", Decimal(value * MiB), f"{value}M")
+    if value <= 0:
+        raise SizeError(value, f"GPU size {value} must be more than zero", forms=False)
+    return Size("bytes", Decimal(value * MiB), f"{value}M")
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_text(value: str) -> Size:
+    # Every placement reads its size again under the ledger's write lock, and a node sees few
+    # spellings: each is read once (a refusal raises, so it is never kept).
     text = value.strip(_SURROUNDING)
     if not text:
         raise SizeError(value, "GPU size is empty")

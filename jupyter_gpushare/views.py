@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .devices import Device
 from .modes import MODES, NodeFacts
@@ -112,10 +112,16 @@ def requested_bytes(record: SliceRecord) -> int | None:
 
 
 def kernel_view(
-    record: SliceRecord, devices: Sequence[Device], queue_position: int | None, viewer: str
+    record: SliceRecord,
+    devices: Sequence[Device],
+    queue_position: int | None,
+    viewer: str,
+    index_of: Mapping[str, int] | None = None,
 ) -> KernelPayload:
-    """One entry of ``GET kernels``; a slice of another user is occupancy with no details."""
-    index_of = {device.uuid: device.index for device in devices}
+    """One entry of ``GET kernels``; a slice of another user is occupancy with no details.
+    ``index_of``: :func:`device_indexes` of ``devices``, when the caller views many records."""
+    if index_of is None:
+        index_of = device_indexes(devices)
     view: KernelPayload = {
         "kernel_id": record.kernel_id,
         "kernel_name": record.kernel_name,
@@ -137,6 +143,11 @@ def kernel_view(
     return kernel_as_seen(view, viewer)
 
 
+def device_indexes(devices: Sequence[Device]) -> dict[str, int]:
+    """Each device's index by UUID (a view shows the index)."""
+    return {device.uuid: device.index for device in devices}
+
+
 def queue_positions(records: Sequence[SliceRecord]) -> dict[str, int]:
     queued = (record for record in records if record.state == "queued")
     return {record.kernel_id: position for position, record in enumerate(queued, start=1)}
@@ -146,7 +157,10 @@ def kernels_view(
     records: Sequence[SliceRecord], devices: Sequence[Device], viewer: str
 ) -> list[KernelPayload]:
     positions = queue_positions(records)
-    return [kernel_view(record, devices, positions.get(record.kernel_id), viewer) for record in records]
+    index_of = device_indexes(devices)
+    return [
+        kernel_view(record, devices, positions.get(record.kernel_id), viewer, index_of) for record in records
+    ]
 
 
 def slice_less_view(

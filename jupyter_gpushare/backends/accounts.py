@@ -9,6 +9,7 @@ rows to the pure code: :mod:`~jupyter_gpushare.tally`, :mod:`~jupyter_gpushare.u
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -129,6 +130,11 @@ class Accounts:
             by_id[waiter.kernel_id] for waiter in order
         ]
 
+    def activity(self) -> dict[str, Activity]:
+        """The kernels' own reports of their cells (a running kernel's view shows since when it
+        is idle and what its idle timer will do: :func:`show_idle`)."""
+        return self.ledger.read_with(store.activity)
+
     def describe(
         self,
         views: list[KernelPayload],
@@ -137,24 +143,24 @@ class Accounts:
         policy: Policy,
     ) -> None:
         """Add to the views of ``records`` (queue order as served) when each queued start is
-        expected to be placed, and since when each running kernel is idle and what its idle
-        timer will do then."""
-        activity, history = self.ledger.read_with(lambda db: (store.activity(db), store.history(db)))
+        expected to be placed. A view it changes is replaced by a changed copy: the views a
+        backend hands out may be kept and handed out again."""
         line = [record for record in records if record.state == "queued"]
+        if not line:
+            return
+        history = self.ledger.read_with(store.history)
         now = time.time()
-        held = self.ledger.held() if line else []
-        for view in views:
+        held = self.ledger.held()
+        for index, view in enumerate(views):
             kernel_id = view["kernel_id"]
-            if kernel_id is None:
+            if kernel_id is None or view["state"] != "queued":
                 continue
-            if view["state"] == "running":
-                show_idle(view, activity.get(kernel_id))
-            elif view["state"] == "queued":
-                position = next((i for i, record in enumerate(line) if record.kernel_id == kernel_id), None)
-                if position is not None:
-                    view["expected_start"] = _expected(
-                        line, position, records, devices, held, history, policy, now
-                    )
+            position = next((i for i, record in enumerate(line) if record.kernel_id == kernel_id), None)
+            if position is not None:
+                view = views[index] = copy.copy(view)
+                view["expected_start"] = _expected(
+                    line, position, records, devices, held, history, policy, now
+                )
 
 
 class KeepsAccounts:

@@ -78,7 +78,8 @@ class Backend(Protocol):
         """``GET pool``: devices, reservations, the queue; other users' slices anonymous."""
 
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
-        """``GET kernels``: this server's kernels, queued, running and without a slice."""
+        """``GET kernels``: this server's kernels, queued, running and without a slice. The views
+        are the caller's to read, not to change: a backend may hand out the same view again."""
 
     def all_kernels(self) -> list[KernelPayload]:
         """Every slice this backend sees, other users' as anonymous occupancy (status, metrics)."""

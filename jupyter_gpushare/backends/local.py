@@ -96,6 +96,7 @@ class LocalBackend(KeepsAccounts):
         self._runner: Runner | None = None
         self.accounts = Accounts(self.ledger, lambda: self.settings)
         self.monitor = UsageMonitor(self)
+        self.kernel_views = local_views.KernelViews()  # GET kernels' views, kept per record
         try:
             if self.inventory.devices:
                 self.ledger.register_devices(self.inventory.devices, self.inventory.simulated)
@@ -449,28 +450,38 @@ class LocalBackend(KeepsAccounts):
             }
 
     def _pool(self) -> PoolPayload:
+        state = self.ledger.state()  # one read per change, shared by every view (see Ledger.state)
+        fault = self.ledger.write_fault()  # readable but not writable: every change would fail
         return local_views.pool(
-            self.ledger,
-            self.devices(),
+            state,
             self.inventory,
             self.facts,
             self.settings,
             self.viewer,
-            self.problem(),
             self._in_line,
+            write_fault=None if fault is None else str(fault),
         )
 
     def all_kernels(self) -> list[KernelPayload]:
-        return local_views.all_kernels(self.ledger, self.devices(), self.viewer, self._in_line)
+        return local_views.all_kernels(self.ledger.state(), self.inventory, self.viewer, self._in_line)
 
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
         """This server's slices, and its gpushare kernels without one (see :mod:`.local_views`),
         with when each queued start is expected to be placed and what idle kernels will do."""
-        devices = self.devices()
-        records = self._in_line(self.ledger.records())
+        state = self.ledger.state()
+        records = self._in_line(list(state.slices))
         views = local_views.server_kernels(
-            self.ledger, devices, server, self.server_id, self.owner, self.viewer, records
+            state,
+            self.inventory,
+            server,
+            self.server_id,
+            self.owner,
+            self.viewer,
+            records,
+            self.kernel_views,
+            self.accounts.activity(),
         )
+        devices = local_views.with_sampled_usage(state.devices, self.inventory.devices)
         self.accounts.describe(views, records, devices, self.policy)
         return views
 
@@ -503,11 +514,12 @@ class LocalBackend(KeepsAccounts):
 
     def problem(self) -> str | None:
         try:
-            devices = self.ledger.devices()
+            devices = self.ledger.state().devices
         except LedgerError as error:  # the routes answer it; the guard mends what it can
             return str(error)
-        if not devices:
-            return self.inventory.problem or "no GPU found"
+        empty = local_views.problem(devices, self.inventory)
+        if empty is not None:
+            return empty
         fault = self.ledger.write_fault()  # readable but not writable: every change would fail
         return None if fault is None else str(fault)
 

@@ -1,25 +1,36 @@
-"""``GET pool`` and ``GET kernels`` of the local backend, read from the node ledger.
+"""``GET pool`` and ``GET kernels`` of the local backend, from one read of the node ledger.
 
-Split from :mod:`.local` so that the backend keeps to placement and changes; these functions only
-read the ledger and hand its rows to the pure views (:mod:`jupyter_gpushare.views`).
+Split from :mod:`.local` so that the backend keeps to placement and changes; these functions take
+what the ledger held at one moment (``Ledger.state``) and hand its rows to the pure views
+(:mod:`jupyter_gpushare.views`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..devices import Device
 from ..payloads import KernelPayload, PoolPayload
-from ..records import ReleasedSlice, SliceRecord
-from ..views import kernel_view, kernels_view, pool_view, queue_positions, released_view, slice_less_view
+from ..records import LedgerState, ReleasedSlice, SliceRecord
+from ..views import (
+    device_indexes,
+    kernel_view,
+    kernels_view,
+    pool_view,
+    queue_positions,
+    released_view,
+    slice_less_view,
+)
+from .accounts import show_idle
 from .base import ServerKernels
 
 if TYPE_CHECKING:
+    from ..accounting import Activity
     from ..config import GPUShare
     from ..devices import Inventory
-    from ..ledger import Ledger
     from ..modes import NodeFacts
 
 # The records with the queued ones in the order they are served (the queue policy's order).
@@ -66,60 +77,113 @@ def counted(released: Sequence[ReleasedSlice]) -> list[ReleasedSlice]:
     return [left for left in released if left.suspended is not None or left.held > 0]
 
 
+def problem(registered: Sequence[Device], inventory: Inventory) -> str | None:
+    """Why the pool is empty (None when the node's servers registered devices)."""
+    return None if registered else (inventory.problem or "no GPU found")
+
+
 def pool(
-    ledger: Ledger,
-    devices: Sequence[Device],
+    state: LedgerState,
     inventory: Inventory,
     facts: NodeFacts,
     settings: GPUShare,
     viewer: str,
-    problem: str | None,
     in_line: InLine = as_recorded,
+    write_fault: str | None = None,
 ) -> PoolPayload:
+    """The pool; its ``problem``: why it is empty, else why no change can be written now."""
     return pool_view(
-        devices,
-        in_line(ledger.records()),
+        with_sampled_usage(state.devices, inventory.devices),
+        in_line(list(state.slices)),
         facts,
         backend="local",
-        simulated=inventory.simulated or (not inventory.devices and ledger.simulated()),
+        simulated=inventory.simulated or (not inventory.devices and state.simulated),
         overcommit=settings.overcommit,
         viewer=viewer,
-        problem=problem,
-        released=counted(ledger.released_all()),
+        problem=problem(state.devices, inventory) or write_fault,
+        released=counted(state.released),
     )
 
 
 def all_kernels(
-    ledger: Ledger, devices: Sequence[Device], viewer: str, in_line: InLine = as_recorded
+    state: LedgerState, inventory: Inventory, viewer: str, in_line: InLine = as_recorded
 ) -> list[KernelPayload]:
     """Every slice, and every kernel suspended or holding memory without one."""
-    views = kernels_view(in_line(ledger.records()), devices, viewer=viewer)
-    views += [released_view(left, devices, viewer) for left in counted(ledger.released_all())]
+    devices = with_sampled_usage(state.devices, inventory.devices)
+    views = kernels_view(in_line(list(state.slices)), devices, viewer=viewer)
+    views += [released_view(left, devices, viewer) for left in counted(state.released)]
     return views
 
 
+class KernelViews:
+    """The views of the records last shown, kept for the next call.
+
+    The ledger's state keeps the same record object for a row that did not change, so a record
+    shown at the same place, to the same viewer, with the same report of its cells, keeps its
+    view: the same dict, which the server then renders once too
+    (:mod:`jupyter_gpushare.server.snapshots`). After a change of one slice one view is made
+    again, not a hundred. A view handed out is never changed afterwards.
+    """
+
+    def __init__(self) -> None:
+        # (viewer, device indexes) and the views by record, swapped as one (threads share it).
+        self._kept: tuple[Hashable, dict[int, tuple[SliceRecord, Hashable, KernelPayload]]] = (None, {})
+
+    def of(
+        self,
+        records: Sequence[SliceRecord],
+        devices: Sequence[Device],
+        positions: Mapping[str, int],
+        viewer: str,
+        activity: Mapping[str, Activity] | None = None,
+    ) -> list[KernelPayload]:
+        index_of = device_indexes(devices)
+        context = (viewer, tuple(index_of.items()), activity is None)
+        kept_for, known = self._kept
+        if kept_for != context:
+            known = {}
+        views: list[KernelPayload] = []
+        kept: dict[int, tuple[SliceRecord, Hashable, KernelPayload]] = {}
+        for record in records:
+            reported = activity.get(record.kernel_id) if activity is not None else None
+            key = (positions.get(record.kernel_id), reported)
+            hit = known.get(id(record))
+            if hit is not None and hit[0] is record and hit[1] == key:
+                view = hit[2]
+            else:
+                view = kernel_view(record, devices, key[0], viewer, index_of)
+                if activity is not None and view["state"] == "running":
+                    show_idle(view, reported)
+            kept[id(record)] = (record, key, view)
+            views.append(view)
+        self._kept = (context, kept)
+        return views
+
+
 def server_kernels(
-    ledger: Ledger,
-    devices: Sequence[Device],
+    state: LedgerState,
+    inventory: Inventory,
     server: ServerKernels,
     server_id: str,
     owner: str,
     viewer: str,
-    records: list[SliceRecord] | None = None,
+    records: Sequence[SliceRecord] | None = None,
+    kept: KernelViews | None = None,
+    activity: Mapping[str, Activity] | None = None,
 ) -> list[KernelPayload]:
     """This server's slices (queued and running), and its gpushare kernels without one:
     suspended, released (with what they still hold), or a start not in the ledger yet; shown
     as ``viewer`` may see them (a broker's caller). ``records``: the ledger's, the queued ones in
-    the order they are served (default: as recorded)."""
-    records = ledger.records() if records is None else records
+    the order they are served (default: as recorded); ``kept``: the views of the last call;
+    ``activity``: the kernels' own reports of their cells (running kernels show since when they
+    are idle and what their idle timer will do)."""
+    devices = with_sampled_usage(state.devices, inventory.devices)
+    records = state.slices if records is None else records
     positions = queue_positions(records)
-    views = [
-        kernel_view(record, devices, positions.get(record.kernel_id), viewer)
-        for record in records
-        if record.kernel_id in server.ids or record.server_id == server_id
-    ]
+    shown = [record for record in records if record.kernel_id in server.ids or record.server_id == server_id]
+    views = (kept or KernelViews()).of(shown, devices, positions, viewer, activity)
     listed = {view["kernel_id"] for view in views}
-    released = {left.kernel_id: left for left in ledger.released_all()} if server.gpushare - listed else {}
+    released = {left.kernel_id: left for left in state.released}
     for kernel_id in sorted(server.gpushare - listed):
         kernel_name, path = server.name_of(kernel_id)
         starting = kernel_id in server.starting
@@ -140,12 +204,15 @@ def server_kernels(
                 detail=server.details.get(kernel_id) if starting else None,
             )
         )
-    for view in views:
+    for index, view in enumerate(views):
         own = view["kernel_id"]
         if own is None:
             continue
-        if view["state"] == "queued" and own in server.details:
-            view["detail"] = server.details[own]
+        detail = server.details.get(own) if view["state"] == "queued" else None
+        if detail is not None or own in server.warnings:
+            view = views[index] = copy.copy(view)  # a kept view stays as it was
+        if detail is not None:
+            view["detail"] = detail
         if own in server.warnings:
             view["warnings"] = [*view["warnings"], *server.warnings[own]]
     return views

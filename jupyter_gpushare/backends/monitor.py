@@ -98,17 +98,18 @@ class UsageMonitor:
     def sample_once(self) -> int:
         """Measure, assess, act and record; returns how many of our kernels were sampled."""
         ledger = self.node.ledger
-        running = [r for r in ledger.records() if r.state == "running" and r.device_uuid]
+        state = ledger.state()  # read once per change, shared with the process's views
+        running = [r for r in state.slices if r.state == "running" and r.device_uuid]
         mine = (
             running
             if self.node.samples_every_slice
             else [record for record in running if record.holder == self.node.holder]
         )
-        devices = ledger.devices()
+        devices = state.devices
         nvml = self.node.inventory.source == "nvml"
         # Kernels that released their slice while their processes held memory: placement keeps
         # it reserved until NVML sees it freed (on a simulated pool the kernel declares it).
-        left = [row for row in ledger.released_all() if row.device_uuid] if nvml else []
+        left = [row for row in state.released if row.device_uuid] if nvml else []
         measured, device_usage = self._measure(running, [device.uuid for device in devices], left)
         if left:
             ledger.update_held(

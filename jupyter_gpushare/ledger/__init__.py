@@ -29,6 +29,7 @@ from ..processes import is_alive
 from ..records import (
     DeviceSample,
     KernelSample,
+    LedgerState,
     NewRequest,
     Outcome,
     ProcessIdentity,
@@ -44,13 +45,15 @@ from .queue import LivenessCheck
 from .schema import (
     DEVICE_COLUMNS,
     Row,
-    device_rows,
+    device_table,
     insert_released,
     read_devices,
     record_of,
     released_of,
     replace_devices,
+    slice_rows,
 )
+from .state import StateCache
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -88,6 +91,7 @@ class Ledger:
         self._access = LedgerAccess(self.path, _row_alive, lock_timeout, restore_wait)
         self._access.on_check = self._retry_registration
         self._wanted_devices: tuple[Sequence[Device], bool] | None = None
+        self._states = StateCache()
 
     # ---- the file ------------------------------------------------------------------------
 
@@ -106,9 +110,8 @@ class Ledger:
         changes too when this process moves to a restored file, and when the file is made
         read-only or writable again (no commit, but every view then shows another problem).
         """
-        version = int(self._access.watcher().execute("PRAGMA data_version").fetchone()[0])
         read_only = ledger_faults.not_writable(self.path) is not None
-        return (((self._access.generation << 40) + version) << 1) + read_only
+        return (self._access.change_marker() << 1) + read_only
 
     def guard(self, interval: float) -> None:
         """Check the file every ``interval`` seconds (a daemon thread): a deleted ledger is put
@@ -181,9 +184,9 @@ class Ledger:
 
     @_faults_named
     def devices(self) -> list[Device]:
-        connection = self._connection()
-        self._access.remember(devices=device_rows(connection))
-        return read_devices(connection)
+        devices, rows = device_table(self._connection())
+        self._access.remember(devices=rows)
+        return devices
 
     @_faults_named
     def simulated(self) -> bool:
@@ -193,15 +196,27 @@ class Ledger:
     # ---- slices --------------------------------------------------------------------------
 
     @_faults_named
+    def state(self) -> LedgerState:
+        """Devices, slices and released kernels from one read transaction, shared until the
+        next commit (see :mod:`.state`)."""
+        marker = self.change_marker()
+        latest = self._states.latest(marker)
+        if latest is not None:
+            return latest
+        state, devices, slices = self._states.read(self._connection(), marker)
+        self._access.remember(devices=devices, slices=slices)  # None: nothing new to remember
+        return state
+
+    @_faults_named
     def records(self) -> list[SliceRecord]:
-        rows = self._connection().execute("SELECT * FROM slices ORDER BY seq").fetchall()
+        rows = slice_rows(self._connection(), "ORDER BY seq")
         self._access.remember(slices=rows)
         return [record_of(row) for row in rows]
 
     @_faults_named
     def get(self, kernel_id: str) -> SliceRecord | None:
-        row = self._connection().execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
-        return record_of(row) if row else None
+        rows = slice_rows(self._connection(), "WHERE kernel_id = ?", (kernel_id,))
+        return record_of(rows[0]) if rows else None
 
     @_faults_named
     def released(self, kernel_id: str) -> ReleasedSlice | None:
@@ -291,10 +306,10 @@ class Ledger:
         """
         parsed = parse_size(size)
         with self._write() as db:
-            row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
-            if row is None or row["state"] != "running":
+            rows = slice_rows(db, "WHERE kernel_id = ?", (kernel_id,))
+            record = record_of(rows[0]) if rows else None
+            if record is None or record.state != "running":
                 return Refusal(f"kernel {kernel_id} holds no GPU slice", retry=False)
-            record = record_of(row)
             assert record.device_uuid is not None
             if record.kind != "shared":
                 return Refusal(f"a {record.mode} slice cannot be resized in place", retry=False)
@@ -336,13 +351,13 @@ class Ledger:
         Otherwise (the kernel ends) any such memory goes too.
         """
         with self._write() as db:
-            row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
-            if row is None and keep_claim:
+            rows = slice_rows(db, "WHERE kernel_id = ?", (kernel_id,))
+            if not rows and keep_claim:
                 return None  # nothing to give back: what it left when it released stays
             db.execute("DELETE FROM released WHERE kernel_id = ?", (kernel_id,))
-            if row is None:
+            if not rows:
                 return None
-            record = record_of(row)
+            record = record_of(rows[0])
             db.execute("DELETE FROM slices WHERE kernel_id = ?", (kernel_id,))
             if keep_claim:
                 left = ReleasedSlice(
@@ -401,8 +416,8 @@ class Ledger:
         What released kernels left behind goes with their processes too.
         """
         with self._write() as db:
-            rows = [record_of(row) for row in db.execute("SELECT * FROM slices").fetchall()]
-            dead = [record for record in rows if not alive(record.process)]
+            records = [record_of(row) for row in slice_rows(db)]
+            dead = [record for record in records if not alive(record.process)]
             db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(r.kernel_id,) for r in dead])
             gone = [
                 (row["kernel_id"],)

@@ -53,7 +53,16 @@ from .file import (
     write_note,
 )
 from .lock import unlock
-from .schema import Row, initialise, ledger_id_of, record_again, replace_devices
+from .schema import (
+    Row,
+    initialise,
+    ledger_id_of,
+    ledger_id_of_safe,
+    record_again,
+    replace_devices,
+    slice_dicts,
+    write_transaction,
+)
 
 LOCK_TIMEOUT = 10.0  # seconds any ledger lock is waited for before the caller is told who holds it
 RESTORE_WAIT = 5.0  # seconds a process waits for the holders of a deleted ledger to put it back
@@ -109,7 +118,7 @@ class LedgerAccess:
         self._threads = ThreadConnections(path, lock_timeout)
         # What this process last saw, to start a damaged ledger afresh without losing a slice.
         self._devices: list[dict[str, Any]] = []
-        self._slices: list[dict[str, Any]] = []
+        self._slice_rows: Sequence[Sequence[Any]] = ()  # as read, in SLICE_COLUMNS order
         self._guard_pid: int | None = None
         self._guard_interval = 1.0
         self._reported: str | None = None
@@ -152,21 +161,26 @@ class LedgerAccess:
         finally:
             unlock(lock)
 
-    def watcher(self) -> sqlite3.Connection:
-        """A connection of this thread that never writes (for ``PRAGMA data_version``)."""
-        return self._threads.watcher(self._current().generation)
+    def change_marker(self) -> int:
+        """A number that changes whenever anyone commits to the ledger, and whenever this process
+        moves to another file or opens a new watching connection (whose count starts afresh)."""
+        opened, version = self._threads.data_version(self._current().generation)
+        return (((self._generation << 24) + opened) << 40) + version
 
     def forget_thread_connections(self) -> None:
         """Drop this thread's connections (after an error: the next call opens new ones, which
         also picks up a permission that was fixed meanwhile)."""
         self._threads.forget()
 
-    def remember(self, devices: Sequence[Row] | None = None, slices: Sequence[Row] | None = None) -> None:
-        """What the ledger last held, as far as this process read it."""
+    def remember(
+        self, devices: Sequence[Row] | None = None, slices: Sequence[Sequence[Any]] | None = None
+    ) -> None:
+        """What the ledger last held, as far as this process read it (``slices`` as read, in
+        SLICE_COLUMNS order: made into rows only when a ledger is started afresh)."""
         if devices is not None:
             self._devices = [dict(row) for row in devices]
         if slices is not None:
-            self._slices = [dict(row) for row in slices]
+            self._slice_rows = slices
 
     def fault(self, error: BaseException) -> LedgerError:
         return ledger_faults.classify(error, self.path, self.lock_timeout)
@@ -221,23 +235,9 @@ class LedgerAccess:
     # ---- the current file --------------------------------------------------------------------
 
     def _current(self) -> _OpenFile:
-        # The common case costs one stat: the same file, unchanged since its header was read
-        # (in WAL mode the database file itself changes only at checkpoints).
         file = self._file
-        if file is not None and file.pid == current_pid():
-            try:
-                status = os.stat(self._path_text)
-            except FileNotFoundError:
-                status = None
-            if status is not None and (status.st_dev, status.st_ino) == file.identity:
-                stamp = (status.st_size, status.st_mtime_ns)
-                if stamp == file.stamp:
-                    return file
-                problem = header_problem(file.fd)
-                if problem is not None:
-                    raise ledger_faults.damaged(self.path, problem)
-                file.stamp = stamp
-                return file
+        if file is not None and file.pid == current_pid() and self._still_at_path(file):
+            return file
         with self._state:
             try:
                 settled = self._settle()
@@ -246,6 +246,23 @@ class LedgerAccess:
                 raise
             self._failed = False
             return settled
+
+    def _still_at_path(self, file: _OpenFile) -> bool:
+        """Whether ``file`` is still the file at the path (one stat; its header is read again
+        only when the file changed: in WAL mode, at checkpoints). Raises when it is damaged."""
+        try:
+            status = os.stat(self._path_text)
+        except FileNotFoundError:
+            return False
+        if (status.st_dev, status.st_ino) != file.identity:
+            return False
+        stamp = (status.st_size, status.st_mtime_ns)
+        if stamp != file.stamp:
+            problem = header_problem(file.fd)
+            if problem is not None:
+                raise ledger_faults.damaged(self.path, problem)
+            file.stamp = stamp
+        return True
 
     def _settle(self) -> _OpenFile:
         file = self._file
@@ -319,7 +336,7 @@ class LedgerAccess:
             file.keeper = self._threads.connect(check_same_thread=False)
             file.writer = self._threads.connect(check_same_thread=False)
             file.writer.execute("PRAGMA journal_mode = WAL")
-            with _transaction(file.writer):
+            with write_transaction(file.writer):
                 found = ledger_id_of_safe(file.writer)
                 overwritten = ours and found is not None and note is not None and found != note.ledger_id
                 if overwritten and holders(files=[now]):
@@ -336,7 +353,7 @@ class LedgerAccess:
         ledger_id = new_ledger_id()
         source = sqlite3.connect(":memory:", isolation_level=None)
         try:
-            with _transaction(source):
+            with write_transaction(source):
                 initialise(source, ledger_id)
                 # The pool this process knows: a server registers it only when it starts.
                 replace_devices(source, self._devices)
@@ -409,12 +426,12 @@ class LedgerAccess:
                     )
                     restored = self._open_known(identity, file.ledger_id)
                 else:
-                    restored = self._create(lock, descends_from=file.ledger_id, slices=self._slices)
+                    restored = self._create(lock, file.ledger_id, slice_dicts(self._slice_rows))
                     log.warning(
                         "jupyter_gpushare: the damaged GPU ledger %s was moved away; started afresh "
                         "with the %d slice(s) this process last saw",
                         self.path,
-                        len(self._slices),
+                        len(self._slice_rows),
                     )
                     return restored
             finally:
@@ -439,10 +456,11 @@ class LedgerAccess:
     def _record_again(self, file: _OpenFile) -> None:
         """Write the slices this process last saw into a ledger started afresh by another."""
         assert file.writer is not None
-        with _transaction(file.writer):
+        with write_transaction(file.writer):
             if self._devices and not file.writer.execute("SELECT 1 FROM devices").fetchone():
                 replace_devices(file.writer, self._devices)
-            added = record_again(file.writer, [row for row in self._slices if self._alive(row)])
+            slices = slice_dicts(self._slice_rows)
+            added = record_again(file.writer, [row for row in slices if self._alive(row)])
         if added:
             log.warning(
                 "jupyter_gpushare: recorded %d GPU slice(s) again in the new ledger %s", added, self.path
@@ -455,8 +473,13 @@ class LedgerAccess:
 
     def _begin(self) -> tuple[sqlite3.Connection, int]:
         self._require_writable()  # before sqlite writes through a descriptor opened earlier
+        # The file is checked once per transaction, once the write lock is held, so that no
+        # write can land in a file that was deleted or replaced a moment before; following or
+        # putting back the file happens outside the lock (it takes the lock file's note).
         for _ in range(5):
-            file = self._current()
+            file = self._file
+            if file is None or file.pid != current_pid():
+                file = self._current()
             connection = self._threads.connection(file.generation)
             lock = self._threads.lock_fd(file.generation)
             try:
@@ -469,28 +492,15 @@ class LedgerAccess:
             except BaseException:
                 unlock(lock)
                 raise
-            if self._file is file and identity_of(self._path_text) == file.identity:
-                return connection, lock
-            # The file changed between the check and the lock: let the check follow it first.
+            try:
+                if self._file is file and self._still_at_path(file):
+                    return connection, lock
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.execute("ROLLBACK")
+                unlock(lock)
+                raise
             connection.execute("ROLLBACK")
             unlock(lock)
+            self._current()  # follow the file, or put it back, or say why not
         raise LedgerError(f"The GPU ledger {self.path} keeps changing under this process; try again.")
-
-
-def ledger_id_of_safe(db: sqlite3.Connection) -> str | None:
-    """The file's ledger id, or None for a file without the table yet."""
-    try:
-        return ledger_id_of(db)
-    except sqlite3.OperationalError:
-        return None
-
-
-@contextlib.contextmanager
-def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
-    connection.execute("COMMIT")

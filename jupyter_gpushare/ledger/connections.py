@@ -29,6 +29,7 @@ class ThreadConnections:
         self._local = threading.local()
         self._watcher: tuple[tuple[int, int], sqlite3.Connection] | None = None
         self._watcher_lock = threading.Lock()
+        self._watchers_opened = 0
 
     def connect(self, check_same_thread: bool = True) -> sqlite3.Connection:
         uri = f"file:{urllib.parse.quote(str(self.path))}?mode=rw"
@@ -58,21 +59,23 @@ class ThreadConnections:
             local.connection_key = (key[0], None)
         return connection
 
-    def watcher(self, generation: int) -> sqlite3.Connection:
-        """The process's connection that never writes (``PRAGMA data_version`` counts every
-        commit, by other processes and by this process's other connections alike). One for all
-        threads: each connection counts from its own start, so the markers read on two threads'
-        connections could repeat each other across a change."""
+    def data_version(self, generation: int) -> tuple[int, int]:
+        """``PRAGMA data_version`` on the process's connection that never writes (it counts every
+        commit, by other processes and by this process's other connections alike), and how many
+        such connections this process has opened: a new one counts from 1 again.
+
+        One connection for all threads, used under a lock: each connection counts from its own
+        start, so figures read on two connections could repeat each other across a change."""
         key = (current_pid(), generation)
         with self._watcher_lock:
-            if self._watcher is not None and self._watcher[0] == key:
-                return self._watcher[1]
-            if self._watcher is not None and self._watcher[0][0] == key[0]:
-                with contextlib.suppress(sqlite3.Error):
-                    self._watcher[1].close()
-            connection = self.connect(check_same_thread=False)
-            self._watcher = (key, connection)
-            return connection
+            if self._watcher is None or self._watcher[0] != key:
+                if self._watcher is not None and self._watcher[0][0] == key[0]:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._watcher[1].close()
+                self._watcher = (key, self.connect(check_same_thread=False))
+                self._watchers_opened += 1
+            version = int(self._watcher[1].execute("PRAGMA data_version").fetchone()[0])
+            return self._watchers_opened, version
 
     def _replace(
         self, name: str, key: tuple[int, int], make: Callable[[], sqlite3.Connection]

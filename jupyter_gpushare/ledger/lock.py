@@ -7,13 +7,18 @@ holding the lock must not hang every server, CLI and kernel of the node with it.
 uncontended lock is taken at once, and a contended one is waited for by a helper thread that
 the caller stops waiting for after ``timeout`` seconds. An abandoned helper keeps the
 descriptor: when it finally gets the lock it lets go at once and closes it.
+
+Helpers are kept and reused: with several processes writing, nearly every write meets a held
+lock, and starting a thread for each would cost more than the write itself.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import queue
 import threading
+from typing import ClassVar
 
 
 class LockTimeout(Exception):
@@ -30,8 +35,9 @@ def lock_exclusive(fd: int, timeout: float) -> None:
         return
     except BlockingIOError:
         pass
-    waiter = _Waiter(fd)
-    if not waiter.wait(timeout):
+    wait = _Wait(fd)
+    _Helper.take().hand(wait)
+    if not wait.settle(timeout):
         raise LockTimeout()
 
 
@@ -39,33 +45,75 @@ def unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-class _Waiter:
+class _Wait:
+    """One caller's wait for the lock on ``fd``, and how it ended.
+
+    Plain locks, not events: a contended write pays for this twice (the caller and the helper),
+    and a lock is the cheapest thing a thread can sleep on with a timeout.
+    """
+
+    __slots__ = ("abandoned", "acquired", "done", "fd", "mutex")
+
     def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._mutex = threading.Lock()
-        self._done = threading.Event()
-        self._acquired = False
-        self._abandoned = False
+        self.fd = fd
+        self.mutex = threading.Lock()  # guards acquired/abandoned
+        self.done = threading.Lock()  # held until the helper is done with this wait
+        self.done.acquire()
+        self.acquired = False
+        self.abandoned = False
+
+    def settle(self, timeout: float) -> bool:
+        """Whether the lock was taken within ``timeout``; if not, the wait is abandoned."""
+        self.done.acquire(timeout=timeout)
+        with self.mutex:
+            if self.acquired:
+                return True
+            self.abandoned = True
+            return False
+
+
+class _Helper:
+    """A daemon thread that takes contended locks for callers, one after another."""
+
+    _idle: ClassVar[list[_Helper]] = []  # waiting for the next contended lock
+    _idle_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def take(cls) -> _Helper:
+        with cls._idle_lock:
+            if cls._idle:
+                return cls._idle.pop()
+        return cls()
+
+    def __init__(self) -> None:
+        self._waits: queue.SimpleQueue[_Wait] = queue.SimpleQueue()
         threading.Thread(target=self._run, name="gpushare-ledger-lock", daemon=True).start()
 
-    def _run(self) -> None:
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-        except OSError:
-            self._done.set()
-            return
-        with self._mutex:
-            if self._abandoned:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-                os.close(self._fd)
-                return
-            self._acquired = True
-        self._done.set()
+    def hand(self, wait: _Wait) -> None:
+        self._waits.put(wait)
 
-    def wait(self, timeout: float) -> bool:
-        self._done.wait(timeout)
-        with self._mutex:
-            if self._acquired:
-                return True
-            self._abandoned = True
-            return False
+    def _run(self) -> None:
+        while True:
+            wait = self._waits.get()
+            try:
+                fcntl.flock(wait.fd, fcntl.LOCK_EX)
+                acquired = True
+            except OSError:
+                acquired = False
+            with wait.mutex:
+                if wait.abandoned and acquired:
+                    fcntl.flock(wait.fd, fcntl.LOCK_UN)
+                    os.close(wait.fd)
+                wait.acquired = acquired and not wait.abandoned
+            wait.done.release()
+            with self._idle_lock:
+                self._idle.append(self)
+
+
+def _forget_helpers() -> None:
+    # A forked child has none of its parent's threads: its helpers are new ones.
+    _Helper._idle = []
+    _Helper._idle_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_helpers)

@@ -21,13 +21,13 @@ from ..allocator import Held, Policy, Refusal, Request, fit
 from ..queue_order import QueueRule, Waiter, line_up, why_waiting
 from ..records import NewRequest, Outcome, Placed, ProcessIdentity, Refused, SliceRecord, Waiting
 from ..sizes import parse_size
-from .schema import read_devices, record_of
+from .schema import only_devices_of, read_devices, record_of, slice_rows
 
 LivenessCheck = Callable[[ProcessIdentity], bool]
 
 
 def running(db: sqlite3.Connection) -> list[SliceRecord]:
-    return [record_of(row) for row in db.execute("SELECT * FROM slices WHERE state = 'running'")]
+    return [record_of(row) for row in slice_rows(db, "WHERE state = 'running'")]
 
 
 def held(db: sqlite3.Connection) -> list[Held]:
@@ -44,7 +44,17 @@ def held(db: sqlite3.Connection) -> list[Held]:
 
 
 def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True) -> SliceRecord | None:
-    existing = db.execute("SELECT kernel_id FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
+    # What a request needs to know, in one statement (this runs in every start, under the write
+    # lock): whether the kernel has a row already, the next place in the queue, and what the
+    # kernel left when it last gave a slice back (name, path, memory its processes still hold).
+    existing, seq, *left = db.execute(
+        """SELECT EXISTS (SELECT 1 FROM slices WHERE kernel_id = :kernel),
+                  (SELECT COALESCE(MAX(seq), 0) + 1 FROM slices),
+                  released.kernel_id, released.kernel_name, released.path, released.device_uuid,
+                  released.held, released.held_source
+           FROM (SELECT 1) LEFT JOIN released ON released.kernel_id = :kernel""",
+        {"kernel": request.kernel_id},
+    ).fetchone()
     if existing:
         db.execute(
             "UPDATE slices SET holder_pid = ?, holder_start = ?,"
@@ -52,24 +62,18 @@ def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True)
             (request.holder.pid, request.holder.start, request.token_hash, request.kernel_id),
         )
     else:
-        seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM slices").fetchone()[0]
-        # A kernel taking a slice again keeps the name and path it had (the panel's row).
-        left = db.execute(
-            "SELECT kernel_name, path, device_uuid, held, held_source FROM released WHERE kernel_id = ?",
-            (request.kernel_id,),
-        ).fetchone()
+        left_id, left_name, left_path, left_device, left_held, left_source = left
         held_before: tuple[int, str | None] = (0, None)
-        if left is not None:
+        if left_id is not None:
+            # A kernel taking a slice again keeps the name and path it had (the panel's row).
             request = dataclasses.replace(
-                request,
-                kernel_name=request.kernel_name or left["kernel_name"],
-                path=request.path or left["path"],
+                request, kernel_name=request.kernel_name or left_name, path=request.path or left_path
             )
-            if left["held"] > 0 and left["device_uuid"] is not None:
+            if left_held > 0 and left_device is not None:
                 # Its processes still hold memory there: its new slice goes there and counts it.
-                held_before = (left["held"], left["held_source"])
+                held_before = (left_held, left_source)
                 if request.only_devices is None:
-                    request = dataclasses.replace(request, only_devices=(left["device_uuid"],))
+                    request = dataclasses.replace(request, only_devices=(left_device,))
             db.execute("DELETE FROM released WHERE kernel_id = ?", (request.kernel_id,))
         db.execute(
             """INSERT INTO slices (kernel_id, seq, state, owner, server_id, kernel_name,
@@ -98,8 +102,7 @@ def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True)
         )
     if not read_back:
         return None
-    row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (request.kernel_id,)).fetchone()
-    return record_of(row)
+    return record_of(slice_rows(db, "WHERE kernel_id = ?", (request.kernel_id,))[0])
 
 
 def head_of_queue(db: sqlite3.Connection, before_seq: int) -> tuple[int, SliceRecord | None]:
@@ -109,10 +112,13 @@ def head_of_queue(db: sqlite3.Connection, before_seq: int) -> tuple[int, SliceRe
     ).fetchone()[0]
     if not count:
         return 0, None
-    row = db.execute(
-        "SELECT * FROM slices WHERE state = 'queued' AND seq < ? ORDER BY seq LIMIT 1", (before_seq,)
-    ).fetchone()
-    return int(count), record_of(row)
+    rows = slice_rows(db, "WHERE state = 'queued' AND seq < ? ORDER BY seq LIMIT 1", (before_seq,))
+    return int(count), record_of(rows[0])
+
+
+_QUEUED_AHEAD = (
+    "(SELECT COUNT(*) FROM slices AS ahead WHERE ahead.state = 'queued' AND ahead.seq < slices.seq)"
+)
 
 
 def waiting(ahead: int) -> Waiting:
@@ -139,10 +145,11 @@ def waiting_behind(
 
 
 def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: LivenessCheck) -> Outcome:
-    row = db.execute("SELECT * FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
-    if row is None:
+    # The row, and how many queued requests are ahead of it, in one statement.
+    rows = slice_rows(db, "WHERE kernel_id = ?", (kernel_id,), also=_QUEUED_AHEAD)
+    if not rows:
         raise LookupError(f"no GPU request for kernel {kernel_id} in the ledger")
-    record = record_of(row)
+    record = record_of(rows[0][:-1])
     if record.state == "running":
         return Placed(record)
     if policy.queue.fair:
@@ -153,7 +160,7 @@ def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: Livenes
         if line.ahead:
             return Waiting(len(line.ahead) + 1, line.why)
     else:
-        ahead, head = head_of_queue(db, record.seq)
+        ahead, head = head_of_queue(db, record.seq) if rows[0][-1] else (0, None)
         # Only the head of the queue is checked for life: dead requests behind it are dropped
         # when they reach the head, so each poll costs one process check, not one per waiter.
         while head is not None and not alive(head.process):
@@ -163,8 +170,8 @@ def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: Livenes
             return waiting(ahead)
     request = Request(kernel_id, record.owner, parse_size(record.size), record.kind)
     devices = read_devices(db)
-    if row["only_devices"] is not None:
-        allowed = set(json.loads(row["only_devices"]))
+    allowed = only_devices_of(rows[0])
+    if allowed is not None:
         devices = [device for device in devices if device.uuid in allowed]
     outcome = fit(request, devices, held(db), policy)
     if isinstance(outcome, Refusal) and outcome.retry and release_dead(db, alive, running(db)):
@@ -210,7 +217,7 @@ def fair_line(db: sqlite3.Connection, kernel_id: str, rule: QueueRule, fold: boo
     """The queued requests served before ``kernel_id``'s under fair share. ``fold``: fold the
     accounting's recorded events first (inside a write transaction), so the users' recent use
     counts every slice placed until now."""
-    queued = [record_of(row) for row in db.execute("SELECT * FROM slices WHERE state = 'queued'")]
+    queued = [record_of(row) for row in slice_rows(db, "WHERE state = 'queued'")]
     if len(queued) < 2:
         return Line([], "")  # alone in the queue: first, whatever anyone's use
     now = time.time()

@@ -6,10 +6,12 @@ and by :mod:`jupyter_gpushare.ledger` for its queries.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import accounting
@@ -134,8 +136,25 @@ def ledger_id_of(db: sqlite3.Connection) -> str | None:
     return str(row[0]) if row else None
 
 
-def device_rows(db: sqlite3.Connection) -> list[dict[str, Any]]:
-    return [dict(zip(DEVICE_COLUMNS, row, strict=True)) for row in db.execute(_SELECT_DEVICES)]
+@contextlib.contextmanager
+def write_transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` on a connection of the access layer's own (no file lock:
+    its callers hold the lock file's note)."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def ledger_id_of_safe(db: sqlite3.Connection) -> str | None:
+    """The file's ledger id, or None for a file without the table yet."""
+    try:
+        return ledger_id_of(db)
+    except sqlite3.OperationalError:
+        return None
 
 
 _SELECT_DEVICES = f"SELECT {', '.join(DEVICE_COLUMNS)} FROM devices ORDER BY idx"
@@ -185,62 +204,146 @@ def _card_conflict(db: sqlite3.Connection, row: Row) -> bool:
     return any(other[0] for other in others) or (bool(row["whole_card"]) and bool(others))
 
 
-_SLICE_COLUMNS = {
+# The slices table's columns in the order of the schema above: every query that makes records
+# names them (``SELECT *`` would follow the file's own order, which differs in a ledger an older
+# release made and this one gave its added columns).
+SLICE_COLUMNS: tuple[str, ...] = tuple(
     line.split()[0]
     for line in SCHEMA.split("CREATE TABLE IF NOT EXISTS slices (")[1].split(");")[0].splitlines()
     if line.strip() and not line.strip().startswith("--")
-}
+)
+_SLICE_COLUMNS = frozenset(SLICE_COLUMNS)
+
+
+def slice_rows(
+    db: sqlite3.Connection, where: str = "", parameters: tuple[Any, ...] = (), also: str = ""
+) -> list[tuple[Any, ...]]:
+    """Rows of ``slices`` as plain tuples in :data:`SLICE_COLUMNS` order (``where``: the rest of
+    the statement; ``also``: an expression whose value follows the columns). Plain tuples because
+    :class:`sqlite3.Row`'s lookups by name cost more than everything else in reading a hundred
+    rows."""
+    cursor = db.cursor()
+    cursor.row_factory = None
+    columns = f"{', '.join(SLICE_COLUMNS)}, {also}" if also else ", ".join(SLICE_COLUMNS)
+    return cursor.execute(f"SELECT {columns} FROM slices {where}", parameters).fetchall()
 
 
 # ---- rows as records --------------------------------------------------------------------------------
 
 
 def read_devices(db: sqlite3.Connection) -> list[Device]:
-    return [
-        Device(
-            index=row["idx"],
-            uuid=row["uuid"],
-            name=row["name"],
-            memory_total=row["memory_total"],
-            mig=tuple(MigInstance(*instance) for instance in json.loads(row["mig"])),
-            memory_used=row["memory_used"],
-            utilization=row["utilization"],
-        )
-        for row in db.execute("SELECT * FROM devices ORDER BY idx")
-    ]
+    """The registered devices with their sampled usage (read in every placement)."""
+    return [_device(row) for row in _device_rows(db)]
 
 
-def record_of(row: sqlite3.Row) -> SliceRecord:
-    kernel = (
-        ProcessIdentity(row["kernel_pid"], row["kernel_start"]) if row["kernel_pid"] is not None else None
+def slice_dicts(rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
+    """Rows in :data:`SLICE_COLUMNS` order as mappings (what :func:`record_again` takes)."""
+    return [dict(zip(SLICE_COLUMNS, row, strict=True)) for row in rows]
+
+
+def device_table(db: sqlite3.Connection) -> tuple[list[Device], list[dict[str, Any]]]:
+    """The registered devices with their sampled usage, and their rows as registered (what
+    :func:`replace_devices` takes), from one query."""
+    rows = _device_rows(db)
+    registered = [dict(zip(DEVICE_COLUMNS, row[: len(DEVICE_COLUMNS)], strict=True)) for row in rows]
+    return [_device(row) for row in rows], registered
+
+
+def _device_rows(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    cursor = db.cursor()
+    cursor.row_factory = None
+    return cursor.execute(_SELECT_SAMPLED_DEVICES).fetchall()
+
+
+_SELECT_SAMPLED_DEVICES = (
+    f"SELECT {', '.join(DEVICE_COLUMNS)}, memory_used, utilization FROM devices ORDER BY idx"
+)
+
+
+@functools.lru_cache(maxsize=256)
+def _device(row: tuple[Any, ...]) -> Device:
+    # Read in every placement and every view: a row seen before (the pool rarely changes, its
+    # usage once a sampling round) keeps its Device, and its MIG list is parsed once.
+    uuid, index, name, memory_total, mig, _simulated, memory_used, utilization = row
+    return Device(
+        index=index,
+        uuid=uuid,
+        name=name,
+        memory_total=memory_total,
+        mig=tuple(MigInstance(*instance) for instance in json.loads(mig)),
+        memory_used=memory_used,
+        utilization=utilization,
     )
+
+
+def record_of(row: Sequence[Any]) -> SliceRecord:
+    """A slice record from a row in :data:`SLICE_COLUMNS` order (see :func:`slice_rows`)."""
+    (
+        kernel_id,
+        seq,
+        state,
+        owner,
+        server_id,
+        kernel_name,
+        path,
+        mode,
+        kind,
+        size,
+        cores,
+        device_uuid,
+        unit_uuid,
+        memory,
+        whole_card,
+        holder_pid,
+        holder_start,
+        kernel_pid,
+        kernel_start,
+        requested_at,
+        placed_at,
+        token_hash,
+        memory_used,
+        utilization,
+        usage_source,
+        usage_at,
+        warnings,
+        _only_devices,
+    ) = row
     return SliceRecord(
-        kernel_id=row["kernel_id"],
-        seq=row["seq"],
-        state=row["state"],
-        owner=row["owner"],
-        server_id=row["server_id"],
-        kernel_name=row["kernel_name"],
-        path=row["path"],
-        mode=row["mode"],
-        kind=row["kind"],
-        size=row["size"],
-        cores=row["cores"],
-        device_uuid=row["device_uuid"],
-        unit_uuid=row["unit_uuid"],
-        memory=row["memory"],
-        whole_card=bool(row["whole_card"]),
-        holder=ProcessIdentity(row["holder_pid"], row["holder_start"]),
-        kernel=kernel,
-        requested_at=row["requested_at"],
-        placed_at=row["placed_at"],
-        token_hash=row["token_hash"],
-        memory_used=row["memory_used"],
-        utilization=row["utilization"],
-        usage_source=row["usage_source"],
-        usage_at=row["usage_at"],
-        warnings=tuple(json.loads(row["warnings"])) if row["warnings"] not in (None, "[]") else (),
+        kernel_id,
+        seq,
+        state,
+        owner,
+        server_id,
+        kernel_name,
+        path,
+        mode,
+        kind,
+        size,
+        cores,
+        device_uuid,
+        unit_uuid,
+        memory,
+        bool(whole_card),
+        ProcessIdentity(holder_pid, holder_start),
+        ProcessIdentity(kernel_pid, kernel_start) if kernel_pid is not None else None,
+        requested_at,
+        placed_at,
+        token_hash,
+        memory_used,
+        utilization,
+        usage_source,
+        usage_at,
+        tuple(json.loads(warnings)) if warnings not in (None, "[]") else (),
     )
+
+
+def only_devices_of(row: Sequence[Any]) -> list[str] | None:
+    """The device UUIDs a row in :data:`SLICE_COLUMNS` order may be placed on (None: any)."""
+    only = row[_ONLY_DEVICES]
+    return None if only is None else list(json.loads(only))
+
+
+_ONLY_DEVICES = SLICE_COLUMNS.index("only_devices")
 
 
 def insert_released(db: sqlite3.Connection, released: ReleasedSlice) -> None:

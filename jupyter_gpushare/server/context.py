@@ -8,7 +8,7 @@ The backend answers everything about the pool and never tells the server which b
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Hashable
@@ -33,6 +33,7 @@ from ..preview import Preview
 from ..provisioners import GPUShareProvisioner
 from ..records import UsageReport
 from .kernelspecs import default_kernelspec, request_defaults
+from .snapshots import Snapshots
 from .starts import Start, Starts
 from .stream import StreamHub
 
@@ -50,7 +51,7 @@ class GPUShareContext:
     kernel_spec_manager: Any
     starts: Starts = field(default_factory=Starts)
     hub: StreamHub = field(init=False)
-    _rendered: dict[str, tuple[Hashable, str]] = field(default_factory=dict)
+    snapshots: Snapshots = field(init=False)
     # (kernelspec, notebook path) of kernels started through POST kernels
     started_as: dict[str, tuple[str, str]] = field(default_factory=dict)
     # The kernels no session refers to and no client uses, each with what GET kernels says of
@@ -58,7 +59,8 @@ class GPUShareContext:
     unused: Callable[[], dict[str, str]] = field(default=dict)
 
     def __post_init__(self) -> None:
-        self.hub = StreamHub(self.stream_snapshot, lambda: self.backend.settings.sample_interval)
+        self.snapshots = Snapshots(self._backend_marker, self._own_kernels, self.pool, self.server_kernels)
+        self.hub = StreamHub(self.stream_event, lambda: self.backend.settings.sample_interval)
 
     # ---- this server's kernels -----------------------------------------------------------
 
@@ -299,27 +301,19 @@ class GPUShareContext:
 
         asyncio.get_running_loop().call_later(delay, restart)
 
-    # ---- rendered responses --------------------------------------------------------------
+    # ---- the snapshot GET pool, GET kernels and the stream share ------------------------
 
-    async def rendered(self, name: str, build: Callable[[], Any]) -> str:
-        """``build()`` as JSON, reused until the pool or this server's kernels change.
-
-        Under load most requests then cost a version check instead of reading and rendering
-        every slice; any change (a start, a resize, a sampling round, a watch event) renews it.
-        """
-        marker = (
-            await asyncio.to_thread(self._backend_marker),
+    def _own_kernels(self) -> Hashable:
+        """What of the snapshot depends on this server itself: its kernels, its starts in flight
+        and what they are doing, its provisioners' states (the pool's part is the backend's
+        change marker). Any change (a start, a resize, a sampling round, a watch event) renews
+        the snapshot."""
+        return (
             frozenset(self.kernel_manager.list_kernel_ids()),
             tuple((start.kernel_id, start.detail) for start in self.starts.pending()),
             tuple(sorted(self._provisioner_states().items())),
             tuple(sorted(self.unused())),
         )
-        cached = self._rendered.get(name)
-        if cached is not None and cached[0] == marker:
-            return cached[1]
-        text = json.dumps(await asyncio.to_thread(build))
-        self._rendered[name] = (marker, text)
-        return text
 
     def _backend_marker(self) -> Hashable:
         try:
@@ -344,13 +338,14 @@ class GPUShareContext:
         """What a start of this size would do now (``GET fit``), from what decides the start."""
         return self.backend.preview(memory, mode, cores)
 
-    def stream_snapshot(self) -> StatusPayload:
-        try:
+    async def stream_event(self) -> str:
+        """One tick of the stream: fresh device figures, then the shared snapshot."""
+        await asyncio.to_thread(self._refresh)
+        return (await self.snapshots.current()).event()
+
+    def _refresh(self) -> None:
+        with contextlib.suppress(BackendUnavailableError):  # the pool carries the problem
             self.backend.refresh()
-            kernels = self.server_kernels()
-        except BackendUnavailableError:
-            kernels = []  # the pool carries the problem (the panel's banner)
-        return {"pool": self.backend.pool(), "kernels": kernels}
 
     def metrics_snapshot(self) -> StatusPayload:
         try:

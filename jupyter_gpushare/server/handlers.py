@@ -21,6 +21,7 @@ from tornado.iostream import StreamClosedError
 from .. import request_body
 from ..http_errors import answering_domain_errors, message_of
 from .context import GPUShareContext
+from .snapshots import Answer, Body
 
 AUTH_RESOURCE = "gpushare"
 REQUEST_FIELDS = ("gpu_memory", "gpu_mode", "gpu_cores")
@@ -38,9 +39,18 @@ class GPUShareHandler(APIHandler):  # type: ignore[misc]
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(payload))
 
-    def write_raw(self, text: str) -> None:
+    def write_body(self, answer: Answer) -> None:
+        """A body rendered once per change (or the error the route answers with instead): its
+        bytes as they are, and the ETag computed with them."""
+        if not isinstance(answer, Body):
+            raise answer
         self.set_header("Content-Type", "application/json")
-        self.finish(text)
+        self._etag = answer.etag
+        self.finish(answer.data)
+
+    def compute_etag(self) -> str | None:
+        etag: str | None = getattr(self, "_etag", None)
+        return etag if etag is not None else super().compute_etag()  # type: ignore[no-any-return]
 
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object, or a 400 that says what is wrong with it."""
@@ -74,7 +84,7 @@ class PoolHandler(GPUShareHandler):
     @authorized  # type: ignore[untyped-decorator]
     @answering_domain_errors
     async def get(self) -> None:
-        self.write_raw(await self.gpushare.rendered("pool", self.gpushare.pool))
+        self.write_body((await self.gpushare.snapshots.current()).pool)
 
 
 class KernelsHandler(GPUShareHandler):
@@ -82,7 +92,7 @@ class KernelsHandler(GPUShareHandler):
     @authorized  # type: ignore[untyped-decorator]
     @answering_domain_errors
     async def get(self) -> None:
-        self.write_raw(await self.gpushare.rendered("kernels", self.gpushare.server_kernels))
+        self.write_body((await self.gpushare.snapshots.current()).kernels)
 
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
@@ -188,8 +198,7 @@ class StreamHandler(GPUShareHandler):
                 if getter not in done:
                     getter.cancel()
                     break
-                sequence, payload = getter.result()
-                self.write(f"id: {sequence}\nevent: usage\ndata: {payload}\n\n")
+                self.write(getter.result())
                 await self.flush()
         except StreamClosedError:
             pass

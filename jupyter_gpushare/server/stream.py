@@ -1,6 +1,7 @@
-"""The live stream behind the panel: one snapshot per sample, fanned out to every subscriber.
+"""The live stream behind the panel: one event per sample, fanned out to every subscriber.
 
-The snapshot is built once per tick whatever the number of subscribers, and a new subscriber
+Each tick's event is made once whatever the number of subscribers (its text comes from the
+snapshot ``GET pool`` and ``GET kernels`` share, rendered once per change), and a new subscriber
 gets the latest one at once — which is the whole of a resume after a reconnect, since every
 message carries the complete state.
 """
@@ -8,28 +9,32 @@ message carries the complete state.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Callable
-
-from ..payloads import StatusPayload
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("jupyter_gpushare")
 
 QUEUE_DEPTH = 4  # a slow subscriber skips old snapshots instead of growing a backlog
 
 
+Frame = bytes  # one server-sent event, ``id:``, ``event:`` and ``data:`` lines, as written
+
+
+def frame(sequence: int, data: str) -> Frame:
+    return f"id: {sequence}\nevent: usage\ndata: {data}\n\n".encode()
+
+
 class StreamHub:
-    def __init__(self, snapshot: Callable[[], StatusPayload], interval: Callable[[], float]) -> None:
-        self._snapshot = snapshot
+    def __init__(self, event: Callable[[], Awaitable[str]], interval: Callable[[], float]) -> None:
+        self._event = event  # the ``data`` of the next event: {"pool": …, "kernels": …}
         self._interval = interval
-        self._subscribers: set[asyncio.Queue[tuple[int, str]]] = set()
+        self._subscribers: set[asyncio.Queue[Frame]] = set()
         self._task: asyncio.Task[None] | None = None
         self.sequence = 0
-        self.latest: tuple[int, str] | None = None
+        self.latest: Frame | None = None
 
-    def subscribe(self) -> asyncio.Queue[tuple[int, str]]:
-        queue: asyncio.Queue[tuple[int, str]] = asyncio.Queue(maxsize=QUEUE_DEPTH)
+    def subscribe(self) -> asyncio.Queue[Frame]:
+        queue: asyncio.Queue[Frame] = asyncio.Queue(maxsize=QUEUE_DEPTH)
         if self.latest is not None:
             queue.put_nowait(self.latest)
         self._subscribers.add(queue)
@@ -37,18 +42,18 @@ class StreamHub:
             self._task = asyncio.ensure_future(self._run())
         return queue
 
-    def unsubscribe(self, queue: asyncio.Queue[tuple[int, str]]) -> None:
+    def unsubscribe(self, queue: asyncio.Queue[Frame]) -> None:
         self._subscribers.discard(queue)
 
     @property
     def subscribers(self) -> int:
         return len(self._subscribers)
 
-    async def tick(self) -> tuple[int, str]:
-        """Build one snapshot and hand it to every subscriber."""
-        data = await asyncio.to_thread(self._snapshot)
+    async def tick(self) -> Frame:
+        """Make one event and hand it to every subscriber."""
+        data = await self._event()
         self.sequence += 1
-        self.latest = (self.sequence, json.dumps(data))
+        self.latest = frame(self.sequence, data)
         for queue in list(self._subscribers):
             if queue.full():
                 queue.get_nowait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -47,6 +48,17 @@ def metrics(server: JupyterServer) -> str:
         return str(reply.read().decode())
 
 
+def etag(server: JupyterServer, path: str) -> str:
+    """The ETag of a GET, checked to be the SHA-1 of the body (what tornado computes)."""
+    request = urllib.request.Request(
+        f"{server.url}{path}", headers={"Authorization": f"token {server.token}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        tag, body = reply.headers["Etag"], reply.read()
+    assert tag == f'"{hashlib.sha1(body).hexdigest()}"'
+    return str(tag)
+
+
 def test_every_route_refuses_without_credentials(server: JupyterServer) -> None:
     # One server for all routes: starting one per case would cost seconds each.
     for token in (None, "wrong-token"):
@@ -72,8 +84,17 @@ def test_start_read_resize_release_shutdown(node: Node, server: JupyterServer) -
     read = server.request("GET", f"{API}/kernels/{kernel_id}")
     assert read.status == 200 and read.body["device"] == 0
 
+    before = etag(server, f"{API}/kernels")
     resized = server.request("PATCH", f"{API}/kernels/{kernel_id}", {"gpu_memory": "12G"})
     assert resized.status == 200 and resized.body["memory_request"] == 12 * GiB
+    # GET pool and GET kernels are rendered once per change, ETag included: a client's cached
+    # copy is answered 304 until the next change.
+    after = etag(server, f"{API}/kernels")
+    assert after != before
+    assert server.request("GET", f"{API}/kernels", headers={"If-None-Match": before}).status == 200
+    assert server.request("GET", f"{API}/kernels", headers={"If-None-Match": after}).status == 304
+    pool_tag = etag(server, f"{API}/pool")
+    assert server.request("GET", f"{API}/pool", headers={"If-None-Match": pool_tag}).status == 304
     record = node.ledger.get(kernel_id)
     assert record is not None and record.memory == 12 * GiB
 

@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -364,4 +365,57 @@ def test_a_bounded_lock_times_out_and_its_abandoned_waiter_lets_go(tmp_path: Pat
             assert time.monotonic() < deadline
     unlock(fresh)
     os.close(fresh)
+    os.close(holder)
+
+
+def contended_lock(lock_path: Path, holder: int) -> None:
+    """Take the lock on a fresh descriptor while ``holder`` has it, until a timer lets go."""
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    waiter = os.open(lock_path, os.O_RDWR)
+    letting_go = threading.Timer(0.05, fcntl.flock, (holder, fcntl.LOCK_UN))
+    letting_go.start()
+    try:
+        lock_exclusive(waiter, 10)
+    finally:
+        letting_go.join()
+    unlock(waiter)
+    os.close(waiter)
+
+
+def test_contended_locks_are_waited_for_by_helpers_that_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several writing processes meet a held lock on nearly every write: starting a thread for
+    each wait cost more than the write (issue 24)."""
+    lock_path = tmp_path / "lock"
+    holder = os.open(lock_path, os.O_RDWR | os.O_CREAT)
+    contended_lock(lock_path, holder)  # at least one helper exists now
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counting(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counting)
+    for _ in range(10):
+        contended_lock(lock_path, holder)
+    assert "gpushare-ledger-lock" not in started
+    os.close(holder)
+
+
+def test_a_forked_child_waits_with_helpers_of_its_own(tmp_path: Path) -> None:
+    """The parent's kept helpers do not exist in a forked child: it must start its own."""
+    lock_path = tmp_path / "lock"
+    holder = os.open(lock_path, os.O_RDWR | os.O_CREAT)
+    contended_lock(lock_path, holder)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's exit status is the assertion
+        try:
+            contended_lock(lock_path, os.open(lock_path, os.O_RDWR))
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's contended lock timed out"
     os.close(holder)
