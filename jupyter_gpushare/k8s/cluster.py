@@ -11,6 +11,7 @@ else the in-cluster service account, else the kubeconfig (``$KUBECONFIG`` or ``~
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from collections.abc import Callable
@@ -340,9 +341,11 @@ class Cluster:
         )
 
 
-def event_time(event: dict[str, Any]) -> str:
-    """When an event last happened (ISO text sorts by time); old and new event APIs differ."""
-    return str(
+def event_time(event: dict[str, Any]) -> datetime.datetime:
+    """When an event last happened. The old and new event APIs differ in where they say it, and
+    in precision: kubelet's events are to the second (``…:05Z``), the scheduler's (events.k8s.io)
+    to the microsecond (``…:05.250000Z``), and as text the two do not sort by time."""
+    text = str(
         event.get("lastTimestamp")
         or (event.get("series") or {}).get("lastObservedTime")
         or event.get("eventTime")
@@ -350,3 +353,10 @@ def event_time(event: dict[str, Any]) -> str:
         or (event.get("metadata") or {}).get("creationTimestamp")
         or ""
     )
+    try:
+        return datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return NO_TIME
+
+
+NO_TIME = datetime.datetime.min.replace(tzinfo=datetime.UTC)  # an event that says no time: first

@@ -101,3 +101,16 @@ def test_what_an_unschedulable_pod_asked_for() -> None:
     }
     assert describe_limits(pod) == "asked for nvidia.com/gpu=1, gpu-memory=6144"
     assert describe_limits({"spec": {"containers": [{"name": "kernel"}]}}) == "asked for no GPU"
+
+
+def test_events_of_both_apis_sort_by_time_whatever_their_precision() -> None:
+    """kube-scheduler writes events.k8s.io events (eventTime, microseconds), kubelet core ones
+    (lastTimestamp, seconds): within one second, text order put the scheduler's after kubelet's."""
+    from jupyter_gpushare.k8s.cluster import event_time
+
+    scheduled = {"reason": "Scheduled", "eventTime": "2026-01-01T00:00:05.250000Z", "lastTimestamp": None}
+    pulled = {"reason": "Pulled", "lastTimestamp": "2026-01-01T00:00:06Z"}
+    backoff = {"reason": "BackOff", "lastTimestamp": "2026-01-01T00:00:05Z"}
+    undated = {"reason": "Unknown"}
+    ordered = sorted([pulled, scheduled, backoff, undated], key=event_time)
+    assert [event["reason"] for event in ordered] == ["Unknown", "BackOff", "Scheduled", "Pulled"]
