@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # A simulated pool when the machine has no NVIDIA GPU (override: make demo SIMULATE=1xT4-16GB).
 SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
 
-.PHONY: demo test install install-test lint bench docs
+.PHONY: demo test install install-test lint bench docs controlplane controlplane-newest cluster cluster-newest test-newest
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,8 +51,30 @@ docs: $(DOCS_STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs build/docs/html
 	@echo "The documentation: build/docs/html/index.html"
 
-test: lint docs
+test: lint docs controlplane
 	$(BIN)/pytest
+
+# The test cluster's control plane: Kubernetes' own kube-apiserver, kube-scheduler and
+# kube-controller-manager in one Go program (tests/cluster/controlplane), built once per version
+# and source into build/cluster/bin. Needs Go; a cold build takes minutes (docs/development.md).
+controlplane:
+	$(PYTHON) tests/cluster/build.py --kubernetes oldest
+
+# The newest Kubernetes served (a newer Go toolchain, fetched by Go itself, where it needs one).
+controlplane-newest:
+	$(PYTHON) tests/cluster/build.py --kubernetes newest
+
+# The test cluster in the foreground: four simulated 80 GiB GPU nodes, the admin's kubeconfig in
+# build/cluster/kubeconfig; Ctrl-C stops it. Options: make cluster CLUSTER_ARGS="--nodes hami".
+cluster: install controlplane
+	$(BIN)/python -m tests.cluster $(CLUSTER_ARGS)
+
+cluster-newest: install controlplane-newest
+	$(BIN)/python -m tests.cluster --kubernetes newest $(CLUSTER_ARGS)
+
+# The cluster tests against the newest Kubernetes served.
+test-newest: install-test controlplane-newest
+	KUBE_TESTCLUSTER=$$($(PYTHON) tests/cluster/build.py --kubernetes newest) $(BIN)/pytest tests/integration/test_cluster.py tests/integration/test_kubernetes.py tests/integration/test_kubernetes_dra.py
 
 bench: install
 	$(BIN)/pip install --quiet -e '.[bench]'
