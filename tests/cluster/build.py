@@ -10,9 +10,9 @@ GOCACHE``); a cold build downloads the modules and compiles Kubernetes (docs/dev
 says how long that takes).
 
 Each Kubernetes version has its module file in controlplane/: ``go.mod`` pins the oldest we
-support (what ``make test`` runs), ``go.newest.mod`` the newest served; the Go sources are the
-same. A version whose go.mod needs a newer Go than the installed one is built with the
-toolchain :data:`TOOLCHAIN` names (Go downloads it through the module proxy once).
+support (what ``make test`` runs: 1.34, Go 1.24 or newer), ``go.newest.mod`` the newest served
+(1.37, Go 1.26); the Go sources are the same. ``go`` runs with ``GOTOOLCHAIN=auto``: an installed
+Go older than a module file asks for fetches that toolchain through the module proxy, once.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parents[2]
 SOURCE = Path(__file__).resolve().parent / "controlplane"
 BINARIES = REPOSITORY / "build" / "cluster" / "bin"
-# The Go toolchain for versions whose go.mod asks for a newer Go than the installed one.
-TOOLCHAIN = "go1.27.3"
 
 
 @dataclass(frozen=True)
@@ -69,12 +67,10 @@ class Version:
 VERSIONS = {"oldest": Version("oldest", "go.mod"), "newest": Version("newest", "go.newest.mod")}
 
 
-def go_environment(version: Version) -> dict[str, str]:
-    """The environment ``go`` runs in: the toolchain the version needs, nothing else changed."""
-    env = dict(os.environ)
-    if version.name == "newest":
-        env["GOTOOLCHAIN"] = TOOLCHAIN
-    return env
+def go_environment() -> dict[str, str]:
+    """The environment ``go`` runs in: the toolchain a module file needs (a newer one fetched
+    when the installed Go is older; ``local``, some installations' default, would refuse)."""
+    return {**os.environ, "GOTOOLCHAIN": "auto"}
 
 
 def build(version: Version, log: object = sys.stderr) -> Path:
@@ -106,7 +102,7 @@ def build(version: Version, log: object = sys.stderr) -> Path:
     command += ["-o", str(partial), "."]
     print(f"building the control plane for Kubernetes {version.kubernetes} (cold: minutes)…", file=log)
     started = time.monotonic()
-    subprocess.run(command, cwd=SOURCE, env=go_environment(version), check=True)
+    subprocess.run(command, cwd=SOURCE, env=go_environment(), check=True)
     partial.rename(target)
     for stale in BINARIES.glob(f"kube-testcluster-{version.kubernetes}-*"):
         if stale != target:

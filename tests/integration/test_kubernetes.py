@@ -345,7 +345,8 @@ async def test_an_unschedulable_kernel_fails_with_the_schedulers_reason(
     preemption = "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
     assert f"(asked for nvidia.com/gpu=1, nvidia.com/gpumem=204800): {first}" in message
     assert message.endswith(preemption)
-    assert any(state.startswith(f"pending: {first}") and state.endswith(preemption) for state in states), states
+    pending = [state for state in states if state.startswith(f"pending: {first}")]
+    assert pending and all(state.endswith(preemption) for state in pending), states
     assert "FailedScheduling" in caplog.text
     assert kernels.list_kernel_ids() == []
     await nothing_left(kube)
