@@ -342,9 +342,12 @@ class Cluster:
 
 
 def event_time(event: dict[str, Any]) -> datetime.datetime:
-    """When an event last happened. The old and new event APIs differ in where they say it, and
-    in precision: kubelet's events are to the second (``…:05Z``), the scheduler's (events.k8s.io)
-    to the microsecond (``…:05.250000Z``), and as text the two do not sort by time."""
+    """When an event last happened, to the second: a sort key under which events of one second
+    keep the API's order. The old and new event APIs differ in where they say it and in precision
+    — kubelet's events to the second (``…:05Z``), the scheduler's (events.k8s.io) to the
+    microsecond (``…:05.250000Z``) — so neither their text nor their exact times sort a
+    scheduler's event among kubelet's of the same second; the API lists events by name, which
+    both write as ``<pod>.<hex nanoseconds>``, in the order they happened."""
     text = str(
         event.get("lastTimestamp")
         or (event.get("series") or {}).get("lastObservedTime")
@@ -354,7 +357,7 @@ def event_time(event: dict[str, Any]) -> datetime.datetime:
         or ""
     )
     try:
-        return datetime.datetime.fromisoformat(text)
+        return datetime.datetime.fromisoformat(text).replace(microsecond=0)
     except ValueError:
         return NO_TIME
 

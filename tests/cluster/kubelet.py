@@ -27,13 +27,12 @@ import os
 import random
 import shutil
 import signal
-import sys
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .containers import container_process, image_id, pod_event
 from .dra_devices import claim_environment
 from .nodes import timestamp
 from .rest import EVENTS, PODS, RESOURCE_CLAIMS, SECRETS, ApiError, AsyncApi
@@ -42,11 +41,6 @@ from .volumes import secret_files, secret_writes, write_secret_volume
 PULL_BACKOFF_AFTER = 1.0  # seconds of ErrImagePull before kubelet says ImagePullBackOff
 MOUNT_RETRY = 0.5  # seconds between tries of a Secret volume that cannot be read yet
 MAX_GRACE = 5.0  # the most a deleted pod's processes get to end (its grace period, capped)
-
-
-def image_id(image: str) -> str:
-    """The image's ID as the container runtime reports it once pulled (a digest; made up here)."""
-    return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
 
 @dataclass
@@ -177,7 +171,7 @@ class Kubelet:
                 await self._finish(running, code, "Error", init=container["name"])
                 return
         main = spec["containers"][0]
-        command, env = self._rewrite(main, volumes, running, claims_env)
+        command, env = container_process(main, volumes, running.directory / "home", running.name, claims_env)
         running.log = running.directory / "kernel.log"
         self.logs[running.name] = self.log_paths[(running.namespace, running.name)] = running.log
         with open(running.log, "wb") as log:
@@ -264,44 +258,10 @@ class Kubelet:
             allocations.append(allocation)
         return claim_environment(allocations, self.devices)
 
-    def _rewrite(
-        self, container: dict[str, Any], volumes: dict[str, Path], running: Running, extra: Mapping[str, str]
-    ) -> tuple[list[str], dict[str, str]]:
-        """The container's command and environment with mount paths pointing at the volumes."""
-        mounts = sorted(
-            ((mount["mountPath"], volumes[mount["name"]]) for mount in container.get("volumeMounts") or []),
-            key=lambda pair: -len(pair[0]),
-        )
-
-        def local(text: str) -> str:
-            for path, directory in mounts:
-                text = text.replace(path, str(directory))
-            return text
-
-        home = running.directory / "home"
-        env = {
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin{os.pathsep}/bin",
-            "HOME": str(home),
-            "LANG": "C.UTF-8",
-            "PYTHONUNBUFFERED": "1",
-            "JUPYTER_PLATFORM_DIRS": "1",
-            "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
-            "JUPYTER_DATA_DIR": str(home / ".local/share/jupyter"),
-            "JUPYTER_RUNTIME_DIR": str(home / ".local/share/jupyter/runtime"),
-            "IPYTHONDIR": str(home / ".ipython"),
-            "HOSTNAME": running.name,
-            **extra,
-        }
-        for item in container.get("env") or []:
-            env[item["name"]] = local(str(item.get("value", "")))
-        # The image's entrypoint is taken to be empty: command, then args (KubeSpawner sets args).
-        argv = [*(container.get("command") or []), *(container.get("args") or [])]
-        return [local(part) for part in argv], env
-
     async def _run_to_end(
         self, container: dict[str, Any], volumes: dict[str, Path], running: Running, extra: Mapping[str, str]
     ) -> int:
-        command, env = self._rewrite(container, volumes, running, extra)
+        command, env = container_process(container, volumes, running.directory / "home", running.name, extra)
         process = await asyncio.create_subprocess_exec(*command, env=env, cwd=running.directory / "home")
         return await process.wait()
 
@@ -494,34 +454,8 @@ class Kubelet:
     async def _event(
         self, node: str, pod: dict[str, Any], reason: str, message: str, kind: str = "Normal"
     ) -> None:
-        """An event about ``pod`` from this node's kubelet (what ``kubectl describe`` shows)."""
-        metadata = pod["metadata"]
-        stamp = timestamp()
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{metadata['name']}.{uuid.uuid4().hex[:16]}",
-                "namespace": metadata["namespace"],
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": metadata["name"],
-                "namespace": metadata["namespace"],
-                "uid": metadata["uid"],
-            },
-            "reason": reason,
-            "message": message,
-            "type": kind,
-            "count": 1,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "source": {"component": "kubelet", "host": node},
-            "reportingComponent": "kubelet",
-            "reportingInstance": node,
-        }
-        await self.apis[node].create(EVENTS, event)
+        """An event about ``pod`` from this node's kubelet."""
+        await self.apis[node].create(EVENTS, pod_event(pod, reason, message, kind, "kubelet", node))
 
 
 def gone(error: ApiError) -> bool:
