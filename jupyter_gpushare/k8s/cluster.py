@@ -357,9 +357,11 @@ def event_time(event: dict[str, Any]) -> datetime.datetime:
         or ""
     )
     try:
-        return datetime.datetime.fromisoformat(text).replace(microsecond=0)
+        when = datetime.datetime.fromisoformat(text)
     except ValueError:
         return NO_TIME
+    # The API writes UTC with a Z; a time without a zone is taken as UTC, comparable with it.
+    return (when if when.tzinfo else when.replace(tzinfo=datetime.UTC)).replace(microsecond=0)
 
 
 NO_TIME = datetime.datetime.min.replace(tzinfo=datetime.UTC)  # an event that says no time: first

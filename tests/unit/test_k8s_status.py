@@ -119,6 +119,7 @@ def test_events_of_both_apis_sort_by_time_whatever_their_precision() -> None:
         {"metadata": {"name": "p.300"}, "reason": "BackOff", "lastTimestamp": "2026-01-01T00:00:05Z"},
         {"metadata": {"name": "p.050"}, "reason": "Pulled", "lastTimestamp": "2026-01-01T00:00:06Z"},
         {"reason": "Undated"},
+        {"reason": "Zoneless", "metadata": {"creationTimestamp": "2026-01-01T00:00:07"}},  # taken as UTC
     ]
     ordered = [event["reason"] for event in sorted(listed, key=event_time)]
-    assert ordered == ["Undated", "Failed", "FailedScheduling", "BackOff", "Pulled"]
+    assert ordered == ["Undated", "Failed", "FailedScheduling", "BackOff", "Pulled", "Zoneless"]
