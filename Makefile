@@ -66,10 +66,12 @@ controlplane-newest:
 
 # The test cluster in the foreground: four simulated 80 GiB GPU nodes, the admin's kubeconfig in
 # build/cluster/kubeconfig; Ctrl-C stops it. Options: make cluster CLUSTER_ARGS="--nodes hami".
-cluster: install controlplane
+cluster: $(BIN)/python controlplane
+	$(BIN)/pip install --quiet -e '.[lab,cluster]'
 	$(BIN)/python -m tests.cluster $(CLUSTER_ARGS)
 
-cluster-newest: install controlplane-newest
+cluster-newest: $(BIN)/python controlplane-newest
+	$(BIN)/pip install --quiet -e '.[lab,cluster]'
 	$(BIN)/python -m tests.cluster --kubernetes newest $(CLUSTER_ARGS)
 
 # The cluster tests against the newest Kubernetes served.

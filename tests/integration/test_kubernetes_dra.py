@@ -273,9 +273,9 @@ async def test_fallbacks_give_a_mig_device_else_an_mps_share_and_say_which(nvidi
     """firstAvailable is honoured per node: where the MIG node is the only one, two kernels get
     its 1g.10gb devices; once they are taken, the third falls back to an MPS share elsewhere.
 
-    The order does not reach across nodes: kube-scheduler 1.34 does not score nodes by which
-    entry they satisfy, so with every node open the first kernels may well get MPS shares while
-    MIG devices sit free (docs/dra.md, "Fallbacks"). Hence the cordon."""
+    The order does not reach across nodes on 1.34: its kube-scheduler does not score nodes by
+    which entry they satisfy (1.37's does), so with every node open the first kernels may well
+    get MPS shares while MIG devices sit free (docs/dra.md, "Fallbacks"). Hence the cordon."""
     kernels = manager("nvidia-dra", dra_fallbacks=["mig", "mps", "exclusive"])
     others = ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
     cordon(nvidia, others)
