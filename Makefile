@@ -4,6 +4,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # A simulated pool when the machine has no NVIDIA GPU (override: make demo SIMULATE=1xT4-16GB).
 SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
+# make demo PORT=8890 serves on another port (JupyterLab moves on to the next free one when it is
+# taken); HEADLESS=1 opens no browser (a machine without a desktop, or over SSH: open the URL it
+# prints, with its token).
+PORT ?= 8888
+HEADLESS ?=
 
 .PHONY: demo test install install-test lint bench docs controlplane controlplane-newest cluster cluster-newest test-newest
 
@@ -24,7 +29,8 @@ install-test: $(BIN)/python
 
 demo: install
 	$(BIN)/jupyter gpushare kernelspec install --sys-prefix
-	JUPYTER_GPUSHARE_SIMULATE=$(SIMULATE) $(BIN)/jupyter lab --notebook-dir=examples $(if $(filter 0,$(shell id -u)),--allow-root)
+	JUPYTER_GPUSHARE_SIMULATE=$(SIMULATE) $(BIN)/jupyter lab --notebook-dir=examples --port=$(PORT) \
+		$(if $(HEADLESS),--no-browser) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lint: install-test labextension/node_modules
 	$(BIN)/ruff check jupyter_gpushare tests benchmarks docs

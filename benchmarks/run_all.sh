@@ -5,8 +5,9 @@
 #   benchmarks/run_all.sh --quick    # CI-sized runs (each < 60 s)
 #
 # PYTHON overrides the interpreter (default: .venv/bin/python, else python3).
-# The packing chart is regenerated at docs/packing.png. Exit status is non-zero if a benchmark
-# fails to run; a missed goal is reported in the output, not as a failure.
+# The packing and replay charts are regenerated at docs/packing.png and docs/replay.png. Exit
+# status is non-zero if a benchmark fails to run; a missed goal is reported in the output, not as
+# a failure.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,5 +43,6 @@ run benchmarks/api_latency.py "${quick[@]}"
 run benchmarks/sampler.py "${quick[@]}"
 run benchmarks/broker_start.py "${quick[@]}"
 run benchmarks/broker_cluster.py "${quick[@]}"
+run benchmarks/replay.py "${quick[@]}" --plot docs/replay.png
 echo | tee -a "$out"
 echo "written to $out" >&2

@@ -19,8 +19,10 @@ c.GPUShare.max_memory_per_user = "48G"
 c.GPUShare.when_full = "queue"
 c.GPUShare.queue_timeout = 600
 
-# Every server on this node that points here shares one accounting of the cards.
-c.GPUShare.ledger_path = "/var/lib/jupyter-gpushare/ledger.sqlite"
+# Every server on this node that points here shares one accounting of the cards: a ledger shared
+# through a group (docs/admins/team-box.md, "With one shared ledger file"). With the GPU broker,
+# set c.GPUShare.broker_url instead and put the limits above in the broker's configuration.
+c.GPUShare.ledger_path = "/var/lib/gpushare-team/ledger.sqlite"
 
 # Hard limits need the node's help: a running MPS daemon, or HAMi-core's library.
 # c.GPUShare.mps_pipe_directory = "/tmp/nvidia-mps"

@@ -8,14 +8,30 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-KERNEL = {"name": "python3-gpu-4g", "display_name": "Python 3 (GPU 4G)", "language": "python"}
+# "Python 3 (GPU)": the kernelspec `make demo` and Binder install (`jupyter gpushare kernelspec
+# install`); JupyterLab asks for its size when the notebook opens.
+KERNEL = {"name": "python3-gpu", "display_name": "Python 3 (GPU)", "language": "python"}
+
+# PyTorch is large (the CUDA build is gigabytes): `make demo` leaves it out, and the PyTorch
+# notebook installs it into its kernel's environment the first time it runs, if it is missing.
+TORCH_IF_MISSING = """# PyTorch is not part of `make demo` (it is large): installed here, once, if it is missing.
+import importlib.util
+import shutil
+
+if importlib.util.find_spec("torch") is None:
+    # The CPU build (about 200 MB) where there is no NVIDIA GPU, else the CUDA build.
+    index = "" if shutil.which("nvidia-smi") else "--index-url https://download.pytorch.org/whl/cpu"
+    %pip install --quiet torch {index}"""
 
 NOTEBOOKS = {
     "01-choose-a-size.ipynb": [
         new_markdown_cell(
-            "# Choosing a GPU size\n\nThis notebook runs on the **Python 3 (GPU 4G)** kernel: a 4 GiB "
-            "slice of a shared card. Pick another size in the kernel menu (2G, 8G, 16G, whole card), or "
-            "change it from here with `%gpu` — no restart needed unless JAX or TensorFlow are imported.\n\n"
+            "# Choosing a GPU size\n\nThis notebook runs on the **Python 3 (GPU)** kernel. When it "
+            "opened, JupyterLab asked for the size of its GPU slice (2G, 4G, 8G, 16G, a whole card or "
+            "a size of your own), showing which sizes fit now and where; run under nbclient or "
+            "papermill, it gets `GPUShare.default_memory` (4G). Change the size from here with "
+            "`%gpu resize` — no restart needed unless JAX or TensorFlow are imported — or pick "
+            "another one at the next start (*Kernel › Change Kernel…*).\n\n"
             "The documentation: [docs/index.md](../../docs/index.md) in this repository (the site: `make docs`)."
         ),
         new_code_cell("%gpu"),
@@ -48,8 +64,11 @@ NOTEBOOKS = {
         new_markdown_cell(
             "# A PyTorch training loop under the cap\n\nWhen `torch` is imported in a gpushare kernel, it is "
             "capped to the slice (`torch.cuda.set_per_process_memory_fraction`). On a machine without a "
-            "GPU (or on a simulated pool) the same loop runs on the CPU."
+            "GPU (or on a simulated pool) the same loop runs on the CPU.\n\n"
+            "`make demo` does not install PyTorch; the first cell installs it into this kernel's "
+            "environment if it is missing (once; restart the kernel afterwards if it says so)."
         ),
+        new_code_cell(TORCH_IF_MISSING),
         new_code_cell(
             "import torch\n"
             "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
@@ -74,7 +93,8 @@ NOTEBOOKS = {
         new_markdown_cell(
             "# When a kernel outgrows its slice\n\nOn a simulated pool a kernel can declare its use, which "
             "drives the same warnings real NVML measurements do. Above 90% of the slice you get a warning; "
-            "above 100% the server's `over_limit_action` (warn, interrupt or kill) applies."
+            "above 100% the server's `over_limit_action` (warn, interrupt or kill) applies. The cells "
+            "below assume a 4G slice: pick 4G when JupyterLab asks."
         ),
         new_code_cell(
             "from jupyter_gpushare import kernel as gpu\n"
@@ -91,6 +111,8 @@ NOTEBOOKS = {
 def write(directory: Path) -> list[Path]:
     written = []
     for name, cells in NOTEBOOKS.items():
+        for index, cell in enumerate(cells):
+            cell.id = f"{name.split('-')[0]}-{index}"  # stable: a rewrite changes only what changed
         notebook = new_notebook(cells=cells, metadata={"kernelspec": KERNEL})
         path = directory / name
         nbformat.write(notebook, path)

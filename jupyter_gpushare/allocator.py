@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .devices import Device
-from .sizes import ACCEPTED_FORMS, Size, format_bytes
+from .queue_order import FIFO, QueueRule
+from .sizes import Size, format_bytes
 
 # How a mode uses a device: many slices sharing its memory, the whole card, or one MIG instance.
 PlacementKind = Literal["shared", "exclusive", "mig"]
@@ -44,12 +45,13 @@ class Held:
 
 @dataclass(frozen=True)
 class Policy:
-    """The admin's limits (SPEC §4)."""
+    """The admin's limits (SPEC §4), and who of the waiting requests goes first."""
 
     overcommit: float = 1.0
     max_memory_per_kernel: int | None = None
     max_memory_per_user: int | None = None
     min_memory: int = 0  # bytes: no slice smaller (a share of a small card can be)
+    queue: QueueRule = FIFO
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def _larger_than_the_pool(request: Request, devices: Sequence[Device]) -> Refusa
         return None
     return Refusal(
         f"{request.size} is larger than any GPU in the pool "
-        f"(largest: {format_bytes(largest.memory_total)} on {largest.label}); {ACCEPTED_FORMS}",
+        f"(largest: {format_bytes(largest.memory_total)} on {largest.label})",
         retry=False,
         code=TOO_LARGE,
     )

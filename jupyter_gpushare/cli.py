@@ -11,6 +11,7 @@ from typing import Any
 
 from . import __version__
 from .backends import backend_for
+from .broker.settings import BROKER_CONFIG_DIR
 from .config import load_settings
 from .errors import BackendUnavailableError, GPUShareError
 from .inventory import SimulationSpecError
@@ -19,6 +20,7 @@ from .kernelspec import install_kernelspecs
 from .modes import MODES
 from .payloads import KernelPayload, PoolPayload, StatusPayload
 from .sizes import SizeError, format_bytes, parse_size
+from .usage_report import ReportError, as_csv, as_table, check_by, parse_since
 
 
 class CommandError(Exception):
@@ -38,6 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="pool, slices and queue from the node ledger (releases dead kernels' slices first)"
     )
     status.add_argument("--json", action="store_true", help='print {"pool": ..., "kernels": [...]}')
+
+    usage = commands.add_parser(
+        "report",
+        help="what kernels reserved and used (GiB·hours), their busy, idle and suspended hours and "
+        "queue waits: yours, or every user's for a broker's admin",
+    )
+    usage.add_argument("--since", default="7d", help="how far back: 7d (default), 24h, 90m, 2w")
+    usage.add_argument("--by", default="user", help="user (default), group (JupyterHub groups) or kernel")
+    usage.add_argument("--format", default="table", help="table (default), csv or json")
 
     render = commands.add_parser(
         "render-pod",
@@ -91,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument(
         "--backend", choices=["local", "kubernetes"], help="what it holds (default: GPUShare.backend)"
     )
+    broker.add_argument(
+        "--config-dir",
+        metavar="DIR",
+        default=BROKER_CONFIG_DIR,
+        help="its own configuration: jupyter_server_config.py (or .json) with the GPUShare limits and "
+        f"GPUShareBroker settings, read before the Jupyter config path (default: {BROKER_CONFIG_DIR})",
+    )
 
     kernelspec = commands.add_parser("kernelspec", help="manage gpushare kernelspecs")
     kernelspec_commands = kernelspec.add_subparsers(dest="kernelspec_command", metavar="ACTION")
@@ -117,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if arguments.command == "status":
             return _status(arguments.json)
+        if arguments.command == "report":
+            return _report(arguments.since, arguments.by, arguments.format)
         if arguments.command == "kernelspec":
             return _install(arguments)
         if arguments.command == "render-pod":
@@ -145,15 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _broker(arguments: argparse.Namespace) -> int:
     from .broker.app import run
-    from .broker.settings import load_broker_settings
+    from .broker.settings import load_broker_configuration
 
-    settings = load_settings()
-    if arguments.backend:
-        settings.backend = arguments.backend
-    run(
-        settings,
-        load_broker_settings({"socket": arguments.socket, "ip": arguments.ip, "port": arguments.port}),
-    )
+    flags = {"socket": arguments.socket, "ip": arguments.ip, "port": arguments.port}
+    run(load_broker_configuration(arguments.config_dir, flags, arguments.backend))
     return 0
 
 
@@ -168,6 +183,25 @@ def _status(as_json: bool) -> int:
         return 0
     print(_format_status(status["pool"], status["kernels"], backend.location()))
     return 0
+
+
+def _report(since: str, by: str, form: str) -> int:
+    # Every flag is checked before the pool is opened: a bad one is one sentence, exit status 2.
+    try:
+        seconds, by = parse_since(since), check_by(by)
+    except ReportError as error:
+        raise CommandError(f"--{error}") from None
+    if form not in REPORT_FORMATS:
+        raise CommandError(f"--format takes one of {', '.join(REPORT_FORMATS)}, not {form!r}")
+    payload = backend_for(load_settings()).usage(seconds, by)
+    if form == "json":
+        print(json.dumps(payload, indent=2))
+    else:
+        print(as_csv(payload) if form == "csv" else as_table(payload))
+    return 0
+
+
+REPORT_FORMATS = ("table", "csv", "json")
 
 
 def _format_status(pool: PoolPayload, kernels: list[KernelPayload], location: str) -> str:
@@ -206,6 +240,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     from .k8s.build import DEFAULT_ARGV, cluster_facts, kernel_claim, kernel_pod
+    from .k8s.claims import whole_card_warning
     from .slice_request import make_slice_request
 
     settings = load_settings()
@@ -249,6 +284,10 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     print("# The connection file and token are mounted from a Secret of the same name + -conn.")
     if claim is not None:
         print("# The ResourceClaim below is created with the pod and owned by it (its uid then).")
+        whole = None if request.size.is_whole else whole_card_warning(claim["spec"], request.mode.name)
+        if whole:
+            print(f"jupyter gpushare: warning: {whole}", file=sys.stderr)
+            print(f"# Warning: {whole}")
     print(yaml.safe_dump(pod, sort_keys=False), end="")
     if claim is not None:
         print("---")

@@ -24,6 +24,18 @@ def forget_pending_kernel(multi_kernel_manager: Any, kernel_id: str) -> None:
         pending.pop(kernel_id, None)
 
 
+def pending_kernel_starts(multi_kernel_manager: Any) -> dict[str, Any]:
+    """A multi-kernel manager's starts in flight, by kernel id (their tasks).
+
+    jupyter_client (checked: 8.10.0) keeps them in ``MultiKernelManager._pending_kernels`` and
+    ``list_kernel_ids()`` leaves them out; jupyter_server's ``shutdown_all`` then asks to shut
+    each down and fails with 404 for it ("Kernel does not exist"), leaving the start to finish
+    after the shutdown. A copy; empty where the attribute is missing (another manager).
+    """
+    pending = getattr(multi_kernel_manager, "_pending_kernels", None)
+    return dict(pending) if isinstance(pending, dict) else {}
+
+
 def open_kernel_websockets() -> dict[str, Any]:
     """jupyter_server's open kernel websockets, by ``"<kernel id>:<session>"``.
 

@@ -121,6 +121,13 @@ class ResumeError(GPUShareError):
     status = 409
 
 
+class NoAccountingError(GPUShareError):
+    """This backend keeps no accounting (what kernels reserved and used): the node ledger does,
+    on the local backend and through its broker."""
+
+    status = 501
+
+
 class BackendUnavailableError(GPUShareError):
     """What holds the pool (the cluster's API, the server a kernel pod reports to) cannot be
     reached or refused; the message says which and why."""

@@ -83,6 +83,17 @@ class KernelPayload(TypedDict):
     pod: NotRequired[str | None]
     node: NotRequired[str | None]
     detail: NotRequired[str | None]
+    # This server's kernel that no session refers to and no client uses (shut down after
+    # GPUShare.unused_kernel_timeout).
+    unused: NotRequired[bool]
+    # A queued start: when it is expected to get its slice (seconds since the epoch), null when
+    # there is no history to tell (the local backend's estimate; absent elsewhere).
+    expected_start: NotRequired[float | None]
+    # Its cells, as the kernel reports them: since when it is idle (null while a cell runs), and
+    # what its idle timer will do when (GPUShare.idle_release_after, idle_action).
+    idle_since: NotRequired[float | None]
+    idle_action: NotRequired[Literal["suspend", "release"] | None]
+    idle_action_at: NotRequired[float | None]
 
 
 class StatusPayload(TypedDict):
@@ -92,4 +103,58 @@ class StatusPayload(TypedDict):
     kernels: list[KernelPayload]
 
 
-__all__ = ["DevicePayload", "KernelPayload", "MigPayload", "PoolPayload", "QueuePayload", "StatusPayload"]
+class UsageRowPayload(TypedDict):
+    """One row of ``GET usage``: a user's, a group's or a kernel's figures over the period."""
+
+    key: str
+    label: str
+    kernels: int
+    reserved_gib_hours: float
+    used_gib_hours: float
+    used_share: float | None  # used / reserved; null when nothing was reserved
+    busy_hours: float  # holding a slice while a cell ran
+    idle_hours: float  # holding a slice with no cell running
+    suspended_hours: float
+    queue_wait_hours: float  # every request's time in the queue
+    starts: int  # slices placed (resumes included)
+    mean_start_wait_seconds: float | None
+    suspends: int
+    resumes: int
+
+
+class UserSeriesPayload(TypedDict):
+    user: str
+    reserved: list[int]  # mean bytes reserved in each step
+    used: list[int]  # mean bytes used in each step
+
+
+class UsageSeriesPayload(TypedDict):
+    start: float  # seconds since the epoch of the first step
+    step: float  # seconds per point
+    users: list[UserSeriesPayload]
+
+
+class UsagePayload(TypedDict):
+    """``GET usage`` and ``jupyter gpushare report --format json``."""
+
+    since: float
+    until: float
+    by: Literal["user", "group", "kernel"]
+    scope: Literal["self", "everyone"]  # a user sees themself; an admin everyone
+    rows: list[UsageRowPayload]
+    total: UsageRowPayload
+    series: UsageSeriesPayload
+
+
+__all__ = [
+    "DevicePayload",
+    "KernelPayload",
+    "MigPayload",
+    "PoolPayload",
+    "QueuePayload",
+    "StatusPayload",
+    "UsagePayload",
+    "UsageRowPayload",
+    "UsageSeriesPayload",
+    "UserSeriesPayload",
+]

@@ -10,7 +10,7 @@ start it leads to agree. The Kubernetes backend's counterpart is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +27,7 @@ from .allocator import (
 )
 from .devices import Device
 from .sizes import format_bytes
+from .wait_estimate import describe
 
 # now: it would start at once; queue: it would wait (position given); full: no room now and this
 # server does not queue (``when_full = "fail"``); never: waiting cannot help.
@@ -45,6 +46,9 @@ class Preview:
     free: int | None = None  # bytes free there now
     memory: int | None = None  # bytes it would hold there
     queue_position: int | None = None
+    # A start that would wait: when it is expected to be placed (seconds since the epoch; None
+    # where nothing is known). Only the local backend estimates it.
+    expected_start: float | None = None
 
     def as_json(self, size: str) -> dict[str, Any]:
         """One entry of ``GET fit`` (the ``Fit`` schema of openapi.yaml)."""
@@ -58,6 +62,7 @@ class Preview:
             "free": self.free,
             "memory_request": self.memory,
             "queue_position": self.queue_position,
+            "expected_start": self.expected_start,
         }
 
 
@@ -66,11 +71,22 @@ def never(reason: str, summary: str | None = None) -> Preview:
     return Preview("never", summary or reason, reason)
 
 
-def waiting(position: int, reason: str, when_full: str) -> Preview:
-    """A start that finds no room now: queued at ``position``, or refused where nothing queues."""
+# When a start that would wait is expected to be placed, and the time now (the local backend's
+# estimate, asked for only when the start would wait).
+Estimate = Callable[[], tuple[float | None, float]]
+
+
+def waiting(position: int, reason: str, when_full: str, estimate: Estimate | None = None) -> Preview:
+    """A start that finds no room now: queued at ``position`` (with how long it is expected to
+    wait, where ``estimate`` says), or refused where nothing queues."""
     if when_full == "fail":
         return Preview("full", "no room now", reason)
-    return Preview("queue", f"queue position {position}", reason, queue_position=position)
+    summary = f"queue position {position}"
+    expected = None
+    if estimate is not None:
+        expected, now = estimate()
+        summary += f", wait {describe(None if expected is None else expected - now)}"
+    return Preview("queue", summary, reason, queue_position=position, expected_start=expected)
 
 
 def preview_start(
@@ -80,17 +96,23 @@ def preview_start(
     queued_ahead: int,
     policy: Policy,
     when_full: str = "queue",
+    *,
+    why_ahead: str | None = None,
+    estimate: Estimate | None = None,
 ) -> Preview:
     """What starting ``request`` would do now.
 
-    ``queued_ahead`` is the number of live requests already queued: the queue is strictly first
-    in, first out, so a request that would fit still waits behind them.
+    ``queued_ahead`` is the number of live requests that would be served before it (all those
+    queued under first in, first out; under fair share, ``why_ahead`` says why those): the queue
+    is head-of-line, so a request that would fit still waits behind them. ``estimate``: when a
+    start that would wait is expected to be placed (see :func:`waiting`).
     """
     outcome = fit(request, devices, held, policy)
     if isinstance(outcome, Placement):
         if queued_ahead:
             plural = "s" if queued_ahead > 1 else ""
-            return waiting(queued_ahead + 1, f"behind {queued_ahead} earlier GPU request{plural}", when_full)
+            why = why_ahead or f"behind {queued_ahead} earlier GPU request{plural}"
+            return waiting(queued_ahead + 1, why, when_full, estimate)
         device = next(d for d in devices if d.uuid == outcome.device_uuid)
         free = free_memory(device, held, policy.overcommit)
         where = device.label
@@ -106,7 +128,9 @@ def preview_start(
             memory=outcome.memory,
         )
     if outcome.retry:
-        return waiting(queued_ahead + 1, outcome.reason, when_full)
+        # Under fair share, why it stands where it stands comes first; then why it waits at all.
+        reason = f"{why_ahead}; {outcome.reason}" if why_ahead and queued_ahead else outcome.reason
+        return waiting(queued_ahead + 1, reason, when_full, estimate)
     return never(outcome.reason, _never_summary(outcome.code, request.owner, held, policy))
 
 

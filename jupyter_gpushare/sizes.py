@@ -47,12 +47,14 @@ _SURROUNDING = " \t\n\r\f\v"
 
 
 class SizeError(ValueError):
-    """A size a person typed that we cannot read; the message lists the accepted forms."""
+    """A size a person typed that we cannot take. Where its form is what is wrong (no number,
+    an unknown unit, a space inside) the message lists the accepted forms; where the form was
+    fine (zero, negative, a share above 100%) the problem says the range on its own."""
 
-    def __init__(self, text: object, problem: str) -> None:
+    def __init__(self, text: object, problem: str, *, forms: bool = True) -> None:
         self.text = text
         self.problem = problem
-        super().__init__(f"{problem}; {ACCEPTED_FORMS}")
+        super().__init__(f"{problem}; {ACCEPTED_FORMS}" if forms else problem)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def parse_size(value: object) -> Size:
         raise SizeError(value, f"a GPU size must be text or a whole number of MiB, not {value!r}")
     if isinstance(value, int):
         if value <= 0:
-            raise SizeError(value, f"GPU size {value} must be more than zero")
+            raise SizeError(value, f"GPU size {value} must be more than zero", forms=False)
         return Size("bytes", Decimal(value * MiB), f"{value}M")
     text = value.strip(_SURROUNDING)
     if not text:
@@ -108,7 +110,7 @@ def parse_size(value: object) -> Size:
     if text.lower() == "whole":
         return Size("whole", Decimal(1), "whole")
     if text.startswith("-"):
-        raise SizeError(value, f"GPU size {text!r} must be more than zero")
+        raise SizeError(value, f"GPU size {text!r} must be more than zero", forms=False)
 
     if any(character.isspace() for character in text):
         raise SizeError(value, f"GPU size {text!r} has a space inside; write it without, e.g. 4G")
@@ -118,7 +120,7 @@ def parse_size(value: object) -> Size:
     if percent:
         share = _decimal(percent["number"], value)
         if share < MIN_PERCENT or share > 100:
-            raise SizeError(value, f"GPU share {text!r} must be from {MIN_PERCENT}% to 100%")
+            raise SizeError(value, f"GPU share {text!r} must be from {MIN_PERCENT}% to 100%", forms=False)
         return Size("percent", share, text)
 
     amount = _AMOUNT.fullmatch(text)
@@ -135,7 +137,7 @@ def parse_size(value: object) -> Size:
     else:
         raise SizeError(value, f"unknown unit {amount['unit']!r} in GPU size {text!r}")
     if number * scale <= 0:
-        raise SizeError(value, f"GPU size {text!r} must be more than zero")
+        raise SizeError(value, f"GPU size {text!r} must be more than zero", forms=False)
     # Whole MiB, rounded up: never less than asked, and what every cap and resource counts in.
     size_bytes = to_mib(int((number * scale).to_integral_value(rounding=ROUND_CEILING))) * MiB
     return Size("bytes", Decimal(size_bytes), text)

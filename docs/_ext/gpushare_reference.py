@@ -5,7 +5,8 @@ Moving a module means changing an import path in a page, never rewriting its tex
 
 * ``gpushare-configurables`` — every configurable class of the package (found by walking its
   modules, so a new one appears by itself), each with its traits through autodoc-traits.
-* ``gpushare-metrics`` — the Prometheus series the collector declares.
+* ``gpushare-metrics [MODULE:NAME]`` — the Prometheus series the collector declares (its gauges,
+  or the definitions named, e.g. its counters).
 * ``gpushare-presets`` — the resource names of every Kubernetes preset.
 * ``gpushare-literal MODULE:NAME`` — a string constant shown as a literal block (the ``%gpu``
   usage text, the accepted size forms).
@@ -106,7 +107,8 @@ class MetricsDirective(SphinxDirective):
         rows = [
             [nodes.literal(text=m.name), nodes.Text(m.documentation), _literals(m.labels)] for m in metrics
         ]
-        return [_table(["series (gauge)", "meaning", "labels"], rows)]
+        kinds = sorted({getattr(m, "kind", "gauge") for m in metrics})
+        return [_table([f"series ({', '.join(kinds)})", "meaning", "labels"], rows)]
 
 
 class PresetsDirective(SphinxDirective):

@@ -5,10 +5,10 @@ from jupyter_gpushare.hub import budget_environment, budget_from_form, budget_op
 c = get_config()  # type: ignore[name-defined]  # noqa: F821
 
 BUDGETS = ["4G", "8G", "16G", "32G"]
-# One ledger for the node, shared through a group: `chgrp gpu-users /var/lib/jupyter-gpushare;
-# chmod 2770 /var/lib/jupyter-gpushare; touch ledger.sqlite; chmod 660 ledger.sqlite`. Users see
-# only their own kernels in detail; others' slices appear as reserved memory.
-LEDGER = "/var/lib/jupyter-gpushare/ledger.sqlite"
+# One ledger for the node, shared through the group gpu-users as docs/admins/team-box.md sets it
+# up ("With one shared ledger file"). Users see only their own kernels in detail; others' slices
+# appear as reserved memory.
+LEDGER = "/var/lib/gpushare-team/ledger.sqlite"
 
 c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"
 c.Spawner.options_form = budget_options_form(BUDGETS, default="8G")

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from ..config import GPUShare
 from ..devices import Device
-from ..payloads import KernelPayload, PoolPayload
+from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from ..preview import Preview
 from ..records import ProcessIdentity, SliceRecord, UsageReport
 from ..slice_request import SliceRequest
@@ -123,6 +123,15 @@ class Backend(Protocol):
     def attach_server(self, hooks: ServerHooks) -> None:
         """A server in this process lends its hooks (see :class:`ServerHooks`)."""
 
+    def usage(self, since: float, by: str) -> UsagePayload:
+        """``GET usage``: what the caller's kernels (everyone's for an admin) reserved and used
+        over the last ``since`` seconds, by ``user``, ``group`` or ``kernel``; raises
+        ``NoAccountingError`` where no accounting is kept."""
+
+    def usage_totals(self) -> list[UsageRowPayload]:
+        """Each user's figures since accounting began (the caller's own unless an admin): the
+        Prometheus counters."""
+
 
 class NodeSlices(Backend, Protocol):
     """What local kernels' starts (the local provisioner) and the kernels themselves (``%gpu``)
@@ -174,6 +183,12 @@ class NodeSlices(Backend, Protocol):
 
     def simulated(self) -> bool:
         """Whether the pool is simulated (declared usage is allowed)."""
+
+    def note_activity(
+        self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str
+    ) -> None:
+        """A kernel's own report (``token`` proves it): a cell started (``busy``) or ended at
+        ``at``; what its idle timer does after ``idle_after`` seconds (``idle_action``)."""
 
 
 __all__ = ["Backend", "NodeSlices", "ServerHooks", "ServerKernels", "WaitCallback"]

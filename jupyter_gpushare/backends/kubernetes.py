@@ -63,6 +63,7 @@ from ..records import UsageReport
 from ..sizes import bytes_or_none
 from ..slice_request import SliceRequest, make_slice_request
 from ..views import slice_less_view
+from .accounts import WithoutAccounting
 from .base import ServerHooks, ServerKernels
 
 log = logging.getLogger("jupyter_gpushare")
@@ -91,7 +92,7 @@ class _Usage:
     version: int = 0
 
 
-class KubernetesBackend:
+class KubernetesBackend(WithoutAccounting):
     """The cluster as one process sees it (one per process and settings: :func:`kubernetes_backend`)."""
 
     name = "kubernetes"

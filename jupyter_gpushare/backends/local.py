@@ -50,6 +50,7 @@ from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_s
 from . import holding as holdings
 from . import local_checks, local_views
 from . import suspend as suspending
+from .accounts import Accounts, KeepsAccounts
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .holding import Holding
 from .monitor import UsageMonitor
@@ -68,8 +69,9 @@ class BackendKey:
     mps_pipe_directory: str
 
 
-class LocalBackend:
-    """Slices on this node for one process (a server, a console, an nbclient run)."""
+class LocalBackend(KeepsAccounts):
+    """Slices on this node for one process (a server, a console, an nbclient run); what they
+    cost from :class:`~.accounts.KeepsAccounts`."""
 
     name = "local"
     remote_kernels = False
@@ -92,6 +94,7 @@ class LocalBackend:
         # The secret each kernel started here proves its identity with (kept only in memory).
         self._tokens: dict[str, str] = {}
         self._runner: Runner | None = None
+        self.accounts = Accounts(self.ledger, lambda: self.settings)
         self.monitor = UsageMonitor(self)
         try:
             if self.inventory.devices:
@@ -114,6 +117,7 @@ class LocalBackend:
             max_memory_per_kernel=bytes_or_none(settings.max_memory_per_kernel),
             max_memory_per_user=bytes_or_none(settings.max_memory_per_user),
             min_memory=settings.min_memory_bytes(),
+            queue=settings.queue_rule(),
         )
 
     def devices(self) -> list[Device]:
@@ -146,6 +150,7 @@ class LocalBackend:
             self.facts,
             self.policy,
             self.settings.when_full,
+            self.accounts,
         )
 
     # ---- acquire / release ---------------------------------------------------------------
@@ -451,16 +456,22 @@ class LocalBackend:
             self.settings,
             self.viewer,
             self.problem(),
+            self._in_line,
         )
 
     def all_kernels(self) -> list[KernelPayload]:
-        return local_views.all_kernels(self.ledger, self.devices(), self.viewer)
+        return local_views.all_kernels(self.ledger, self.devices(), self.viewer, self._in_line)
 
     def kernels(self, server: ServerKernels) -> list[KernelPayload]:
-        """This server's slices, and its gpushare kernels without one (see :mod:`.local_views`)."""
-        return local_views.server_kernels(
-            self.ledger, self.devices(), server, self.server_id, self.owner, self.viewer
+        """This server's slices, and its gpushare kernels without one (see :mod:`.local_views`),
+        with when each queued start is expected to be placed and what idle kernels will do."""
+        devices = self.devices()
+        records = self._in_line(self.ledger.records())
+        views = local_views.server_kernels(
+            self.ledger, devices, server, self.server_id, self.owner, self.viewer, records
         )
+        self.accounts.describe(views, records, devices, self.policy)
+        return views
 
     def change_marker(self) -> Hashable:
         return self.ledger.change_marker()

@@ -5,7 +5,9 @@ picker). Both read the same ledger and make the same placement a start makes; ne
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..allocator import Policy, Refusal, Request, fit
 from ..errors import DoesNotFitError, ModeUnavailableError, NoGPUError
@@ -13,7 +15,14 @@ from ..ledger import Ledger
 from ..modes import NodeFacts
 from ..preview import Preview, never, preview_start
 from ..processes import is_alive
+from ..queue_order import Waiter, ahead_of, why_waiting
+from ..records import SliceRecord
+from ..sizes import parse_size
 from ..slice_request import SliceRequest
+from ..wait_estimate import expected_start
+
+if TYPE_CHECKING:
+    from .accounts import Accounts
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,7 @@ class Asked:
     facts: NodeFacts
     policy: Policy
     when_full: str
+    accounts: Accounts
 
 
 def check(asked: Asked, request: SliceRequest) -> SliceRequest:
@@ -55,6 +65,32 @@ def preview(asked: Asked, request: SliceRequest) -> Preview:
     if missing:
         return never(missing)
     records = asked.ledger.records()
-    ahead = sum(1 for record in records if record.state == "queued" and is_alive(record.process))
+    queued = [record for record in records if record.state == "queued" and is_alive(record.process)]
     wanted = Request("", asked.owner, request.size, request.mode.placement)
-    return preview_start(wanted, devices, asked.ledger.held(), ahead, asked.policy, asked.when_full)
+    held = asked.ledger.held()
+    now = time.time()
+    rule = asked.policy.queue
+    why = None
+    if rule.fair and queued:
+        # Where a start made now would stand: behind the old requests and those of users with
+        # less recent use than this user's.
+        usage = asked.accounts.recent(now, rule)
+        me = Waiter("", asked.owner, max(record.seq for record in records) + 1, now)
+        waiters = {record.kernel_id: record for record in queued}
+        before = ahead_of(me, (_waiter(record) for record in queued), usage, now, rule)
+        queued = [waiters[waiter.kernel_id] for waiter in before]
+        why = why_waiting(me, before, usage, now, rule)
+
+    def estimate() -> tuple[float | None, float]:
+        since = {record.kernel_id: record.placed_at for record in records if record.placed_at is not None}
+        ahead = [Request(r.kernel_id, r.owner, parse_size(r.size), r.kind) for r in queued]
+        history = asked.accounts.history()
+        return expected_start(now, wanted, ahead, devices, held, since, history, asked.policy), now
+
+    return preview_start(
+        wanted, devices, held, len(queued), asked.policy, asked.when_full, why_ahead=why, estimate=estimate
+    )
+
+
+def _waiter(record: SliceRecord) -> Waiter:
+    return Waiter(record.kernel_id, record.owner, record.seq, record.requested_at)

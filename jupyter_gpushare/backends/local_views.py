@@ -7,12 +7,12 @@ read the ledger and hand its rows to the pure views (:mod:`jupyter_gpushare.view
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..devices import Device
 from ..payloads import KernelPayload, PoolPayload
-from ..records import ReleasedSlice
+from ..records import ReleasedSlice, SliceRecord
 from ..views import kernel_view, kernels_view, pool_view, queue_positions, released_view, slice_less_view
 from .base import ServerKernels
 
@@ -21,6 +21,13 @@ if TYPE_CHECKING:
     from ..devices import Inventory
     from ..ledger import Ledger
     from ..modes import NodeFacts
+
+# The records with the queued ones in the order they are served (the queue policy's order).
+InLine = Callable[[list[SliceRecord]], list[SliceRecord]]
+
+
+def as_recorded(records: list[SliceRecord]) -> list[SliceRecord]:
+    return records
 
 
 def with_sampled_usage(recorded: Sequence[Device], discovered: Sequence[Device]) -> list[Device]:
@@ -67,10 +74,11 @@ def pool(
     settings: GPUShare,
     viewer: str,
     problem: str | None,
+    in_line: InLine = as_recorded,
 ) -> PoolPayload:
     return pool_view(
         devices,
-        ledger.records(),
+        in_line(ledger.records()),
         facts,
         backend="local",
         simulated=inventory.simulated or (not inventory.devices and ledger.simulated()),
@@ -81,9 +89,11 @@ def pool(
     )
 
 
-def all_kernels(ledger: Ledger, devices: Sequence[Device], viewer: str) -> list[KernelPayload]:
+def all_kernels(
+    ledger: Ledger, devices: Sequence[Device], viewer: str, in_line: InLine = as_recorded
+) -> list[KernelPayload]:
     """Every slice, and every kernel suspended or holding memory without one."""
-    views = kernels_view(ledger.records(), devices, viewer=viewer)
+    views = kernels_view(in_line(ledger.records()), devices, viewer=viewer)
     views += [released_view(left, devices, viewer) for left in counted(ledger.released_all())]
     return views
 
@@ -95,11 +105,13 @@ def server_kernels(
     server_id: str,
     owner: str,
     viewer: str,
+    records: list[SliceRecord] | None = None,
 ) -> list[KernelPayload]:
     """This server's slices (queued and running), and its gpushare kernels without one:
     suspended, released (with what they still hold), or a start not in the ledger yet; shown
-    as ``viewer`` may see them (a broker's caller)."""
-    records = ledger.records()
+    as ``viewer`` may see them (a broker's caller). ``records``: the ledger's, the queued ones in
+    the order they are served (default: as recorded)."""
+    records = ledger.records() if records is None else records
     positions = queue_positions(records)
     views = [
         kernel_view(record, devices, positions.get(record.kernel_id), viewer)

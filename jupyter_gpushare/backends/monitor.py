@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ..devices import Inventory
     from ..ledger import Ledger
     from ..records import ProcessIdentity
+    from .accounts import Accounts
 
 
 class MonitoredNode(Protocol):
@@ -41,6 +42,7 @@ class MonitoredNode(Protocol):
     inventory: Inventory
     holder: ProcessIdentity
     samples_every_slice: bool  # a broker: every slice on the node is its to sample
+    accounts: Accounts  # folds what the round changed into the accounting
 
 
 log = logging.getLogger("jupyter_gpushare")
@@ -171,6 +173,7 @@ class UsageMonitor:
             DeviceSample(uuid, used, utilization) for uuid, (used, utilization) in device_usage.items()
         ]
         ledger.record_usage(samples, device_samples)
+        self.node.accounts.fold()  # this round's changes, and every other since the last fold
         return len(mine)
 
     def _measure(

@@ -28,7 +28,7 @@ from .. import env_names
 from ..config import GPUShare, settings_env
 from ..devices import Device
 from ..errors import GPUShareError
-from ..payloads import KernelPayload, PoolPayload
+from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from ..preview import Preview
 from ..processes import identify
 from ..records import ProcessIdentity, SliceRecord, UsageReport
@@ -174,6 +174,15 @@ class RemoteBackend:
         where = f": {info['location']}" if info and info.get("location") else ""
         return f"GPU broker at {self.client.url}{where}"
 
+    def usage(self, since: float, by: str) -> UsagePayload:
+        """The broker's accounting of this user's kernels (everyone's for its admin)."""
+        answer: UsagePayload = self.client.call("GET", f"usage?since={since:.0f}s&by={by}")
+        return answer
+
+    def usage_totals(self) -> list[UsageRowPayload]:
+        rows: list[UsageRowPayload] = self.client.call("GET", "usage/totals")
+        return rows
+
     def attach_server(self, hooks: ServerHooks) -> None:
         """A server in this process: follow the broker's stream from now on; keep the hooks for
         the kernel pods it starts (where they report, which browsers to renew)."""
@@ -288,6 +297,12 @@ class RemoteBackend:
 
     def simulated(self) -> bool:
         return bool(self.pool()["simulated"])
+
+    def note_activity(
+        self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str
+    ) -> None:
+        body = {"busy": busy, "at": at, "idle_after": idle_after, "idle_action": idle_action}
+        self.client.call("POST", f"slices/{kernel_id}/activity", body, token=token or "")
 
 
 _backends: dict[tuple[str, str, int], RemoteBackend] = {}

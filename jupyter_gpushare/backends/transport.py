@@ -14,9 +14,11 @@ import http.client
 import json
 import os
 import socket
+import stat
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import BackendUnavailableError
@@ -49,6 +51,38 @@ class _UnixConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
+
+
+def socket_refusal(path: str) -> str | None:
+    """What on the way to the broker's socket refuses this process: the first directory it may
+    not pass through, a socket it may not write to, or no socket at all (None: nothing found)."""
+    for directory in reversed(Path(path).parents):
+        if directory.exists() and not os.access(directory, os.X_OK):
+            return f"{directory} does not let you through ({_owner_and_mode(directory)})"
+    socket_file = Path(path)
+    if not socket_file.exists():
+        return (
+            f"there is no socket at {path}: is the broker running (jupyter gpushare broker --socket {path})?"
+        )
+    if not os.access(socket_file, os.W_OK):
+        return f"the socket {path} does not let you connect ({_owner_and_mode(socket_file)})"
+    return None
+
+
+def _owner_and_mode(path: Path) -> str:
+    import grp
+    import pwd
+
+    info = path.stat()
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = str(info.st_uid)
+    try:
+        group = grp.getgrgid(info.st_gid).gr_name
+    except KeyError:
+        group = str(info.st_gid)
+    return f"mode {stat.S_IMODE(info.st_mode):04o}, owner {owner}, group {group}"
 
 
 @dataclass(frozen=True)
@@ -85,7 +119,11 @@ class BrokerClient:
         self.on_change: Callable[[], None] | None = None  # told after every call that changes
 
     def unreachable(self, error: BaseException) -> BrokerUnreachableError:
-        return BrokerUnreachableError(f"the GPU broker at {self.url} is not reachable: {error}")
+        path = self.address.socket_path
+        why = (
+            socket_refusal(path) if path and isinstance(error, (PermissionError, FileNotFoundError)) else None
+        )
+        return BrokerUnreachableError(f"the GPU broker at {self.url} is not reachable: {why or error}")
 
     def headers(self, token: str | None = None) -> dict[str, str]:
         """Who we are (over HTTP: our hub token) and where we run; a kernel adds its token."""

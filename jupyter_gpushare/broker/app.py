@@ -24,13 +24,15 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_unix_socket
 
+from .. import env_names
 from ..config import GPUShare
 from ..errors import ConfigurationError
-from . import handlers, slices
+from . import handlers, slices, usage_routes
 from .authority import Authority, LocalAuthority
+from .banner import startup_lines
 from .handlers import BrokerState
 from .identity import HubIdentity
-from .settings import GPUShareBroker
+from .settings import BrokerConfiguration, GPUShareBroker, names_this_broker
 
 log = logging.getLogger("jupyter_gpushare.broker")
 
@@ -80,9 +82,9 @@ def kubernetes_authority(settings: GPUShare, broker: GPUShareBroker) -> Authorit
 
 
 def make_application(state: BrokerState) -> web.Application:
-    routes: list[tuple[str, type[web.RequestHandler]]] = list(handlers.ROUTES)
+    routes: list[tuple[str, type[web.RequestHandler]]] = [*handlers.ROUTES, *usage_routes.ROUTES]
     if isinstance(state.authority, LocalAuthority):
-        routes += slices.ROUTES
+        routes += usage_routes.LOCAL_ROUTES + slices.ROUTES
     else:
         from . import pod_routes
 
@@ -98,10 +100,17 @@ def make_application(state: BrokerState) -> web.Application:
 class Broker:
     """One broker process: what it holds, where it listens."""
 
-    def __init__(self, settings: GPUShare, broker: GPUShareBroker, authority: Authority) -> None:
+    def __init__(
+        self,
+        settings: GPUShare,
+        broker: GPUShareBroker,
+        authority: Authority,
+        configuration: BrokerConfiguration | None = None,
+    ) -> None:
         self.settings = settings
         self.broker = broker
         self.authority = authority
+        self.configuration = configuration
         admins = frozenset(broker.admin_users)
         hub = HubIdentity(admins) if broker.ip else None
         self.state = BrokerState(authority, hub=hub, admin_users=admins)
@@ -112,7 +121,7 @@ class Broker:
         self.server = HTTPServer(make_application(self.state), max_body_size=MAX_BODY)
         if self.broker.socket:
             path = Path(self.broker.socket)
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            socket_directory(path.parent)
             sock = bind_unix_socket(str(path), mode=self.broker.socket_mode)
             if self.broker.socket_group:
                 try:
@@ -137,12 +146,17 @@ class Broker:
 
     async def serve(self) -> None:
         self.listen()
-        log.info(
-            "GPU broker (%s backend, %s) serving %s",
-            self.authority.backend.name,
-            self.authority.backend.location(),
-            ", ".join(self.addresses),
-        )
+        backend = self.authority.backend
+        for line in startup_lines(
+            backend.name,
+            backend.location(),
+            self.addresses,
+            await asyncio.to_thread(backend.pool),
+            self.settings,
+            self.broker,
+            self.configuration,
+        ):
+            log.info("%s", line)
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -170,8 +184,29 @@ class Broker:
         log.info("GPU broker stopped")
 
 
-def run(settings: GPUShare, broker: GPUShareBroker) -> None:
+def socket_directory(directory: Path) -> None:
+    """The socket's directory: made traversable by every user (0755) when the broker makes it —
+    the socket's own mode and group decide who may connect — and a warning where an existing
+    one lets nobody else through."""
+    if not directory.exists():
+        directory.mkdir(parents=True)
+        # mkdir's mode is cut by the umask, which is 0077 here: the ledger's files are ours alone.
+        directory.chmod(0o755)
+        return
+    mode = stat.S_IMODE(directory.stat().st_mode)
+    if not mode & 0o011:
+        log.warning(
+            "the socket's directory %s is mode %04o: no other user can reach the socket through it "
+            "(chmod 755 %s, or 750 and a group of its users)",
+            directory,
+            mode,
+            directory,
+        )
+
+
+def run(configuration: BrokerConfiguration) -> None:
     """Build the broker for ``settings.backend`` and serve until SIGTERM/SIGINT."""
+    settings, broker = configuration.settings, configuration.broker
     logging.basicConfig(level=logging.INFO, format="[%(levelname).1s %(asctime)s %(name)s] %(message)s")
     logging.getLogger("tornado.access").setLevel(logging.WARNING)  # a line per request is noise
     if not broker.socket and not broker.ip:
@@ -179,17 +214,23 @@ def run(settings: GPUShare, broker: GPUShareBroker) -> None:
             "the broker needs somewhere to listen: --socket PATH (a team box) or --ip IP --port N "
             "(a JupyterHub service)"
         )
-    if settings.effective_broker_url():
+    clients_url = settings.effective_broker_url()
+    if clients_url and not names_this_broker(clients_url, broker):
         raise ConfigurationError(
-            "the broker holds the pool itself: unset c.GPUShare.broker_url "
-            "($JUPYTER_GPUSHARE_BROKER_URL) in the broker's own configuration"
+            f"the broker holds the pool itself, but its configuration points it at another broker "
+            f"({clients_url}): unset c.GPUShare.broker_url ($JUPYTER_GPUSHARE_BROKER_URL) where the "
+            "broker reads it, or make it this broker's own address"
         )
+    if clients_url:  # its clients' setting, naming this broker: not one of its own
+        settings.broker_url = ""
+        os.environ.pop(env_names.BROKER_URL, None)
+        log.info("GPU broker: c.GPUShare.broker_url = %r is its clients' setting, ignored here", clients_url)
     authority = (
         kubernetes_authority(settings, broker)
         if settings.backend == "kubernetes"
         else local_authority(settings)
     )
-    asyncio.run(Broker(settings, broker, authority).serve())
+    asyncio.run(Broker(settings, broker, authority, configuration).serve())
 
 
-__all__ = ["Broker", "local_authority", "make_application", "run", "secure_ledger"]
+__all__ = ["Broker", "local_authority", "make_application", "run", "secure_ledger", "socket_directory"]

@@ -56,6 +56,8 @@ class LocalAuthority:
         backend.samples_every_slice = True  # the broker's monitor samples every kernel
 
     def as_seen_by(self, caller: Caller) -> LocalBackend:
+        if caller.groups:
+            self.local.accounts.note_groups(caller.user, caller.groups)
         holder = caller.process if caller.process is not None else self.local.holder
         return self.local.scoped(caller.user, caller.server_id, holder, caller.viewer)
 
@@ -65,6 +67,7 @@ class LocalAuthority:
 
     def housekeeping(self) -> None:
         self.local.reconcile()
+        self.local.accounts.fold()
 
 
 class KubernetesAuthority:

@@ -39,6 +39,7 @@ class Caller:
     process: ProcessIdentity | None = None  # the calling process (Unix socket only)
     uid: int | None = None  # its OS user (Unix socket only)
     host: str = ""  # where its server runs, as it says (HTTP: names its kernel pods' server)
+    groups: tuple[str, ...] = ()  # its JupyterHub groups (HTTP), for the accounting by group
 
     @property
     def viewer(self) -> str:
@@ -115,7 +116,8 @@ class HubIdentity:
         name = str(model["name"])
         scopes = set(model.get("scopes") or ())
         admin = bool(model.get("admin")) or bool(scopes & ADMIN_SCOPES) or name in self.admin_users
-        return Caller(user=name, admin=admin, host=host)
+        groups = tuple(str(group) for group in model.get("groups") or () if isinstance(group, str))
+        return Caller(user=name, admin=admin, host=host, groups=groups)
 
 
 __all__ = ["Caller", "HubIdentity", "peer_credentials", "socket_caller", "user_name"]

@@ -1,18 +1,33 @@
-"""The broker's own traits, ``c.GPUShareBroker.<trait>`` (beside ``c.GPUShare``, which it reads too).
+"""The broker's own traits, ``c.GPUShareBroker.<trait>``, and where the broker finds its settings.
 
-Read from the same ``jupyter_server_config`` files as the ``GPUShare`` section; the command's
-flags (``--socket``, ``--ip``, ``--port``, ``--backend``) win over them.
+The broker reads the ``GPUShare`` and ``GPUShareBroker`` sections of the ``jupyter_server_config``
+files in its own configuration directory (``/etc/jupyter-gpushare``, ``--config-dir``) and on its
+Jupyter config path, the first winning; then ``JUPYTER_GPUSHARE_<TRAIT>`` variables; the
+command's flags (``--socket``, ``--ip``, ``--port``, ``--backend``) win over all. Root's own
+Jupyter settings must not decide for a team box: its ledger is the broker's own
+(``/var/lib/jupyter-gpushare/ledger.sqlite`` unless configured), never the runtime directory's
+ledger a ``make demo`` of root's may have left with a simulated pool in it.
 """
 
 from __future__ import annotations
 
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from jupyter_core.paths import jupyter_config_path
 from traitlets import Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 
-from ..config import config_from_files
+from .. import env_names
+from ..config import GPUShare, load_settings, read_config_files
 from ..errors import ConfigurationError
+
+BROKER_CONFIG_DIR = "/etc/jupyter-gpushare"
+BROKER_LEDGER = "/var/lib/jupyter-gpushare/ledger.sqlite"
+SECTIONS = ("GPUShare", "GPUShareBroker")
 
 
 class GPUShareBroker(Configurable):
@@ -77,10 +92,50 @@ class GPUShareBroker(Configurable):
         return value
 
 
-def load_broker_settings(overrides: dict[str, Any] | None = None) -> GPUShareBroker:
-    """The broker's traits from the config files, then ``overrides`` (the command's flags)."""
-    config = config_from_files(("GPUShareBroker",))
-    merged = Config(config)
+def names_this_broker(url: str, broker: GPUShareBroker) -> bool:
+    """Whether the clients' ``broker_url`` is this broker's own address: its socket, or its
+    HTTP port. Read from the files every user reads (``/etc/jupyter``) or from
+    ``/etc/environment``, it reaches the broker too, and is no setting of the broker's."""
+    if url.startswith("unix:"):
+        return bool(broker.socket) and os.path.realpath(url.removeprefix("unix:")) == os.path.realpath(
+            broker.socket
+        )
+    port = urllib.parse.urlsplit(url).port
+    return bool(broker.ip) and (port or 80) == broker.port
+
+
+@dataclass(frozen=True)
+class BrokerConfiguration:
+    """What the broker runs with, and the files that said so (for its startup lines)."""
+
+    settings: GPUShare
+    broker: GPUShareBroker
+    files: tuple[Path, ...]  # the config files that had a GPUShare or GPUShareBroker section
+    searched: tuple[str, ...]  # the directories looked in, its own first
+
+
+def load_broker_configuration(
+    config_dir: str = BROKER_CONFIG_DIR,
+    overrides: dict[str, Any] | None = None,
+    backend: str | None = None,
+) -> BrokerConfiguration:
+    """The broker's settings: its configuration directory's files, then those of the Jupyter
+    config path, the environment, and ``overrides`` (the command's flags)."""
+    searched = (config_dir, *jupyter_config_path())
+    config, files = read_config_files(SECTIONS, list(searched))
+    settings = load_settings(Config({"GPUShare": dict(config.get("GPUShare", {}))}))
+    if backend:
+        settings.backend = backend
+    if settings.backend == "local" and not settings.ledger_path and not os.environ.get(env_names.LEDGER_PATH):
+        settings.ledger_path = BROKER_LEDGER
+    return BrokerConfiguration(settings, load_broker_settings(config, overrides), tuple(files), searched)
+
+
+def load_broker_settings(
+    config: Config | None = None, overrides: dict[str, Any] | None = None
+) -> GPUShareBroker:
+    """The broker's traits from ``config`` (the config files'), then ``overrides``."""
+    merged = Config(config or {})
     for name, value in (overrides or {}).items():
         if value is not None:
             merged.GPUShareBroker[name] = value
@@ -90,4 +145,11 @@ def load_broker_settings(overrides: dict[str, Any] | None = None) -> GPUShareBro
         raise ConfigurationError(f"invalid GPUShareBroker configuration: {error}") from None
 
 
-__all__ = ["GPUShareBroker", "load_broker_settings"]
+__all__ = [
+    "BROKER_CONFIG_DIR",
+    "BROKER_LEDGER",
+    "BrokerConfiguration",
+    "GPUShareBroker",
+    "load_broker_configuration",
+    "load_broker_settings",
+]

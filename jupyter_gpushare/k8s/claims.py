@@ -423,6 +423,28 @@ def describe_claim(spec: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+SHARING_MODES = ("timeslice", "mps", "vgpu")
+
+
+def whole_card_warning(spec: Mapping[str, Any], mode: str) -> str | None:
+    """Why a claim for a sharing mode will hold a whole card, or None: an alternative in a
+    sharing mode that asks for a device without capacity requests consumes all of it (the
+    driver's devices do not take several claims), so each such kernel holds a card of its own."""
+    for request in (spec.get("devices") or {}).get("requests") or []:
+        alternatives = request.get("firstAvailable") or [{"name": mode, **(request.get("exactly") or {})}]
+        for item in alternatives:
+            name = str(item.get("name") or mode)
+            if name in SHARING_MODES and not (item.get("capacity") or {}).get("requests"):
+                return (
+                    f"this claim's {name} request asks for a whole {item.get('deviceClassName')} device "
+                    "(no capacity requests): without consumable capacity each such kernel holds a card "
+                    "of its own, its MPS limit or caps notwithstanding. Where the DRA driver and "
+                    "Kubernetes offer it (KEP-5075), set c.GPUShare.dra_consumable_capacity = True "
+                    "(docs/dra.md)"
+                )
+    return None
+
+
 def summary(request: PodRequest) -> str:
     """``a ResourceClaim for 1 gpu.nvidia.com device…, slice 6 GiB`` (or "" without a claim)."""
     if request.claim is None:

@@ -31,6 +31,7 @@ OWNER_LABEL = "jupyter-gpushare.io/owner"
 SERVER_ANNOTATION = "jupyter-gpushare.io/server-id"
 MOUNT_PATH = "/etc/jupyter-gpushare"  # the Secret, read-only
 RUNTIME_PATH = "/run/jupyter-gpushare"  # an emptyDir (memory) holding the kernel's connection file
+KERNEL_FS_GROUP = 100  # the kernel image's group ("users"): it may read the mounted Secret
 SIZE_ANNOTATION = "jupyter-gpushare.io/size"  # the slice size as asked ("6G", "25%", "whole")
 HOLDER_ANNOTATION = "jupyter-gpushare.io/holder"  # host/pid/start of the process that made the object
 CONNECTION_FILE = "connection.json"
@@ -213,6 +214,10 @@ def make_pod(spec: KernelPodSpec) -> dict[str, Any]:
             {"name": "runtime", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
         ],
         "automountServiceAccountToken": False,
+        # The Secret's files are root's, mode 0400; kubelet gives them to this group, readable
+        # by it, so the kernel image's user (1000, group 100 in examples/kubernetes/kernel-image)
+        # reads its connection file. A pod_template's securityContext overrides it.
+        "securityContext": {"fsGroup": KERNEL_FS_GROUP},
     }
     if request.claim is not None:
         # The claim is created with the pod, owned by it (see claims.make_claim); the scheduler

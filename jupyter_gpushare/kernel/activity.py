@@ -11,7 +11,9 @@ wait for ever.
 from __future__ import annotations
 
 import ast
+import logging
 import os
+import queue
 import sys
 import threading
 import time
@@ -32,6 +34,9 @@ class CellHooks(Protocol):
     def before_cell(self, source: str) -> None:
         """Called before a cell runs (a suspended kernel resumes); raises ``GPUShareError``
         with the reason the cell must not run."""
+
+
+log = logging.getLogger("jupyter_gpushare")
 
 
 class CellHeldBack(InputRejected):  # type: ignore[misc]
@@ -72,6 +77,12 @@ class ActivityWatch:
         self._ledger: Any = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        # Cells started and ended, told to the accounting off the cell's thread (a cell never
+        # waits for the ledger or the broker); the kernel is idle from its start.
+        self._cells: queue.SimpleQueue[tuple[bool, float]] = queue.SimpleQueue()
+        if getattr(hooks, "note_cell", None) is not None:
+            self._cells.put((False, time.time()))
+            threading.Thread(target=self._tell_cells, name="gpushare-cells", daemon=True).start()
         if idle_release_after > 0:
             thread = threading.Thread(target=self._idle_loop, name="gpushare-idle", daemon=True)
             thread.start()
@@ -82,6 +93,7 @@ class ActivityWatch:
         shell.ast_transformers.append(_Gate(self))
 
     def pre_run_cell(self, info: Any = None, *_: Any) -> None:
+        self._cells.put((True, time.time()))
         with self._lock:
             self.running_cell = True
             notice, self.notice = self.notice, None
@@ -106,6 +118,7 @@ class ActivityWatch:
         self._after_cell.append(action)
 
     def post_run_cell(self, *_: Any) -> None:
+        self._cells.put((False, time.time()))
         with self._lock:
             self.running_cell = False
             self.last_activity = time.monotonic()
@@ -159,6 +172,15 @@ class ActivityWatch:
             self._ledger = Ledger(ledger_path)
         record = self._ledger.get(kernel_id)
         return record.warnings if record else ()
+
+    def _tell_cells(self) -> None:
+        note = self._hooks.note_cell  # type: ignore[attr-defined]
+        while True:
+            busy, at = self._cells.get()
+            try:
+                note(busy, at, self.idle_release_after)
+            except Exception:  # the accounting must never break the kernel
+                log.debug("GPU: the cell could not be accounted", exc_info=True)
 
     def _idle_loop(self) -> None:
         interval = max(0.05, min(5.0, self.idle_release_after / 4))

@@ -57,12 +57,17 @@ class SliceStatus(TextView):
     caps: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     released: ReleasedSlice | None = None  # what it left when it released (held, suspended)
+    # What a change did, said before the state it left ("Released 8G."), and the size to ask
+    # for again once the kernel holds none.
+    outcome: list[str] = field(default_factory=list)
+    ask_again: str = "4G"
 
     def lines(self) -> list[str]:
         if self.record is None:
-            return [*self._without_slice(), *self.notes]
+            return [*self.outcome, *self._without_slice(), *self.notes]
         record = self.record
         lines = [
+            *self.outcome,
             f"GPU slice: {format_bytes(record.memory)} ({record.mode}) on {self.device}"
             + (" — simulated pool" if self.simulated else ""),
         ]
@@ -104,7 +109,7 @@ class SliceStatus(TextView):
                 f"The next cell (or %gpu resume) waits for {state.size} on a {state.device_name} and "
                 "restores it.",
             ]
-        lines = ["This kernel holds no GPU slice. Take one with %gpu request 4G."]
+        lines = [f"This kernel holds no GPU slice. Take one with %gpu request {self.ask_again}."]
         if left is not None and left.held:
             lines.append(
                 f"Held: its processes still hold {format_bytes(left.held)} on {self.device} "
@@ -121,8 +126,10 @@ class SliceStatus(TextView):
             for line in lines[1:]
         )
         bar = ""
-        if self.record is not None:
-            bar = _bar(self.record.memory_used or 0, self.record.memory, self.record.memory)
+        if self.record is not None and self.record.memory_used is not None:
+            # What the kernel uses of its slice; nothing to draw before it is measured.
+            used = self.record.memory_used
+            bar = _bar(used, used, self.record.memory)
         return (
             '<div class="jp-gpushare-status" style="font-family:var(--jp-ui-font-family,sans-serif);'
             'font-size:12px;line-height:1.5">'

@@ -34,6 +34,17 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgumentError(message)
 
 
+COMMANDS = ("status", "pool", "request", "resize", "release", "suspend", "resume", "watch", "help")
+
+
+def mistake(words: list[str], error: str) -> str:
+    """One line for a %gpu line the parser refused: what is wrong, and where the usage is."""
+    if words and words[0] not in COMMANDS:
+        return f"%gpu: there is no command {words[0]!r}; the commands: {', '.join(COMMANDS)} (%gpu help)"
+    where = f"%gpu {words[0]}" if words else "%gpu"
+    return f"{where}: {error} (%gpu help shows the usage)"
+
+
 def _parser() -> _Parser:
     parser = _Parser(prog="%gpu", add_help=False)
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -68,9 +79,14 @@ class GPUMagics(Magics):  # type: ignore[misc]
     def gpu(self, line: str) -> Any:
         """Manage this kernel's GPU slice. Run ``%gpu help`` for the commands."""
         try:
-            arguments = _parser().parse_args(_sizes_last(shlex.split(line)))
+            words = shlex.split(line)
+        except ValueError as error:  # an unclosed quote
+            print(f"%gpu: {error} (%gpu help shows the usage)", file=sys.stderr)
+            return None
+        try:
+            arguments = _parser().parse_args(_sizes_last(words))
         except (_ArgumentError, ValueError) as error:
-            print(f"%gpu: {error}\n\n{USAGE}", file=sys.stderr)
+            print(mistake(words, str(error)), file=sys.stderr)
             return None
         command = arguments.command or "status"
         from ..errors import GPUShareError

@@ -132,20 +132,41 @@ class OwnSlice:
         suspended state), read without building the backend (cheap before every cell)."""
         if os.environ.get(env_names.BROKER_URL):
             return None  # through a broker a kernel neither suspends nor holds a ledger row
-        ledger_path = os.environ.get(env_names.LEDGER_PATH)
         if self._backend is None:
-            if not ledger_path or not os.path.exists(ledger_path):
+            ledger = self._light()
+            if ledger is None:
                 return None  # not a gpushare kernel (or no ledger yet): nothing was released
-            if self._light_ledger is None:
-                from ..ledger import Ledger
-
-                self._light_ledger = Ledger(ledger_path)
-            released: ReleasedSlice | None = self._light_ledger.released(self.kernel_id)
+            released: ReleasedSlice | None = ledger.released(self.kernel_id)
             return released
         from ..backends.local import LocalBackend
 
         backend = self.backend
         return backend.ledger.released(self.kernel_id) if isinstance(backend, LocalBackend) else None
+
+    def _light(self) -> Any:
+        """The node ledger alone, without the backend (no device probing), or None."""
+        ledger_path = os.environ.get(env_names.LEDGER_PATH)
+        if not ledger_path or not os.path.exists(ledger_path):
+            return None
+        if self._light_ledger is None:
+            from ..ledger import Ledger
+
+            self._light_ledger = Ledger(ledger_path)
+        return self._light_ledger
+
+    def note_cell(self, busy: bool, at: float, idle_after: float) -> None:
+        """Tell the accounting that a cell started (``busy``) or ended at ``at``, and what the
+        idle timer does after ``idle_after`` seconds (called off the cell's thread)."""
+        action = os.environ.get(env_names.IDLE_ACTION) or "suspend"
+        if os.environ.get(env_names.BROKER_URL) or self._backend is not None:
+            self.backend.note_activity(self.kernel_id, self._token, busy, at, idle_after, action)
+            return
+        ledger = self._light()
+        if ledger is not None:
+            from ..accounting import store
+
+            kernel_id = self.kernel_id
+            ledger.write_with(lambda db: store.note_activity(db, kernel_id, busy, at, idle_after, action))
 
     def free_on_device(self, record: SliceRecord) -> int | None:
         pool = self.backend.pool()
@@ -155,7 +176,9 @@ class OwnSlice:
                 return max(0, capacity - int(device["memory_reserved"]))
         return None
 
-    def status(self, notes: list[str] | None = None) -> SliceStatus:
+    def status(
+        self, notes: list[str] | None = None, outcome: list[str] | None = None, ask_again: str | None = None
+    ) -> SliceStatus:
         record = self.record()
         backend = self.backend
         left = None if record is not None else self.released()
@@ -169,6 +192,8 @@ class OwnSlice:
             simulated=backend.simulated(),
             caps=caps.descriptions(),
             notes=list(notes or []),
+            outcome=list(outcome or []),
+            ask_again=ask_again or backend.settings.default_memory,
         )
 
     def pool(self) -> PoolStatus:
@@ -250,7 +275,7 @@ class OwnSlice:
 
     def release(self) -> SliceStatus:
         released, held = self.give_back()
-        return self.status([self._released_note(released, held)])
+        return self.status(outcome=[self._released_note(released, held)], ask_again=released.size)
 
     def _released_note(self, released: SliceRecord, held: Holding) -> str:
         return released_note(released.memory, held.memory, held.source, self.device_label(released, True))

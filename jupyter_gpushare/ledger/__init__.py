@@ -119,6 +119,23 @@ class Ledger:
     def close(self) -> None:
         self._access.close()
 
+    @_faults_named
+    def write_with(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in one write transaction of the ledger (the accounting's fold, a
+        kernel's report of its cells)."""
+        with self._write() as db:
+            return work(db)
+
+    @_faults_named
+    def read_with(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` on one consistent snapshot of the ledger, without a lock."""
+        connection = self._connection()
+        connection.execute("BEGIN")
+        try:
+            return work(connection)
+        finally:
+            connection.execute("COMMIT")
+
     # ---- devices -------------------------------------------------------------------------
 
     @_faults_named
@@ -233,7 +250,7 @@ class Ledger:
         connection = self._connection()
         connection.execute("BEGIN")  # one consistent snapshot for the counts below, no lock
         try:
-            waiting = queue.waiting_behind(connection, kernel_id, alive)
+            waiting = queue.waiting_behind(connection, kernel_id, alive, policy.queue)
         finally:
             connection.execute("COMMIT")
         if waiting is not None:

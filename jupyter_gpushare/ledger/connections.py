@@ -134,7 +134,14 @@ class ThreadConnections:
             mode = os.stat(self.path).st_mode & 0o666
         except OSError:
             mode = 0o600
-        return os.open(self.lock_path, os.O_RDWR | os.O_CREAT, mode)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, mode)
+        # os.open's mode is cut by the umask (0022 takes a group's write bit): set it as sqlite
+        # does for its WAL files, where this process owns the file.
+        with contextlib.suppress(OSError):
+            found = os.fstat(fd)
+            if found.st_uid == os.geteuid() and found.st_mode & 0o666 != mode:
+                os.fchmod(fd, mode)
+        return fd
 
     def lock(self, fd: int) -> None:
         """Lock ``fd`` within the lock timeout, or say which process holds the lock."""

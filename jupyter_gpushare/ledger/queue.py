@@ -1,7 +1,9 @@
-"""The FIFO queue and placement, inside the ledger's write transaction (sqlite, no file handling).
+"""The queue and placement, inside the ledger's write transaction (sqlite, no file handling).
 
 :class:`~jupyter_gpushare.ledger.Ledger` opens the transaction; these functions read the rows,
-ask the pure :func:`~jupyter_gpushare.allocator.fit`, and write the outcome.
+ask the pure :func:`~jupyter_gpushare.allocator.fit`, and write the outcome. Who is first in line
+is the policy's (:mod:`jupyter_gpushare.queue_order`): the order of arrival (``fifo``, read
+straight from the rows), or fair share (``fair``: the users' recent use, from the accounting).
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from ..accounting import Keeping
+from ..accounting import store as accounts
 from ..allocator import Held, Policy, Refusal, Request, fit
+from ..queue_order import QueueRule, Waiter, line_up, why_waiting
 from ..records import NewRequest, Outcome, Placed, ProcessIdentity, Refused, SliceRecord, Waiting
 from ..sizes import parse_size
 from .schema import read_devices, record_of
@@ -114,11 +120,18 @@ def waiting(ahead: int) -> Waiting:
     return Waiting(ahead + 1, f"behind {ahead} earlier GPU request{plural}")
 
 
-def waiting_behind(db: sqlite3.Connection, kernel_id: str, alive: LivenessCheck) -> Waiting | None:
+def waiting_behind(
+    db: sqlite3.Connection, kernel_id: str, alive: LivenessCheck, rule: QueueRule
+) -> Waiting | None:
     """Waiting, read without a lock, when a live request is ahead; None when a write must decide."""
     row = db.execute("SELECT state, seq FROM slices WHERE kernel_id = ?", (kernel_id,)).fetchone()
     if row is None or row["state"] != "queued":
         return None
+    if rule.fair:
+        line = fair_line(db, kernel_id, rule)
+        if not line.ahead or not alive(line.ahead[0].process):
+            return None
+        return Waiting(len(line.ahead) + 1, line.why)
     ahead, head = head_of_queue(db, row["seq"])
     if head is None or not alive(head.process):
         return None
@@ -132,14 +145,22 @@ def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: Livenes
     record = record_of(row)
     if record.state == "running":
         return Placed(record)
-    ahead, head = head_of_queue(db, record.seq)
-    # Only the head of the queue is checked for life: dead requests behind it are dropped when
-    # they reach the head, so each poll costs one process check, not one per waiter.
-    while head is not None and not alive(head.process):
-        db.execute("DELETE FROM slices WHERE kernel_id = ?", (head.kernel_id,))
+    if policy.queue.fair:
+        line = fair_line(db, kernel_id, policy.queue, fold=True)
+        while line.ahead and not alive(line.ahead[0].process):
+            db.execute("DELETE FROM slices WHERE kernel_id = ?", (line.ahead[0].kernel_id,))
+            line = fair_line(db, kernel_id, policy.queue)
+        if line.ahead:
+            return Waiting(len(line.ahead) + 1, line.why)
+    else:
         ahead, head = head_of_queue(db, record.seq)
-    if ahead:
-        return waiting(ahead)
+        # Only the head of the queue is checked for life: dead requests behind it are dropped
+        # when they reach the head, so each poll costs one process check, not one per waiter.
+        while head is not None and not alive(head.process):
+            db.execute("DELETE FROM slices WHERE kernel_id = ?", (head.kernel_id,))
+            ahead, head = head_of_queue(db, record.seq)
+        if ahead:
+            return waiting(ahead)
     request = Request(kernel_id, record.owner, parse_size(record.size), record.kind)
     devices = read_devices(db)
     if row["only_devices"] is not None:
@@ -175,6 +196,37 @@ def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: Livenes
             placed_at=placed_at,
         )
     )
+
+
+@dataclass(frozen=True)
+class Line:
+    """Where a queued request stands under fair share: those ahead of it, and why."""
+
+    ahead: list[SliceRecord]
+    why: str
+
+
+def fair_line(db: sqlite3.Connection, kernel_id: str, rule: QueueRule, fold: bool = False) -> Line:
+    """The queued requests served before ``kernel_id``'s under fair share. ``fold``: fold the
+    accounting's recorded events first (inside a write transaction), so the users' recent use
+    counts every slice placed until now."""
+    queued = [record_of(row) for row in db.execute("SELECT * FROM slices WHERE state = 'queued'")]
+    if len(queued) < 2:
+        return Line([], "")  # alone in the queue: first, whatever anyone's use
+    now = time.time()
+    if fold and accounts.pending(db):
+        accounts.fold_events(db, now, Keeping(half_life=rule.half_life), roll_up_too=False)
+    usage = accounts.recent(db, now, rule.half_life)
+    waiters = {record.kernel_id: _waiter(record) for record in queued}
+    me = waiters[kernel_id]
+    order = line_up(waiters.values(), usage, now, rule)
+    ahead = order[: order.index(me)]
+    by_id = {record.kernel_id: record for record in queued}
+    return Line([by_id[waiter.kernel_id] for waiter in ahead], why_waiting(me, ahead, usage, now, rule))
+
+
+def _waiter(record: SliceRecord) -> Waiter:
+    return Waiter(record.kernel_id, record.owner, record.seq, record.requested_at)
 
 
 def release_dead(db: sqlite3.Connection, alive: LivenessCheck, records: Sequence[SliceRecord]) -> bool:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .. import accounting
 from ..devices import Device, MigInstance
 from ..records import ProcessIdentity, ReleasedSlice, SliceRecord, SuspendedState
 
@@ -115,6 +116,7 @@ def initialise(db: sqlite3.Connection, ledger_id: str | None) -> str:
         present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         if column not in present:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+    accounting.create(db)  # its tables, and the triggers on ours that record every change
     db.execute(
         "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
     )

@@ -15,7 +15,9 @@ from typing import Any
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
+from .. import refusals
 from ..compat import forget_pending_kernel
+from ..errors import GPUShareError
 from ..http_errors import answerable
 
 REQUEST_TRAITS = ("gpu_memory", "gpu_mode", "gpu_cores")  # what a start may override
@@ -71,6 +73,11 @@ class GPUShareProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         (or a server's shutdown would wait on it), and a refusal of ours becomes one that
         jupyter_server's own ``POST /api/kernels`` answers with its status and sentence."""
         forget_pending_kernel(getattr(self.parent, "parent", None), self.kernel_id)
+        if isinstance(error, GPUShareError):
+            # Its sentence, not a traceback, in the kernel manager's log (jupyter_client logs
+            # the failed start with log.exception) and at the end of a command that lets it go.
+            refusals.install(self.log)
+            refusals.end_with_the_sentence()
         return answerable(error)
 
     def set_state(self, state: str) -> None:

@@ -7,13 +7,13 @@ Lifecycle (the kernel manager calls these in this order):
   add the slice's environment.
 * ``launch_kernel`` — start the process, then tie the slice to its pid and start time so a crash
   frees it at the next reconciliation.
+* ``cleanup(restart=True)`` — keep the slice for the restarted process; ``cleanup()`` releases it.
 
 The slice comes from the node ledger in this process, or — with ``c.GPUShare.broker_url`` — from
 the GPU broker, which checks that the kernel process belongs to the caller before it attaches it.
-Wherever other users share the node (a broker, or a ledger file other users may write) the
-kernel's traffic is encrypted with CurveZMQ (``c.GPUShare.encrypt``), so no one else on the box
-can read it off the loopback ports.
-* ``cleanup(restart=True)`` — keep the slice for the restarted process; ``cleanup()`` releases it.
+The kernel's traffic is encrypted with CurveZMQ (``c.GPUShare.encrypt``), and must be wherever
+other users share the node (a broker, or a ledger file other users may write), so no one else
+on the box can read it off the loopback ports.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import zmq
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Any as AnyTrait
@@ -95,10 +96,11 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
         except BaseException as error:
             raise self.failed_start(error) from None
         try:
-            if encrypts_local_kernels(self.settings):
+            encryption = local_encryption(self.settings)
+            if encryption:
                 # jupyter_client (>= 8.10) makes CurveZMQ keys, writes them in the connection file
                 # (the kernel's own, mode 0600) and gives them to the manager's clients.
-                kwargs["transport_encryption"] = "required"
+                kwargs["transport_encryption"] = encryption
             kwargs = await super().pre_launch(**kwargs)
             env: dict[str, str] = kwargs["env"]
             for name in env_names.SLICE_VARIABLES & env.keys():
@@ -207,9 +209,9 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
 
 
 def encrypts_local_kernels(settings: GPUShare) -> bool:
-    """Whether local kernels' traffic is encrypted: ``encrypt`` is on and other users share the
-    node — through a broker, or a ledger file other users may write (group- or world-writable,
-    as a ledger shared without a broker must be)."""
+    """Whether local kernels' traffic must be encrypted: ``encrypt`` is on and other users share
+    the node — through a broker, or a ledger file other users may write (group- or
+    world-writable, as a ledger shared without a broker must be)."""
     if not settings.encrypt:
         return False
     if settings.effective_broker_url():
@@ -218,3 +220,16 @@ def encrypts_local_kernels(settings: GPUShare) -> bool:
         return bool(os.stat(settings.effective_ledger_path()).st_mode & 0o022)
     except OSError:
         return False
+
+
+def local_encryption(settings: GPUShare) -> str | None:
+    """jupyter_client's ``transport_encryption`` for a local kernel: ``"required"`` where other
+    users share the node (a kernel that cannot encrypt does not start); else, with ``encrypt``
+    on, ``"auto"``: encrypted whenever the kernelspec says its kernel reads CurveZMQ keys (ours
+    do) and pyzmq has CurveZMQ; None with ``encrypt`` off (ipykernel then warns that it runs
+    over TCP without encryption)."""
+    if encrypts_local_kernels(settings):
+        return "required"
+    if settings.encrypt and zmq.has("curve"):
+        return "auto"
+    return None

@@ -53,6 +53,9 @@ class GPUShareContext:
     _rendered: dict[str, tuple[Hashable, str]] = field(default_factory=dict)
     # (kernelspec, notebook path) of kernels started through POST kernels
     started_as: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # The kernels no session refers to and no client uses, each with what GET kernels says of
+    # it (given by server.lifecycle's Reclaimer).
+    unused: Callable[[], dict[str, str]] = field(default=dict)
 
     def __post_init__(self) -> None:
         self.hub = StreamHub(self.stream_snapshot, lambda: self.backend.settings.sample_interval)
@@ -102,6 +105,9 @@ class GPUShareContext:
             if detail:
                 details[kernel_id] = detail
             names[kernel_id] = self._name_of(kernel_id, start)
+        for kernel_id, warning in self.unused().items():
+            if kernel_id in ids:
+                warnings[kernel_id] = (*warnings.get(kernel_id, ()), warning)
         return ServerKernels(
             ids=frozenset(ids),
             gpushare=frozenset(gpushare),
@@ -111,6 +117,10 @@ class GPUShareContext:
             details=details,
             warnings=warnings,
         )
+
+    def name_of(self, kernel_id: str) -> tuple[str, str]:
+        """(kernelspec, notebook path) of one of this server's kernels, where known."""
+        return self._name_of(kernel_id, self.starts.get(kernel_id))
 
     def _name_of(self, kernel_id: str, start: Start | None) -> tuple[str, str]:
         if start is not None:
@@ -124,10 +134,18 @@ class GPUShareContext:
         return (str(getattr(kernel, "kernel_name", "")), "")
 
     def server_kernels(self) -> list[KernelPayload]:
-        """``GET kernels``: this server's kernels, queued, running and without a slice."""
-        return self.backend.kernels(self.known())
+        """``GET kernels``: this server's kernels, queued, running and without a slice; those no
+        session refers to and no client uses are marked ``unused``."""
+        views = self.backend.kernels(self.known())
+        unused = self.unused()
+        for view in views:
+            if view["kernel_id"] in unused:
+                view["unused"] = True
+        return views
 
     def kernel_view(self, kernel_id: str) -> KernelPayload:
+        """``GET kernels/{id}``; the client asking after a start still wants it."""
+        self.starts.asked(kernel_id)
         start = self.starts.get(kernel_id)
         if start is not None and start.error is not None:
             raise start.error
@@ -173,6 +191,11 @@ class GPUShareContext:
         if task.done() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
         return await asyncio.to_thread(self.kernel_view, kernel_id), started
+
+    def forget_start(self, kernel_id: str) -> None:
+        """A start that ended without a kernel (withdrawn while the server stops)."""
+        self.starts.forget(kernel_id)
+        self._forget_failed_start(kernel_id)
 
     def _forget_failed_start(self, kernel_id: str) -> None:
         self.started_as.pop(kernel_id, None)
@@ -289,6 +312,7 @@ class GPUShareContext:
             frozenset(self.kernel_manager.list_kernel_ids()),
             tuple((start.kernel_id, start.detail) for start in self.starts.pending()),
             tuple(sorted(self._provisioner_states().items())),
+            tuple(sorted(self.unused())),
         )
         cached = self._rendered.get(name)
         if cached is not None and cached[0] == marker:

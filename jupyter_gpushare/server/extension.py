@@ -7,10 +7,12 @@ from typing import Any
 
 from jupyter_server.utils import url_path_join
 
+from .. import refusals
 from ..backends import ServerHooks, backend_for
 from ..config import GPUShare, load_settings
-from . import handlers, kernel_routes, log_filter, metrics
+from . import handlers, kernel_routes, metrics, usage_handlers
 from .context import GPUShareContext
+from .lifecycle import Reclaimer, settle_before_shutdown
 from .websockets import close_kernel_websockets
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
@@ -32,8 +34,7 @@ def report_base(settings: GPUShare, serverapp: Any) -> str | None:
 
 
 def load_jupyter_server_extension(serverapp: Any) -> None:
-    log_filter.install(serverapp.log)
-    log_filter.install(serverapp.log)
+    refusals.install(serverapp.log)
     settings = load_settings(serverapp.config)
     backend = backend_for(settings)
     backend.attach_server(
@@ -44,6 +45,17 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
         kernel_manager=serverapp.kernel_manager,
         kernel_spec_manager=serverapp.kernel_spec_manager,
     )
+    # Starts nobody waits for and kernels nobody uses are reclaimed; a stopping server settles
+    # every start before it shuts its kernels down.
+    reclaimer = Reclaimer(
+        context,
+        getattr(serverapp, "session_manager", None),
+        lambda: settings.unused_kernel_timeout,
+        serverapp.log,
+    )
+    settle_before_shutdown(serverapp.kernel_manager, reclaimer)
+    if getattr(serverapp, "io_loop", None) is not None:  # started once the server's loop runs
+        serverapp.io_loop.add_callback(reclaimer.start)
     web_app = serverapp.web_app
     web_app.settings["gpushare"] = context
     base = url_path_join(web_app.settings["base_url"], "api", "gpushare")
@@ -64,10 +76,11 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, "stream"), handlers.StreamHandler),
             (url_path_join(base, "config"), handlers.ConfigHandler),
             (url_path_join(base, "fit"), handlers.FitHandler),
+            (url_path_join(base, "usage"), usage_handlers.UsageHandler),
             (url_path_join(base, "openapi.yaml"), handlers.OpenAPIHandler),
         ],
     )
-    metrics.register(context.metrics_snapshot)
+    metrics.register(context.metrics_snapshot, backend.usage_totals)
     serverapp.log.info("jupyter_gpushare: %s backend, %s", backend.name, backend.location())
     problem = backend.problem()
     if problem:

@@ -1,11 +1,16 @@
-"""Prometheus gauges ``jupyter_gpushare_*`` on the server's own ``/metrics``.
+"""Prometheus gauges and counters ``jupyter_gpushare_*`` on the server's own ``/metrics``.
 
 A collector reads the pool and kernels when Prometheus scrapes, so the series are never stale
 and a finished kernel's series disappears with it. Labels carry device and owner so a Grafana
 board can group by either; other users' kernels are labelled anonymously, as everywhere else.
 
-The series are declared once, as :data:`METRICS`: the collector builds its families from them,
-and the documentation's metrics reference is generated from them.
+The counters are the accounting's (SPEC §15): what the server's user (through a broker's admin,
+every user) reserved and used since accounting began, per ``owner``. They are named in the base
+units Prometheus asks for and the gauges use — ``…_byte_seconds_total`` rather than GiB·hours
+(divide by 2^30 × 3600 for GiB·hours, as ``jupyter gpushare report`` prints them).
+
+The series are declared once, as :data:`METRICS` and :data:`COUNTERS`: the collector builds its
+families from them, and the documentation's metrics reference is generated from them.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from ..payloads import StatusPayload
+from ..errors import GPUShareError
+from ..payloads import StatusPayload, UsageRowPayload
+from ..sizes import GiB
 
 
 @dataclass(frozen=True)
@@ -27,8 +34,31 @@ class MetricDefinition:
     documentation: str
     labels: tuple[str, ...]
 
+    kind = "gauge"
+
     def family(self) -> GaugeMetricFamily:
         return GaugeMetricFamily(self.name, self.documentation, labels=list(self.labels))
+
+
+@dataclass(frozen=True)
+class CounterDefinition:
+    """One counter of the accounting: its name (with ``_total``), help text, and the field of
+    a usage row it counts, times ``scale`` (to base units)."""
+
+    name: str
+    documentation: str
+    field: str
+    scale: float = 1.0
+    labels: tuple[str, ...] = ("owner",)
+    kind = "counter"
+
+    def family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(
+            self.name.removesuffix("_total"), self.documentation, labels=list(self.labels)
+        )
+
+    def value(self, row: UsageRowPayload) -> float:
+        return float(row[self.field]) * self.scale  # type: ignore[literal-required]
 
 
 DEVICE_LABELS = ("device", "uuid", "name")
@@ -65,11 +95,61 @@ METRICS = (
 )
 
 
-class GPUShareCollector(Collector):
-    def __init__(self, snapshot: Callable[[], StatusPayload]) -> None:
-        self._snapshot = snapshot
+GIB_SECONDS = GiB * 3600.0
+HOURS = 3600.0
+COUNTERS = (
+    CounterDefinition(
+        "jupyter_gpushare_reserved_byte_seconds_total",
+        "GPU memory reserved by the owner's kernels over time (bytes x seconds)",
+        "reserved_gib_hours",
+        GIB_SECONDS,
+    ),
+    CounterDefinition(
+        "jupyter_gpushare_used_byte_seconds_total",
+        "GPU memory the owner's kernels used over time, from the usage samples (bytes x seconds)",
+        "used_gib_hours",
+        GIB_SECONDS,
+    ),
+    CounterDefinition(
+        "jupyter_gpushare_busy_seconds_total",
+        "Seconds the owner's kernels held a slice while a cell ran",
+        "busy_hours",
+        HOURS,
+    ),
+    CounterDefinition(
+        "jupyter_gpushare_idle_seconds_total",
+        "Seconds the owner's kernels held a slice with no cell running",
+        "idle_hours",
+        HOURS,
+    ),
+    CounterDefinition(
+        "jupyter_gpushare_suspended_seconds_total",
+        "Seconds the owner's kernels were suspended (GPU state in host memory)",
+        "suspended_hours",
+        HOURS,
+    ),
+    CounterDefinition(
+        "jupyter_gpushare_queue_wait_seconds_total",
+        "Seconds the owner's requests waited in the queue",
+        "queue_wait_hours",
+        HOURS,
+    ),
+    CounterDefinition("jupyter_gpushare_starts_total", "Slices placed for the owner's kernels", "starts"),
+    CounterDefinition("jupyter_gpushare_suspends_total", "Suspensions of the owner's kernels", "suspends"),
+    CounterDefinition("jupyter_gpushare_resumes_total", "Resumes of the owner's kernels", "resumes"),
+)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+
+class GPUShareCollector(Collector):
+    def __init__(
+        self,
+        snapshot: Callable[[], StatusPayload],
+        totals: Callable[[], list[UsageRowPayload]] | None = None,
+    ) -> None:
+        self._snapshot = snapshot
+        self._totals = totals
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         data = self._snapshot()
         pool, kernels = data["pool"], data["kernels"]
         total, reserved, used_on_device = (
@@ -104,16 +184,30 @@ class GPUShareCollector(Collector):
         queue = QUEUE_LENGTH.family()
         queue.add_metric([], len(pool["queue"]))
         yield queue
+        yield from self._counters()
+
+    def _counters(self) -> Iterator[CounterMetricFamily]:
+        try:
+            rows = self._totals() if self._totals is not None else []
+        except GPUShareError:
+            rows = []  # no accounting here, or the pool cannot be read now: no counters
+        for definition in COUNTERS:
+            family = definition.family()
+            for row in rows:
+                family.add_metric([row["key"]], definition.value(row))
+            yield family
 
 
 _registered: GPUShareCollector | None = None
 
 
-def register(snapshot: Callable[[], StatusPayload]) -> GPUShareCollector:
+def register(
+    snapshot: Callable[[], StatusPayload], totals: Callable[[], list[UsageRowPayload]] | None = None
+) -> GPUShareCollector:
     """Register (or replace, for a second server in one process) the collector."""
     global _registered
     if _registered is not None:
         REGISTRY.unregister(_registered)
-    _registered = GPUShareCollector(snapshot)
+    _registered = GPUShareCollector(snapshot, totals)
     REGISTRY.register(_registered)
     return _registered

@@ -23,6 +23,9 @@ class Start:
     error: BaseException | None = None  # why it failed, once it did
     ended_at: float | None = None
     detail: str | None = None  # what the start is doing ("pending: 0/4 nodes are available…")
+    # When its client last asked after it (GET kernels/{id}): a queued start nobody asks after
+    # any more (a closed browser tab) is withdrawn (server.lifecycle).
+    asked_at: float = field(default_factory=time.monotonic)
 
     @property
     def pending(self) -> bool:
@@ -53,6 +56,12 @@ class Starts:
         self._forget_old()
         return self._starts.get(kernel_id)
 
+    def asked(self, kernel_id: str) -> None:
+        """Its client asked after the start: it still wants the kernel."""
+        start = self._starts.get(kernel_id)
+        if start is not None:
+            start.asked_at = time.monotonic()
+
     def note(self, kernel_id: str, detail: str) -> None:
         start = self._starts.get(kernel_id)
         if start is not None:
@@ -69,7 +78,3 @@ class Starts:
         for kernel_id, start in list(self._starts.items()):
             if start.ended_at is not None and now - start.ended_at > FAILED_KEPT_FOR:
                 del self._starts[kernel_id]
-
-    def cancel_all(self) -> None:
-        for start in self.pending():
-            start.task.cancel()

@@ -17,6 +17,7 @@ import {
   IKernelSlice,
   IPool,
   IResize,
+  IUsage,
   IUsageEvent
 } from './types';
 
@@ -151,6 +152,18 @@ export class GPUShareAPI {
     gpu_mode: string | null;
   }): Promise<IKernelSlice> {
     return this.request<IKernelSlice>('POST', ['kernels'], options);
+  }
+
+  /**
+   * `GET usage`: what the user's kernels (everyone's for an admin) reserved and used over the
+   * last `since` (`24h`, `7d`), with each user's series of reserved and used memory.
+   */
+  usage(
+    since = '24h',
+    by: 'user' | 'group' | 'kernel' = 'user'
+  ): Promise<IUsage> {
+    const query = new URLSearchParams({ since, by });
+    return this.request<IUsage>('GET', ['usage'], undefined, query.toString());
   }
 
   /** `DELETE kernels/{id}/gpu`: release the slice; the kernel keeps running. */

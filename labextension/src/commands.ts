@@ -1,6 +1,7 @@
 /**
  * The JupyterLab commands of jupyter-gpushare (SPEC §9): the panel, and the actions on a GPU
- * kernel — resize, release, suspend and resume, shut down, open its notebook — that the panel's
+ * kernel — resize, release (or withdraw a queued start), request a slice again, suspend and
+ * resume, shut down, open its notebook — that the panel's
  * rows run and that the command palette and key bindings reach too (as JupyterLab's
  * running-sessions panel does).
  *
@@ -31,6 +32,7 @@ export namespace CommandIDs {
   export const openPanel = 'gpushare:open-panel';
   export const resize = 'gpushare:resize-kernel';
   export const release = 'gpushare:release-kernel';
+  export const request = 'gpushare:request-kernel';
   export const suspend = 'gpushare:suspend-kernel';
   export const resume = 'gpushare:resume-kernel';
   export const shutdown = 'gpushare:shutdown-kernel';
@@ -93,6 +95,28 @@ export function addCommands(
       await action(kernel);
       await model.refresh();
     };
+  /** Ask for a new size of one kernel's slice (null: cancelled). */
+  const pickFor = async (
+    kernel: IKernelSlice,
+    title: string,
+    acceptLabel: string,
+    withFit: boolean
+  ): Promise<string | null> => {
+    const pick = await pickSize({
+      title,
+      sizes: (await options.config()).sizes,
+      current: kernel.size,
+      allowNone: false,
+      modes: [],
+      mode: kernel.mode ?? '',
+      deviceMemory: (model.pool ?? (await api.pool())).devices.map(
+        device => device.memory_total
+      ),
+      acceptLabel,
+      ...(withFit ? { fit: (sizes, mode) => api.fit(sizes, mode) } : {})
+    });
+    return pick?.memory ?? null;
+  };
   const hasKernel = (args: ReadonlyPartialJSONObject): boolean =>
     !!args.kernelId ||
     !!notebooks.currentWidget?.sessionContext.session?.kernel;
@@ -115,21 +139,15 @@ export function addCommands(
     execute: forKernel(async kernel => {
       const name = notebookOf(kernel).label;
       try {
-        const pick = await pickSize({
-          title: `Resize the GPU slice of ${name}`,
-          sizes: (await options.config()).sizes,
-          current: kernel.size,
-          allowNone: false,
-          modes: [],
-          mode: kernel.mode ?? '',
-          deviceMemory: (model.pool ?? (await api.pool())).devices.map(
-            device => device.memory_total
-          ),
-          acceptLabel: kernel.pod ? 'Restart in a new pod' : 'Resize'
-        });
-        if (pick?.memory && kernel.kernel_id) {
+        const memory = await pickFor(
+          kernel,
+          `Resize the GPU slice of ${name}`,
+          kernel.pod ? 'Restart in a new pod' : 'Resize',
+          false
+        );
+        if (memory && kernel.kernel_id) {
           // A pod's resources are fixed: its kernel restarts in a new pod of the new size.
-          await api.resize(kernel.kernel_id, pick.memory, Boolean(kernel.pod));
+          await api.resize(kernel.kernel_id, memory, Boolean(kernel.pod));
         }
       } catch (error) {
         await showErrorMessage(
@@ -144,16 +162,55 @@ export function addCommands(
       args.kernelId
         ? 'Release GPU Slice'
         : 'Release the GPU Slice of This Kernel',
-    caption: 'Give the GPU slice back; the kernel keeps running',
+    caption:
+      'Give the GPU slice back (the kernel keeps running), or withdraw a start still queued',
     isEnabled: hasKernel,
     execute: forKernel(async kernel => {
       try {
         await api.release(kernel.kernel_id as string);
       } catch (error) {
         await showErrorMessage(
-          'GPU slice not released',
+          kernel.state === 'queued'
+            ? 'GPU start not cancelled'
+            : 'GPU slice not released',
           (error as Error).message
         );
+      }
+    })
+  });
+  commands.addCommand(CommandIDs.request, {
+    label: args =>
+      args.kernelId
+        ? 'Request GPU Slice…'
+        : 'Request a GPU Slice for This Kernel…',
+    caption:
+      'Ask again for a GPU slice for a kernel that gave its own back (%gpu request)',
+    isEnabled: hasKernel,
+    execute: forKernel(async kernel => {
+      const name = notebookOf(kernel).label;
+      try {
+        const memory = await pickFor(
+          kernel,
+          `Request a GPU slice for ${name}`,
+          'Request',
+          true
+        );
+        if (!memory) {
+          return;
+        }
+        // The kernel takes its slice itself, as %gpu request in a cell does: its environment
+        // (the visible device, the caps) is set inside the kernel's process.
+        const mode = kernel.mode ? ` --mode ${kernel.mode}` : '';
+        const problem = await runInKernel(
+          app,
+          kernel,
+          `%gpu request ${memory}${mode}`
+        );
+        if (problem) {
+          await showErrorMessage('No GPU slice', problem);
+        }
+      } catch (error) {
+        await showErrorMessage('No GPU slice', (error as Error).message);
       }
     })
   });
@@ -238,6 +295,7 @@ export function addCommands(
       CommandIDs.openPanel,
       CommandIDs.resize,
       CommandIDs.release,
+      CommandIDs.request,
       CommandIDs.suspend,
       CommandIDs.resume,
       CommandIDs.shutdown
@@ -253,8 +311,48 @@ export function addCommands(
     open: run(CommandIDs.openNotebook),
     resize: run(CommandIDs.resize),
     release: run(CommandIDs.release),
+    request: run(CommandIDs.request),
     suspend: run(CommandIDs.suspend),
     resume: run(CommandIDs.resume),
     shutdown: run(CommandIDs.shutdown)
   };
+}
+
+/**
+ * Run one line in a kernel, out of any notebook's sight (no history, no output shown); what it
+ * wrote to stderr or raised, or null when it ran cleanly.
+ */
+async function runInKernel(
+  app: JupyterFrontEnd,
+  kernel: IKernelSlice,
+  code: string
+): Promise<string | null> {
+  const connection = app.serviceManager.kernels.connectTo({
+    model: { id: kernel.kernel_id as string, name: kernel.kernel_name }
+  });
+  const problems: string[] = [];
+  try {
+    const future = connection.requestExecute({
+      code,
+      silent: false,
+      store_history: false
+    });
+    future.onIOPub = message => {
+      const content = message.content as {
+        name?: string;
+        text?: string;
+        ename?: string;
+        evalue?: string;
+      };
+      if (message.header.msg_type === 'stream' && content.name === 'stderr') {
+        problems.push(content.text ?? '');
+      } else if (message.header.msg_type === 'error') {
+        problems.push(`${content.ename}: ${content.evalue}`);
+      }
+    };
+    await future.done;
+  } finally {
+    connection.dispose();
+  }
+  return problems.length ? problems.join('').trim() : null;
 }

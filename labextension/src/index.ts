@@ -51,6 +51,7 @@ import {
   GPUShareSessionAPIClient,
   GPUShareSessionDialogs,
   holdGPUStart,
+  noSecondStart,
   StartCancelled
 } from './starts/session';
 import { IGPUShareStarts, KernelStarts } from './starts/starter';
@@ -160,6 +161,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.docRegistry.addWidgetExtension('Notebook', {
       createNew: (panel: NotebookPanel, context) => {
         holdGPUStart(context, starts);
+        noSecondStart(context.sessionContext, starts);
         const indicator = new GPUStartIndicator(context.sessionContext, starts);
         if (
           !panel.toolbar.insertBefore('kernelName', 'gpushare-start', indicator)

@@ -47,7 +47,8 @@ export type ParsedSize =
   | { ok: true; kind: 'whole'; text: 'whole' };
 
 /**
- * A size that did not parse, with the problem and the accepted forms.
+ * A size that did not parse: the problem, and the message shown (the accepted forms follow
+ * where the form is what is wrong, as the server's do).
  */
 export interface ISizeError {
   ok: false;
@@ -55,8 +56,12 @@ export interface ISizeError {
   message: string;
 }
 
-function refuse(problem: string): ISizeError {
-  return { ok: false, problem, message: `${problem}; ${ACCEPTED_FORMS}` };
+function refuse(problem: string, forms = true): ISizeError {
+  return {
+    ok: false,
+    problem,
+    message: forms ? `${problem}; ${ACCEPTED_FORMS}` : problem
+  };
 }
 
 /** A decimal numeral as an exact fraction `numerator / 10 ** decimals`. */
@@ -114,7 +119,7 @@ export function parseSize(value: string): ParsedSize | ISizeError {
     return { ok: true, kind: 'whole', text: 'whole' };
   }
   if (text.startsWith('-')) {
-    return refuse(`GPU size ${quote(text)} must be more than zero`);
+    return refuse(`GPU size ${quote(text)} must be more than zero`, false);
   }
   if (WS.test(text)) {
     return refuse(
@@ -129,7 +134,10 @@ export function parseSize(value: string): ParsedSize | ISizeError {
     const { numerator, scale } = fraction(percent[1]);
     // 0.01 <= share <= 100, exactly.
     if (numerator * BigInt(100) < scale || numerator > BigInt(100) * scale) {
-      return refuse(`GPU share ${quote(text)} must be from 0.01% to 100%`);
+      return refuse(
+        `GPU share ${quote(text)} must be from 0.01% to 100%`,
+        false
+      );
     }
     return {
       ok: true,
@@ -158,7 +166,7 @@ export function parseSize(value: string): ParsedSize | ISizeError {
     );
   }
   if (numerator === BigInt(0)) {
-    return refuse(`GPU size ${quote(text)} must be more than zero`);
+    return refuse(`GPU size ${quote(text)} must be more than zero`, false);
   }
   // Whole MiB, rounded up, as the server stores it.
   const perMiB = scale * BigInt(MiB);
@@ -181,7 +189,8 @@ export function checkSize(
   const largest = Math.max(...deviceMemory);
   if (parsed.bytes > largest) {
     return refuse(
-      `${parsed.text} is larger than any GPU here (the largest has ${formatBytes(largest)})`
+      `${parsed.text} is larger than any GPU here (the largest has ${formatBytes(largest)})`,
+      false
     );
   }
   return parsed;

@@ -108,6 +108,16 @@ export interface IKernelSlice {
   pod?: string | null;
   node?: string | null;
   detail?: string | null;
+  // This server's kernel that no session refers to and no client uses (shut down after
+  // `GPUShare.unused_kernel_timeout`).
+  unused?: boolean;
+  // A queued start: when it is expected to get its slice (seconds since the epoch), null when
+  // there is no history to tell. Absent where the backend does not estimate.
+  expected_start?: number | null;
+  // Since when it is idle (null while a cell runs), and what its idle timer does when.
+  idle_since?: number | null;
+  idle_action?: 'suspend' | 'release' | null;
+  idle_action_at?: number | null;
 }
 
 /**
@@ -158,6 +168,66 @@ export interface IFit {
   free: number | null;
   memory_request: number | null;
   queue_position: number | null;
+  expected_start: number | null;
+}
+
+/**
+ * One row of `GET usage`: a user's, a group's or a kernel's figures over the period.
+ *
+ * @schema UsageRow
+ */
+export interface IUsageRow {
+  key: string;
+  label: string;
+  kernels: number;
+  reserved_gib_hours: number;
+  used_gib_hours: number;
+  used_share: number | null;
+  busy_hours: number;
+  idle_hours: number;
+  suspended_hours: number;
+  queue_wait_hours: number;
+  starts: number;
+  mean_start_wait_seconds: number | null;
+  suspends: number;
+  resumes: number;
+}
+
+/**
+ * One user's mean reserved and used bytes per step.
+ *
+ * @schema UserSeries
+ */
+export interface IUserSeries {
+  user: string;
+  reserved: number[];
+  used: number[];
+}
+
+/**
+ * The points of the Usage chart.
+ *
+ * @schema UsageSeries
+ */
+export interface IUsageSeries {
+  start: number;
+  step: number;
+  users: IUserSeries[];
+}
+
+/**
+ * `GET usage`: what the user's kernels (everyone's, for an admin) reserved and used.
+ *
+ * @schema Usage
+ */
+export interface IUsage {
+  since: number;
+  until: number;
+  by: 'user' | 'group' | 'kernel';
+  scope: 'self' | 'everyone';
+  rows: IUsageRow[];
+  total: IUsageRow;
+  series: IUsageSeries;
 }
 
 /**

@@ -84,7 +84,7 @@ class Namespace:
 
     def create(self) -> Namespace:
         admin = self.control_plane.admin
-        for namespace in (self.name, SERVER_NAMESPACE, "jhub"):
+        for namespace in (self.name, SERVER_NAMESPACE):  # rbac.yaml makes them too; here first
             if admin.get(NAMESPACES, namespace) is None:
                 try:
                     admin.create(NAMESPACES, {"metadata": {"name": namespace}})

@@ -39,7 +39,7 @@ def test_the_dry_run_and_the_starts_that_follow_agree(node: Node, server: Jupyte
     assert isinstance(answers, list)
     assert [(a["gpu_memory"], a["verdict"], a["summary"]) for a in answers] == [
         ("2G", "now", "fits now on GPU0, 50G free"),
-        ("60G", "queue", "queue position 1"),
+        ("60G", "queue", "queue position 1, wait unknown"),  # no slice has been held before
         ("96G", "never", "larger than any card"),
     ]
     assert answers[0]["memory_request"] == 2 * GiB and answers[0]["device"] == 0
@@ -55,13 +55,14 @@ def test_the_dry_run_and_the_starts_that_follow_agree(node: Node, server: Jupyte
         {
             "gpu_memory": "2G",
             "verdict": "queue",
-            "summary": "queue position 2",
+            "summary": "queue position 2, wait unknown",
             "reason": "behind 1 earlier GPU request",
             "device": None,
             "node": None,
             "free": None,
             "memory_request": None,
             "queue_position": 2,
+            "expected_start": None,
         }
     ]
     assert server.request("DELETE", f"{API}/kernels/{queued.body['kernel_id']}/gpu").status == 204

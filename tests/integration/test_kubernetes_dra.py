@@ -98,8 +98,8 @@ def hami(node: Node, make_kube: MakeKube) -> Iterator[KubeCluster]:
     forget_shared_clusters()
 
 
-# Single-user servers run where Zero to JupyterHub's release does; rbac-dra.yaml names it jhub.
-HUB_NAMESPACE = "jhub"
+# Single-user servers run where Zero to JupyterHub's release does; rbac-dra.yaml names it jupyter.
+HUB_NAMESPACE = "jupyter"
 
 
 def hub_kubeconfig(cluster: KubeCluster) -> Path:
@@ -108,7 +108,7 @@ def hub_kubeconfig(cluster: KubeCluster) -> Path:
 
 @pytest.fixture
 def spawner_cluster(hami: KubeCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeCluster]:
-    """The HAMi cluster, KubeSpawner acting as the hub's ServiceAccount (jhub/hub) with what
+    """The HAMi cluster, KubeSpawner acting as the hub's ServiceAccount (jupyter/hub) with what
     Zero to JupyterHub's chart grants it and what rbac-dra.yaml adds.
 
     KubeSpawner loads its kubeconfig once per process (an lru_cache) when first constructed, from

@@ -156,7 +156,7 @@ def test_the_document_lists_every_route_and_method_the_extension_registers(
 
         log = SimpleNamespace(info=lambda *args: None, warning=lambda *args: None)
 
-    monkeypatch.setattr(extension.metrics, "register", lambda snapshot: None)
+    monkeypatch.setattr(extension.metrics, "register", lambda snapshot, totals=None: None)
     extension.load_jupyter_server_extension(ServerApp())
 
     registered: dict[str, set[str]] = {}

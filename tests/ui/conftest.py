@@ -14,9 +14,16 @@ from typing import Any
 
 import pytest
 
-from .lab import Lab, SetupError, chromium, installed_extension, launch_browser, open_lab, start_lab
-
-VIEWPORT = {"width": 1280, "height": 800}
+from .lab import (
+    VIEWPORT,
+    Lab,
+    SetupError,
+    chromium,
+    installed_extension,
+    launch_browser,
+    open_lab,
+    start_lab,
+)
 
 
 def require(check: Any) -> Any:

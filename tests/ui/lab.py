@@ -9,6 +9,7 @@ kernelspecs installed. The browser is the system's Chromium (Debian's ``/usr/bin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 BASE_URL = "/user/alice/"
+VIEWPORT = {"width": 1280, "height": 800}
 SIMULATE = "2xA100-80GB"
 KERNEL_SIZES = ["4G", "8G", "16G"]
 EXTENSION = "jupyter-gpushare"
@@ -322,6 +324,20 @@ def wait_for(
 
 
 # ---- the page ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def lab_page(browser: Any, lab: Lab) -> Iterator[Any]:
+    """JupyterLab on ``lab`` in a browser context of its own (closed afterwards, as a browser
+    tab is), for a test with a server of its own."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(20_000)
+    try:
+        page = context.new_page()
+        open_lab(page, lab)
+        yield page
+    finally:
+        context.close()
 
 
 def open_lab(page: Any, lab: Lab, reset: bool = True) -> None:

@@ -8,6 +8,7 @@ one of which no card can hold; kernels of another notebook fill part of each car
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,8 +83,8 @@ def test_the_picker_shows_the_pool_and_the_kernel_starts_once_at_the_pick(
     expect(dialog).to_contain_text("GPU for train.ipynb")
     expect(fit_note(dialog, "2G")).to_have_text("fits now on GPU1, 4G free")  # best fit: the T4
     expect(fit_note(dialog, "8G")).to_have_text("fits now on GPU0, 10G free")
-    expect(fit_note(dialog, "24G")).to_have_text("queue position 1")
-    expect(fit_note(dialog, "whole")).to_have_text("queue position 1")
+    expect(fit_note(dialog, "24G")).to_have_text(re.compile(r"^queue position 1, wait "))
+    expect(fit_note(dialog, "whole")).to_have_text(re.compile(r"^queue position 1, wait "))
     expect(fit_note(dialog, "64G")).to_have_text("larger than any card")
     # A preset no card can hold is refused with the server's reason; nothing has started.
     dialog.locator('input[value="64G"]').check()

@@ -79,7 +79,7 @@ def test_picking_2g_on_an_8g_kernelspec_starts_one_kernel_at_once_holding_2g(pag
     dialog = picker_dialog(page)
     expect(dialog).to_contain_text("GPU for Untitled.ipynb")
     expect(dialog.locator('input[value="8G"]')).to_be_checked()  # the kernelspec's size first
-    expect(fit_note(dialog, "8G")).to_have_text("queue position 1")
+    expect(fit_note(dialog, "8G")).to_have_text(re.compile(r"^queue position 1, wait "))
     expect(fit_note(dialog, "2G")).to_have_text("fits now on GPU0, 4G free")
     assert kernel_ids(lab) == others  # the dialog is open and nothing has started
 
@@ -153,7 +153,7 @@ def test_a_queued_start_waits_in_the_notebook_and_can_be_withdrawn(page: Any, la
     first, _ = hold(lab, "78G"), hold(lab, "78G")
     start_notebook(page)
     dialog = picker_dialog(page)
-    expect(fit_note(dialog, "4G")).to_have_text("queue position 1")
+    expect(fit_note(dialog, "4G")).to_have_text(re.compile(r"^queue position 1, wait "))
     dialog.get_by_role("button", name="Start").click()  # 4G, the configured default
     indicator = page.locator(".jp-NotebookPanel:visible .jp-gpushare-start-indicator")
     expect(indicator).to_contain_text("waiting for GPU (position 1)")

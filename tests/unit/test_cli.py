@@ -237,8 +237,22 @@ def test_broker_needs_somewhere_to_listen_and_no_broker_of_its_own(
     assert "needs somewhere to listen: --socket PATH" in capsys.readouterr().err
     monkeypatch.setenv("JUPYTER_GPUSHARE_BROKER_URL", f"unix:{tmp_path}/other.sock")
     assert main(["broker", "--socket", str(tmp_path / "b.sock")]) == 2
-    assert "unset c.GPUShare.broker_url" in capsys.readouterr().err
+    assert "points it at another broker" in capsys.readouterr().err
     assert not (tmp_path / "b.sock").exists()
+
+
+def test_the_clients_broker_url_naming_the_broker_is_no_setting_of_its_own() -> None:
+    """/etc/jupyter's broker_url (or /etc/environment's) reaches root's broker too: the team-box
+    steps set it for every user, then the broker restarts."""
+    from jupyter_gpushare.broker.settings import GPUShareBroker, names_this_broker
+
+    on_socket = GPUShareBroker(socket="/run/jupyter-gpushare/broker.sock")
+    assert names_this_broker("unix:/run/jupyter-gpushare/broker.sock", on_socket)
+    assert not names_this_broker("unix:/run/other/broker.sock", on_socket)
+    assert not names_this_broker("http://hub:8765/", on_socket)
+    on_http = GPUShareBroker(ip="0.0.0.0", port=8765)
+    assert names_this_broker("http://hub:8765/", on_http)
+    assert not names_this_broker("http://hub:9000/", on_http)
 
 
 def test_status_through_a_broker_that_is_not_there_says_so(

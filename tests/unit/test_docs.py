@@ -5,7 +5,7 @@ and every example in the docs is checked against the real thing: ``jupyter gpush
 lines against the CLI's parser, ``%gpu`` lines against the magic's parser, YAML blocks as YAML
 (Kubernetes manifests against the official schemas), Python config blocks through traitlets'
 config loader with every trait name checked, JSON blocks as JSON, and the doctor's output lines
-against the checks ``doctor.py`` can produce. The Sphinx build itself (``make docs``, part of
+against the checks the doctor can produce. The Sphinx build itself (``make docs``, part of
 ``make test``) checks links and generated references.
 """
 
@@ -120,11 +120,14 @@ def test_the_reference_documents_every_function_of_the_kernel_api() -> None:
 # ---- command lines -----------------------------------------------------------------------------
 
 
-def shell_commands(text: str) -> Iterator[str]:
-    """The command lines of a shell block: prompts dropped, continuations joined."""
+def shell_commands(text: str, console: bool = False) -> Iterator[str]:
+    """The command lines of a shell block: prompts dropped (in a ``console`` block, ``# `` is
+    root's prompt, not a comment), continuations joined."""
     pending = ""
     for raw in text.splitlines():
         line = raw.strip().removeprefix("$ ")
+        if console:
+            line = line.removeprefix("# ")
         if line.endswith("\\"):
             pending += line[:-1] + " "
             continue
@@ -139,14 +142,21 @@ def gpushare_argv(command: str) -> list[str] | None:
     for prefix in (["jupyter", "gpushare"], [".venv/bin/jupyter", "gpushare"], ["jupyter-gpushare"]):
         if words[: len(prefix)] == prefix:
             return words[len(prefix) :]
+    if len(words) >= 2 and words[0].endswith("/bin/jupyter") and words[1] == "gpushare":
+        return words[2:]  # an installation's own, e.g. /opt/jupyter/bin/jupyter gpushare
     return None
+
+
+GPUSHARE_COMMAND = re.compile(
+    r"^(jupyter gpushare|\.venv/bin/jupyter gpushare|jupyter-gpushare|\S*/bin/jupyter gpushare)(?=\s|$)"
+)
 
 
 def gpushare_command_lines() -> list[tuple[str, str]]:
     found = []
     for block in blocks_in(*SHELL_LANGUAGES):
-        for command in shell_commands(block.text):
-            if command.startswith(("jupyter gpushare", ".venv/bin/jupyter gpushare", "jupyter-gpushare")):
+        for command in shell_commands(block.text, console=block.language == "console"):
+            if GPUSHARE_COMMAND.match(command):
                 found.append((str(block), command))
     for page, code in inline_code():
         if code.startswith(("jupyter gpushare ", ".venv/bin/jupyter gpushare ")):
@@ -282,8 +292,14 @@ def _pattern(node: ast.expr | None) -> str:
 
 
 def doctor_checks() -> list[tuple[str, str, str, str]]:
-    """(name, status, detail, fix) patterns of every ``Check(...)`` in doctor.py."""
-    tree = ast.parse(Path(doctor.__file__).read_text(encoding="utf-8"))
+    """(name, status, detail, fix) patterns of every ``Check(...)`` in the doctor's modules."""
+    checks = []
+    for module in sorted(Path(doctor.__file__).parent.glob("*.py")):
+        checks.extend(_checks_in(ast.parse(module.read_text(encoding="utf-8"))))
+    return checks
+
+
+def _checks_in(tree: ast.Module) -> list[tuple[str, str, str, str]]:
     checks = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Check":

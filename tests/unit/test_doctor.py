@@ -1,4 +1,5 @@
-"""``jupyter gpushare doctor`` on this machine: no GPU, no cluster — said truthfully, with fixes."""
+"""``jupyter gpushare doctor`` on this machine: no GPU, no cluster — said truthfully, with fixes,
+and only the lines that matter where the user is (issue 25)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ import pytest
 
 from jupyter_gpushare.cli import main
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.doctor import check_gpus, check_vgpu, run_checks
-from jupyter_gpushare.inventory import parse_simulation
+from jupyter_gpushare.doctor import check_vgpu, run_checks
+from jupyter_gpushare.doctor.node import PoolSeen, check_gpus, check_modes, node_facts, relevant_mode_checks
+from jupyter_gpushare.inventory import discover, parse_simulation
 
 
 @pytest.fixture
 def no_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("JUPYTER_GPUSHARE_SIMULATE", raising=False)
 
 
-def test_no_gpu_and_no_cluster_fail_with_fixes_and_a_nonzero_exit(
+def test_no_gpu_fails_with_fixes_and_a_nonzero_exit_and_no_word_of_a_cluster(
     no_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("JUPYTER_GPUSHARE_LEDGER_PATH", str(tmp_path / "ledger.sqlite"))
@@ -27,9 +30,10 @@ def test_no_gpu_and_no_cluster_fail_with_fixes_and_a_nonzero_exit(
     found = {check["name"]: check for check in json.loads(capsys.readouterr().out)["checks"]}
     assert found["GPUs"]["status"] == "FAIL" and "no GPU found" in found["GPUs"]["detail"]
     assert "JUPYTER_GPUSHARE_SIMULATE" in found["GPUs"]["fix"]
-    assert found["cluster"]["status"] == "WARN" and "kubeconfig" in found["cluster"]["fix"]
     assert found["test kernel"]["status"] == "FAIL"
     assert found["ledger"]["status"] == "OK"
+    # A local box: nothing about a cluster, MIG, MPS or HAMi-core it never asked for.
+    assert not {"cluster", "MIG", "MPS", "HAMi-core", "modes"} & found.keys()
     assert all(check["fix"] for check in found.values() if check["status"] != "OK")
 
 
@@ -37,6 +41,7 @@ def test_kubernetes_backend_without_a_cluster_is_a_failure(no_cluster: None, tmp
     settings = GPUShare(backend="kubernetes", simulate="1xT4-16GB", ledger_path=str(tmp_path / "l.sqlite"))
     checks = {check.name: check for check in run_checks(settings, kernel=False)}
     assert checks["cluster"].status == "FAIL"
+    assert not {"GPUs", "ledger", "MIG", "MPS", "HAMi-core"} & checks.keys()  # the server's machine
 
 
 def test_a_simulated_pool_starts_a_real_test_kernel(
@@ -44,17 +49,64 @@ def test_a_simulated_pool_starts_a_real_test_kernel(
 ) -> None:
     monkeypatch.setenv("JUPYTER_GPUSHARE_SIMULATE", "1xA100-80GB")
     monkeypatch.setenv("JUPYTER_GPUSHARE_LEDGER_PATH", str(tmp_path / "ledger.sqlite"))
-    assert main(["doctor"]) == 0  # warnings only
+    assert main(["doctor"]) == 0
     text = capsys.readouterr().out
-    assert "WARN  GPUs: simulated pool (Simulated A100-80GB)" in text
-    assert "WARN  test kernel: CUDA_VISIBLE_DEVICES=GPU-" in text and "slice 512 MiB" in text
-    assert text.strip().endswith("0 FAIL, 7 WARN")
+    assert "WARN  GPUs: simulated pool (GPU0 Simulated A100-80GB)" in text
+    assert "OK    modes: exclusive, timeslice, mps, vgpu (default timeslice); not set up here: mig" in text
+    assert "OK    test kernel: CUDA_VISIBLE_DEVICES=GPU-" in text and "slice 512 MiB" in text
+    assert "MIG:" not in text and "MPS:" not in text and "HAMi-core:" not in text
+    assert " 0 FAIL, " in text.strip().splitlines()[-1]
+
+
+def test_the_pool_a_demo_left_in_the_ledger_is_the_pool_and_its_kernels_start(
+    no_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``make demo`` (the lab had JUPYTER_GPUSHARE_SIMULATE, this terminal has not),
+    ``status`` shows the simulated pool the ledger remembers. Failed before: doctor said "no GPU"
+    and did not start its kernel."""
+    from jupyter_gpushare.backends.local import LocalBackend
+
+    ledger = tmp_path / "ledger.sqlite"
+    monkeypatch.setenv("JUPYTER_GPUSHARE_LEDGER_PATH", str(ledger))
+    LocalBackend(GPUShare(simulate="2xA100-80GB", ledger_path=str(ledger))).ledger.close()
+    checks = {check.name: check for check in run_checks(GPUShare(), kernel=True)}
+    assert checks["GPUs"].status == "WARN"
+    assert checks["GPUs"].detail.startswith(
+        "simulated pool remembered by the ledger (GPU0 Simulated A100-80GB"
+    )
+    assert checks["modes"].status == "OK"
+    assert checks["test kernel"].status == "OK", checks["test kernel"]
+
+
+def test_a_default_mode_the_node_cannot_honour_fails_with_the_way_out(tmp_path: Path) -> None:
+    inventory = parse_simulation("1xA100-80GB")
+    real = PoolSeen(("GPU0 A100",), False, "NVML")
+    settings = GPUShare(default_mode="mps", ledger_path=str(tmp_path / "l.sqlite"))
+    # A real (not simulated) card without an MPS daemon.
+    from dataclasses import replace
+
+    facts = replace(node_facts(settings, inventory, real), simulated=False)
+    modes = check_modes(settings, facts)
+    assert modes.status == "FAIL" and "the default mode 'mps' is not available here" in modes.detail
+    assert "c.GPUShare.default_mode" in modes.fix
+    # Now that MPS is the default, its line says what is missing.
+    assert [check.name for check in relevant_mode_checks(settings, inventory, facts)] == ["MPS"]
+
+
+def test_the_mode_lines_appear_where_configured() -> None:
+    inventory = discover("")  # no GPU here
+    settings = GPUShare(libvgpu_path="/nonexistent/libvgpu.so")
+    facts = node_facts(settings, inventory, PoolSeen((), False, "NVML"))
+    [vgpu] = relevant_mode_checks(settings, inventory, facts)
+    assert vgpu.name == "HAMi-core" and vgpu.status == "FAIL" and "does not exist" in vgpu.detail
+    assert check_vgpu(settings) == vgpu
+    assert relevant_mode_checks(GPUShare(), inventory, facts) == []
 
 
 def test_checks_say_what_they_found() -> None:
-    assert check_gpus(parse_simulation("2xT4-16GB")).status == "WARN"
-    missing = check_vgpu(GPUShare(libvgpu_path="/nonexistent/libvgpu.so"))
-    assert missing.status == "FAIL" and "does not exist" in missing.detail
+    assert check_gpus(PoolSeen(("GPU0 T4",), True, "simulated")).status == "WARN"
+    served = check_gpus(PoolSeen(("GPU0 A100",), False, "the broker"))
+    assert served.status == "OK" and served.detail == "served by the broker: GPU0 A100"
 
 
 def test_with_a_broker_it_checks_the_broker_and_opens_no_ledger(
@@ -63,7 +115,7 @@ def test_with_a_broker_it_checks_the_broker_and_opens_no_ledger(
     monkeypatch.setenv("JUPYTER_GPUSHARE_LEDGER_PATH", str(tmp_path / "ledger.sqlite"))
     settings = GPUShare(broker_url=f"unix:{tmp_path}/broker.sock")
     found = {check.name: check for check in run_checks(settings, kernel=False)}
-    assert "ledger" not in found and "cluster" not in found
+    assert "ledger" not in found and "cluster" not in found and "GPUs" not in found
     assert found["broker"].status == "FAIL" and "is not reachable" in found["broker"].detail
     assert "jupyter gpushare broker" in found["broker"].fix
     assert not (tmp_path / "ledger.sqlite").exists()

@@ -387,7 +387,9 @@ def test_device_plugin_presets_make_no_claim() -> None:
 
 def test_a_template_and_a_pod_reference_for_single_user_servers() -> None:
     _, _, request = build(settings("hami-dra"), "vgpu", cores=30)
-    template = make_claim_template("gpushare-vgpu-6g", request.claim, labels={"app": "x"}, namespace="jhub")
+    template = make_claim_template(
+        "gpushare-vgpu-6g", request.claim, labels={"app": "x"}, namespace="jupyter"
+    )
     assert template["spec"] == {"spec": request.claim}
     validate(template)
     assert pod_claim_reference("gpushare-vgpu-6g", template=True) == {
@@ -447,5 +449,5 @@ def test_the_dra_rbac_example_grants_what_the_dra_calls_need_and_no_more() -> No
         ("jupyter-gpushare-dra", "cluster", "resourceclaims"): {"list", "watch"},
         ("jupyter-gpushare-dra", "cluster", "deviceclasses"): {"list", "watch"},
         # k8s/spawner_claims.py: the hub creates a claim per server (replacing a stale one)
-        ("jupyter-gpushare-server-claims", "jhub", "resourceclaims"): {"create", "delete"},
+        ("jupyter-gpushare-server-claims", "jupyter", "resourceclaims"): {"create", "delete"},
     }

@@ -151,6 +151,8 @@ def test_the_golden_hami_vgpu_pod() -> None:
                 {"name": "runtime", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
             ],
             "automountServiceAccountToken": False,
+            # The kernel image's user (1000, group 100) reads the Secret's 0400 files.
+            "securityContext": {"fsGroup": 100},
             "schedulerName": "hami-scheduler",
         },
     }

@@ -4,6 +4,7 @@ server's configuration, a kernelspec and flags, and refuses bad input with the r
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -94,7 +95,7 @@ def test_render_pod_takes_the_request_and_argv_from_a_kernelspec(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--memory", "0G"], ACCEPTED_FORMS),
+        (["--memory", "0G"], "must be more than zero"),
         (["--memory", "lots"], ACCEPTED_FORMS),
         (["--memory", "4G", "--cores", "500"], "gpu_cores must be from 1 to 100"),
         (["--memory", "25%", "--mode", "timeslice"], "needs the cards' memory"),
@@ -127,3 +128,64 @@ def test_render_pod_reports_a_bad_resource_names_setting(
     monkeypatch.setenv("JUPYTER_GPUSHARE_RESOURCE_NAMES", '{"timeslice": "nvidia.com/gpu.shared"}')
     assert main(["render-pod", "--memory", "4G"]) == 2
     assert "unknown resource name field(s) timeslice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("preset", "mode", "consumable", "warned"),
+    [
+        ("nvidia-dra", "mps", None, True),  # issue 25: each kernel would hold a whole card, unsaid
+        ("nvidia-dra", "timeslice", None, True),
+        ("nvidia-dra", "mps", "True", False),
+        ("nvidia-dra", "exclusive", None, False),  # a whole card is what it asks for
+        ("hami-dra", "vgpu", None, False),  # HAMi-DRA's GPUs take several claims
+    ],
+)
+def test_render_pod_says_when_a_dra_claim_takes_a_whole_card(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    preset: str,
+    mode: str,
+    consumable: str | None,
+    warned: bool,
+) -> None:
+    if consumable is not None:
+        monkeypatch.setenv("JUPYTER_GPUSHARE_DRA_CONSUMABLE_CAPACITY", consumable)
+    assert main(["render-pod", "--preset", preset, "--mode", mode, "--memory", "6G"]) == 0
+    captured = capsys.readouterr()
+    documents = list(yaml.safe_load_all(captured.out))
+    assert [document["kind"] for document in documents] == ["Pod", "ResourceClaim"]
+    said = f"this claim's {mode} request asks for a whole"
+    assert (said in captured.err) is warned and (f"# Warning: {said}" in captured.out) is warned
+    if warned:
+        assert "c.GPUShare.dra_consumable_capacity = True" in captured.err
+    if warned and mode == "mps":  # the warning docs/dra.md shows is this one
+        page = (Path(__file__).parents[2] / "docs" / "dra.md").read_text()
+        assert captured.err.strip() in page
+        assert "capacity" not in documents[1]["spec"]["devices"]["requests"][0]["exactly"]
+    assert pod_fs_group(documents[0]) == 100  # every kernel pod reads its Secret as the image's group
+
+
+def pod_fs_group(pod: dict[str, Any]) -> int:
+    return int(pod["spec"]["securityContext"]["fsGroup"])
+
+
+def test_every_rendered_kernel_pod_lets_the_images_group_read_its_secret(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 25: under DRA presets the pod had no fsGroup, its 0400 Secret unreadable by the
+    image's user (1000:100); a pod_template's securityContext still wins."""
+    for preset in ("nvidia", "hami", "volcano", "kai", "aliyun", "nvidia-dra", "hami-dra"):
+        mode = "vgpu" if preset in ("hami", "hami-dra") else "exclusive"
+        assert main(["render-pod", "--preset", preset, "--mode", mode, "--memory", "6G"]) == 0
+        pod = next(yaml.safe_load_all(capsys.readouterr().out))
+        assert pod_fs_group(pod) == 100, preset
+        assert pod["spec"]["volumes"][0]["secret"]["defaultMode"] == 0o400
+
+
+def test_a_pod_template_sets_another_fs_group(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "JUPYTER_GPUSHARE_POD_TEMPLATE", json.dumps({"spec": {"securityContext": {"fsGroup": 2000}}})
+    )
+    assert pod_fs_group(rendered(capsys, "--preset", "hami", "--mode", "vgpu", "--memory", "6G")) == 2000

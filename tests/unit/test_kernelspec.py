@@ -76,9 +76,17 @@ def test_building_does_not_change_the_next_spec() -> None:
     assert provisioner(build_kernelspec("8G"))["config"]["gpu_memory"] == "8G"
 
 
-@pytest.mark.parametrize("size", ["abc", "0", "-4G", "10T"])
-def test_a_bad_size_builds_nothing(size: str) -> None:
-    with pytest.raises(SizeError, match="accepted forms"):
+@pytest.mark.parametrize(
+    ("size", "said"),
+    [
+        ("abc", "accepted forms"),
+        ("0", "must be more than zero"),
+        ("-4G", "more than zero"),
+        ("10T", "accepted forms"),
+    ],
+)
+def test_a_bad_size_builds_nothing(size: str, said: str) -> None:
+    with pytest.raises(SizeError, match=said):
         build_kernelspec(size)
 
 

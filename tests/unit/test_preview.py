@@ -115,7 +115,18 @@ def test_the_json_answer_has_every_field_of_the_fit_schema() -> None:
         "free": 10 * GiB,
         "memory_request": 8 * GiB,
         "queue_position": None,
+        "expected_start": None,
     }
+
+
+def test_a_start_that_would_wait_says_how_long_where_an_estimate_is_given() -> None:
+    full = (Held("k", "bob", "GPU-0", "GPU-0", 76 * GiB), Held("j", "bob", "GPU-1", "GPU-1", 80 * GiB))
+    known = preview_start(ask("8G"), POOL, full, 1, Policy(), estimate=lambda: (1360.0, 1000.0))
+    assert (known.summary, known.expected_start) == ("queue position 2, wait about 6 min", 1360.0)
+    unknown = preview_start(ask("8G"), POOL, full, 0, Policy(), estimate=lambda: (None, 1000.0))
+    assert unknown.summary == "queue position 1, wait unknown"
+    fair = preview_start(ask("8G"), POOL, HELD, 2, Policy(), why_ahead="behind 2 under fair share")
+    assert (fair.summary, fair.reason) == ("queue position 3", "behind 2 under fair share")
 
 
 # ---- the Kubernetes backend -------------------------------------------------------------------

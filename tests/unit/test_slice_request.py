@@ -52,11 +52,26 @@ def test_exclusive_as_the_default_mode_also_means_a_whole_card() -> None:
     assert make_slice_request("2G", None, None, "4G", "exclusive").size.is_whole
 
 
-@pytest.mark.parametrize("memory", ["abc", "0", "-1G", "10T", "101%", 0, True, 2.5, ["4G"]])
-def test_a_bad_size_lists_the_accepted_forms(memory: object) -> None:
+@pytest.mark.parametrize(
+    ("memory", "said"),
+    [
+        ("abc", ACCEPTED_FORMS),
+        ("0", "must be more than zero"),
+        ("-1G", "must be more than zero"),
+        ("10T", ACCEPTED_FORMS),
+        ("101%", "must be from 0.01% to 100%"),
+        (0, "must be more than zero"),
+        (True, ACCEPTED_FORMS),
+        (2.5, ACCEPTED_FORMS),
+        (["4G"], ACCEPTED_FORMS),
+    ],
+)
+def test_a_bad_size_says_what_is_wrong(memory: object, said: str) -> None:
+    """The accepted forms where the form is what is wrong, the range where it is not (issue 25)."""
     with pytest.raises(InvalidRequestError) as caught:
         make_slice_request(memory, "timeslice", None, "4G", "timeslice")
-    assert ACCEPTED_FORMS in str(caught.value)
+    assert said in str(caught.value)
+    assert (ACCEPTED_FORMS in str(caught.value)) is (said == ACCEPTED_FORMS)
     assert isinstance(caught.value, ValueError)
 
 

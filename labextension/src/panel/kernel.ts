@@ -1,13 +1,15 @@
 /**
  * A kernel row of the side panel (`.jp-gpushare-kernel`): the notebook (a button that opens
- * it), the slice, a used/slice bar, utilisation, the state or queue position, the memory its
- * processes hold beyond the slice, the warnings, and the actions resize, release, suspend (or
- * resume) and shut down.
+ * it), the slice, a used/slice bar, utilisation, the state or queue position (and the expected
+ * wait), the memory its processes hold beyond the slice, how long it has been idle and what its
+ * idle timer will do, the warnings, and the actions resize, release (cancel for a start still
+ * queued, request for a kernel that gave its slice back), suspend (or resume) and shut down.
  */
 
 import { h, percentOf, setAttr, setText } from '../dom';
 import { formatBytes, formatGiB } from '../sizes';
 import { IKernelSlice } from '../types';
+import { idleText, waitOf } from '../waits';
 
 export const KERNEL_CLASS = 'jp-gpushare-kernel';
 
@@ -20,8 +22,10 @@ export interface IKernelActions {
   open(kernel: IKernelSlice): void;
   /** Ask for a new size and resize. */
   resize(kernel: IKernelSlice): void;
-  /** Release the slice; the kernel keeps running. */
+  /** Release the slice (the kernel keeps running), or withdraw a queued start. */
   release(kernel: IKernelSlice): void;
+  /** Ask for a slice again, for a kernel that released its own. */
+  request(kernel: IKernelSlice): void;
   /** Move the GPU state to host memory and give the slice back. */
   suspend(kernel: IKernelSlice): void;
   /** Bring a suspended kernel's GPU state back. */
@@ -69,6 +73,7 @@ export class KernelRow {
         this._util,
         this._source
       ),
+      this._idle,
       this._warnings,
       h(
         'div',
@@ -91,7 +96,9 @@ export class KernelRow {
       }
     });
     this._release.addEventListener('click', () => {
-      if (this._kernel) {
+      if (this._kernel?.state === 'released') {
+        this._actions.request(this._kernel);
+      } else if (this._kernel) {
         this._actions.release(this._kernel);
       }
     });
@@ -121,6 +128,7 @@ export class KernelRow {
     const level = usageLevel(kernel);
     this.node.dataset.kernelId = kernel.kernel_id ?? '';
     this.node.dataset.state = kernel.state;
+    this.node.dataset.unused = kernel.unused ? 'true' : '';
     this.node.classList.toggle('jp-mod-warn', level === 'warn');
     this.node.classList.toggle('jp-mod-over', level === 'over');
 
@@ -135,7 +143,10 @@ export class KernelRow {
     let state: string;
     const where = kernel.node ? kernel.node : `GPU${kernel.device}`;
     if (kernel.state === 'queued') {
-      state = `queued #${kernel.queue_position ?? '?'} · ${kernel.size ?? ''}`;
+      const wait = waitOf(kernel);
+      state =
+        `queued #${kernel.queue_position ?? '?'} · ${kernel.size ?? ''}` +
+        (wait ? ` · wait ${wait}` : '');
     } else if (kernel.state === 'released') {
       state = kernel.held
         ? `no GPU (released) · ${formatBytes(kernel.held)} held on GPU${kernel.device}`
@@ -144,6 +155,10 @@ export class KernelRow {
       state = `suspended · ${kernel.size ?? ''}`;
     } else {
       state = `${kernel.size ?? formatBytes(request)} on ${where} · ${kernel.mode}`;
+    }
+    if (kernel.unused) {
+      // Its notebook's tab closed before it got the kernel: nothing uses it.
+      state = `not open · ${state}`;
     }
     setText(this._state, state);
     this._state.className = `jp-gpushare-state jp-gpushare-state-${kernel.state}`;
@@ -155,6 +170,10 @@ export class KernelRow {
         : '';
     setText(this._detail, detail);
     this._detail.hidden = !detail;
+    // "idle 42 min — will suspend in 18 min": not a live region (it changes every minute).
+    const idle = idleText(kernel) ?? '';
+    setText(this._idle, idle);
+    this._idle.hidden = !idle;
 
     this._bar.hidden = !running;
     this._used.style.width = percentOf(kernel.memory_used, request);
@@ -190,18 +209,31 @@ export class KernelRow {
     this._warnings.hidden = warnings.length === 0;
 
     this._resize.disabled = !running;
-    // A pod holds its GPU for its life; only a queued pod's start can be withdrawn.
+    // One button, three meanings: release a running slice, withdraw a queued start (the
+    // kernel never starts), ask again for a kernel that gave its slice back. A pod holds its
+    // GPU for its life.
+    const queued = kernel.state === 'queued';
+    const released = kernel.state === 'released';
+    setText(
+      this._release,
+      queued ? 'Cancel' : released ? 'Request…' : 'Release'
+    );
     this._release.disabled =
-      kernel.state === 'released' ||
       kernel.state === 'suspended' ||
-      (Boolean(kernel.pod) && running);
+      (Boolean(kernel.pod) && (running || released));
     setAttr(
       this._release,
       'title',
       kernel.pod && running
         ? 'A kernel pod keeps its GPU until it ends: shut the kernel down to free it'
-        : 'Release the GPU slice; the kernel keeps running'
+        : queued
+          ? 'Withdraw the start from the queue: the kernel never starts'
+          : released
+            ? 'Ask for a GPU slice again (it waits in the queue when the GPUs are full)'
+            : 'Release the GPU slice; the kernel keeps running'
     );
+    // A queued start has no kernel to shut down yet: Cancel withdraws it.
+    this._shutdown.disabled = queued;
     const suspended = kernel.state === 'suspended';
     setText(this._suspend, suspended ? 'Resume' : 'Suspend');
     // A pod cannot give its memory back without a new pod; only a running slice can suspend.
@@ -224,7 +256,15 @@ export class KernelRow {
           : 'Move the GPU state to host memory and give the slice back; the next cell resumes it'
     );
     setAttr(this._resize, 'aria-label', `Resize the GPU slice of ${name}`);
-    setAttr(this._release, 'aria-label', `Release the GPU slice of ${name}`);
+    setAttr(
+      this._release,
+      'aria-label',
+      queued
+        ? `Cancel the GPU start of ${name}`
+        : released
+          ? `Request a GPU slice for ${name}`
+          : `Release the GPU slice of ${name}`
+    );
     setAttr(this._shutdown, 'aria-label', `Shut down the kernel of ${name}`);
   }
 
@@ -232,6 +272,7 @@ export class KernelRow {
   private _path: string | null = null;
   private _shownWarnings = '';
   private _detail = h('div', { class: 'jp-gpushare-detail', role: 'status' });
+  private _idle = h('div', { class: 'jp-gpushare-idle' });
   private _open = h('button', {
     class: 'jp-gpushare-open',
     type: 'button'

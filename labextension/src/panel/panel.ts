@@ -1,7 +1,7 @@
 /**
  * The side panel `#jp-gpushare-panel`: a card per device, a row per kernel of this server,
- * the queue, and whether the pool is simulated. It holds the model (so the stream runs) only
- * while it is visible.
+ * the queue, whether the pool is simulated, and the Usage chart of the last day. It holds the
+ * model (so the stream runs) only while it is visible, and asks for the usage only then.
  */
 
 import { Message } from '@lumino/messaging';
@@ -13,6 +13,10 @@ import { GPUShareModel } from '../model';
 import { IKernelSlice } from '../types';
 import { DeviceCard } from './device';
 import { IKernelActions, INotebookRef, KernelRow } from './kernel';
+import { USAGE_REFRESH_MS, USAGE_SINCE, UsageView } from './usage';
+
+/** How often the rows' words about time ("idle 42 min") are renewed while shown (ms). */
+const CLOCK_MS = 15_000;
 
 export const PANEL_ID = 'jp-gpushare-panel';
 
@@ -33,6 +37,7 @@ export class GPUSharePanel extends Widget {
     this._model = options.model;
     this._actions = options.actions;
     this._notebookOf = options.notebookOf;
+    this._usage = new UsageView(() => this._model.api.usage(USAGE_SINCE));
     this.id = PANEL_ID;
     this.addClass('jp-gpushare-panel');
     this.title.icon = gpuIcon;
@@ -61,7 +66,8 @@ export class GPUSharePanel extends Widget {
         this._kernels,
         this._noKernels
       ),
-      this._queue
+      this._queue,
+      this._usage.node
     );
     this._model.changed.connect(this.render, this);
     this.render();
@@ -171,16 +177,34 @@ export class GPUSharePanel extends Widget {
     super.onAfterShow(msg);
     this._model.hold(this);
     void this._model.refresh();
+    this._startTimers();
   }
 
   protected onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
     this._model.unhold(this);
+    this._stopTimers();
   }
 
   protected onBeforeDetach(msg: Message): void {
     this._model.unhold(this);
+    this._stopTimers();
     super.onBeforeDetach(msg);
+  }
+
+  private _startTimers(): void {
+    this._stopTimers();
+    void this._usage.refresh();
+    this._usageTimer = window.setInterval(
+      () => void this._usage.refresh(),
+      USAGE_REFRESH_MS
+    );
+    this._clockTimer = window.setInterval(() => this.render(), CLOCK_MS);
+  }
+
+  private _stopTimers(): void {
+    window.clearInterval(this._usageTimer);
+    window.clearInterval(this._clockTimer);
   }
 
   dispose(): void {
@@ -188,6 +212,7 @@ export class GPUSharePanel extends Widget {
       return;
     }
     this._model.unhold(this);
+    this._stopTimers();
     this._model.changed.disconnect(this.render, this);
     super.dispose();
   }
@@ -195,6 +220,9 @@ export class GPUSharePanel extends Widget {
   private _model: GPUShareModel;
   private _actions: IKernelActions;
   private _notebookOf: (kernel: IKernelSlice) => INotebookRef;
+  private _usage: UsageView;
+  private _usageTimer = 0;
+  private _clockTimer = 0;
   private _deviceCards = new Map<string, DeviceCard>();
   private _kernelRows = new Map<string, KernelRow>();
   private _badge = h(

@@ -15,11 +15,20 @@
  *   ("No Kernel"), as JupyterLab's own choice does.
  */
 
-import { ISessionContext, SessionContextDialogs } from '@jupyterlab/apputils';
+import {
+  ISessionContext,
+  Notification,
+  SessionContextDialogs
+} from '@jupyterlab/apputils';
 import { DocumentRegistry } from '@jupyterlab/docregistry';
 import { Kernel, Session, SessionAPI } from '@jupyterlab/services';
 
 import { KernelStarts } from './starter';
+
+/** What a notebook whose kernel still starts says when asked for another one. */
+export const WAITING_MESSAGE =
+  "This notebook's GPU kernel is still starting (see its toolbar); run the cell once it is " +
+  'ready, or cancel the wait there.';
 
 /** A start the user cancelled: nothing was started. */
 export class StartCancelled extends Error {
@@ -89,14 +98,28 @@ function sessionPath(options: Session.ISessionOptions): string {
 
 /**
  * Start a gpushare kernel for a session context through the picker; false when cancelled.
+ * A notebook closed while its start waits withdraws the start; one closed once its kernel
+ * came up shuts that kernel down: nothing is left holding a GPU for a notebook that is gone.
  */
 export async function startInContext(
   context: ISessionContext,
   kernelName: string,
   starts: KernelStarts
 ): Promise<boolean> {
-  const id = await starts.start({ kernelName, path: context.path });
-  if (id === null || context.isDisposed) {
+  const path = context.path;
+  const closed = () => starts.pending(path)?.cancel();
+  context.disposed.connect(closed);
+  let id: string | null;
+  try {
+    id = await starts.start({ kernelName, path });
+  } finally {
+    context.disposed.disconnect(closed);
+  }
+  if (id === null) {
+    return false;
+  }
+  if (context.isDisposed) {
+    await starts.withdraw(id);
     return false;
   }
   // By id and name: the session takes the started kernel; the name is what the notebook
@@ -144,6 +167,12 @@ export class GPUShareSessionDialogs implements ISessionContext.IDialogs {
   ) {}
 
   async selectKernel(context: ISessionContext): Promise<void> {
+    if (this._starts.pending(context.path)) {
+      // The notebook's kernel is on its way (the toolbar says where it is in the queue):
+      // running a cell meanwhile must not offer to start a second one.
+      Notification.info(WAITING_MESSAGE, { autoClose: 5000 });
+      return;
+    }
     const held = this._starts.held.get(context);
     if (held) {
       // A notebook opening with a gpushare kernelspec: no choice of kernel to make, a size.
@@ -163,10 +192,30 @@ export class GPUShareSessionDialogs implements ISessionContext.IDialogs {
     context: ISessionContext,
     options?: ISessionContext.IRestartOptions
   ): Promise<boolean> {
+    if (this._starts.pending(context.path)) {
+      Notification.info(WAITING_MESSAGE, { autoClose: 5000 });
+      return Promise.resolve(false);
+    }
     // A running kernel restarts as it is, keeping its slice; a notebook without one starts its
     // last kernelspec again, through the picker.
     return this._dialogs.restart(guardContext(context, this._starts), options);
   }
+}
+
+/**
+ * While a notebook's gpushare start waits (in the picker or the queue), the notebook's own
+ * "start a kernel" (what running a cell without a kernel calls) must not start a second one:
+ * it falls through to the session dialogs, which say the kernel is on its way. JupyterLab's
+ * cell executor calls the session context's `startKernel` itself, so the context's own method
+ * is wrapped (a widget extension calls this for every new notebook).
+ */
+export function noSecondStart(
+  context: ISessionContext,
+  starts: KernelStarts
+): void {
+  const startKernel = context.startKernel.bind(context);
+  context.startKernel = async (): Promise<boolean> =>
+    starts.pending(context.path) ? true : startKernel();
 }
 
 /**

@@ -17,6 +17,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { GPUShareAPI, GPUShareError } from '../api';
 import { ISpecSlice, specSlice } from '../kernelspecs';
 import { IPick } from '../picker/dialog';
+import { IKernelSlice } from '../types';
 
 /** How often a queued start is looked at (ms). */
 const POLL_MS = 400;
@@ -115,6 +116,10 @@ export class KernelStarts {
    * Ask for a size, start the kernel at that size, and wait until it runs: its id, or null
    * when the user cancelled (nothing was started, or the queued start was withdrawn).
    * Throws with the server's reason when the start fails.
+   *
+   * A kernel of this server already started for the same notebook and kernelspec that
+   * nobody uses (its tab closed right after the start, or while it waited in the queue) is
+   * taken up instead of starting a second one.
    */
   async start(request: IStartRequest): Promise<string | null> {
     const slice = this.slice(request.kernelName);
@@ -127,16 +132,28 @@ export class KernelStarts {
     }
     const pending = new Pending(request, () => this._changed.emit(pending));
     this._pending.set(request.path, pending);
+    this._active.add(pending);
     pending.update({});
     try {
+      const left = await this._leftBehind(request);
+      if (left) {
+        return await this._follow(left, pending);
+      }
       const pick = this._picker
         ? await this._picker(request, slice)
         : { memory: slice.memory, mode: slice.mode ?? '' };
       if (!pick || pending.cancelled) {
         return null;
       }
-      return await this._startPicked(request, pick, pending);
+      const kernel = await this.api.start({
+        name: request.kernelName,
+        path: request.path,
+        gpu_memory: pick.memory ?? '',
+        gpu_mode: pick.mode || null
+      });
+      return await this._follow(kernel, pending);
     } finally {
+      this._active.delete(pending);
       if (this._pending.get(request.path) === pending) {
         this._pending.delete(request.path);
       }
@@ -144,48 +161,11 @@ export class KernelStarts {
     }
   }
 
-  private async _startPicked(
-    request: IStartRequest,
-    pick: IPick,
-    pending: Pending
-  ): Promise<string | null> {
-    let kernel = await this.api.start({
-      name: request.kernelName,
-      path: request.path,
-      gpu_memory: pick.memory ?? '',
-      gpu_mode: pick.mode || null
-    });
-    const kernelId = kernel.kernel_id as string;
-    pending.update({ kernelId });
-    // Placed in the ledger (or the pod runs) is not yet started: JupyterLab may use the kernel
-    // only once the server lists it among its kernels.
-    let model: Kernel.IModel | undefined = undefined;
-    while (!pending.cancelled) {
-      if (kernel.state === 'released') {
-        throw new GPUShareError('the kernel ended before it started', 409);
-      }
-      pending.update({
-        phase: kernel.state === 'queued' ? 'waiting' : 'starting',
-        position: kernel.queue_position,
-        detail: kernel.detail ?? null
-      });
-      if (kernel.state === 'running') {
-        model = await KernelAPI.getKernelModel(kernelId, this.api.settings);
-        if (model) {
-          return kernelId;
-        }
-      }
-      await pending.sleep(POLL_MS);
-      if (!pending.cancelled) {
-        kernel = await this.api.kernel(kernelId);
-      }
-    }
-    await this._withdraw(kernelId);
-    return null;
-  }
-
-  /** Withdraw a cancelled start: leave the queue, and end the kernel if it came up meanwhile. */
-  private async _withdraw(kernelId: string): Promise<void> {
+  /**
+   * Withdraw a start, or end a kernel that was started for a notebook closed meanwhile:
+   * leave the queue, and shut the kernel down if it came up.
+   */
+  async withdraw(kernelId: string): Promise<void> {
     try {
       await this.api.release(kernelId);
     } catch {
@@ -198,8 +178,72 @@ export class KernelStarts {
     }
   }
 
+  /**
+   * A kernel of this server started for the request's notebook and kernelspec that no other
+   * start of this page follows and nobody uses: queued, or running without a session.
+   */
+  private async _leftBehind(
+    request: IStartRequest
+  ): Promise<IKernelSlice | null> {
+    let kernels: IKernelSlice[];
+    try {
+      kernels = await this.api.kernels();
+    } catch {
+      return null; // the picker says what is wrong with the server
+    }
+    // Starts of this page, a cancelled one still withdrawing its kernel included.
+    const followed = new Set(
+      [...this._active].map(pending => pending.kernelId)
+    );
+    return (
+      kernels.find(
+        kernel =>
+          kernel.kernel_id !== null &&
+          !followed.has(kernel.kernel_id) &&
+          kernel.path === request.path &&
+          kernel.kernel_name === request.kernelName &&
+          (kernel.state === 'queued' || kernel.unused === true)
+      ) ?? null
+    );
+  }
+
+  /** Follow a start until its kernel runs; null when cancelled (it is then withdrawn). */
+  private async _follow(
+    kernel: IKernelSlice,
+    pending: Pending
+  ): Promise<string | null> {
+    const kernelId = kernel.kernel_id as string;
+    pending.update({ kernelId });
+    // Placed in the ledger (or the pod runs) is not yet started: JupyterLab may use the kernel
+    // only once the server lists it among its kernels.
+    let model: Kernel.IModel | undefined = undefined;
+    while (!pending.cancelled) {
+      if (kernel.state === 'released' && !kernel.unused) {
+        throw new GPUShareError('the kernel ended before it started', 409);
+      }
+      pending.update({
+        phase: kernel.state === 'queued' ? 'waiting' : 'starting',
+        position: kernel.queue_position,
+        detail: kernel.detail ?? null
+      });
+      if (kernel.state !== 'queued') {
+        model = await KernelAPI.getKernelModel(kernelId, this.api.settings);
+        if (model) {
+          return kernelId;
+        }
+      }
+      await pending.sleep(POLL_MS);
+      if (!pending.cancelled) {
+        kernel = await this.api.kernel(kernelId);
+      }
+    }
+    await this.withdraw(kernelId);
+    return null;
+  }
+
   private _picker: Picker | null = null;
   private _pending = new Map<string, Pending>();
+  private _active = new Set<Pending>();
   private _changed = new Signal<this, IPendingStart | null>(this);
 }
 

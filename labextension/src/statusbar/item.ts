@@ -15,6 +15,7 @@ import { gpuIcon } from '../icons';
 import { GPUShareModel } from '../model';
 import { usageLevel } from '../panel/kernel';
 import { formatGiB } from '../sizes';
+import { waitOf } from '../waits';
 
 export const STATUS_CLASS = 'jp-gpushare-status';
 
@@ -99,7 +100,10 @@ export class GPUStatusItem extends Widget {
       if (kernel.state === 'running') {
         text = `GPU ${formatGiB(kernel.memory_used)} / ${formatGiB(kernel.memory_request ?? 0)} GiB`;
       } else if (kernel.state === 'queued') {
-        text = `GPU queued #${kernel.queue_position ?? '?'}`;
+        const wait = waitOf(kernel);
+        text =
+          `GPU queued #${kernel.queue_position ?? '?'}` +
+          (wait ? ` · ${wait}` : '');
       } else if (kernel.state === 'suspended') {
         text = 'GPU suspended';
       } else {

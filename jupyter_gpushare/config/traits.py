@@ -1,39 +1,32 @@
-"""The ``c.GPUShare`` traits (SPEC §4) and how any process finds them.
+"""The ``c.GPUShare`` traits (SPEC §4), validated, and the values they resolve to.
 
-A server reads them from its own config. A kernel provisioner started by ``jupyter console``,
-nbclient or papermill has no server config, so :func:`load_settings` also reads the
-``GPUShare`` section of the ``jupyter_server_config`` files on the Jupyter config path. Any
-trait the config leaves unset can come from ``JUPYTER_GPUSHARE_<TRAIT>`` in the environment
-(``JUPYTER_GPUSHARE_SIMULATE``, ``JUPYTER_GPUSHARE_LEDGER_PATH``…), which is how a JupyterHub
-spawner, a test or a CI job points every process at one pool, and how a kernel learns the
-settings of the process that started it.
+How a process finds them (its config, the config files, the environment) is :mod:`.loading`.
 """
 
 from __future__ import annotations
 
 import getpass
-import json
 import math
 import os
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from jupyter_core.paths import jupyter_config_path, jupyter_runtime_dir
-from traitlets import Bool, Dict, Enum, Float, List, TraitError, Unicode, validate
-from traitlets.config import Config, Configurable
-from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+from jupyter_core.paths import jupyter_runtime_dir
+from traitlets import Bool, Dict, Enum, Float, List, Unicode, validate
+from traitlets.config import Configurable
 
-from . import env_names
-from .errors import ConfigurationError
-from .modes import MODES, get_mode
-from .sizes import SizeError, parse_size
+from .. import env_names
+from ..modes import MODES, get_mode
+from ..sizes import SizeError, parse_size
+from .accounting import AccountingTraits
 
 LEDGER_FILENAME = "gpushare-ledger.sqlite"
 
 
-class GPUShare(Configurable):
-    """Fractional GPUs for Jupyter kernels."""
+class GPUShare(Configurable, AccountingTraits):
+    """Fractional GPUs for Jupyter kernels (the queue's order and the accounting's traits are
+    defined in ``jupyter_gpushare/config/accounting.py``)."""
 
     backend = Enum(
         ["local", "kubernetes"],
@@ -111,6 +104,15 @@ class GPUShare(Configurable):
         "which frees what its process held on the GPU and loses the kernel's variables. False "
         "(default): an idle kernel pod keeps its GPU and its state.",
     )
+    unused_kernel_timeout = Float(
+        300.0,
+        config=True,
+        help="Seconds a server keeps a gpushare kernel that nobody uses: one that no notebook or "
+        "console session refers to and no client is connected to (its browser tab closed right "
+        "after the start) is shut down, and a start still queued whose client stopped asking "
+        "after it (a closed tab) is withdrawn. Until then GET kernels marks it 'unused'. "
+        "0 = never.",
+    )
     ledger_path = Unicode(
         "",
         config=True,
@@ -183,9 +185,12 @@ class GPUShare(Configurable):
     encrypt = Bool(
         True,
         config=True,
-        help="CurveZMQ encryption of kernel traffic: between the server and kernel pods, and of "
-        "local kernels wherever other users share the node (a broker, or a ledger file other "
-        "users may write). Elsewhere c.KernelManager.transport_encryption = 'required' turns it on.",
+        help="CurveZMQ encryption of kernel traffic. Kernel pods: always, the keys in their "
+        "Secret. Local kernels: whenever their kernelspec says the kernel reads CurveZMQ keys "
+        "(gpushare's do, with ipykernel >= 7.4) and pyzmq has CurveZMQ; required — a kernel "
+        "that cannot encrypt does not start — wherever other users share the node (a broker, or "
+        "a ledger file other users may write). False: no encryption (ipykernel then warns that "
+        "it runs over TCP without it). Other kernelspecs: c.KernelManager.transport_encryption.",
     )
     node_selector = Dict(config=True, help="nodeSelector of kernel pods.")
     tolerations = List(Dict(), config=True, help="tolerations of kernel pods.")
@@ -254,7 +259,7 @@ class GPUShare(Configurable):
         "",
         config=True,
         help="Where kernel pods reach this server to report their GPU use, e.g. "
-        "'http://jupyter-alice.jhub.svc:8888/user/alice/'. Default: this host's address, the "
+        "'http://jupyter-alice.jupyter.svc:8888/user/alice/'. Default: this host's address, the "
         "server's port and base URL. Empty and a server on loopback only: pods report nothing.",
     )
     usage_metrics_url = Unicode(
@@ -316,7 +321,12 @@ class GPUShare(Configurable):
         return list(proposal["value"])
 
     @validate(
-        "queue_timeout", "sample_interval", "queue_poll_interval", "idle_release_after", "ledger_lock_timeout"
+        "queue_timeout",
+        "sample_interval",
+        "queue_poll_interval",
+        "idle_release_after",
+        "ledger_lock_timeout",
+        "unused_kernel_timeout",
     )
     def _check_non_negative(self, proposal: Any) -> float:
         value = float(proposal["value"])
@@ -338,7 +348,7 @@ class GPUShare(Configurable):
         if value and (parsed.scheme not in ("http", "https") or not parsed.hostname):
             raise ValueError(
                 f"GPUShare.{proposal['trait'].name} must be an http:// or https:// URL with a host, "
-                f"such as 'http://jupyter-alice.jhub.svc:8888/user/alice/', not {value!r}"
+                f"such as 'http://jupyter-alice.jupyter.svc:8888/user/alice/', not {value!r}"
             )
         return value
 
@@ -404,93 +414,3 @@ def broker_address_problem(url: str) -> str | None:
         "the broker's address is unix:/path/to/broker.sock or an http:// or https:// URL with a host, "
         f"such as 'http://gpushare-broker:8765/', not {url!r}"
     )
-
-
-def load_settings(
-    config: Config | None = None, *, from_files: bool = True, reconcile: bool = True
-) -> GPUShare:
-    """The ``GPUShare`` settings for this process.
-
-    ``config`` is the caller's traitlets config (a server passes its own). When it has no
-    ``GPUShare`` section, the ``jupyter_server_config.{json,py}`` files on the Jupyter config
-    path are read for one, so a kernel started outside a server follows the same settings.
-    """
-    if config is None or "GPUShare" not in config:
-        config = _config_from_files() if from_files else Config()
-    if not reconcile:
-        config = Config(config)
-        config.GPUShare.reconcile_on_start = False
-    try:
-        return GPUShare(config=_with_environment(config))
-    except (TraitError, ValueError) as error:
-        raise ConfigurationError(f"invalid GPUShare configuration: {error}") from None
-
-
-def settings_env(settings: GPUShare) -> dict[str, str]:
-    """Every configurable setting as ``JUPYTER_GPUSHARE_<TRAIT>`` variables.
-
-    A kernel gets these so that the code acting on its own slice inside it follows exactly the
-    settings of the process that started it, whatever config files the kernel can or cannot read.
-    """
-    env: dict[str, str] = {}
-    for name in settings.trait_names(config=True):
-        value = getattr(settings, name)
-        if value is None or value == "":
-            continue
-        if isinstance(value, (list, dict)) and not value:
-            continue
-        env[env_names.trait_variable(name)] = (
-            json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-        )
-    env[env_names.LEDGER_PATH] = str(settings.effective_ledger_path())
-    env[env_names.OWNER] = settings.effective_owner()
-    if settings.effective_simulate():
-        env[env_names.SIMULATE] = settings.effective_simulate()
-    return env
-
-
-def _with_environment(config: Config) -> Config:
-    """Fill settings the config leaves unset from ``JUPYTER_GPUSHARE_<TRAIT>`` variables."""
-    section = config.get("GPUShare", {})
-    from_env = Config()
-    for name, trait in GPUShare.class_traits(config=True).items():
-        variable = env_names.trait_variable(name)
-        if name in section or variable not in os.environ:
-            continue
-        text = os.environ[variable]
-        try:
-            if isinstance(trait, Dict):
-                value = json.loads(text)
-            elif isinstance(trait, List):
-                # A JSON list, or the friendlier "2G,4G,whole".
-                value = json.loads(text) if text.lstrip().startswith("[") else text.split(",")
-            else:
-                value = trait.from_string(text)
-            from_env.GPUShare[name] = value
-        except (TraitError, ValueError) as error:
-            raise ConfigurationError(f"invalid ${variable}: {error}") from None
-    merged = Config()
-    merged.merge(config)
-    merged.merge(from_env)
-    return merged
-
-
-def _config_from_files(sections: tuple[str, ...] = ("GPUShare",)) -> Config:
-    """The ``sections`` of the ``jupyter_server_config`` files on the Jupyter config path."""
-    merged = Config()
-    # jupyter_config_path() lists the most specific directory first; apply it last.
-    for directory in reversed(jupyter_config_path()):
-        for loader_class, filename in (
-            (JSONFileConfigLoader, "jupyter_server_config.json"),
-            (PyFileConfigLoader, "jupyter_server_config.py"),
-        ):
-            if not os.path.isfile(os.path.join(directory, filename)):
-                continue
-            loaded = loader_class(filename, path=directory).load_config()
-            for section in sections:
-                if section in loaded:
-                    merged.merge(Config({section: loaded[section]}))
-    return merged
-
-
-config_from_files = _config_from_files

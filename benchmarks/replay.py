@@ -1,0 +1,428 @@
+"""Replay: a week of notebook sessions and their cells through the package's allocator, queue and
+idle policy, on a pool you name — what idle notebooks cost, and how much suspending gives back.
+
+Method
+------
+**Trace.** ``replay_trace.generate``: a seeded week of ~60 people's notebooks (heavy-tailed
+sessions, some left on for days; cells running about a third of the working time). Or a trace
+file (``--trace``: the ``gpushare-trace/1`` JSON format, or an ``openb_pod_list`` CSV of a
+cluster's pods, which have no cells). See ``replay_trace.py`` for the format.
+
+**Idle policy** (``GPUShare.idle_release_after`` with ``idle_action = "suspend"``): a kernel idle
+for ``--suspend-after`` seconds (no cell running; counted from its start, then from each cell's
+end) gives its slice back; its next cell asks for one again (a *resume*) and waits in the same
+queue as a start. Each session becomes a list of holds — the slice asked for, held, given back;
+everything in a hold shifts by the time its request waited. Off: a session holds its slice from
+its start to its end.
+
+**Simulation.** Discrete events in virtual time. Requests (starts and resumes) queue in the order
+of :func:`jupyter_gpushare.queue_order.line_up` — ``fifo`` or ``fair`` (users' decayed reserved
+GiB·hours from :func:`jupyter_gpushare.tally.recent_use`, half life a day, age bound 120 s, the
+package's defaults) — and only the first in line may be placed, by
+:func:`jupyter_gpushare.allocator.fit` on N cards (head-of-line, as the node ledger does). A
+quick sum of free memory skips a ``fit`` that cannot succeed. Whole-card reservation is the
+same queue with ``kind = "exclusive"`` (the native device plugin) and no suspension. Every hold
+is also folded through :func:`jupyter_gpushare.tally.fold` (the accounting's own arithmetic);
+its reserved figure must equal the simulation's.
+
+**Figures.** For each way, the smallest N whose p95 wait (starts and resumes together) is at
+most 60 s (galloping, then bisection over N), and at that N: waits, GPU-hours reserved
+(memory-weighted: a 20G slice for an hour on an 80G card is a quarter GPU-hour), the busy GPU-hours
+inside them (memory x time while cells run), resumes and their waits. The **bound** reserves
+memory only while cells run: its GPU-hours are the busy ones, and its N is the peak of the memory
+of running cells over a card. The **wait estimate** (:func:`jupyter_gpushare.wait_estimate
+.expected_start`, from the slices held and the holds finished so far) is asked for every request
+that waits, at that moment; its median absolute error against the real wait is reported, with
+the share it could not tell (fewer than five finished holds), next to a naive estimate (queue
+position x the median hold).
+
+Run: ``.venv/bin/python benchmarks/replay.py [--plot docs/replay.png]`` (a generated week, under
+two minutes on 2 cores); ``--quick`` (two days, 30 users) in under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import math
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from replay_trace import Session, Trace, busy_share, generate, load
+
+from jupyter_gpushare.allocator import Held, Placement, Policy, Request, fit
+from jupyter_gpushare.inventory import parse_simulation
+from jupyter_gpushare.queue_order import QueueRule, Waiter, line_up
+from jupyter_gpushare.sizes import parse_size
+from jupyter_gpushare.tally import Event, Figures, KernelAccount, add_spans, fold, recent_use
+from jupyter_gpushare.wait_estimate import History, expected_start
+
+GOAL_P95 = 60.0
+HOLDS_KEPT = 2000
+
+
+@dataclass(frozen=True)
+class Way:
+    name: str
+    policy: str = "fifo"
+    suspend_after: float | None = None
+    whole_card: bool = False
+
+
+@dataclass(frozen=True)
+class Hold:
+    session: int
+    index: int
+    request: float  # when it is asked for (trace time)
+    length: float  # seconds it is held once placed
+    busy: float  # seconds of cells in it
+    resume: bool
+
+
+def plan(number: int, session: Session, suspend_after: float | None) -> list[Hold]:
+    """The holds of a session under the idle policy (one, without suspension or cells)."""
+    cells = session.cells or ()
+    if suspend_after is None or not cells:
+        busy = session.busy() if cells else session.end - session.start
+        return [Hold(number, 0, session.start, session.end - session.start, busy, False)]
+    holds: list[Hold] = []
+    start, busy, resume, idle_since = session.start, 0.0, False, session.start
+    for at, duration in cells:
+        if at - idle_since >= suspend_after:
+            holds.append(Hold(number, len(holds), start, idle_since + suspend_after - start, busy, resume))
+            start, busy, resume = at, 0.0, True
+        busy += duration
+        idle_since = max(idle_since, at + duration)
+    end = idle_since + suspend_after if session.end - idle_since >= suspend_after else session.end
+    holds.append(Hold(number, len(holds), start, end - start, busy, resume))
+    return holds
+
+
+@dataclass
+class Result:
+    cards: int
+    waits: list[float] = field(default_factory=list)
+    resume_waits: list[float] = field(default_factory=list)
+    reserved: float = 0.0  # byte-seconds
+    busy: float = 0.0  # byte-seconds of the requested memory while cells run
+    never: int = 0  # requests no card could hold
+    errors: list[float] = field(default_factory=list)  # |estimate - real| of waits, seconds
+    naive: list[float] = field(default_factory=list)
+    unknown: int = 0
+    events: list[Event] = field(default_factory=list)
+    by_user: dict[str, list[float]] = field(default_factory=dict)  # each user's waits
+
+    def p(self, q: float) -> float:
+        every = self.waits + self.resume_waits
+        return statistics.quantiles(every, n=100)[int(q) - 1] if len(every) > 1 else 0.0
+
+
+@dataclass
+class _Waiting:
+    waiter: Waiter
+    request: Request
+    hold: Hold
+    estimated: bool = False  # the wait estimate was asked for
+    expected: float | None = None
+    naive: float | None = None
+
+
+def replay(
+    trace: Trace, plans: Sequence[Sequence[Hold]], cards: int, card: str, way: Way, estimate: bool = False
+) -> Result:
+    devices = parse_simulation(f"{cards}x{card}").devices
+    rule = QueueRule(way.policy)  # the package's defaults: half life a day, age bound 120 s
+    policy = Policy(queue=rule)
+    kind = "exclusive" if way.whole_card else "shared"
+    sizes = [parse_size("whole" if way.whole_card else s.memory) for s in trace.sessions]
+    asked = [size.resolve(devices[0].memory_total) for size in sizes]
+    result = Result(cards)
+    heap: list[tuple[float, int, int, int, bool]] = []  # (time, order, session, hold, is release)
+    counter = 0
+    for number, holds in enumerate(plans):
+        heap.append((holds[0].request, counter, number, 0, False))
+        counter += 1
+    heapq.heapify(heap)
+    waiting: list[_Waiting] = []  # in the order they arrived
+    arrivals = 0
+    held: dict[str, Held] = {}
+    since: dict[str, float] = {}
+    on_card = {device.uuid: 0 for device in devices}
+    stored: dict[str, tuple[float, float]] = {}
+    running: dict[str, KernelAccount] = {}
+    finished: list[tuple[int, float]] = []
+    total = devices[0].memory_total
+
+    def might_fit(request: Request, memory: int) -> bool:
+        if kind == "exclusive":
+            return any(used == 0 for used in on_card.values())
+        return any(total - used >= memory for used in on_card.values())
+
+    def line(now: float) -> list[_Waiting]:
+        """Everyone waiting, in the order they are served."""
+        if not rule.fair or len({w.waiter.owner for w in waiting}) < 2:
+            return waiting
+        usage = recent_use(stored, running.values(), now, rule.half_life)
+        order = line_up((w.waiter for w in waiting), usage, now, rule)
+        by_id = {w.waiter.kernel_id: w for w in waiting}
+        return [by_id[waiter.kernel_id] for waiter in order]
+
+    def first(now: float) -> _Waiting:
+        """The first in line: the order's first among each user's first (a user's requests are
+        served in the order made, and the oldest of all is some user's first), so a long queue
+        costs a sort of the users, not of every request."""
+        if not rule.fair:
+            return waiting[0]
+        firsts: dict[str, _Waiting] = {}
+        for entry in waiting:
+            firsts.setdefault(entry.waiter.owner, entry)
+        if len(firsts) < 2:
+            return waiting[0]
+        usage = recent_use(stored, running.values(), now, rule.half_life)
+        head = line_up((w.waiter for w in firsts.values()), usage, now, rule)[0]
+        return firsts[head.owner]
+
+    def drain(now: float) -> None:
+        nonlocal counter
+        while waiting:
+            head = first(now)
+            number = head.hold.session
+            if not might_fit(head.request, asked[number]):
+                return
+            outcome = fit(head.request, devices, list(held.values()), policy)
+            if not isinstance(outcome, Placement):
+                if outcome.retry:
+                    return
+                waiting.remove(head)
+                result.never += 1
+                continue
+            waiting.remove(head)
+            key = head.waiter.kernel_id
+            slice_ = Held(
+                key,
+                head.waiter.owner,
+                outcome.device_uuid,
+                outcome.unit_uuid,
+                outcome.memory,
+                outcome.whole_card,
+            )
+            held[key], since[key] = slice_, now
+            on_card[outcome.device_uuid] += outcome.memory
+            running[key] = KernelAccount(key, head.waiter.owner, "", "running", now, memory=outcome.memory)
+            wait = now - head.waiter.requested_at
+            (result.resume_waits if head.hold.resume else result.waits).append(wait)
+            result.by_user.setdefault(head.waiter.owner, []).append(wait)
+            if head.estimated:
+                if head.expected is None:
+                    result.unknown += 1
+                else:
+                    result.errors.append(abs(head.expected - now))
+                if head.naive is not None:
+                    result.naive.append(abs(head.naive - now))
+            result.reserved += outcome.memory * head.hold.length
+            result.busy += asked[number] * head.hold.busy
+            owner, at = head.waiter.owner, head.waiter.requested_at
+            result.events.append(Event(now, key, owner, "placed", outcome.memory, 0, requested_at=at))
+            heapq.heappush(heap, (now + head.hold.length, counter, number, head.hold.index, True))
+            counter += 1
+
+    while heap:
+        now, _, number, index, release = heapq.heappop(heap)
+        hold = plans[number][index]
+        key = f"{number}.{index}"
+        if release:
+            slice_ = held.pop(key)
+            on_card[slice_.device_uuid] -= slice_.memory
+            account = running.pop(key)
+            value, at = stored.get(account.owner, (0.0, now))
+            stored[account.owner] = add_spans(value, at, [(since[key], now, slice_.memory)], rule.half_life)
+            finished.append((slice_.memory, now - since.pop(key)))
+            result.events.append(Event(now, key, account.owner, "ended", slice_.memory))
+            if index + 1 < len(plans[number]):
+                following = plans[number][index + 1]
+                heapq.heappush(heap, (max(following.request, now), counter, number, index + 1, False))
+                counter += 1
+        else:
+            session = trace.sessions[number]
+            request = Request(key, session.user, sizes[number], kind)  # type: ignore[arg-type]
+            arrivals += 1
+            entry = _Waiting(Waiter(key, session.user, arrivals, now), request, hold)
+            waiting.append(entry)
+        drain(now)
+        if estimate and not release and entry in waiting:
+            ahead = line(now)
+            position = ahead.index(entry)
+            recent = finished[-HOLDS_KEPT:]
+            entry.estimated = True
+            entry.expected = expected_start(
+                now,
+                entry.request,
+                [w.request for w in ahead[:position]],
+                devices,
+                list(held.values()),
+                since,
+                History(tuple(recent)),
+                policy,
+            )
+            if len(recent) >= 5:  # the naive one: its place in line x the median hold, per card
+                median = statistics.median(seconds for _, seconds in recent)
+                entry.naive = now + (position + 1) * median / len(devices)
+    return result
+
+
+def needed(trace: Trace, plans: Sequence[Sequence[Hold]], card: str, way: Way, low: int) -> Result:
+    """The run on the fewest cards whose p95 wait is within the goal (p95 falls as N grows)."""
+    bad, good = low - 1, None
+    n = max(1, low)
+    while good is None:
+        outcome = replay(trace, plans, n, card, way)
+        if outcome.p(95) <= GOAL_P95:
+            good = outcome
+        else:
+            bad, n = n, n * 2
+    while good.cards - bad > 1:
+        middle = (good.cards + bad) // 2
+        outcome = replay(trace, plans, middle, card, way)
+        if outcome.p(95) <= GOAL_P95:
+            good = outcome
+        else:
+            bad = middle
+    return good
+
+
+def peak_busy_memory(trace: Trace, card_memory: int) -> int:
+    """The most memory cells run with at once (all sessions, a card's worth for ``whole``)."""
+    edges: list[tuple[float, int]] = []
+    for session in trace.sessions:
+        memory = parse_size(session.memory).resolve(card_memory)
+        spans = session.cells if session.cells else ((session.start, session.end - session.start),)
+        for at, duration in spans:
+            edges += [(at, memory), (at + duration, -memory)]
+    peak = current = 0
+    for _, change in sorted(edges, key=lambda edge: (edge[0], edge[1])):
+        current += change
+        peak = max(peak, current)
+    return peak
+
+
+def hours(byte_seconds: float, card_memory: int) -> float:
+    return byte_seconds / card_memory / 3600
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--trace", type=Path, help="a gpushare-trace/1 JSON file or an openb_pod_list CSV")
+    parser.add_argument("--card", default="A100-80GB", help="the pool's cards (a simulated GPU type)")
+    parser.add_argument("--suspend-after", type=float, default=600.0, help="idle seconds before a suspension")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--users", type=int, default=60)
+    parser.add_argument("--quick", action="store_true", help="two days of 30 users (CI, < 1 min)")
+    parser.add_argument("--save-trace", type=Path, help="write the generated trace here")
+    parser.add_argument("--plot", type=Path, help="write a chart of the figures (PNG, needs matplotlib)")
+    arguments = parser.parse_args(argv)
+    began = time.monotonic()
+    if arguments.trace:
+        trace = load(arguments.trace)
+    else:
+        days, users = (2, 30) if arguments.quick else (arguments.days, arguments.users)
+        trace = generate(arguments.seed, days=days, users=users)
+    if arguments.save_trace:
+        from replay_trace import dump
+
+        dump(trace, arguments.save_trace)
+    card_memory = parse_simulation(f"1x{arguments.card}").devices[0].memory_total
+    cells = sum(len(s.cells or ()) for s in trace.sessions)
+    print(f"Replay: {trace.name}: {len(trace.sessions):,} sessions, {cells:,} cells", end="")
+    print(f" (cells run {busy_share(trace.sessions):.0%} of the working time)" if cells else "")
+    if trace.skipped:
+        print(f"  {trace.skipped} pods of several GPUs left out")
+    print(f"Pool: N x {arguments.card}; goal: p95 wait (starts and resumes) <= {GOAL_P95:.0f} s")
+    suspend = arguments.suspend_after if cells else None
+    ways = [Way("whole card (device plugin)", whole_card=True)]
+    for policy in ("fifo", "fair"):
+        ways.append(Way(f"gpushare {policy}, no suspend", policy))
+        if suspend is not None:
+            ways.append(Way(f"gpushare {policy}, suspend {suspend / 60:g} min", policy, suspend))
+    bound_cards = max(1, math.ceil(peak_busy_memory(trace, card_memory) / card_memory))
+    rows = []
+    for way in ways:
+        plans = [plan(number, session, way.suspend_after) for number, session in enumerate(trace.sessions)]
+        final = needed(trace, plans, arguments.card, way, 1 if way.whole_card else bound_cards)
+        folded = fold({}, final.events).buckets.values()
+        accounted = sum((figures.reserved for figures in folded), Figures().reserved)
+        assert math.isclose(accounted, final.reserved, rel_tol=1e-6), (accounted, final.reserved)
+        # The wait estimate where waits are common: one card fewer than needed.
+        tight = None
+        if not way.whole_card and final.cards > 1:
+            tight = replay(trace, plans, final.cards - 1, arguments.card, way, estimate=True)
+        rows.append((way, final, tight))
+    busy = rows[1][1].busy
+    print()
+    header = (
+        f"{'way':34} {'GPUs':>4} {'p50 s':>5} {'p95 s':>5} {'GPU-h reserved':>14} {'x busy':>6} "
+        f"{'resumes':>7} {'resume p95 s':>12}"
+    )
+    print(header)
+    print("-" * len(header))
+    for way, result, _ in rows:
+        every = result.waits + result.resume_waits
+        resumes = result.resume_waits
+        resume_p95 = statistics.quantiles(resumes, n=100)[94] if len(resumes) > 1 else 0.0
+        print(
+            f"{way.name:34} {result.cards:>4} {statistics.median(every):>5.0f} {result.p(95):>5.0f} "
+            f"{hours(result.reserved, card_memory):>14,.0f} {result.reserved / busy:>6.1f} "
+            f"{len(resumes):>7,} {resume_p95:>12.0f}"
+        )
+    print(
+        f"{'bound (reserved only while cells run)':34} {bound_cards:>4} {'-':>5} {'-':>5} "
+        f"{hours(busy, card_memory):>14,.0f} {1.0:>6.1f}"
+    )
+    print()
+    print("On one card fewer than needed (where starts wait): the wait estimate, and each user's waits")
+    header = (
+        f"{'way':34} {'GPUs':>4} {'waits':>6} {'median wait s':>13} {'MAE s':>6} {'naive MAE s':>11} "
+        f"{'unknown':>7} {'users mean wait s: median':>25} {'worst':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for way, _, tight in rows:
+        if tight is None:
+            continue
+        waited = sorted(w for w in tight.waits + tight.resume_waits if w > 0)
+        asked = len(tight.errors) + tight.unknown
+        means = [statistics.mean(waits) for waits in tight.by_user.values()]
+        print(
+            f"{way.name:34} {tight.cards:>4} {asked:>6,} "
+            f"{(statistics.median(waited) if waited else 0):>13.0f} "
+            f"{(statistics.median(tight.errors) if tight.errors else float('nan')):>6.0f} "
+            f"{(statistics.median(tight.naive) if tight.naive else float('nan')):>11.0f} "
+            f"{(tight.unknown / asked if asked else 0):>7.0%} "
+            f"{statistics.median(means):>25.0f} {max(means):>6.0f}"
+        )
+    whole = rows[0][1]
+    best_way, best, _ = min(rows[1:], key=lambda row: row[1].reserved)
+    print()
+    whole_h, best_h, bound_h = (hours(x, card_memory) for x in (whole.reserved, best.reserved, busy))
+    print(
+        f"GPU-hours reserved over {trace.length / 86400:.1f} days: whole card {whole_h:,.0f}, "
+        f"{best_way.name} {best_h:,.0f} (saves {whole_h - best_h:,.0f}), bound {bound_h:,.0f} "
+        f"(gpushare reserves {best.reserved / busy:.1f}x the bound, whole card {whole.reserved / busy:.1f}x)"
+    )
+    elapsed = time.monotonic() - began
+    limit = 60 if arguments.quick else 120
+    print(f"replayed in {elapsed:.0f} s (goal < {limit} s): {'met' if elapsed < limit else 'MISSED'}")
+    if arguments.plot:
+        from replay_plot import plot
+
+        plot(rows, busy, bound_cards, card_memory, trace.name, arguments.plot)
+        print(f"chart: {arguments.plot}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The accounting's tables in the node ledger's file, and the triggers that feed them (sqlite).
+
+Every change of a slice is recorded by the ledger's own tables: a trigger on ``slices`` and
+``released`` appends an event to ``acct_events`` in the very transaction that makes the change.
+No code path that queues, places, resizes, releases or suspends a slice can forget to account
+for it, and the request/release path pays one small insert. The events are folded into figures
+later (:mod:`.store`), outside the path of a start.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+# Seconds since the epoch, as sqlite tells the time (to the millisecond).
+NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+_LABEL = "COALESCE(NULLIF({row}.path, ''), {row}.kernel_name)"
+_EVENT = "INSERT INTO acct_events (at, kernel_id, owner, what, memory, used, label, requested_at) VALUES"
+
+FIGURE_COLUMNS = (
+    "reserved",
+    "used",
+    "busy",
+    "idle",
+    "suspended",
+    "queued",
+    "wait",
+    "starts",
+    "suspends",
+    "resumes",
+)
+_FIGURES = ",\n    ".join(f"{name} REAL NOT NULL DEFAULT 0" for name in FIGURE_COLUMNS)
+
+TABLES = f"""
+CREATE TABLE IF NOT EXISTS acct_events (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    kernel_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    what TEXT NOT NULL,
+    memory INTEGER,
+    used INTEGER,
+    label TEXT NOT NULL DEFAULT '',
+    requested_at REAL
+);
+-- What each kernel is doing now, accounted up to ``since`` (tally.KernelAccount).
+CREATE TABLE IF NOT EXISTS acct_kernels (
+    kernel_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    label TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    since REAL NOT NULL,
+    memory INTEGER NOT NULL,
+    used INTEGER NOT NULL,
+    busy INTEGER NOT NULL,
+    queued_at REAL,
+    placed_at REAL,
+    resuming INTEGER NOT NULL,
+    released INTEGER NOT NULL
+);
+-- Figures per kernel and 15 minutes; per user and hour (kernel_id '') after the retention.
+CREATE TABLE IF NOT EXISTS acct_usage (
+    start REAL NOT NULL,
+    width REAL NOT NULL,
+    kernel_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    {_FIGURES},
+    PRIMARY KEY (start, kernel_id, owner)
+);
+CREATE INDEX IF NOT EXISTS acct_usage_by_owner ON acct_usage (owner, start);
+-- Every user's figures since accounting began (monotonic: the Prometheus counters).
+CREATE TABLE IF NOT EXISTS acct_totals (
+    owner TEXT PRIMARY KEY,
+    {_FIGURES}
+);
+-- Each user's reserved byte-seconds, decayed, as of ``at`` (fair share).
+CREATE TABLE IF NOT EXISTS acct_decay (
+    owner TEXT PRIMARY KEY,
+    value REAL NOT NULL,
+    at REAL NOT NULL,
+    half_life REAL NOT NULL
+);
+-- Finished holds of slices: how long slices of a size are held (the wait estimates).
+CREATE TABLE IF NOT EXISTS acct_holds (
+    id INTEGER PRIMARY KEY,
+    ended_at REAL NOT NULL,
+    owner TEXT NOT NULL,
+    memory INTEGER NOT NULL,
+    seconds REAL NOT NULL
+);
+-- The kernel's own report of its cells, and what its idle timer will do.
+CREATE TABLE IF NOT EXISTS acct_activity (
+    kernel_id TEXT PRIMARY KEY,
+    busy INTEGER NOT NULL,
+    at REAL NOT NULL,
+    idle_after REAL NOT NULL,
+    idle_action TEXT NOT NULL
+);
+-- A user's JupyterHub groups, as the broker last saw them.
+CREATE TABLE IF NOT EXISTS acct_groups (
+    owner TEXT PRIMARY KEY,
+    groups TEXT NOT NULL,
+    at REAL NOT NULL
+);
+"""
+
+# A request queued is not recorded (a start pays for two records: placed, and ended): the
+# events of its placement or withdrawal carry when it was made.
+TRIGGERS = f"""
+CREATE TRIGGER IF NOT EXISTS acct_slice_inserted AFTER INSERT ON slices
+WHEN new.state = 'running' BEGIN
+    {_EVENT} (COALESCE(new.placed_at, {NOW}), new.kernel_id, new.owner, 'placed', new.memory,
+              new.memory_used, {_LABEL.format(row="new")}, new.requested_at);
+END;
+CREATE TRIGGER IF NOT EXISTS acct_slice_placed AFTER UPDATE OF state ON slices
+WHEN old.state = 'queued' AND new.state = 'running' BEGIN
+    {_EVENT} (COALESCE(new.placed_at, {NOW}), new.kernel_id, new.owner, 'placed', new.memory,
+              new.memory_used, {_LABEL.format(row="new")}, new.requested_at);
+END;
+CREATE TRIGGER IF NOT EXISTS acct_slice_resized AFTER UPDATE OF memory ON slices
+WHEN old.state = 'running' AND new.state = 'running' AND new.memory IS NOT old.memory BEGIN
+    {_EVENT} ({NOW}, new.kernel_id, new.owner, 'resized', new.memory, NULL, '', NULL);
+END;
+CREATE TRIGGER IF NOT EXISTS acct_slice_used AFTER UPDATE OF memory_used ON slices
+WHEN new.state = 'running' AND new.memory_used IS NOT old.memory_used BEGIN
+    {_EVENT} (COALESCE(new.usage_at, {NOW}), new.kernel_id, new.owner, 'used', NULL,
+              COALESCE(new.memory_used, 0), '', NULL);
+END;
+CREATE TRIGGER IF NOT EXISTS acct_slice_ended AFTER DELETE ON slices BEGIN
+    {_EVENT} ({NOW}, old.kernel_id, old.owner,
+              CASE old.state WHEN 'running' THEN 'ended' ELSE 'withdrawn' END, old.memory, NULL,
+              {_LABEL.format(row="old")}, old.requested_at);
+END;
+CREATE TRIGGER IF NOT EXISTS acct_suspended AFTER INSERT ON released
+WHEN new.suspended IS NOT NULL BEGIN
+    {_EVENT} ({NOW}, new.kernel_id, new.owner, 'suspended', NULL, NULL, {_LABEL.format(row="new")}, NULL);
+END;
+CREATE TRIGGER IF NOT EXISTS acct_unsuspended AFTER DELETE ON released
+WHEN old.suspended IS NOT NULL BEGIN
+    {_EVENT} ({NOW}, old.kernel_id, old.owner, 'unsuspended', NULL, NULL, '', NULL);
+END;
+"""
+
+
+def create(db: sqlite3.Connection) -> None:
+    """Create the accounting's tables and triggers where missing (inside the caller's transaction,
+    after the ledger's own tables: the triggers are on them; not ``executescript``, which would
+    commit that transaction)."""
+    for statement in _statements(TABLES):
+        db.execute(statement)
+    for statement in _statements(TRIGGERS, separator="END;"):
+        db.execute(statement)
+
+
+def _statements(script: str, separator: str = ";") -> list[str]:
+    script = "\n".join(line for line in script.splitlines() if not line.strip().startswith("--"))
+    if separator == ";":
+        return [part.strip() for part in script.split(";") if part.strip()]
+    return [part.strip() + " END;" for part in script.split(separator) if part.strip()]
+
+
+__all__ = ["FIGURE_COLUMNS", "NOW", "TABLES", "TRIGGERS", "create"]

@@ -1,0 +1,81 @@
+"""What the broker says when it starts: where it serves, what pool it holds, the limits it
+decides for everyone and the configuration files they came from (pure).
+
+An administrator starting it by hand sees at once whether their limits were read, which ledger
+it holds, and whether its pool is real, simulated, or one a ledger remembers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..config import GPUShare
+from ..payloads import PoolPayload
+from ..sizes import format_bytes
+from .settings import BrokerConfiguration, GPUShareBroker
+
+
+def startup_lines(
+    backend: str,
+    location: str,
+    addresses: Sequence[str],
+    pool: PoolPayload,
+    settings: GPUShare,
+    broker: GPUShareBroker,
+    configuration: BrokerConfiguration | None,
+) -> list[str]:
+    return [
+        f"GPU broker ({backend} backend, {location}) serving {', '.join(addresses)}",
+        f"GPU broker pool: {pool_words(pool, settings)}",
+        f"GPU broker limits: {limit_words(settings, broker)}",
+        f"GPU broker configuration: {configuration_words(configuration)}",
+    ]
+
+
+def pool_words(pool: PoolPayload, settings: GPUShare) -> str:
+    devices = pool["devices"]
+    if not devices:
+        return f"empty ({pool.get('problem') or 'no GPU found'})"
+    names = ", ".join(
+        str(device.get("node")) if device.get("node") else f"GPU{device['id']} {device['name']}"
+        for device in devices
+    )
+    if not pool["simulated"]:
+        return f"{len(devices)} device(s): {names}"
+    simulate = settings.effective_simulate()
+    if simulate:
+        return f"{len(devices)} simulated device(s) (simulate = {simulate!r}): {names}"
+    return (
+        f"{len(devices)} simulated device(s) remembered by the ledger, which a process with "
+        f"JUPYTER_GPUSHARE_SIMULATE registered: {names}"
+    )
+
+
+def limit_words(settings: GPUShare, broker: GPUShareBroker) -> str:
+    def size(value: str | None) -> str:
+        return "none" if value is None else value
+
+    words = [
+        f"max_memory_per_user {size(settings.max_memory_per_user)}",
+        f"max_memory_per_kernel {size(settings.max_memory_per_kernel)}",
+        f"overcommit {settings.overcommit:g}",
+        f"when_full {settings.when_full}",
+        f"queue_timeout {settings.queue_timeout:g} s",
+        f"min_memory {format_bytes(settings.min_memory_bytes())}",
+    ]
+    admins = ", ".join(broker.admin_users) or "none besides root"
+    return f"{', '.join(words)}; admin_users: {admins}"
+
+
+def configuration_words(configuration: BrokerConfiguration | None) -> str:
+    if configuration is None:
+        return "given by the caller"
+    if configuration.files:
+        return ", ".join(str(path) for path in configuration.files)
+    return (
+        "no jupyter_server_config file with a GPUShare or GPUShareBroker section in "
+        f"{', '.join(configuration.searched)}: the defaults above"
+    )
+
+
+__all__ = ["configuration_words", "limit_words", "pool_words", "startup_lines"]

@@ -1,0 +1,145 @@
+"""No kernel left behind (issue 25): a stopping server settles every waiting start first; a start
+nobody asks after any more is withdrawn; a kernel no session refers to is shown as unused and
+shut down after ``GPUShare.unused_kernel_timeout``.
+
+Real ``jupyter server`` processes on one simulated 80G card; the negatives are read from the
+ledger and the server's kernels, never after a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+
+import pytest
+
+from jupyter_gpushare.sizes import GiB
+
+from ..polling import wait_until
+from .conftest import Node
+from .servers import JupyterServer, start_server
+
+pytestmark = pytest.mark.integration
+
+API = "/api/gpushare"
+TIMEOUT = 5.0  # GPUShare.unused_kernel_timeout of these servers, seconds
+
+
+def start(server: JupyterServer, memory: str) -> dict[str, object]:
+    answer = server.request("POST", f"{API}/kernels", {"name": "python3-gpu-4g", "gpu_memory": memory})
+    assert answer.status in (201, 202), answer.body
+    return dict(answer.body)
+
+
+def open_in_a_session(server: JupyterServer, kernel_id: object, path: str) -> None:
+    """A notebook session that uses the kernel, as a browser tab does: the kernel is in use."""
+    body = {"path": path, "type": "notebook", "name": path, "kernel": {"id": kernel_id}}
+    answer = server.request("POST", "/api/sessions", body)
+    assert answer.status == 201, answer.body
+    assert answer.body["kernel"]["id"] == kernel_id, answer.body
+
+
+def kernel_ids(server: JupyterServer) -> set[str]:
+    return {kernel["id"] for kernel in server.request("GET", "/api/kernels").body}
+
+
+def test_sigterm_settles_a_running_and_a_queued_start_and_exits_at_once(node: Node) -> None:
+    """Failed before: the queued start was placed after the shutdown, its kernel started and
+    held its slice, and the server hung (shutdown_all failed with 404 for the pending kernel)."""
+    server = start_server(node)
+    try:
+        running = start(server, "60G")
+        assert running["state"] == "running"
+        queued = start(server, "30G")
+        assert queued["state"] == "queued"
+        # A second waiting start through jupyter_server's own route, which blocks while it waits.
+        plain = threading.Thread(
+            target=lambda: server.request("POST", "/api/kernels", {"name": "python3-gpu-16g"}, timeout=90),
+            daemon=True,
+        )
+        plain.start()
+        wait_until(lambda: len(node.queued()), 30, message="two queued requests", until=lambda n: n == 2)
+
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            code = server.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the server was still running 60 s after one SIGTERM:\n{server.log()[-3000:]}")
+        assert code == 0, server.log()[-3000:]
+        assert node.ledger.records() == [], server.log()[-3000:]
+        assert "Kernel started: " + str(queued["kernel_id"]) not in server.log()
+    finally:
+        server.stop()
+
+
+def test_a_queued_start_nobody_asks_after_is_withdrawn(node: Node) -> None:
+    node.write_server_config({"unused_kernel_timeout": TIMEOUT})
+    server = start_server(node)
+    try:
+        blocker = start(server, "60G")
+        # The blocker is open in a notebook, so it is not itself reclaimed as unused while the
+        # forgotten start's timeout runs (on a busy machine this test outlasts that timeout).
+        open_in_a_session(server, blocker["kernel_id"], "blocker.ipynb")
+        left = start(server, "30G")  # its client went away (a closed tab)
+        kept = start(server, "30G")  # its client keeps asking
+        assert kept["state"] == left["state"] == "queued"
+
+        def poll_kept() -> list[str]:
+            view = server.request("GET", f"{API}/kernels/{kept['kernel_id']}").body
+            return [record.kernel_id for record in node.queued()] if view["state"] == "queued" else []
+
+        queued = wait_until(poll_kept, 60, 0.5, "the forgotten start withdrawn", until=lambda q: len(q) == 1)
+        assert queued == [kept["kernel_id"]]
+        assert "withdrew the queued start of kernel " + str(left["kernel_id"]) in server.log()
+        answer = server.request("GET", f"{API}/kernels/{left['kernel_id']}")
+        assert answer.status >= 400, answer.body
+
+        # Room appears: the start still asked after runs; the withdrawn one never starts.
+        assert server.request("DELETE", f"/api/kernels/{blocker['kernel_id']}").status == 204
+        wait_until(
+            lambda: server.request("GET", f"{API}/kernels/{kept['kernel_id']}").body["state"],
+            60,
+            message="the kept start running",
+            until=lambda state: state == "running",
+        )
+        open_in_a_session(server, kept["kernel_id"], "kept.ipynb")
+        assert kernel_ids(server) == {kept["kernel_id"]}
+        assert [record.kernel_id for record in node.ledger.records()] == [kept["kernel_id"]]
+    finally:
+        server.stop()
+
+
+def test_a_kernel_no_session_uses_is_shown_unused_then_shut_down(node: Node) -> None:
+    node.write_server_config({"unused_kernel_timeout": TIMEOUT})
+    server = start_server(node)
+    try:
+        orphan = start(server, "8G")
+        used = start(server, "4G")
+        session = server.request(
+            "POST",
+            "/api/sessions",
+            {"path": "used.ipynb", "type": "notebook", "name": "", "kernel": {"id": used["kernel_id"]}},
+        )
+        assert session.status == 201, session.body
+
+        views = wait_until(
+            lambda: {view["kernel_id"]: view for view in server.request("GET", f"{API}/kernels").body},
+            30,
+            message="the orphan marked unused",
+            until=lambda views: views.get(orphan["kernel_id"], {}).get("unused"),
+        )
+        assert "no notebook or console uses this kernel" in " ".join(views[orphan["kernel_id"]]["warnings"])
+        assert "unused" not in views[used["kernel_id"]]
+
+        wait_until(
+            lambda: kernel_ids(server),
+            60,
+            message="the orphan shut down",
+            until=lambda ids: ids == {used["kernel_id"]},
+        )
+        assert node.reserved() == 4 * GiB
+        assert [record.kernel_id for record in node.running()] == [used["kernel_id"]]
+        assert "no notebook or console used it for 5 s" in server.log()
+    finally:
+        server.stop()

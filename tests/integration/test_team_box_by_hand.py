@@ -1,0 +1,339 @@
+"""A team GPU box set up by hand, exactly as docs/admins/team-box.md writes it (issue 25).
+
+The page's own blocks are the script: its ``console`` lines run as root (``#``) or as each user
+(``$``), its ``python`` blocks whose first line names a file are written to that file, in the
+order the page gives them; a step that cannot be followed fails here. What the page cannot say
+for a test machine is substituted, and only that:
+
+* every absolute path it names (``/etc/jupyter-gpushare``, ``/etc/jupyter``, ``/run/…``,
+  ``/var/lib/…``, ``/opt/jupyter``) lives under this run's own directory, and the broker is told
+  where its configuration directory went (``--config-dir``);
+* the installation is this environment's: the install commands (``python3 -m venv``, ``pip
+  install``) are not run, ``/opt/jupyter/bin/jupyter`` is a wrapper around a Python every user
+  can run, and ``--sys-prefix`` installs into the run's ``/opt/jupyter``;
+* the users are this run's own (``alice`` in the page is each of them) and so is the group;
+  the service alternative (``systemctl``) is not run; the pool is simulated
+  (``JUPYTER_GPUSHARE_SIMULATE`` in the broker's and the users' environments, as the page says
+  a machine without a GPU does).
+
+Then the box is used as the page promises: the limits hold, the doctor is green as a user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import subprocess
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
+
+from .teambox import OSUser, create_user, remove_user, user_python
+
+pytestmark = pytest.mark.integration
+
+PAGE = Path(__file__).parents[2] / "docs" / "admins" / "team-box.md"
+RUN = secrets.token_hex(3)
+USERS = (f"gpu-ann-{RUN}", f"gpu-ben-{RUN}")
+GROUP = f"gpu-users-{RUN}"
+SIMULATE = "1xA100-80GB"
+NOT_RUN = re.compile(r"^(python3 -m venv |\S*pip install |systemctl |install -m 0644 examples/systemd)")
+ABSOLUTE = re.compile(
+    r"(/etc/jupyter-gpushare|/etc/jupyter|/run/jupyter-gpushare|/var/lib/jupyter-gpushare|"
+    r"/var/lib/gpushare-team|/opt/jupyter)(?=/|\b|$)"
+)
+INSTALL = "Install it for every user"
+CLI = "import sys; from jupyter_gpushare.cli import main; sys.exit(main())"
+
+
+@dataclass(frozen=True)
+class Step:
+    who: str  # "root", "user", or "file"
+    text: str  # a command line, or a file's content
+    path: str = ""  # the file a python block is for
+    line: int = 0
+
+    def __str__(self) -> str:
+        return f"team-box.md:{self.line}: {self.path or self.text}"
+
+
+def steps(section: str) -> list[Step]:
+    """The steps of one section of the page (``## <section>``), in order."""
+    text = PAGE.read_text(encoding="utf-8")
+    tokens = MarkdownIt("commonmark").parse(text)
+    found: list[Step] = []
+    inside = False
+    for token in tokens:
+        if token.type == "heading_open" and token.tag == "h2":
+            inside = False
+        if token.type == "inline" and tokens[tokens.index(token) - 1].type == "heading_open":
+            inside = inside or token.content == section
+        if not inside or token.type != "fence":
+            continue
+        line = token.map[0] + 1 if token.map else 0
+        if token.info == "console":
+            for command in token.content.splitlines():
+                if command.startswith("# "):
+                    found.append(Step("root", command[2:].strip(), line=line))
+                elif command.startswith("$ "):
+                    found.append(Step("user", command[2:].strip(), line=line))
+        elif token.info == "python":
+            first, _, rest = token.content.partition("\n")
+            match = re.fullmatch(r"# (/\S+)", first.strip())
+            if match:
+                found.append(Step("file", rest, path=match.group(1), line=line))
+    assert found, f"no steps under '## {section}' in {PAGE}"
+    return found
+
+
+@dataclass
+class Box:
+    root: Path
+    python: Path
+    users: list[OSUser]
+    broker: subprocess.Popen[bytes] | None = None
+
+    def here(self, text: str) -> str:
+        """The page's absolute paths under this run's directory; its users and group this run's."""
+        text = ABSOLUTE.sub(lambda match: f"{self.root}{match.group(1)}", text)
+        text = text.replace("--sys-prefix", f"--prefix {self.root}/opt/jupyter")
+        return text.replace("gpu-users", GROUP)
+
+    @property
+    def jupyter_wrapper(self) -> Path:
+        return self.root / "opt" / "jupyter" / "bin" / "jupyter"
+
+    def env(self, home: Path, **extra: str) -> dict[str, str]:
+        return {
+            "HOME": str(home),
+            "PATH": f"{self.jupyter_wrapper.parent}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": "C.UTF-8",
+            "JUPYTER_CONFIG_DIR": str(home / "config"),
+            "JUPYTER_DATA_DIR": str(home / "data"),
+            "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+            "IPYTHONDIR": str(home / "ipython"),
+            "JUPYTER_PLATFORM_DIRS": "1",
+            # What a system-wide installation puts on everyone's Jupyter paths.
+            "JUPYTER_CONFIG_PATH": f"{self.root}/etc/jupyter",
+            "JUPYTER_PATH": f"{self.root}/opt/jupyter/share/jupyter",
+            "JUPYTER_GPUSHARE_SIMULATE": SIMULATE,
+            **extra,
+        }
+
+    def as_root(self, command: str) -> subprocess.CompletedProcess[str]:
+        home = self.root / "root-home"
+        return subprocess.run(
+            ["bash", "-c", command], env=self.env(home), capture_output=True, text=True, timeout=120
+        )
+
+    def as_user(self, user: OSUser, command: list[str] | str) -> subprocess.CompletedProcess[str]:
+        """A login of ``user``'s: their uid, gid and the groups they are in now."""
+        argv = ["bash", "-c", command] if isinstance(command, str) else command
+        return subprocess.run(
+            argv,
+            env=self.env(user.home, USER=user.name, LOGNAME=user.name),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            user=user.uid,
+            group=user.gid,
+            extra_groups=os.getgrouplist(user.name, user.gid),
+            cwd=user.home,
+        )
+
+    def start_broker(self, command: str) -> None:
+        argv = [*shlex.split(command), "--config-dir", f"{self.root}/etc/jupyter-gpushare"]
+        log = (self.root / "broker.log").open("ab")
+        self.broker = subprocess.Popen(
+            argv, env=self.env(self.root / "root-home"), stdout=log, stderr=subprocess.STDOUT
+        )
+        socket = next(word for word in argv if word.endswith(".sock"))
+        client = BrokerClient(f"unix:{socket}")
+        deadline = time.monotonic() + 60
+        while True:
+            if self.broker.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the broker did not start as the page starts it:\n{self.broker_log()}")
+            try:
+                client.call("GET", "info")
+                return
+            except BrokerUnreachableError:
+                time.sleep(0.1)
+
+    def broker_log(self) -> str:
+        path = self.root / "broker.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def follow(self, section: str) -> dict[str, subprocess.CompletedProcess[str]]:
+        """Run the section's steps in order; what each user's commands answered, by user."""
+        answers: dict[str, subprocess.CompletedProcess[str]] = {}
+        for step in steps(section):
+            if step.who == "file":
+                path = Path(self.here(step.path))
+                path.write_text(self.here(step.text))  # root's umask: every user may read it
+                continue
+            if NOT_RUN.match(step.text):
+                continue
+            command = self.here(step.text)
+            if step.who == "root" and " gpushare broker " in f"{command} ":
+                self.start_broker(command)
+            elif step.who == "root" and re.search(r"\balice\b", command):
+                for user in self.users:  # "each user", as the page says
+                    done = self.as_root(re.sub(r"\balice\b", user.name, command))
+                    assert done.returncode == 0, f"{step}:\n{done.stdout}\n{done.stderr}"
+            elif step.who == "root":
+                done = self.as_root(command)
+                assert done.returncode == 0, f"{step}:\n{done.stdout}\n{done.stderr}"
+            else:
+                for user in self.users:
+                    done = self.as_user(user, command)
+                    assert done.returncode == 0, f"{step} as {user.name}:\n{done.stdout}\n{done.stderr}"
+                    answers[user.name] = done
+        return answers
+
+    def start_kernels(self, user: OSUser, sizes: list[str]) -> list[str]:
+        """``user`` starts one "Python 3 (GPU)" kernel per size, holding them all; what each
+        start said ("started", or the refusal)."""
+        code = f"""
+            import asyncio, json
+            from jupyter_client.manager import AsyncKernelManager
+
+            async def main():
+                said, held = [], []
+                for size in {sizes!r}:
+                    manager = AsyncKernelManager(kernel_name="python3-gpu")
+                    try:
+                        await manager.start_kernel(gpu_memory=size)
+                        said.append("started")
+                        held.append(manager)
+                    except Exception as error:
+                        said.append(str(error))
+                for manager in held:
+                    await manager.shutdown_kernel(now=True)
+                print(json.dumps(said))
+
+            asyncio.run(main())
+        """
+        done = self.as_user(user, [str(self.python), "-c", textwrap.dedent(code)])
+        assert done.returncode == 0, done.stderr
+        return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@contextlib.contextmanager
+def a_fresh_box() -> Iterator[Box]:
+    root = Path(tempfile.mkdtemp(prefix="gpushare-by-hand-"))
+    root.chmod(0o755)
+    (root / "root-home").mkdir()
+    for directory in ("etc", "run", "var/lib", "opt/jupyter/bin"):
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    python = user_python(root)
+    box = Box(root, python, [])
+    box.jupyter_wrapper.write_text(
+        "#!/bin/sh\n# /opt/jupyter/bin/jupyter of the page: this environment's jupyter-gpushare\n"
+        'if [ "$1" = gpushare ]; then shift\n'
+        f"  exec {python} -c '{CLI}' \"$@\"\nfi\n"
+        f'exec {python} -m jupyter "$@"\n'
+    )
+    box.jupyter_wrapper.chmod(0o755)
+    try:
+        box.users = [create_user(name, root) for name in USERS]
+        yield box
+    finally:
+        if box.broker is not None and box.broker.poll() is None:
+            box.broker.terminate()
+            box.broker.wait(timeout=30)
+        for user in box.users:
+            remove_user(user)
+        subprocess.run(["groupdel", GROUP], check=False, capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_team_box_with_the_broker_as_the_page_writes_it() -> None:
+    """Failed before: the broker made its socket's directory 0700 (every user "not reachable"),
+    ignored /etc/jupyter-gpushare by hand (a 20G kernel under a 16G limit started), and the
+    doctor failed as a broker client ("no GPU found", "test kernel: not started")."""
+    with a_fresh_box() as box:
+        box.follow(INSTALL)
+        answers = box.follow("With the GPU broker")
+        log = box.broker_log()
+        # What the broker says it read is what the page wrote.
+        assert f"GPU broker configuration: {box.root}/etc/jupyter-gpushare/jupyter_server_config.py" in log
+        assert "max_memory_per_user 24G, max_memory_per_kernel 16G" in log and "admin_users: ada" in log
+        assert f"ledger {box.root}/var/lib/jupyter-gpushare/ledger.sqlite" in log
+        assert oct((box.root / "run" / "jupyter-gpushare").stat().st_mode & 0o777) == "0o755"
+        # The doctor, as each user: green, through the broker.
+        for user in box.users:
+            report = answers[user.name].stdout
+            assert "0 FAIL" in report.splitlines()[-1], report
+            assert f"OK    broker: unix:{box.root}/run/jupyter-gpushare/broker.sock" in report
+            assert f"you are {user.name}" in report and "OK    test kernel:" in report
+        # The limits hold for each user, whatever their own configuration says.
+        ann, ben = box.users
+        said = box.start_kernels(ann, ["16G", "20G", "16G"])
+        assert said[0] == "started", said
+        assert "20G is above the per-kernel limit of 16G" in said[1], said
+        assert "per-user limit of 24G" in said[2], said
+        assert box.start_kernels(ben, ["16G"]) == ["started"]
+        # A socket's directory that lets nobody through is named as the one to fix.
+        run = box.root / "run" / "jupyter-gpushare"
+        run.chmod(0o700)
+        try:
+            done = box.as_user(ann, "jupyter gpushare status")
+        finally:
+            run.chmod(0o755)
+        assert done.returncode == 1, done
+        assert f"{run} does not let you through (mode 0700, owner root" in done.stderr, done.stderr
+
+
+def test_the_team_box_with_one_shared_ledger_as_the_page_writes_it() -> None:
+    """Failed before: `chgrp gpu-users` with no step creating the group, in the directory the
+    broker makes 0700."""
+    with a_fresh_box() as box:
+        box.follow(INSTALL)
+        box.follow("With one shared ledger file")
+        ledger = box.root / "var" / "lib" / "gpushare-team" / "ledger.sqlite"
+        ann, ben = box.users
+        said = box.start_kernels(ann, ["16G", "16G"])
+        assert said[0] == "started" and "per-user limit of 24G" in said[1], said
+        assert box.start_kernels(ben, ["8G"]) == ["started"]
+        # The one ledger, shared through the group (its WAL and lock files too).
+        group = grp.getgrnam(GROUP).gr_gid
+        assert [path.stat().st_gid for path in ledger.parent.iterdir()] == [group] * len(
+            list(ledger.parent.iterdir())
+        )
+
+
+def test_the_steps_are_read_from_the_page() -> None:
+    broker = steps("With the GPU broker")
+    assert [step.path for step in broker if step.who == "file"] == [
+        "/etc/jupyter-gpushare/jupyter_server_config.py",
+        "/etc/jupyter/jupyter_server_config.py",
+    ]
+    kinds = [
+        "broker"
+        if " gpushare broker " in step.text
+        else "limits"
+        if step.path.startswith("/etc/jupyter-gpushare/")
+        else "users"
+        if step.path.startswith("/etc/jupyter/")
+        else step.who
+        for step in broker
+    ]
+    # The limits are written before the broker starts; the users are pointed at it after.
+    assert kinds.index("limits") < kinds.index("broker") < kinds.index("users")
+    assert [step for step in broker if step.who == "user"][-1].text.endswith("gpushare doctor")
+    shared = [step.text.split()[0] for step in steps("With one shared ledger file") if step.who == "root"]
+    assert shared.index("groupadd") < shared.index("usermod") < shared.index("install")
