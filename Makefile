@@ -10,7 +10,7 @@ SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
 PORT ?= 8888
 HEADLESS ?=
 
-.PHONY: demo test install install-test lint bench bench-quick docs
+.PHONY: demo test install install-test lint bench bench-quick docs controlplane controlplane-newest cluster cluster-newest test-newest
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,8 +57,32 @@ docs: $(DOCS_STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs build/docs/html
 	@echo "The documentation: build/docs/html/index.html"
 
-test: lint docs
+test: lint docs controlplane
 	$(BIN)/pytest
+
+# The test cluster's control plane: Kubernetes' own kube-apiserver, kube-scheduler and
+# kube-controller-manager in one Go program (tests/cluster/controlplane), built once per version
+# and source into build/cluster/bin. Needs Go; a cold build takes minutes (docs/development.md).
+controlplane:
+	$(PYTHON) tests/cluster/build.py --kubernetes oldest
+
+# The newest Kubernetes served (a newer Go toolchain, fetched by Go itself, where it needs one).
+controlplane-newest:
+	$(PYTHON) tests/cluster/build.py --kubernetes newest
+
+# The test cluster in the foreground: four simulated 80 GiB GPU nodes, the admin's kubeconfig in
+# build/cluster/kubeconfig; Ctrl-C stops it. Options: make cluster CLUSTER_ARGS="--nodes hami".
+cluster: $(BIN)/python controlplane
+	$(BIN)/pip install --quiet -e '.[lab,cluster]'
+	$(BIN)/python -m tests.cluster $(CLUSTER_ARGS)
+
+cluster-newest: $(BIN)/python controlplane-newest
+	$(BIN)/pip install --quiet -e '.[lab,cluster]'
+	$(BIN)/python -m tests.cluster --kubernetes newest $(CLUSTER_ARGS)
+
+# The cluster tests against the newest Kubernetes served.
+test-newest: install-test controlplane-newest
+	KUBE_TESTCLUSTER=$$($(PYTHON) tests/cluster/build.py --kubernetes newest) $(BIN)/pytest tests/integration/test_cluster.py tests/integration/test_kubernetes.py tests/integration/test_kubernetes_dra.py
 
 bench: install
 	$(BIN)/pip install --quiet -e '.[bench]'

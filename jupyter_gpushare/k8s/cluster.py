@@ -11,6 +11,7 @@ else the in-cluster service account, else the kubeconfig (``$KUBECONFIG`` or ``~
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from collections.abc import Callable
@@ -340,9 +341,14 @@ class Cluster:
         )
 
 
-def event_time(event: dict[str, Any]) -> str:
-    """When an event last happened (ISO text sorts by time); old and new event APIs differ."""
-    return str(
+def event_time(event: dict[str, Any]) -> datetime.datetime:
+    """When an event last happened, to the second: a sort key under which events of one second
+    keep the API's order. The old and new event APIs differ in where they say it and in precision
+    — kubelet's events to the second (``…:05Z``), the scheduler's (events.k8s.io) to the
+    microsecond (``…:05.250000Z``) — so neither their text nor their exact times sort a
+    scheduler's event among kubelet's of the same second; the API lists events by name, which
+    both write as ``<pod>.<hex nanoseconds>``, in the order they happened."""
+    text = str(
         event.get("lastTimestamp")
         or (event.get("series") or {}).get("lastObservedTime")
         or event.get("eventTime")
@@ -350,3 +356,12 @@ def event_time(event: dict[str, Any]) -> str:
         or (event.get("metadata") or {}).get("creationTimestamp")
         or ""
     )
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return NO_TIME
+    # The API writes UTC with a Z; a time without a zone is taken as UTC, comparable with it.
+    return (when if when.tzinfo else when.replace(tzinfo=datetime.UTC)).replace(microsecond=0)
+
+
+NO_TIME = datetime.datetime.min.replace(tzinfo=datetime.UTC)  # an event that says no time: first

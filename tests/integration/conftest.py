@@ -1,12 +1,16 @@
-"""Fixtures for tests that start real kernels and servers on a simulated pool."""
+"""Fixtures for tests that start real kernels and servers on a simulated pool, and on a cluster:
+the real control plane (``kube``, ``make_kube``; tests/cluster/) or, for the tests not yet
+ported to it, the emulator (``cluster``; k8s_sim/)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +19,7 @@ from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.records import SliceRecord
 from jupyter_gpushare.sizes import GiB
 
+from ..cluster import ControlPlane, DraDriver, KubeCluster, Namespace, SimNode, namespace_for
 from .k8s_sim import SimulatedCluster
 
 BIN = Path(sys.executable).parent
@@ -128,3 +133,79 @@ def cluster(node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
         write_kernelspec(node, "gpu-200g-vgpu", {"gpu_memory": "200G", "gpu_mode": "vgpu"})
         yield simulated
         assert simulated.violations == []
+
+
+# ---- the real control plane (tests/cluster/) ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """kube-apiserver, kube-scheduler and kube-controller-manager, once per test session."""
+    with ControlPlane(tmp_path_factory.mktemp("controlplane")) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def kube_namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test module's namespace, with the shipped RBAC (examples/kubernetes) applied to it."""
+    namespace = Namespace(control_plane, namespace_for(request.module.__name__)).create()
+    yield namespace.name
+    namespace.delete()
+
+
+MakeKube = Callable[..., KubeCluster]
+
+
+@pytest.fixture
+def make_kube(
+    control_plane: ControlPlane,
+    kube_namespace: str,
+    node: Node,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[MakeKube]:
+    """Starts this test's nodes on the real control plane: ``make_kube(nodes, driver=...)``
+    returns the test's :class:`~tests.cluster.KubeCluster` (``$KUBECONFIG``: the Jupyter
+    server's ServiceAccount under the shipped RBAC, in the module's namespace; the kernels' owner
+    alice). Its nodes and everything in the namespace go when the test ends; the node side must
+    have seen nothing a real cluster would refuse."""
+    made: list[KubeCluster] = []
+    with contextlib.ExitStack() as stack:
+
+        def make(
+            nodes: list[SimNode] | None = None,
+            *,
+            driver: DraDriver | None = None,
+            broken_images: Iterable[str] = (BROKEN_IMAGE,),
+            **node_options: Any,
+        ) -> KubeCluster:
+            root = tmp_path / f"cluster-{len(made)}"
+            cluster = KubeCluster(
+                control_plane,
+                kube_namespace,
+                root,
+                nodes,
+                driver=driver,
+                broken_images=broken_images,
+                **node_options,
+            )
+            stack.enter_context(cluster)
+            made.append(cluster)
+            monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+            monkeypatch.setenv("JUPYTER_GPUSHARE_OWNER", "alice")
+            return cluster
+
+        yield make
+    for cluster in made:
+        assert cluster.violations == []
+
+
+@pytest.fixture
+def kube(node: Node, make_kube: MakeKube) -> KubeCluster:
+    """Four HAMi nodes (one 80 GiB card each) on the real control plane; the kernelspecs of
+    ``cluster`` (gpu-6g-vgpu, gpu-200g-vgpu) installed."""
+    from .kernels import write_kernelspec  # kernels.py imports this module
+
+    write_kernelspec(node, "gpu-6g-vgpu", {"gpu_memory": "6G", "gpu_mode": "vgpu", "gpu_cores": 30})
+    write_kernelspec(node, "gpu-200g-vgpu", {"gpu_memory": "200G", "gpu_mode": "vgpu"})
+    return make_kube()

@@ -1,9 +1,11 @@
-"""The Kubernetes backend end to end, against an API server and a node simulated on loopback.
+"""The Kubernetes backend end to end, on Kubernetes' own control plane (tests/cluster/).
 
 Real kernels start through jupyter_client's AsyncMultiKernelManager with a gpushare kernelspec
-and ``backend = "kubernetes"``: the provisioner talks to kmock's emulator (extended with the real
-API's semantics, see k8s_sim/) over HTTP with the official client and a kubeconfig; the
-simulated node runs each pod's command as a local process. Nothing of the provisioner is mocked.
+and ``backend = "kubernetes"``: the provisioner talks to the real kube-apiserver with the
+official client, as the Jupyter server's ServiceAccount under the shipped RBAC
+(examples/kubernetes/rbac.yaml); the real kube-scheduler places each pod on one of four
+simulated HAMi nodes, whose kubelet runs the pod's command as a local process. Nothing of the
+provisioner is mocked.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import pytest
 import zmq
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from jupyter_client.session import Session
-from kubernetes import client as k8s_client
 from traitlets.config import Config
 
 from jupyter_gpushare.backends.kubernetes import server_identity
@@ -41,9 +42,9 @@ from jupyter_gpushare.processes import current_process, identify
 from jupyter_gpushare.provisioners import GPUShareProvisioner
 from jupyter_gpushare.provisioners.kubernetes import KernelPodError, KubernetesProvisioner
 
+from ..cluster import EVENTS, PODS, SECRETS, KubeCluster
 from ..polling import async_wait_until
-from .conftest import BROKEN_IMAGE, IMAGE, NAMESPACE, Node
-from .k8s_sim import EVENTS, PODS, SECRETS, SimulatedCluster
+from .conftest import BROKEN_IMAGE, IMAGE, Node
 from .kernels import kernel_manager, run_cell
 
 pytestmark = pytest.mark.integration
@@ -64,7 +65,7 @@ def manager(**gpushare: object) -> AsyncMultiKernelManager:
     return kernel_manager(config)
 
 
-def ours(cluster: SimulatedCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def ours(kube: KubeCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     gpushare = GPUShare()
     server_id, _ = server_identity(gpushare)
     wanted = dict(pair.split("=") for pair in selector(server_id).split(","))
@@ -72,12 +73,12 @@ def ours(cluster: SimulatedCluster) -> tuple[list[dict[str, Any]], list[dict[str
     def matches(obj: dict[str, Any]) -> bool:
         return all(obj["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
 
-    return [p for p in cluster.pods() if matches(p)], [s for s in cluster.secrets() if matches(s)]
+    return [p for p in kube.pods() if matches(p)], [s for s in kube.secrets() if matches(s)]
 
 
-async def nothing_left(cluster: SimulatedCluster) -> None:
+async def nothing_left(kube: KubeCluster) -> None:
     await async_wait_until(
-        lambda: cluster.pods() == [] and cluster.secrets() == [], 10, message="no pod and no Secret"
+        lambda: kube.pods() == [] and kube.secrets() == [], 10, message="no pod and no Secret"
     )
 
 
@@ -103,23 +104,32 @@ def test_the_gpushare_provisioner_is_the_configured_backends(backend: str, expec
     assert provisioner.gpu_memory == "4G" and provisioner.kernel_id == "k" and provisioner.parent is km
 
 
-# ---- the emulator keeps the API's semantics -----------------------------------------------------
+# ---- our client against the real API server ------------------------------------------------------
 
 
-def test_the_emulator_answers_as_the_api_does(cluster: SimulatedCluster) -> None:
-    configuration = k8s_client.Configuration()
-    configuration.host = cluster.url
-    api = Cluster(NAMESPACE, configuration=configuration)
+def test_the_cluster_client_gets_the_api_servers_answers(kube: KubeCluster) -> None:
+    """k8s/cluster.py as the Jupyter server's ServiceAccount under the shipped Role: what the real
+    API server answers for what is missing, taken, badly asked or not allowed."""
+    api = Cluster()  # $KUBECONFIG: the server's identity, the module's namespace as its context's
+    namespace = kube.namespace
     try:
+        assert api.namespace == namespace
         assert api.read_pod("nope") is None
         assert api.delete_pod("nope") is False
         assert api.delete_secret("nope") is False
         with pytest.raises(ClusterError) as missing:
-            api._call(
-                "read", lambda: api.core.read_namespaced_secret("nope", NAMESPACE, _preload_content=False)
-            )
+            api._call("read", lambda: api.core.read_namespaced_pod("nope", namespace, _preload_content=False))
         assert missing.value.api_status == 404 and missing.value.reason == "NotFound"
-        assert 'secrets "nope" not found' in str(missing.value)
+        assert 'pods "nope" not found' in str(missing.value)
+        # The shipped Role lets the server create, list and delete Secrets, never read one by name.
+        with pytest.raises(ClusterError) as refused:
+            api._call(
+                "read", lambda: api.core.read_namespaced_secret("nope", namespace, _preload_content=False)
+            )
+        assert refused.value.api_status == 403 and refused.value.reason == "Forbidden"
+        assert 'User "system:serviceaccount:jupyter:jupyter-gpushare" cannot get resource "secrets"' in str(
+            refused.value
+        )
 
         for name, team in (("a", "ml"), ("b", "web"), ("c", "ml")):
             api.create_secret(
@@ -151,15 +161,20 @@ def test_the_emulator_answers_as_the_api_does(cluster: SimulatedCluster) -> None
         assert "stringData" not in stored and base64.b64decode(stored["data"]["k"]) == b"b"
         assert stored["metadata"]["uid"] and stored["metadata"]["resourceVersion"]
 
-        # Events by field selector, as kubectl describe reads them.
-        for pod, reason in (("p1", "Scheduled"), ("p2", "FailedScheduling"), ("p1", "Started")):
-            cluster.add(
+        # Events by field selector, oldest first, as kubectl describe reads them.
+        for second, (pod, reason) in enumerate(
+            (("p1", "Scheduled"), ("p2", "FailedScheduling"), ("p1", "Started"))
+        ):
+            stamp = f"2026-01-01T00:00:0{second}Z"
+            kube.add(
                 EVENTS,
                 {
-                    "metadata": {"generateName": f"{pod}.", "namespace": NAMESPACE},
-                    "involvedObject": {"kind": "Pod", "name": pod, "namespace": NAMESPACE},
+                    "metadata": {"generateName": f"{pod}."},
+                    "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace},
                     "reason": reason,
                     "message": reason,
+                    "firstTimestamp": stamp,
+                    "lastTimestamp": stamp,
                 },
             )
         assert [event["reason"] for event in api.pod_events("p1")] == ["Scheduled", "Started"]
@@ -167,7 +182,7 @@ def test_the_emulator_answers_as_the_api_does(cluster: SimulatedCluster) -> None
             api._call(
                 "list",
                 lambda: api.core.list_namespaced_event(
-                    NAMESPACE, field_selector="spec.nonsense=1", _preload_content=False
+                    namespace, field_selector="spec.nonsense=1", _preload_content=False
                 ),
             )
         assert {node["metadata"]["name"] for node in api.list_nodes()} == {
@@ -181,7 +196,7 @@ def test_the_emulator_answers_as_the_api_does(cluster: SimulatedCluster) -> None
 
 
 async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
-    cluster: SimulatedCluster,
+    kube: KubeCluster,
 ) -> None:
     kernels = manager()
     states: list[str] = []
@@ -192,9 +207,9 @@ async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
         assert isinstance(provisioner, KubernetesProvisioner) and isinstance(provisioner, GPUShareProvisioner)
 
         # One pod, asking HAMi for the slice; its Secret holds the connection file and token.
-        [pod], [secret] = ours(cluster)
+        [pod], [secret] = ours(kube)
         assert pod["metadata"]["name"] == pod_name(kernel_id)
-        assert pod["metadata"]["namespace"] == NAMESPACE
+        assert pod["metadata"]["namespace"] == kube.namespace
         assert pod["metadata"]["labels"]["jupyter-gpushare.io/kernel-id"] == label_value(kernel_id)
         assert pod["metadata"]["labels"]["jupyter-gpushare.io/owner"] == "alice"
         kernel = pod["spec"]["containers"][0]
@@ -236,7 +251,7 @@ async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
 
         # An interrupt travels on the control channel (a pod takes no signal).
         assert km.kernel_spec.interrupt_mode == "message"
-        marker = cluster.root / "sleeping"  # the kernel shares this host's disk in the simulation
+        marker = kube.root / "sleeping"  # the kernel shares this host's disk in the simulation
         code = f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)"
         interrupted = asyncio.create_task(run_cell(km, code, timeout=30))
         await async_wait_until(marker.exists, 10, message="the cell to start")
@@ -246,24 +261,24 @@ async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
         assert (await run_cell(km, "print('still here')")).stdout == "still here\n"
     finally:
         await kernels.shutdown_all()
-    await nothing_left(cluster)
-    await async_wait_until(lambda: cluster.node.running == {}, 10, message="the node stopped the kernel")
+    await nothing_left(kube)
+    await async_wait_until(lambda: kube.node.running == {}, 10, message="the node stopped the kernel")
 
 
-async def test_without_encryption_a_plain_socket_is_answered(cluster: SimulatedCluster) -> None:
+async def test_without_encryption_a_plain_socket_is_answered(kube: KubeCluster) -> None:
     """The control for the probe above: with ``encrypt = False`` the same plain request is answered."""
     kernels = manager(encrypt=False)
     kernel_id = await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
     try:
         km = kernels.get_kernel(kernel_id)
-        _, [secret] = ours(cluster)
+        _, [secret] = ours(kube)
         connection = json.loads(secret_files(secret)["connection.json"])
         assert "curve_publickey" not in connection and km.curve_publickey is None
         assert (await run_cell(km, "print('plain')")).stdout == "plain\n"
         assert await answered_without_curve(km.ip, connection["key"])
     finally:
         await kernels.shutdown_all()
-    await nothing_left(cluster)
+    await nothing_left(kube)
 
 
 async def answered_without_curve(ip: str, key: str) -> bool:
@@ -287,15 +302,15 @@ async def answered_without_curve(ip: str, key: str) -> bool:
     return await asyncio.to_thread(probe)
 
 
-async def test_a_restart_makes_a_new_pod_and_the_kernel_answers_again(cluster: SimulatedCluster) -> None:
+async def test_a_restart_makes_a_new_pod_and_the_kernel_answers_again(kube: KubeCluster) -> None:
     kernels = manager()
     kernel_id = await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
     try:
         km = kernels.get_kernel(kernel_id)
-        [first], _ = ours(cluster)
+        [first], _ = ours(kube)
         assert (await run_cell(km, "x = 1\nprint(x)")).stdout == "1\n"
         await kernels.restart_kernel(kernel_id)
-        [second], [_] = ours(cluster)
+        [second], [_] = ours(kube)
         assert second["metadata"]["uid"] != first["metadata"]["uid"]
         assert km.ip == second["status"]["podIP"] != first["status"]["podIP"]
         # New ports too: jupyter_server renews a reconnecting browser's channels only then.
@@ -307,14 +322,14 @@ async def test_a_restart_makes_a_new_pod_and_the_kernel_answers_again(cluster: S
         assert cell.stdout == "False\n"  # a fresh kernel process
     finally:
         await kernels.shutdown_all()
-    await nothing_left(cluster)
+    await nothing_left(kube)
 
 
 # ---- failures: the cluster's reason, and nothing left behind ----------------------------------
 
 
 async def test_an_unschedulable_kernel_fails_with_the_schedulers_reason(
-    cluster: SimulatedCluster, caplog: pytest.LogCaptureFixture
+    kube: KubeCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     kernels = manager()
     states: list[str] = []
@@ -324,36 +339,41 @@ async def test_an_unschedulable_kernel_fails_with_the_schedulers_reason(
         await kernels.start_kernel(kernel_name="gpu-200g-vgpu", gpushare_on_state=states.append)
     assert time.monotonic() - started < 10
     message = str(refused.value)
-    assert "0/4 nodes are available: 4 Insufficient nvidia.com/gpumem." in message
-    assert "nvidia.com/gpumem=204800" in message
-    assert "pending: 0/4 nodes are available: 4 Insufficient nvidia.com/gpumem." in states
+    # kube-scheduler's own sentence, as kubectl describe shows it: why no node fits, then why
+    # preempting pods would not help (1.34 says "… no new claims to deallocate, preemption: …").
+    first = "0/4 nodes are available: 4 Insufficient nvidia.com/gpumem."
+    preemption = "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
+    assert f"(asked for nvidia.com/gpu=1, nvidia.com/gpumem=204800): {first}" in message
+    assert message.endswith(preemption)
+    pending = [state for state in states if state.startswith(f"pending: {first}")]
+    assert pending and all(state.endswith(preemption) for state in pending), states
     assert "FailedScheduling" in caplog.text
     assert kernels.list_kernel_ids() == []
-    await nothing_left(cluster)
+    await nothing_left(kube)
 
 
 async def test_an_image_that_cannot_be_pulled_fails_the_start_with_the_reason(
-    cluster: SimulatedCluster,
+    kube: KubeCluster,
 ) -> None:
     kernels = manager(kernel_image=BROKEN_IMAGE)
     with pytest.raises(KernelPodError) as failed:
         await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
     assert f"the kernel image {BROKEN_IMAGE} cannot be pulled: ErrImagePull:" in str(failed.value)
     assert "not found" in str(failed.value)
-    await nothing_left(cluster)
+    await nothing_left(kube)
 
 
-async def test_a_pod_nobody_schedules_fails_at_the_launch_timeout(cluster: SimulatedCluster) -> None:
+async def test_a_pod_nobody_schedules_fails_at_the_launch_timeout(kube: KubeCluster) -> None:
     kernels = manager(scheduler_name="no-such-scheduler", launch_timeout=1.5)
     started = time.monotonic()
     with pytest.raises(KernelPodError, match=r"did not start within 1\.5 s \(c\.GPUShare\.launch_timeout\)"):
         await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
     assert time.monotonic() - started < 6
-    await nothing_left(cluster)
+    await nothing_left(kube)
 
 
 async def test_a_pod_killed_mid_session_is_reported_with_its_reason(
-    cluster: SimulatedCluster, caplog: pytest.LogCaptureFixture
+    kube: KubeCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     kernels = manager()
     kernel_id = await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
@@ -361,7 +381,7 @@ async def test_a_pod_killed_mid_session_is_reported_with_its_reason(
         km = kernels.get_kernel(kernel_id)
         assert await km.is_alive()
         caplog.set_level(logging.WARNING)
-        await cluster.acall(lambda: cluster.node.oom_kill(pod_name(kernel_id)))
+        await kube.acall(lambda: kube.node.oom_kill(pod_name(kernel_id)))
         await async_wait_until(km.is_alive, 10, 0.1, "the kernel's end", until=lambda alive: not alive)
         provisioner = km.provisioner
         assert await provisioner.poll() == 137
@@ -369,11 +389,11 @@ async def test_a_pod_killed_mid_session_is_reported_with_its_reason(
         assert "OOMKilled (exit code 137)" in caplog.text
     finally:
         await kernels.shutdown_all()
-    await nothing_left(cluster)
+    await nothing_left(kube)
 
 
 async def test_a_kernel_that_dies_says_why_with_its_last_output(
-    node: Node, cluster: SimulatedCluster, caplog: pytest.LogCaptureFixture
+    node: Node, kube: KubeCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     directory = Path(node.env["JUPYTER_PATH"]) / "kernels" / "crashing"
     directory.mkdir(parents=True)
@@ -402,14 +422,14 @@ async def test_a_kernel_that_dies_says_why_with_its_last_output(
         assert "Error (exit code 3); its last output:\nkernel crashed: a module is missing" in caplog.text
     finally:
         await kernels.shutdown_all()
-    await nothing_left(cluster)
+    await nothing_left(kube)
 
 
 # ---- orphans -------------------------------------------------------------------------------------
 
 
 async def test_orphans_of_a_gone_server_process_are_collected_at_first_start(
-    cluster: SimulatedCluster,
+    kube: KubeCluster,
 ) -> None:
     server_id, owner = server_identity(GPUShare())
     host = os.uname().nodename
@@ -427,20 +447,20 @@ async def test_orphans_of_a_gone_server_process_are_collected_at_first_start(
             "name": f"gpushare-kernel-{name}",
             "labels": labels(name, server, owner),
             "annotations": {HOLDER_ANNOTATION: holder},
-            "namespace": NAMESPACE,
+            "namespace": kube.namespace,
         }
         kernel = {"name": "kernel", "image": IMAGE, "command": ["sleep", "600"]}
-        cluster.add(PODS, {"metadata": meta, "spec": {"containers": [kernel]}})
-        cluster.add(
+        kube.add(PODS, {"metadata": meta, "spec": {"containers": [kernel]}})
+        kube.add(
             SECRETS, {"metadata": {**meta, "name": f"{meta['name']}-conn"}, "stringData": {"token": "t"}}
         )
 
     kernels = manager(scheduler_name="no-such-scheduler", launch_timeout=0.5)  # only the first start matters
     with pytest.raises(KernelPodError):
         await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
-    names = sorted(p["metadata"]["name"] for p in cluster.pods())
+    names = sorted(p["metadata"]["name"] for p in kube.pods())
     assert names == ["gpushare-kernel-other-server", "gpushare-kernel-sibling"]
-    assert sorted(s["metadata"]["name"] for s in cluster.secrets()) == [
+    assert sorted(s["metadata"]["name"] for s in kube.secrets()) == [
         "gpushare-kernel-other-server-conn",
         "gpushare-kernel-sibling-conn",
     ]

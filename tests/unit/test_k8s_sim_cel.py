@@ -12,8 +12,8 @@ import pytest
 from jupyter_gpushare.k8s.claims import memory_at_least, product_is, profile_is
 from jupyter_gpushare.k8s.presets import PRESETS, DraNames
 from jupyter_gpushare.sizes import GiB
+from tests.cluster.dra_devices import HAMI, NVIDIA, device_class, hami_gpu, nvidia_gpu, nvidia_mig
 from tests.integration.k8s_sim.cel import CelError, Quantity, compile_selector, device_view
-from tests.integration.k8s_sim.dra_devices import HAMI, NVIDIA, device_class, hami_gpu, nvidia_gpu, nvidia_mig
 
 NVIDIA_NAMES = PRESETS["nvidia-dra"].dra
 HAMI_NAMES = PRESETS["hami-dra"].dra

@@ -101,3 +101,25 @@ def test_what_an_unschedulable_pod_asked_for() -> None:
     }
     assert describe_limits(pod) == "asked for nvidia.com/gpu=1, gpu-memory=6144"
     assert describe_limits({"spec": {"containers": [{"name": "kernel"}]}}) == "asked for no GPU"
+
+
+def test_events_of_both_apis_sort_by_time_whatever_their_precision() -> None:
+    """kube-scheduler writes events.k8s.io events (eventTime, microseconds), kubelet core ones
+    (lastTimestamp, to the second). Within one second only the API's order (by name: the time in
+    nanoseconds) is right: as text the scheduler's came first, as exact times last."""
+    from jupyter_gpushare.k8s.cluster import event_time
+
+    listed = [  # as the API lists them
+        {"metadata": {"name": "p.100"}, "reason": "Failed", "lastTimestamp": "2026-01-01T00:00:05Z"},
+        {
+            "metadata": {"name": "p.200"},
+            "reason": "FailedScheduling",
+            "eventTime": "2026-01-01T00:00:05.250000Z",
+        },
+        {"metadata": {"name": "p.300"}, "reason": "BackOff", "lastTimestamp": "2026-01-01T00:00:05Z"},
+        {"metadata": {"name": "p.050"}, "reason": "Pulled", "lastTimestamp": "2026-01-01T00:00:06Z"},
+        {"reason": "Undated"},
+        {"reason": "Zoneless", "metadata": {"creationTimestamp": "2026-01-01T00:00:07"}},  # taken as UTC
+    ]
+    ordered = [event["reason"] for event in sorted(listed, key=event_time)]
+    assert ordered == ["Undated", "Failed", "FailedScheduling", "BackOff", "Pulled", "Zoneless"]

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...cluster.dra_devices import consumed_per_device
 from .api import ApiServer
 from .cel import Quantity, compile_selector, device_view
 from .nodes import SimNode
@@ -442,22 +443,4 @@ class DraSimulation:
                 await api.store(RESOURCE_CLAIMS, updated)
 
 
-def consumed_per_device(
-    claims: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]]
-) -> dict[tuple[str, str], tuple[int, int]]:
-    """For a test's own check: ``(pool, device) -> (memory held by allocated claims, capacity)``,
-    counting an allocation without consumed capacity as the whole device."""
-    capacity: dict[tuple[str, str], int] = {}
-    for resource_slice in slices:
-        for device in resource_slice["spec"].get("devices") or []:
-            memory = (device.get("capacity") or {}).get("memory") or {}
-            key = (resource_slice["spec"]["pool"]["name"], device["name"])
-            capacity[key] = Quantity.parse(str(memory.get("value", "0"))).value
-    held: dict[tuple[str, str], int] = {}
-    for claim in claims:
-        for result in _claim_results(claim):
-            key = (result["pool"], result["device"])
-            consumed = (result.get("consumedCapacity") or {}).get("memory")
-            amount = Quantity.parse(str(consumed)).value if consumed is not None else capacity.get(key, 0)
-            held[key] = held.get(key, 0) + amount
-    return {key: (held.get(key, 0), total) for key, total in capacity.items()}
+__all__ = ["DraSimulation", "consumed_per_device"]

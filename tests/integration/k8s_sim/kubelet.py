@@ -19,27 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import os
 import random
 import shutil
 import signal
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...cluster.containers import container_process, image_id
 from .api import ApiServer
 from .events import post_event
 from .resources import PODS, now
 from .volumes import materialise, secret_writes
-
-
-def image_id(image: str) -> str:
-    """The image's ID as the container runtime reports it once pulled (a digest; made up here)."""
-    return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
 
 @dataclass
@@ -118,7 +112,7 @@ class Kubelet:
                 await self._finish(running, code, "Error", init=container["name"])
                 return
         main = spec["containers"][0]
-        command, env = self._rewrite(main, mounts_by_volume, running)
+        command, env = container_process(main, mounts_by_volume, running.directory / "home", running.name)
         running.log = self.logs[running.name] = self.api.logs[running.name] = running.directory / "kernel.log"
         with open(running.log, "wb") as log:
             running.process = await asyncio.create_subprocess_exec(
@@ -218,41 +212,8 @@ class Kubelet:
             self.api, pod, "Failed", f'Failed to pull image "{image}": {message}', "Warning", "kubelet"
         )
 
-    def _rewrite(
-        self, container: dict[str, Any], volumes: dict[str, Path], running: Running
-    ) -> tuple[list[str], dict[str, str]]:
-        """The container's command and environment with mount paths pointing at the volumes."""
-        mounts = sorted(
-            ((mount["mountPath"], volumes[mount["name"]]) for mount in container.get("volumeMounts") or []),
-            key=lambda pair: -len(pair[0]),
-        )
-
-        def local(text: str) -> str:
-            for path, directory in mounts:
-                text = text.replace(path, str(directory))
-            return text
-
-        home = running.directory / "home"
-        env = {
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin{os.pathsep}/bin",
-            "HOME": str(home),
-            "LANG": "C.UTF-8",
-            "PYTHONUNBUFFERED": "1",
-            "JUPYTER_PLATFORM_DIRS": "1",
-            "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
-            "JUPYTER_DATA_DIR": str(home / ".local/share/jupyter"),
-            "JUPYTER_RUNTIME_DIR": str(home / ".local/share/jupyter/runtime"),
-            "IPYTHONDIR": str(home / ".ipython"),
-            "HOSTNAME": running.name,
-        }
-        for item in container.get("env") or []:
-            env[item["name"]] = local(str(item.get("value", "")))
-        # The image's entrypoint is taken to be empty: command, then args (KubeSpawner sets args).
-        argv = [*(container.get("command") or []), *(container.get("args") or [])]
-        return [local(part) for part in argv], env
-
     async def _run_to_end(self, container: dict[str, Any], volumes: dict[str, Path], running: Running) -> int:
-        command, env = self._rewrite(container, volumes, running)
+        command, env = container_process(container, volumes, running.directory / "home", running.name)
         process = await asyncio.create_subprocess_exec(*command, env=env, cwd=running.directory / "home")
         return await process.wait()
 

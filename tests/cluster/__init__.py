@@ -1,0 +1,107 @@
+"""The test cluster: Kubernetes' own control plane, built from its Go modules, and simulated GPU
+nodes — what every cluster test runs against, and what ``make cluster`` starts.
+
+Real: kube-apiserver (with etcd), kube-scheduler and kube-controller-manager, from
+``k8s.io/kubernetes`` at the version ``controlplane/go.mod`` pins, in one process
+(``controlplane/``, a Go program; build.py builds it once into ``build/cluster/bin``), with RBAC
+and the Node authorizer on, ServiceAccount tokens, and the DRA feature gates our docs ask for.
+Simulated, and only this (the node side): the Nodes and what they advertise, their Leases, the
+kubelets running bound pods as local processes, and the node half of DRA drivers.
+
+One job per module:
+
+* build.py — builds and finds the control plane binary (keyed by version and source hash);
+* controlplane.py — :class:`ControlPlane`: the binary as a process, its readiness, identities
+  (administrator, a user in groups, a ServiceAccount's token) and kubeconfigs;
+* pki.py — client and serving certificates from the cluster's CA;
+* rest.py — the API as JSON (:class:`Api`, :class:`AsyncApi` with watches) and the kinds
+  (``PODS``, ``SECRETS``, ``RESOURCE_CLAIMS``, …);
+* nodes.py — :class:`SimNode` and the usual four 80 GiB nodes per device plugin
+  (:func:`hami_nodes`, :func:`device_plugin_nodes`, …, :func:`dra_nodes`);
+* dra_devices.py — DeviceClasses and ResourceSlices as NVIDIA's and HAMi's DRA drivers publish
+  them (:func:`nvidia_driver`, :func:`hami_driver`), and the environment an allocated claim gives;
+* volumes.py — Secret volumes laid out as kubelet lays them out;
+* kubelet.py, kubelet_server.py — running bound pods, their status and events; pod logs;
+* node_side.py — :class:`NodeSide`: nodes registered as themselves, Leases, slices, one pod
+  watch per node, on its own event loop;
+* fixture.py — :class:`KubeCluster`, what a test holds (its namespace, nodes, kubeconfigs,
+  helpers named as the emulator's were), and :class:`Namespace` with the shipped RBAC;
+* __main__.py — ``make cluster``.
+"""
+
+from __future__ import annotations
+
+from .controlplane import ControlPlane, ControlPlaneError
+from .dra_devices import HAMI, NVIDIA, DraDriver, claim_environment, hami_driver, nvidia_driver
+from .fixture import KubeCluster, Namespace, namespace_for, shipped_rbac
+from .node_side import NodeSide
+from .nodes import (
+    SimNode,
+    aliyun_nodes,
+    device_plugin_nodes,
+    dra_nodes,
+    hami_nodes,
+    kai_nodes,
+    pod_limits,
+    quantity,
+    volcano_nodes,
+)
+from .rest import (
+    DEVICE_CLASSES,
+    EVENTS,
+    LEASES,
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    Api,
+    ApiError,
+    AsyncApi,
+    Identity,
+    Kind,
+)
+
+__all__ = [
+    "DEVICE_CLASSES",
+    "EVENTS",
+    "HAMI",
+    "LEASES",
+    "NAMESPACES",
+    "NODES",
+    "NVIDIA",
+    "PODS",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
+    "RESOURCE_SLICES",
+    "SECRETS",
+    "SERVICE_ACCOUNTS",
+    "Api",
+    "ApiError",
+    "AsyncApi",
+    "ControlPlane",
+    "ControlPlaneError",
+    "DraDriver",
+    "Identity",
+    "Kind",
+    "KubeCluster",
+    "Namespace",
+    "NodeSide",
+    "SimNode",
+    "aliyun_nodes",
+    "claim_environment",
+    "device_plugin_nodes",
+    "dra_nodes",
+    "hami_driver",
+    "hami_nodes",
+    "kai_nodes",
+    "namespace_for",
+    "nvidia_driver",
+    "pod_limits",
+    "quantity",
+    "shipped_rbac",
+    "volcano_nodes",
+]

@@ -1,0 +1,82 @@
+"""``make cluster``: the test cluster in the foreground, until Ctrl-C or SIGTERM.
+
+Kubernetes' own control plane and four simulated 80 GiB GPU nodes advertising the NVIDIA device
+plugin's ``nvidia.com/gpu`` and publishing NVIDIA's DRA driver's ResourceSlices; the
+administrator's kubeconfig in ``build/cluster/kubeconfig``. Kernel pods run as local processes
+of this one (with this Python), so a Jupyter server of this checkout can start them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .build import REPOSITORY, find
+from .controlplane import ControlPlane
+from .dra_devices import hami_driver, nvidia_driver
+from .node_side import NodeSide
+from .nodes import aliyun_nodes, device_plugin_nodes, dra_nodes, hami_nodes, kai_nodes, volcano_nodes
+
+NODE_KINDS = {
+    "nvidia": device_plugin_nodes,
+    "hami": hami_nodes,
+    "volcano": volcano_nodes,
+    "kai": kai_nodes,
+    "aliyun": aliyun_nodes,
+    "dra-only": dra_nodes,
+}
+DRIVERS = {"nvidia": nvidia_driver, "hami": hami_driver, "none": None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make cluster", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--directory", type=Path, default=REPOSITORY / "build" / "cluster")
+    parser.add_argument(
+        "--nodes", choices=sorted(NODE_KINDS), default="nvidia", help="what the nodes advertise"
+    )
+    parser.add_argument("--count", type=int, default=4, help="how many nodes (default 4)")
+    parser.add_argument("--dra", choices=sorted(DRIVERS), default="nvidia", help="the DRA driver's slices")
+    parser.add_argument("--port", type=int, default=0, help="the API server's port (default: a free one)")
+    parser.add_argument("--kubernetes", choices=["oldest", "newest"], default="oldest")
+    args = parser.parse_args(argv)
+    if args.count < 1:
+        parser.error("--count must be at least 1")
+
+    started = time.monotonic()
+    state = args.directory / "state"
+    shutil.rmtree(state, ignore_errors=True)  # a fresh cluster each time
+    kubeconfig = args.directory / "kubeconfig"
+    plane = ControlPlane(state, find(args.kubernetes), port=args.port, progress=print)
+    make_driver = DRIVERS[args.dra]
+    driver = make_driver(args.count) if make_driver else None  # type: ignore[operator]
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    nodes = NODE_KINDS[args.nodes](args.count)
+    with plane, NodeSide(plane, nodes, args.directory / "nodes", driver=driver):
+        shutil.copyfile(plane.admin_kubeconfig, kubeconfig)
+        kubeconfig.chmod(0o600)
+        print(
+            f"\nThe cluster is up after {time.monotonic() - started:.0f} s: Kubernetes {plane.version},"
+            f" {args.count} simulated GPU nodes ({args.nodes} device plugin"
+            f"{'' if driver is None else f', {args.dra} DRA driver'}).\n"
+            f"  export KUBECONFIG={kubeconfig}\n"
+            "  Point a Jupyter server at it (kernel pods run as processes of this command):\n"
+            f"    KUBECONFIG={kubeconfig} .venv/bin/jupyter lab --GPUShare.backend=kubernetes \\\n"
+            "      --GPUShare.namespace=default --GPUShare.resource_preset=nvidia-dra\n"
+            "  Ctrl-C stops everything.",
+            flush=True,
+        )
+        stop.wait()
+        print("stopping the cluster…", flush=True)
+    kubeconfig.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
