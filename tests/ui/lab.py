@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from playwright.sync_api import expect
+
 from jupyter_gpushare.kernelspec import build_kernelspec, install_kernelspecs
 from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.records import SliceRecord
@@ -398,6 +400,17 @@ def change_kernel(page: Any, label: str) -> None:
 def run_cell(page: Any, code: str) -> None:
     """Type code in the current notebook's active cell and run it."""
     editor = page.locator(".jp-NotebookPanel:visible .jp-Cell.jp-mod-active .cm-content")
-    editor.click()
-    page.keyboard.insert_text(code)
+    typed = code.replace("\n", "")  # the editor's text: its lines' text run together
+    # On a loaded machine a click can land before the editor takes keys, and the text is lost
+    # (CI once ran an empty cell): type again, replacing whatever arrived, until it is there.
+    for _ in range(6):
+        editor.click()
+        page.keyboard.press("ControlOrMeta+A")
+        page.keyboard.insert_text(code)
+        try:
+            expect(editor).to_have_text(typed, timeout=10_000)
+            break
+        except AssertionError:
+            continue
+    expect(editor).to_have_text(typed)
     page.keyboard.press("Shift+Enter")
