@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpushare.ledger import Ledger
+from jupyter_gpushare.records import SliceRecord
 from jupyter_gpushare.sizes import GiB
 
 from ..polling import wait_until
@@ -103,13 +104,16 @@ def run(server: JupyterServer, kernel_id: str, code: str) -> str:
 
 
 def shut_down_everything(box: TeamBox) -> None:
-    for server in box.servers:
-        if server.process.poll() is None:
-            for kernel in server.request("GET", "/api/kernels").body:
-                server.request("DELETE", f"/api/kernels/{kernel['id']}")
-    wait_until(
-        lambda: Ledger(box.ledger).records(), GENEROUS, message="an empty ledger", until=lambda r: not r
-    )
+    def shut_down_listed() -> list[SliceRecord]:
+        # Asked again until the ledger is empty: a start placed a moment ago is listed among the
+        # server's kernels only once its kernel process is up.
+        for server in box.servers:
+            if server.process.poll() is None:
+                for kernel in server.request("GET", "/api/kernels").body:
+                    server.request("DELETE", f"/api/kernels/{kernel['id']}")
+        return Ledger(box.ledger).records()
+
+    wait_until(shut_down_listed, GENEROUS, message="an empty ledger", until=lambda records: not records)
 
 
 def raw_calls(box: TeamBox, user: OSUser, asks: list[tuple[str, str, bytes | None, dict[str, str]]]) -> Any:
