@@ -65,11 +65,15 @@ def shut_down_all(server: JupyterServer) -> bool:
     return not views(server)
 
 
+# Root's slice that fills the card while the queue forms (kernel ids are UUIDs at every door).
+BLOCKER = "5d0c7a52-6b1e-4c8e-9d3f-0a1b2c3d4e5f"
+
+
 def block(box: TeamBox, size: str) -> RemoteBackend:
     """Root (the broker's admin, this process) takes ``size`` of the card."""
     broker = RemoteBackend(GPUShare(broker_url=box.broker_url, reconcile_on_start=False))
     request = make_slice_request(size, "timeslice", None, "4G", "timeslice")
-    asyncio.run(broker.acquire("blocker", request))
+    asyncio.run(broker.acquire(BLOCKER, request))
     return broker
 
 
@@ -98,7 +102,7 @@ def test_one_waiting_start_goes_before_another_users_fifth_and_no_start_starves(
             }
             return seen if seen.get(alices[0]) == 1 else None
 
-        seen = wait_until(positions, timeout=30)
+        seen = wait_until(positions, timeout=120)
         assert [seen[kernel_id] for kernel_id in bobs] == [2, 3, 4, 5, 6]
         queued = views(bob)[bobs[0]]
         assert "expected_start" in queued  # estimated (null: no finished hold to go by yet)
@@ -107,7 +111,7 @@ def test_one_waiting_start_goes_before_another_users_fifth_and_no_start_starves(
         assert "under fair share" in fit["reason"] and "wait unknown" in fit["summary"], fit
 
         # Room for five 12G slices: alice's goes first, bob's fifth still waits.
-        blocker.free("blocker")
+        blocker.free(BLOCKER)
         wait_until(lambda: views(bob)[bobs[3]]["state"] == "running", timeout=120)
         assert views(alice)[alices[0]]["state"] == "running"
         assert views(bob)[bobs[4]]["state"] == "queued"
@@ -124,7 +128,7 @@ def test_one_waiting_start_goes_before_another_users_fifth_and_no_start_starves(
         wait_until(lambda: views(bob)[bobs[4]]["state"] == "running", timeout=120)
         assert views(alice)[alices[1]]["state"] == "queued"
     finally:
-        blocker.free("blocker")
+        blocker.free(BLOCKER)
         wait_until(lambda: shut_down_all(alice) and shut_down_all(bob), timeout=120, interval=1)
 
 
