@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 
 from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError  # noqa: E402
+from jupyter_gpushare.k8s.manifests import pod_name  # noqa: E402
 from tests.integration import k8s_sim  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -122,8 +124,22 @@ def embedded_watches(env: dict[str, str], processes: int) -> float:
 
 def start_broker(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], BrokerClient]:
     socket = root / "broker.sock"
+    # Every simulated server here is one OS user (this process's): the broker's per-user
+    # connection limit, meant for one person's servers, is raised to what 200 servers hold.
+    config = root / "broker-config"
+    config.mkdir(exist_ok=True)
+    (config / "jupyter_server_config.py").write_text("c.GPUShareBroker.max_connections_per_user = 2000\n")
     broker = subprocess.Popen(
-        [str(BIN / "jupyter-gpushare"), "broker", "--backend", "kubernetes", "--socket", str(socket)],
+        [
+            str(BIN / "jupyter-gpushare"),
+            "broker",
+            "--backend",
+            "kubernetes",
+            "--socket",
+            str(socket),
+            "--config-dir",
+            str(config),
+        ],
         env=env,
         stdout=(root / "broker.log").open("wb"),
         stderr=subprocess.STDOUT,
@@ -198,6 +214,12 @@ def servers_polling(url: str, servers: int, window: float, follow: bool) -> tupl
     return latencies, made[0]
 
 
+def bench_kernel_id(tag: str, index: int) -> str:
+    """The kernel id of a benchmark's ``index``-th kernel of a kind: a UUID, as every door wants,
+    the same in every run."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"jupyter-gpushare-bench/{tag}/{index}"))
+
+
 def start_pods(client: BrokerClient, count: int, tag: str) -> tuple[list[float], list[float]]:
     """``count`` kernel pod starts posted at once: seconds to admitted, seconds to running."""
     barrier = threading.Barrier(count)
@@ -206,7 +228,7 @@ def start_pods(client: BrokerClient, count: int, tag: str) -> tuple[list[float],
 
     def start(index: int) -> None:
         own = BrokerClient(client.url)
-        kernel_id = f"bench-{tag}-{index:04d}"
+        kernel_id = bench_kernel_id(tag, index)
         body = {
             "kernel_id": kernel_id,
             "gpu_memory": "1G",
@@ -243,7 +265,7 @@ def direct_creations(kubeconfig: str, count: int) -> list[float]:
     from jupyter_gpushare.config import GPUShare
     from jupyter_gpushare.k8s.build import cluster_facts, kernel_pod
     from jupyter_gpushare.k8s.cluster import Cluster, load_configuration
-    from jupyter_gpushare.k8s.manifests import connection_info, kernel_ports, make_secret
+    from jupyter_gpushare.k8s.manifests import connection_info, kernel_ports, make_secret, secret_name
     from jupyter_gpushare.slice_request import make_slice_request
 
     settings = GPUShare(
@@ -254,7 +276,7 @@ def direct_creations(kubeconfig: str, count: int) -> list[float]:
     took: list[float] = []
 
     def create(index: int) -> None:
-        kernel_id = f"direct-{index:04d}"
+        kernel_id = bench_kernel_id("direct", index)
         request = make_slice_request("1G", "vgpu", None, "4G", "vgpu")
         pod, _ = kernel_pod(
             settings,
@@ -286,17 +308,18 @@ def direct_creations(kubeconfig: str, count: int) -> list[float]:
     for thread in threads:
         thread.join()
     for index in range(count):
-        cluster.delete_pod(f"gpushare-kernel-direct-{index:04d}", grace_period_seconds=0)
-        cluster.delete_secret(f"gpushare-kernel-direct-{index:04d}-conn")
+        kernel_id = bench_kernel_id("direct", index)
+        cluster.delete_pod(pod_name(kernel_id), grace_period_seconds=0)
+        cluster.delete_secret(secret_name(kernel_id))
     cluster.close()
     return took
 
 
 def pending_pod(index: int) -> dict[str, Any]:
-    kernel_id = f"idle-{index:05d}"
+    kernel_id = bench_kernel_id("idle", index)
     return {
         "metadata": {
-            "name": f"gpushare-kernel-{kernel_id}",
+            "name": pod_name(kernel_id),
             "namespace": NAMESPACE,
             "labels": {
                 "app.kubernetes.io/name": "jupyter-gpushare-kernel",
@@ -390,7 +413,7 @@ def main() -> int:
                     f"(goal <= {GOAL_REQUESTS_PER_START}) {json.dumps(breakdown)}"
                 )
                 for index in range(starts):
-                    client.call("DELETE", f"pods/bench-seq-{index:04d}?grace=0", {})
+                    client.call("DELETE", f"pods/{bench_kernel_id('seq', index)}?grace=0", {})
 
                 admitted, running = start_pods(client, 20, "burst")
                 direct = direct_creations(str(cluster.kubeconfig), 20)
@@ -407,7 +430,7 @@ def main() -> int:
                 )
                 print(f"   ratio of the p99s: {percentile(admitted, 0.99) / percentile(direct, 0.99):.2f}")
                 for index in range(20):
-                    client.call("DELETE", f"pods/bench-burst-{index:04d}?grace=0", {})
+                    client.call("DELETE", f"pods/{bench_kernel_id('burst', index)}?grace=0", {})
 
                 time.sleep(1.0)
                 base = rss_mib(broker.pid)
