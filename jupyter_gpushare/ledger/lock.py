@@ -18,7 +18,13 @@ import fcntl
 import os
 import queue
 import threading
+import time
 from typing import ClassVar
+
+# A write holds the lock for a few hundred microseconds: a contended lock is tried again a few
+# times over about a millisecond before a helper thread queues for it, which costs two thread
+# hand-offs (measured: benchmarks/ledger_throughput.py).
+_SHORT_WAITS = (0.0001, 0.0002, 0.0003, 0.0004)
 
 
 class LockTimeout(Exception):
@@ -30,6 +36,12 @@ def lock_exclusive(fd: int, timeout: float) -> None:
 
     After a LockTimeout the caller must neither use nor close ``fd`` again.
     """
+    for pause in _SHORT_WAITS:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(pause)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return
