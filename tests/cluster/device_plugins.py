@@ -14,15 +14,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
+from .nodes import quantity
 
 # HAMi's counters: they size the slice of the device that nvidia.com/gpu gives, not a device.
-HAMI_MEMORY, HAMI_MEMORY_PERCENTAGE, HAMI_CORES = (
-    "nvidia.com/gpumem",
-    "nvidia.com/gpumem-percentage",
-    "nvidia.com/gpucores",
-)
-STANDARD = {"cpu", "memory", "ephemeral-storage"}
+HAMI_MEMORY, HAMI_CORES = "nvidia.com/gpumem", "nvidia.com/gpucores"
+NOT_DEVICES = {"cpu", "memory", "ephemeral-storage", HAMI_MEMORY, "nvidia.com/gpumem-percentage", HAMI_CORES}
 
 
 def device_uuid(node: str) -> str:
@@ -31,14 +27,14 @@ def device_uuid(node: str) -> str:
 
 
 def device_plugin_environment(container: Mapping[str, Any], node: str) -> dict[str, str]:
+    """What the device plugins add to ``container``'s environment on ``node`` (nothing for a
+    container that asks for no device)."""
     limits = (container.get("resources") or {}).get("limits") or {}
-    devices = [name for name in limits if name not in STANDARD and not name.startswith("hugepages-")]
-    devices = [name for name in devices if name not in (HAMI_MEMORY, HAMI_MEMORY_PERCENTAGE, HAMI_CORES)]
-    if not devices:
+    if not any(name not in NOT_DEVICES and not name.startswith("hugepages-") for name in limits):
         return {}
     env = {"NVIDIA_VISIBLE_DEVICES": device_uuid(node)}
     if HAMI_MEMORY in limits:
-        env["CUDA_DEVICE_MEMORY_LIMIT_0"] = f"{int(parse_quantity(limits[HAMI_MEMORY]))}m"
+        env["CUDA_DEVICE_MEMORY_LIMIT_0"] = f"{int(quantity(limits[HAMI_MEMORY]))}m"
     if HAMI_CORES in limits:
-        env["CUDA_DEVICE_SM_LIMIT"] = str(int(parse_quantity(limits[HAMI_CORES])))
+        env["CUDA_DEVICE_SM_LIMIT"] = str(int(quantity(limits[HAMI_CORES])))
     return env

@@ -32,7 +32,7 @@ from markdown_it import MarkdownIt
 from ..cluster import ControlPlane
 from ..cluster.node_side import NodeSide
 from ..cluster.nodes import hami_nodes
-from ..cluster.rest import NAMESPACES, PODS, SERVICE_ACCOUNTS, Identity
+from ..cluster.rest import NAMESPACES, PODS, SECRETS, SERVICE_ACCOUNTS, Identity
 from ..polling import wait_until
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ NOT_RUN = {
     "helm upgrade": CHART_UNREACHABLE,
 }
 DOCTOR = "jupyter gpushare doctor"
-WATCH_TIMEOUT = 240.0  # seconds for the test kernel's pod to show as running; generous under load
+GONE_TIMEOUT = 120.0  # seconds for the test kernel's pod and Secret to go; generous under load
 
 
 @dataclass(frozen=True)
@@ -226,19 +226,22 @@ def test_the_kubernetes_pages_commands_run_in_order_on_kubernetes_own_control_pl
                     assert watch is not None, f"{command}: the page gives no watch before it"
                     check_doctor(run(command, doctor_environment(plane, tmp_path, path), 600, check=False))
                 ran.append(command.text)
+        # The doctor shut its kernel down: pod and Secret go (the watch sees the pod go too).
+        wait_until(
+            lambda: (
+                not plane.admin.list(PODS, KERNELS_NAMESPACE)
+                and not plane.admin.list(SECRETS, KERNELS_NAMESPACE)
+            ),
+            timeout=GONE_TIMEOUT,
+            message="the test kernel's pod and Secret deleted",
+        )
     finally:
         if watch is not None and watch.poll() is None:
-            os.killpg(watch.pid, signal.SIGINT)  # Ctrl-C
+            os.killpg(watch.pid, signal.SIGINT)  # Ctrl-C, as the page says
         seen = watch.communicate(timeout=30)[0] if watch is not None else ""
     assert DOCTOR in ran and watch is not None, ran
-    # The watch listed the test kernel's pod, running (as an administrator sees it come and go).
+    # The watch listed the test kernel's pod running, as an administrator sees it come and go.
     assert re.search(r"^gpushare-kernel-\S+\s+\d/\d\s+Running\b", seen, re.MULTILINE), seen
-    # ... and it went: the doctor shut its kernel down, so pod and Secret are deleted.
-    wait_until(
-        lambda: not plane.admin.list(PODS, KERNELS_NAMESPACE),
-        timeout=WATCH_TIMEOUT,
-        message="the test kernel's pod deleted",
-    )
 
 
 def doctor_environment(plane: ControlPlane, tmp_path: Path, path: str) -> dict[str, str]:
