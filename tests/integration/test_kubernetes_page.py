@@ -93,7 +93,7 @@ def page_commands(page: Path) -> Iterator[Command]:
         for text in token.content.replace("\\\n", " ").splitlines():
             for part in text.split("&&"):
                 if shlex.split(part, comments=True):
-                    yield Command(page, line, " ".join(part.split()))
+                    yield Command(page, line, part.strip())
 
 
 def not_run_reason(command: Command) -> str | None:
