@@ -15,10 +15,16 @@ from typing import Any
 
 from .checks import Check
 
-TEST_KERNEL_CODE = """
+# Which devices the kernel was given: CUDA_VISIBLE_DEVICES on a node we place on; in a kernel
+# pod, the device plugin (or a DRA driver's CDI edits) names them in NVIDIA_VISIBLE_DEVICES for
+# the container runtime, and nothing sets CUDA_VISIBLE_DEVICES.
+VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+TEST_KERNEL_CODE = f"""
 import json, os
-seen = {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "memory": os.environ.get("JUPYTER_GPUSHARE_MEMORY_BYTES")}
+named = [name for name in {VISIBLE_DEVICE_VARIABLES!r} if os.environ.get(name)]
+seen = {{"visible": os.environ.get(named[0]) if named else None,
+        "visible_from": named[0] if named else None,
+        "memory": os.environ.get("JUPYTER_GPUSHARE_MEMORY_BYTES")}}
 try:
     import torch
     seen["torch_cuda"] = torch.cuda.is_available()
@@ -44,9 +50,15 @@ def check_test_kernel(has_devices: bool, simulated: bool, size: str = "512M") ->
             f"could not start a gpushare kernel: {error}",
             "check the ledger and kernelspec lines above, and the server log",
         )
+    return kernel_verdict(seen, simulated)
+
+
+def kernel_verdict(seen: dict[str, Any], simulated: bool) -> Check:
+    """The test kernel's line from what it saw (TEST_KERNEL_CODE's answer)."""
     if not seen.get("visible") or not seen.get("memory"):
         return Check("test kernel", "FAIL", f"the kernel got no slice ({seen})", "report this as a bug")
-    where = f"CUDA_VISIBLE_DEVICES={seen['visible']}, slice {int(seen['memory']) // 2**20} MiB"
+    variable = seen.get("visible_from") or VISIBLE_DEVICE_VARIABLES[0]
+    where = f"{variable}={seen['visible']}, slice {int(seen['memory']) // 2**20} MiB"
     if simulated:
         # The GPUs line already warns that the pool is simulated: kernels start, which is all
         # a simulated pool can show.

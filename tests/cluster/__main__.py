@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             f" {args.count} simulated GPU nodes ({args.nodes} device plugin"
             f"{'' if driver is None else f', {args.dra} DRA driver'}).\n"
             f"  export KUBECONFIG={kubeconfig}\n"
+            f"  kubectl of the same version: {plane.binary} kubectl get nodes\n"
             "  Point a Jupyter server at it (kernel pods run as processes of this command):\n"
             f"    KUBECONFIG={kubeconfig} .venv/bin/jupyter lab --GPUShare.backend=kubernetes \\\n"
             "      --GPUShare.namespace=default --GPUShare.resource_preset=nvidia-dra\n"

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .containers import container_process, image_id, pod_event
+from .device_plugins import device_plugin_environment
 from .dra_devices import claim_environment
 from .nodes import timestamp
 from .rest import EVENTS, PODS, RESOURCE_CLAIMS, SECRETS, ApiError, AsyncApi
@@ -171,7 +172,8 @@ class Kubelet:
                 await self._finish(running, code, "Error", init=container["name"])
                 return
         main = spec["containers"][0]
-        command, env = container_process(main, volumes, running.directory / "home", running.name, claims_env)
+        devices_env = {**device_plugin_environment(main, node), **claims_env}
+        command, env = container_process(main, volumes, running.directory / "home", running.name, devices_env)
         running.log = running.directory / "kernel.log"
         self.logs[running.name] = self.log_paths[(running.namespace, running.name)] = running.log
         with open(running.log, "wb") as log:

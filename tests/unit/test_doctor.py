@@ -11,6 +11,7 @@ import pytest
 from jupyter_gpushare.cli import main
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.doctor import check_vgpu, run_checks
+from jupyter_gpushare.doctor.kernel import kernel_verdict
 from jupyter_gpushare.doctor.node import PoolSeen, check_gpus, check_modes, node_facts, relevant_mode_checks
 from jupyter_gpushare.inventory import discover, parse_simulation
 
@@ -119,3 +120,20 @@ def test_with_a_broker_it_checks_the_broker_and_opens_no_ledger(
     assert found["broker"].status == "FAIL" and "is not reachable" in found["broker"].detail
     assert "jupyter gpushare broker" in found["broker"].fix
     assert not (tmp_path / "ledger.sqlite").exists()
+
+
+def test_a_kernel_pods_devices_are_the_device_plugins_not_cuda_visible_devices() -> None:
+    """In a pod, the device plugin (or CDI) names the devices in NVIDIA_VISIBLE_DEVICES and
+    nothing sets CUDA_VISIBLE_DEVICES. Failed before: "the kernel got no slice" on every cluster."""
+    seen = {
+        "visible": "GPU-1",
+        "visible_from": "NVIDIA_VISIBLE_DEVICES",
+        "memory": str(2**29),
+        "torch_cuda": None,
+    }
+    check = kernel_verdict(seen, simulated=False)
+    assert (check.status, check.detail) == (
+        "OK",
+        "NVIDIA_VISIBLE_DEVICES=GPU-1, slice 512 MiB (PyTorch not installed: framework check skipped)",
+    )
+    assert kernel_verdict({**seen, "visible": None, "visible_from": None}, simulated=False).status == "FAIL"

@@ -10,6 +10,9 @@
 //
 // Usage: kube-testcluster --dir DIR [--port N] [--apiserver-arg=--flag=value ...]
 //
+// It is also kubectl of the same version (kubectl.go): invoked through a symlink named kubectl,
+// or as `kube-testcluster kubectl ARGS...`.
+//
 // Ready when DIR/admin.kubeconfig exists and the API server's /readyz answers ok; stops on
 // SIGINT or SIGTERM (or when its parent process dies, see --parent-pid), leaving DIR in place
 // so that a restart with the same DIR and port finds its data and certificates again.
@@ -36,6 +39,9 @@ func (r *repeated) String() string     { return strings.Join(*r, " ") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
 func main() {
+	if args, ok := kubectlArguments(os.Args); ok {
+		runKubectl(args) // before the control plane's flags: kubectl parses its own
+	}
 	var (
 		dir            = flag.String("dir", "", "directory for certificates, etcd data and kubeconfigs (created if missing)")
 		port           = flag.Int("port", 0, "the API server's port on 127.0.0.1 (0: a free one)")
