@@ -200,6 +200,25 @@ def make_kube(
         assert cluster.violations == []
 
 
+@contextlib.contextmanager
+def module_kube(
+    control_plane: ControlPlane,
+    namespace: str,
+    root: Path,
+    nodes: list[SimNode] | None = None,
+    *,
+    driver: DraDriver | None = None,
+) -> Iterator[KubeCluster]:
+    """Nodes on the real control plane for a whole module (a hub and broker that outlive one
+    test): what ``make_kube`` makes, without touching the test's ``$KUBECONFIG``; its node side
+    must have seen nothing a real cluster would refuse."""
+    with KubeCluster(
+        control_plane, namespace, root, nodes, driver=driver, broken_images=(BROKEN_IMAGE,)
+    ) as cluster:
+        yield cluster
+    assert cluster.violations == []
+
+
 @pytest.fixture
 def kube(node: Node, make_kube: MakeKube) -> KubeCluster:
     """Four HAMi nodes (one 80 GiB card each) on the real control plane; the kernelspecs of
