@@ -19,7 +19,7 @@ from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.records import SliceRecord
 from jupyter_gpushare.sizes import GiB
 
-from ..cluster import ControlPlane, DraDriver, KubeCluster, Namespace, SimNode, namespace_for
+from ..cluster import ControlPlane, DraDriver, KubeCluster, SimNode
 from .k8s_sim import SimulatedCluster
 
 BIN = Path(sys.executable).parent
@@ -136,21 +136,6 @@ def cluster(node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
 
 
 # ---- the real control plane (tests/cluster/) ----------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """kube-apiserver, kube-scheduler and kube-controller-manager, once per test session."""
-    with ControlPlane(tmp_path_factory.mktemp("controlplane")) as plane:
-        yield plane
-
-
-@pytest.fixture(scope="module")
-def kube_namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The test module's namespace, with the shipped RBAC (examples/kubernetes) applied to it."""
-    namespace = Namespace(control_plane, namespace_for(request.module.__name__)).create()
-    yield namespace.name
-    namespace.delete()
 
 
 MakeKube = Callable[..., KubeCluster]
