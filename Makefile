@@ -82,7 +82,7 @@ cluster-newest: $(BIN)/python controlplane-newest
 
 # The cluster tests against the newest Kubernetes served.
 test-newest: install-test controlplane-newest
-	KUBE_TESTCLUSTER=$$($(PYTHON) tests/cluster/build.py --kubernetes newest) $(BIN)/pytest tests/integration/test_cluster.py tests/integration/test_kubernetes.py tests/integration/test_kubernetes_dra.py
+	KUBE_TESTCLUSTER=$$($(PYTHON) tests/cluster/build.py --kubernetes newest) $(BIN)/pytest tests/integration/test_cluster.py tests/integration/test_kubernetes.py tests/integration/test_kubernetes_dra.py tests/integration/kubernetes_server tests/integration/test_broker_kubernetes.py tests/integration/test_broker_dra.py tests/integration/test_doctor_cluster.py
 
 bench: install controlplane
 	$(BIN)/pip install --quiet -e '.[test,cluster,bench]'

@@ -1,6 +1,6 @@
-"""Fixtures for tests that start real kernels and servers on a simulated pool, and on a cluster:
-the real control plane (``kube``, ``make_kube``; tests/cluster/) or, for the tests not yet
-ported to it, the emulator (``cluster``; k8s_sim/)."""
+"""Fixtures for tests that start real kernels and servers on a simulated pool, and on the test
+cluster: Kubernetes' own control plane (one per session, tests/conftest.py) and simulated nodes
+(``kube``, ``make_kube``, ``module_kube``; tests/cluster/)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,10 @@ from jupyter_gpushare.records import SliceRecord
 from jupyter_gpushare.sizes import GiB
 
 from ..cluster import ControlPlane, DraDriver, KubeCluster, SimNode
-from .k8s_sim import SimulatedCluster
 
 BIN = Path(sys.executable).parent
 
-# The simulated cluster of the Kubernetes backend's tests.
-NAMESPACE = "kernels"
+# The kernel image of the Kubernetes backend's tests, and one no node can pull.
 IMAGE = "jupyter-gpushare-kernel:test"
 BROKEN_IMAGE = "registry.example.com/jupyter-gpushare-kernel:missing"
 
@@ -119,20 +117,6 @@ def close_kernel_manager_contexts() -> Iterator[None]:
             context = candidate._trait_values.get("context")
             if context is not None and not context.closed:
                 context.destroy(linger=0)
-
-
-@pytest.fixture
-def cluster(node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SimulatedCluster]:
-    """A four-node HAMi cluster (one 80 GiB card per node) and a kubeconfig pointing at it."""
-    from .kernels import write_kernelspec  # kernels.py imports this module
-
-    with SimulatedCluster(tmp_path / "cluster", NAMESPACE, broken_images=[BROKEN_IMAGE]) as simulated:
-        monkeypatch.setenv("KUBECONFIG", str(simulated.kubeconfig))
-        monkeypatch.setenv("JUPYTER_GPUSHARE_OWNER", "alice")
-        write_kernelspec(node, "gpu-6g-vgpu", {"gpu_memory": "6G", "gpu_mode": "vgpu", "gpu_cores": 30})
-        write_kernelspec(node, "gpu-200g-vgpu", {"gpu_memory": "200G", "gpu_mode": "vgpu"})
-        yield simulated
-        assert simulated.violations == []
 
 
 # ---- the real control plane (tests/cluster/) ----------------------------------------------------

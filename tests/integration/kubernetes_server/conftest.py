@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..conftest import Node
 from ...cluster import KubeCluster
+from ..conftest import Node
 from ..servers import JupyterServer
 from .support import server_for
 
