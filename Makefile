@@ -82,14 +82,14 @@ cluster-newest: $(BIN)/python controlplane-newest
 
 # The cluster tests against the newest Kubernetes served.
 test-newest: install-test controlplane-newest
-	KUBE_TESTCLUSTER=$$($(PYTHON) tests/cluster/build.py --kubernetes newest) $(BIN)/pytest tests/integration/test_cluster.py tests/integration/test_kubernetes.py tests/integration/test_kubernetes_dra.py
+	KUBE_TESTCLUSTER=$$($(PYTHON) tests/cluster/build.py --kubernetes newest) $(BIN)/pytest tests/integration/test_cluster.py tests/integration/test_kubernetes.py tests/integration/test_kubernetes_dra.py tests/integration/kubernetes_server tests/integration/test_broker_kubernetes.py tests/integration/test_broker_dra.py tests/integration/test_doctor_cluster.py
 
-bench: install
-	$(BIN)/pip install --quiet -e '.[bench]'
+bench: install controlplane
+	$(BIN)/pip install --quiet -e '.[test,cluster,bench]'
 	bash benchmarks/run_all.sh
 
 # CI-sized benchmarks (each well under a minute; CI runs them after the tests): a benchmark that
 # crashes fails, a missed goal is a verdict in the output (benchmarks/README.md).
-bench-quick: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+bench-quick: $(BIN)/python controlplane
+	$(BIN)/pip install --quiet -e '.[test,cluster,bench]'
 	bash benchmarks/run_all.sh --quick

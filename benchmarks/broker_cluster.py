@@ -2,12 +2,14 @@
 
 Method
 ------
-The Kubernetes API emulator of the test suite (``tests/integration/k8s_sim.py``: kmock's API
-server with the real API's selectors and watch semantics, and a simulated node that schedules and
-runs pods as local processes) runs in this process with four HAMi GPU nodes; every HTTP request
-it receives is counted by action (watch, list, get, create, delete…) and resource. The broker is a
-real ``jupyter gpushare broker --backend kubernetes`` process (on a Unix socket, so no hub is
-needed to identify callers; over HTTP the hub's token check is cached and adds no API request).
+The test cluster (``tests/cluster/``: Kubernetes' own kube-apiserver, kube-scheduler and
+kube-controller-manager, built by ``make controlplane``, and four simulated HAMi GPU nodes that
+run the pods the real scheduler binds as local processes) is started by this script. The API
+server writes an audit log of every request the Jupyter server's ServiceAccount makes (the
+identity the broker and the embedded servers act as, under the shipped RBAC); requests are
+counted from it by verb (watch, list, get, create, delete…) and resource. The broker is a real
+``jupyter gpushare broker --backend kubernetes`` process (on a Unix socket, so no hub is needed
+to identify callers; over HTTP the hub's token check is cached and adds no API request).
 
 1. **Watch connections.** Baseline: K processes each holding what an embedded single-user server
    holds (a ``KubernetesBackend`` with its server attached: it lists and watches nodes and kernel
@@ -23,12 +25,13 @@ needed to identify callers; over HTTP the hub's token check is cached and adds n
    Baseline in the same run: 20 concurrent direct creations of the same Secret and pod with the API
    client (what an embedded server does), p50/p99 of their duration.
 4. **Memory per 1,000 kernels.** The broker's RSS, then 1,000 kernel pods (for a scheduler the
-   simulated node does not play, so they stay pending) added to the cluster; once the broker's
-   watch shows them and it has answered ``GET kernels`` and ``GET pool`` for them, its RSS again.
+   cluster does not run, so they stay pending) added to the cluster; once the broker's watch
+   shows them and it has answered ``GET kernels`` and ``GET pool`` for them, its RSS again.
    Reported as MiB per 1,000 kernels and as a ratio of the broker's own RSS.
 
-Run: ``.venv/bin/python benchmarks/broker_cluster.py`` (needs the ``test`` extra: kmock);
-``--quick`` uses fewer embedded baseline processes, a shorter window and fewer starts.
+Run: ``.venv/bin/python benchmarks/broker_cluster.py`` (needs the ``test`` and ``cluster`` extras
+and the control plane binary: ``make controlplane``); ``--quick`` uses fewer embedded baseline
+processes, a shorter window and fewer starts.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import argparse
 import collections
 import json
 import os
+import pwd
 import statistics
 import subprocess
 import sys
@@ -53,34 +57,71 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 
 from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError  # noqa: E402
-from jupyter_gpushare.k8s.manifests import pod_name  # noqa: E402
-from tests.integration import k8s_sim  # noqa: E402
+from tests.cluster import PODS, ControlPlane, KubeCluster, Namespace, hami_nodes  # noqa: E402
+from tests.cluster.fixture import SERVER_ACCOUNT, SERVER_NAMESPACE  # noqa: E402
 
 BIN = Path(sys.executable).parent
 NAMESPACE = "kernels"
 IMAGE = "jupyter-gpushare-kernel:bench"
 SERVERS = 200
 GOAL_REQUESTS_PER_START = 4
-
-counts: collections.Counter[tuple[str, str]] = collections.Counter()
-_original = k8s_sim.ApiServer._handle
-
-
-async def _counting(self: Any, request: Any) -> Any:
-    plural = getattr(request.resource, "plural", None) or str(request.resource)
-    counts[(str(getattr(request.action, "name", request.action)).lower(), str(plural))] += 1
-    return await _original(self, request)
-
-
-k8s_sim.ApiServer._handle = _counting  # type: ignore[method-assign]
-
-
-def watches() -> int:
-    return sum(n for (action, _), n in counts.items() if action == "watch")
+SERVER_USER = f"system:serviceaccount:{SERVER_NAMESPACE}:{SERVER_ACCOUNT}"
+# Only the Jupyter server's identity is audited (the broker's and the embedded servers'): the
+# scheduler, controllers and nodes talk to the API server too, and are not what is measured.
+AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    users: ["{SERVER_USER}"]
+  - level: None
+"""
 
 
-def api_requests() -> int:
-    return sum(n for (action, _), n in counts.items() if action != "watch")
+class AuditCounts:
+    """Requests of the Jupyter server's identity, by (verb, resource), from the API server's
+    audit log since the last :meth:`clear`: a watch counts when it starts, others when done."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def clear(self) -> None:
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def counts(self) -> collections.Counter[tuple[str, str]]:
+        time.sleep(0.5)  # the last requests' events reach the log
+        counted: collections.Counter[tuple[str, str]] = collections.Counter()
+        if not self.path.exists():
+            return counted
+        with self.path.open("rb") as log:
+            log.seek(self.offset)
+            for line in log:
+                event = json.loads(line)
+                verb = event["verb"]
+                wanted = "ResponseStarted" if verb == "watch" else "ResponseComplete"
+                if event["stage"] != wanted or event["user"]["username"] != SERVER_USER:
+                    continue
+                reference = event.get("objectRef") or {}
+                resource = "/".join(filter(None, (reference.get("resource"), reference.get("subresource"))))
+                counted[(verb, resource or event["requestURI"])] += 1
+        return counted
+
+    def watches(self) -> int:
+        return sum(n for (verb, _), n in self.counts().items() if verb == "watch")
+
+    def requests(self) -> int:
+        return sum(n for (verb, _), n in self.counts().items() if verb != "watch")
+
+
+# The pending pods' owner: the benchmark's OS user, whom the broker's Unix socket identifies (a
+# caller sees its own kernels).
+OWNER = pwd.getpwuid(os.getuid()).pw_name
+
+
+def bench_id(name: str) -> str:
+    """A kernel id (the broker takes UUIDs only) that the benchmark can name again."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"jupyter-gpushare-bench/{name}"))
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -102,9 +143,9 @@ time.sleep(600)
 """
 
 
-def embedded_watches(env: dict[str, str], processes: int) -> float:
+def embedded_watches(audit: AuditCounts, env: dict[str, str], processes: int) -> float:
     """Watch connections one embedded server opens (measured over ``processes`` of them)."""
-    before = watches()
+    audit.clear()
     started = [
         subprocess.Popen(
             [sys.executable, "-c", EMBEDDED, f"user{index}"], env=env, stdout=subprocess.PIPE, text=True
@@ -115,7 +156,7 @@ def embedded_watches(env: dict[str, str], processes: int) -> float:
         for process in started:
             assert process.stdout is not None and process.stdout.readline().strip() == "ready"
         time.sleep(1.0)
-        return (watches() - before) / processes
+        return audit.watches() / processes
     finally:
         for process in started:
             process.kill()
@@ -124,22 +165,8 @@ def embedded_watches(env: dict[str, str], processes: int) -> float:
 
 def start_broker(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], BrokerClient]:
     socket = root / "broker.sock"
-    # Every simulated server here is one OS user (this process's): the broker's per-user
-    # connection limit, meant for one person's servers, is raised to what 200 servers hold.
-    config = root / "broker-config"
-    config.mkdir(exist_ok=True)
-    (config / "jupyter_server_config.py").write_text("c.GPUShareBroker.max_connections_per_user = 2000\n")
     broker = subprocess.Popen(
-        [
-            str(BIN / "jupyter-gpushare"),
-            "broker",
-            "--backend",
-            "kubernetes",
-            "--socket",
-            str(socket),
-            "--config-dir",
-            str(config),
-        ],
+        [str(BIN / "jupyter-gpushare"), "broker", "--backend", "kubernetes", "--socket", str(socket)],
         env=env,
         stdout=(root / "broker.log").open("wb"),
         stderr=subprocess.STDOUT,
@@ -214,12 +241,6 @@ def servers_polling(url: str, servers: int, window: float, follow: bool) -> tupl
     return latencies, made[0]
 
 
-def bench_kernel_id(tag: str, index: int) -> str:
-    """The kernel id of a benchmark's ``index``-th kernel of a kind: a UUID, as every door wants,
-    the same in every run."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"jupyter-gpushare-bench/{tag}/{index}"))
-
-
 def start_pods(client: BrokerClient, count: int, tag: str) -> tuple[list[float], list[float]]:
     """``count`` kernel pod starts posted at once: seconds to admitted, seconds to running."""
     barrier = threading.Barrier(count)
@@ -228,7 +249,7 @@ def start_pods(client: BrokerClient, count: int, tag: str) -> tuple[list[float],
 
     def start(index: int) -> None:
         own = BrokerClient(client.url)
-        kernel_id = bench_kernel_id(tag, index)
+        kernel_id = bench_id(f"{tag}-{index}")
         body = {
             "kernel_id": kernel_id,
             "gpu_memory": "1G",
@@ -265,7 +286,7 @@ def direct_creations(kubeconfig: str, count: int) -> list[float]:
     from jupyter_gpushare.config import GPUShare
     from jupyter_gpushare.k8s.build import cluster_facts, kernel_pod
     from jupyter_gpushare.k8s.cluster import Cluster, load_configuration
-    from jupyter_gpushare.k8s.manifests import connection_info, kernel_ports, make_secret, secret_name
+    from jupyter_gpushare.k8s.manifests import connection_info, kernel_ports, make_secret
     from jupyter_gpushare.slice_request import make_slice_request
 
     settings = GPUShare(
@@ -276,7 +297,7 @@ def direct_creations(kubeconfig: str, count: int) -> list[float]:
     took: list[float] = []
 
     def create(index: int) -> None:
-        kernel_id = bench_kernel_id("direct", index)
+        kernel_id = f"direct-{index:04d}"
         request = make_slice_request("1G", "vgpu", None, "4G", "vgpu")
         pod, _ = kernel_pod(
             settings,
@@ -308,22 +329,21 @@ def direct_creations(kubeconfig: str, count: int) -> list[float]:
     for thread in threads:
         thread.join()
     for index in range(count):
-        kernel_id = bench_kernel_id("direct", index)
-        cluster.delete_pod(pod_name(kernel_id), grace_period_seconds=0)
-        cluster.delete_secret(secret_name(kernel_id))
+        cluster.delete_pod(f"gpushare-kernel-direct-{index:04d}", grace_period_seconds=0)
+        cluster.delete_secret(f"gpushare-kernel-direct-{index:04d}-conn")
     cluster.close()
     return took
 
 
 def pending_pod(index: int) -> dict[str, Any]:
-    kernel_id = bench_kernel_id("idle", index)
+    kernel_id = bench_id(f"idle-{index}")
     return {
         "metadata": {
-            "name": pod_name(kernel_id),
+            "name": f"gpushare-kernel-{kernel_id}",
             "namespace": NAMESPACE,
             "labels": {
                 "app.kubernetes.io/name": "jupyter-gpushare-kernel",
-                "jupyter-gpushare.io/owner": "bench",
+                "jupyter-gpushare.io/owner": OWNER,
             },
             "annotations": {"jupyter-gpushare.io/size": "1G"},
         },
@@ -335,7 +355,7 @@ def pending_pod(index: int) -> dict[str, Any]:
                     "image": IMAGE,
                     "env": [
                         {"name": "JUPYTER_GPUSHARE_KERNEL_ID", "value": kernel_id},
-                        {"name": "JUPYTER_GPUSHARE_OWNER", "value": "bench"},
+                        {"name": "JUPYTER_GPUSHARE_OWNER", "value": OWNER},
                         {"name": "JUPYTER_GPUSHARE_MODE", "value": "vgpu"},
                         {"name": "JUPYTER_GPUSHARE_MEMORY_BYTES", "value": str(1 << 30)},
                     ],
@@ -361,7 +381,21 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="gpushare-broker-cluster-") as directory:
         root = Path(directory)
-        with k8s_sim.SimulatedCluster(root / "cluster", NAMESPACE, nodes=k8s_sim.hami_nodes(4)) as cluster:
+        (root / "audit-policy.yaml").write_text(AUDIT_POLICY)
+        audit = AuditCounts(root / "audit.log")
+        plane = ControlPlane(
+            root / "controlplane",
+            extra_args=[
+                f"--apiserver-arg=--audit-policy-file={root / 'audit-policy.yaml'}",
+                f"--apiserver-arg=--audit-log-path={audit.path}",
+            ],
+        )
+        with (
+            plane,
+            KubeCluster(
+                plane, Namespace(plane, NAMESPACE).create().name, root / "cluster", hami_nodes(4)
+            ) as cluster,
+        ):
             env = {
                 **{k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")},
                 "KUBECONFIG": str(cluster.kubeconfig),
@@ -372,15 +406,21 @@ def main() -> int:
                 "JUPYTER_GPUSHARE_NAMESPACE": NAMESPACE,
                 "JUPYTER_GPUSHARE_ENCRYPT": "False",
             }
-            per_server = embedded_watches(env, embedded_processes)
-            counts.clear()
+            # The simulated servers are threads of one OS user here, where real ones are each
+            # their own user: the per-user connection limit is lifted to what they hold (an
+            # event stream and a call each).
+            (root / "config").mkdir()
+            broker_settings = {"GPUShareBroker": {"max_connections_per_user": 4 * arguments.servers}}
+            (root / "config" / "jupyter_server_config.json").write_text(json.dumps(broker_settings))
+            per_server = embedded_watches(audit, env, embedded_processes)
+            audit.clear()
             broker, client = start_broker(root, env)
             try:
                 asked, asked_requests = servers_polling(client.url, arguments.servers, window, follow=False)
                 followed, followed_requests = servers_polling(
                     client.url, arguments.servers, window, follow=True
                 )
-                broker_watches = watches()
+                broker_watches = audit.watches()
                 rounds = arguments.servers * window
                 print(f"1. watch connections to the API server ({arguments.servers} single-user servers)")
                 print(
@@ -402,18 +442,17 @@ def main() -> int:
                     f"p99 {percentile(followed, 0.99) * 1000:.2f} ms"
                 )
 
-                counts.clear()
+                audit.clear()
                 start_pods(client, starts, "seq")
-                per_start = api_requests() / starts
-                breakdown = {
-                    f"{a} {r.split('/')[-1]}": n for (a, r), n in sorted(counts.items()) if a != "watch"
-                }
+                counted = audit.counts()
+                per_start = sum(n for (verb, _), n in counted.items() if verb != "watch") / starts
+                breakdown = {f"{verb} {resource}": n for (verb, resource), n in sorted(counted.items())}
                 print(
                     f"2. API requests per kernel start ({starts} starts): {per_start:.2f} "
                     f"(goal <= {GOAL_REQUESTS_PER_START}) {json.dumps(breakdown)}"
                 )
                 for index in range(starts):
-                    client.call("DELETE", f"pods/{bench_kernel_id('seq', index)}?grace=0", {})
+                    client.call("DELETE", f"pods/{bench_id(f'seq-{index}')}?grace=0", {})
 
                 admitted, running = start_pods(client, 20, "burst")
                 direct = direct_creations(str(cluster.kubeconfig), 20)
@@ -430,13 +469,13 @@ def main() -> int:
                 )
                 print(f"   ratio of the p99s: {percentile(admitted, 0.99) / percentile(direct, 0.99):.2f}")
                 for index in range(20):
-                    client.call("DELETE", f"pods/{bench_kernel_id('burst', index)}?grace=0", {})
+                    client.call("DELETE", f"pods/{bench_id(f'burst-{index}')}?grace=0", {})
 
                 time.sleep(1.0)
                 base = rss_mib(broker.pid)
                 for index in range(idle_pods):
-                    cluster.add(k8s_sim.PODS, pending_pod(index))
-                deadline = time.monotonic() + 600
+                    cluster.add(PODS, pending_pod(index))
+                deadline = time.monotonic() + 180
                 while (shown := len(client.call("GET", "kernels"))) < idle_pods:
                     assert time.monotonic() < deadline, f"the broker's watch shows {shown} of the pods"
                     time.sleep(0.5)

@@ -25,7 +25,7 @@ One job per module:
 * node_side.py — :class:`NodeSide`: nodes registered as themselves, Leases, slices, one pod
   watch per node, on its own event loop;
 * fixture.py — :class:`KubeCluster`, what a test holds (its namespace, nodes, kubeconfigs,
-  helpers named as the emulator's were), and :class:`Namespace` with the shipped RBAC;
+  helpers), and :class:`Namespace` with the shipped RBAC;
 * __main__.py — ``make cluster``.
 """
 

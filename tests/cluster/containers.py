@@ -1,7 +1,6 @@
 """What a kubelet makes of a pod's spec, as pure functions: a container's command and environment
 run as a local process (mount paths pointing at the volumes on disk), the image ID a runtime
-reports, and an event about a pod. The node side's kubelet (kubelet.py) and the emulator's
-(tests/integration/k8s_sim/kubelet.py) run containers this way.
+reports, and an event about a pod. The node side's kubelet (kubelet.py) runs containers this way.
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ shareable by consumable memory; ``mig.nvidia.com`` MIG devices) and HAMi's (``me
 Pure data: the node side (node_side.py) publishes a :class:`DraDriver`'s slices as each node's
 identity and its DeviceClasses as the administrator (a driver's Helm chart makes them); the
 kubelet (kubelet.py) asks :func:`claim_environment` what to add to a container that uses claims.
-The emulator (tests/integration/k8s_sim/dra_devices.py) builds its clusters from the same
-devices.
 """
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ per session, a :class:`Namespace` per test module, and a :class:`KubeCluster` pe
 test's nodes come and go with it, so every test sees only its own nodes ("0/4 nodes are
 available"), and it leaves its namespace empty.
 
-The helpers keep the names the emulator's ``SimulatedCluster`` had (``kubeconfig``,
-``namespace``, ``pods()``, ``secrets()``, ``events(pod)``, ``objects(kind)``, ``add``,
-``remove``, ``node.running``, ``node.oom_kill`` through ``acall``), so porting a test is mostly
-changing its fixture; see docs/development.md.
+The helpers (``kubeconfig``, ``namespace``, ``pods()``, ``secrets()``, ``events(pod)``,
+``objects(kind)``, ``add``, ``remove``, ``patch``, ``node.running``, ``node.oom_kill`` through
+``acall``) are what the tests read and change; see docs/development.md.
 """
 
 from __future__ import annotations

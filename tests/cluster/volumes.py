@@ -1,6 +1,6 @@
 """A pod's Secret volumes on disk, laid out as kubelet lays them out, and the check that nothing
-wrote into one (read-only in a real cluster). Pure file work: the kubelet (kubelet.py, and the
-emulator's k8s_sim/volumes.py) reads the Secrets and hands their files here.
+wrote into one (read-only in a real cluster). Pure file work: the kubelet (kubelet.py) reads the
+Secrets and hands their files here.
 """
 
 from __future__ import annotations

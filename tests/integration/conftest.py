@@ -1,6 +1,6 @@
-"""Fixtures for tests that start real kernels and servers on a simulated pool, and on a cluster:
-the real control plane (``kube``, ``make_kube``; tests/cluster/) or, for the tests not yet
-ported to it, the emulator (``cluster``; k8s_sim/)."""
+"""Fixtures for tests that start real kernels and servers on a simulated pool, and on the test
+cluster: Kubernetes' own control plane (one per session, tests/conftest.py) and simulated nodes
+(``kube``, ``make_kube``, ``module_kube``; tests/cluster/)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,11 @@ from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.records import SliceRecord
 from jupyter_gpushare.sizes import GiB
 
-from ..cluster import ControlPlane, DraDriver, KubeCluster, Namespace, SimNode, namespace_for
-from .k8s_sim import SimulatedCluster
+from ..cluster import ControlPlane, DraDriver, KubeCluster, SimNode
 
 BIN = Path(sys.executable).parent
 
-# The simulated cluster of the Kubernetes backend's tests.
-NAMESPACE = "kernels"
+# The kernel image of the Kubernetes backend's tests, and one no node can pull.
 IMAGE = "jupyter-gpushare-kernel:test"
 BROKEN_IMAGE = "registry.example.com/jupyter-gpushare-kernel:missing"
 
@@ -121,36 +119,7 @@ def close_kernel_manager_contexts() -> Iterator[None]:
                 context.destroy(linger=0)
 
 
-@pytest.fixture
-def cluster(node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SimulatedCluster]:
-    """A four-node HAMi cluster (one 80 GiB card per node) and a kubeconfig pointing at it."""
-    from .kernels import write_kernelspec  # kernels.py imports this module
-
-    with SimulatedCluster(tmp_path / "cluster", NAMESPACE, broken_images=[BROKEN_IMAGE]) as simulated:
-        monkeypatch.setenv("KUBECONFIG", str(simulated.kubeconfig))
-        monkeypatch.setenv("JUPYTER_GPUSHARE_OWNER", "alice")
-        write_kernelspec(node, "gpu-6g-vgpu", {"gpu_memory": "6G", "gpu_mode": "vgpu", "gpu_cores": 30})
-        write_kernelspec(node, "gpu-200g-vgpu", {"gpu_memory": "200G", "gpu_mode": "vgpu"})
-        yield simulated
-        assert simulated.violations == []
-
-
 # ---- the real control plane (tests/cluster/) ----------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """kube-apiserver, kube-scheduler and kube-controller-manager, once per test session."""
-    with ControlPlane(tmp_path_factory.mktemp("controlplane")) as plane:
-        yield plane
-
-
-@pytest.fixture(scope="module")
-def kube_namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The test module's namespace, with the shipped RBAC (examples/kubernetes) applied to it."""
-    namespace = Namespace(control_plane, namespace_for(request.module.__name__)).create()
-    yield namespace.name
-    namespace.delete()
 
 
 MakeKube = Callable[..., KubeCluster]
@@ -198,6 +167,25 @@ def make_kube(
         yield make
     for cluster in made:
         assert cluster.violations == []
+
+
+@contextlib.contextmanager
+def module_kube(
+    control_plane: ControlPlane,
+    namespace: str,
+    root: Path,
+    nodes: list[SimNode] | None = None,
+    *,
+    driver: DraDriver | None = None,
+) -> Iterator[KubeCluster]:
+    """Nodes on the real control plane for a whole module (a hub and broker that outlive one
+    test): what ``make_kube`` makes, without touching the test's ``$KUBECONFIG``; its node side
+    must have seen nothing a real cluster would refuse."""
+    with KubeCluster(
+        control_plane, namespace, root, nodes, driver=driver, broken_images=(BROKEN_IMAGE,)
+    ) as cluster:
+        yield cluster
+    assert cluster.violations == []
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
-"""The GPU broker as a JupyterHub service on the emulated cluster (SPEC §13, Kubernetes).
+"""The GPU broker as a JupyterHub service on Kubernetes' own control plane (SPEC §13, Kubernetes).
 
 A real JupyterHub (configurable-http-proxy, local spawner) with two users, ``alice`` and ``bob``;
-the broker runs as an external hub service holding the only kubeconfig; the single-user servers
-get the broker's URL and nothing of the cluster. One node with 16G of HAMi GPU memory; the
-broker's limit is 12G per user. One hub, one broker and one cluster serve the module; the tests
-run in order on what the earlier ones left.
+the broker runs as an external hub service holding the only kubeconfig (the Jupyter server's
+ServiceAccount under the shipped RBAC, examples/kubernetes/rbac.yaml); the single-user servers
+get the broker's URL and nothing of the cluster. One simulated node with 16G of HAMi GPU memory,
+its pods bound by the real kube-scheduler; the broker's limit is 12G per user. One hub, one
+broker and one cluster serve the module; the tests run in order on what the earlier ones left.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,10 @@ import pytest
 from jupyter_gpushare.k8s.manifests import OWNER_LABEL, pod_name, secret_name
 from jupyter_gpushare.sizes import GiB
 
+from ..cluster import ControlPlane, KubeCluster, hami_nodes
+from ..cluster.rest import PODS, SECRETS, Api, ApiError
 from ..json_http import json_call
-from .conftest import BIN, IMAGE, NAMESPACE
-from .k8s_sim import SimulatedCluster, hami_nodes
+from .conftest import BIN, IMAGE, module_kube
 from .kernels import wait_until
 from .servers import JupyterServer, execute, free_port
 from .teambox import LEAN_SERVER
@@ -76,7 +78,7 @@ c.JupyterHub.load_roles = [{{
 @dataclass
 class Setup:
     hub: Hub
-    cluster: SimulatedCluster
+    cluster: KubeCluster
     broker_url: str
     broker_env: dict[str, str]
     root: Path
@@ -117,7 +119,7 @@ class Setup:
 @contextlib.contextmanager
 def hub_and_broker(
     root: Path,
-    cluster: SimulatedCluster,
+    cluster: KubeCluster,
     kernelspecs: dict[str, dict[str, Any]],
     preset: str,
     gpushare: dict[str, Any],
@@ -199,7 +201,7 @@ def hub_and_broker(
         "JUPYTERHUB_SERVICE_NAME": "gpushare-broker",
         "JUPYTER_GPUSHARE_RESOURCE_PRESET": preset,
         "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
-        "JUPYTER_GPUSHARE_NAMESPACE": NAMESPACE,
+        "JUPYTER_GPUSHARE_NAMESPACE": cluster.namespace,
         "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
     }
     made = Setup(hub, cluster, broker_url, broker_env, root)
@@ -232,18 +234,20 @@ def hub_and_broker(
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+def setup(
+    tmp_path_factory: pytest.TempPathFactory, control_plane: ControlPlane, kube_namespace: str
+) -> Iterator[Setup]:
     root = tmp_path_factory.mktemp("broker-k8s")
     kernelspecs = {
         "gpu-6g-vgpu": {"gpu_memory": "6G", "gpu_mode": "vgpu"},
         "gpu-2g-vgpu": {"gpu_memory": "2G", "gpu_mode": "vgpu"},
     }
-    with SimulatedCluster(
-        root / "cluster", NAMESPACE, nodes=hami_nodes(1, gpumem_mib=16384, card_mib=16384)
-    ) as cluster:
-        with hub_and_broker(root, cluster, kernelspecs, "hami", {"max_memory_per_user": "12G"}) as made:
-            yield made
-        assert cluster.violations == []
+    nodes = hami_nodes(1, gpumem_mib=16384, card_mib=16384)
+    with (
+        module_kube(control_plane, kube_namespace, root / "cluster", nodes) as cluster,
+        hub_and_broker(root, cluster, kernelspecs, "hami", {"max_memory_per_user": "12G"}) as made,
+    ):
+        yield made
 
 
 def user_token(setup: Setup, user: str) -> str:
@@ -351,6 +355,41 @@ def test_users_start_kernel_pods_through_the_broker_holding_no_cluster_credentia
     # The kernel answers.
     out, _ = asyncio.run(execute(server_of(setup, "alice"), alices, "print(6 * 7)"))
     assert out.strip() == "42"
+
+
+def test_a_single_user_servers_identity_is_refused_pods_and_secrets_by_the_api_server(setup: Setup) -> None:
+    """Were a single-user server given the namespace's ServiceAccount (a pod's default) or
+    a user's own certificate, the shipped RBAC grants it nothing: the real API server refuses
+    it the kernel pods and their Secrets (connection keys), so only the broker reaches them."""
+    cluster = setup.cluster
+    [pod, *_] = cluster.pods()
+    [secret, *_] = cluster.secrets()
+    identities = [
+        cluster.kubeconfig_for_service_account(cluster.namespace, "default"),
+        cluster.kubeconfig_for_user("alice", ["jupyterhub-users"]),
+    ]
+    namespace = cluster.namespace
+    kernel_pod, kernel_secret = pod["metadata"]["name"], secret["metadata"]["name"]
+    attempts: dict[str, Callable[[Api], object]] = {
+        "list pods": lambda api: api.list(PODS, namespace),
+        "get a pod": lambda api: api.get(PODS, kernel_pod, namespace),
+        "create a pod": lambda api: api.create(PODS, {"metadata": {"name": "mine"}}, namespace),
+        "delete a pod": lambda api: api.delete(PODS, kernel_pod, namespace),
+        "list Secrets": lambda api: api.list(SECRETS, namespace),
+        "read a Secret": lambda api: api.get(SECRETS, kernel_secret, namespace),
+    }
+    for kubeconfig in identities:
+        api = cluster.api_as(kubeconfig)
+        try:
+            for attempt, act in attempts.items():
+                with pytest.raises(ApiError) as refused:
+                    act(api)
+                assert refused.value.status == 403, (kubeconfig.name, attempt)
+                assert "forbidden" in refused.value.message, refused.value.message
+        finally:
+            api.close()
+    # Nothing changed: the kernels' pods and Secrets are as they were.
+    assert pod["metadata"]["uid"] in {p["metadata"]["uid"] for p in cluster.pods()}
 
 
 def test_one_fifo_queue_and_the_quotas_hold_across_users(setup: Setup) -> None:

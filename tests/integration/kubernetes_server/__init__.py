@@ -1,7 +1,8 @@
 """A jupyter server on the Kubernetes backend: the cluster as its pool, kernel pods as its slices.
 
-A real ``jupyter server`` process talks to the emulated API server (list + watch) and starts
-real kernels in pods the simulated node runs as local processes. What the tests read is what
+A real ``jupyter server`` process talks to Kubernetes' own API server (list + watch, as the
+shipped RBAC lets its ServiceAccount) and starts real kernels in pods the real kube-scheduler
+binds and the simulated nodes run as local processes (tests/cluster/). What the tests read is what
 the panel reads: ``GET pool``, ``GET kernels``, and what ``%gpu`` prints inside a pod kernel.
 
 test_pool.py: the watch, the pool it gives, ``jupyter gpushare status``; test_pod_kernels.py:

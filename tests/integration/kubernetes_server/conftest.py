@@ -1,4 +1,4 @@
-"""The jupyter server on the simulated cluster that most tests of this package use."""
+"""The jupyter server on the test cluster (tests/cluster/) that most tests of this package use."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from ...cluster import KubeCluster
 from ..conftest import Node
-from ..k8s_sim import SimulatedCluster
 from ..servers import JupyterServer
 from .support import server_for
 
 
 @pytest.fixture
-def server(node: Node, cluster: SimulatedCluster) -> Iterator[JupyterServer]:
-    """A jupyter server on the Kubernetes backend (HAMi preset) pointing at ``cluster``."""
-    started = server_for(node, cluster)
+def server(node: Node, kube: KubeCluster) -> Iterator[JupyterServer]:
+    """A jupyter server on the Kubernetes backend (HAMi preset) pointing at ``kube``."""
+    started = server_for(node, kube)
     yield started
     started.stop()

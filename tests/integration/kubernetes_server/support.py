@@ -1,4 +1,4 @@
-"""Starting a jupyter server on the simulated cluster and reading its API as the panel does,
+"""Starting a jupyter server on the test cluster and reading its API as the panel does,
 each answer checked against the OpenAPI document; shared by the tests of this package."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ...cluster import KubeCluster
 from ...polling import wait_until
 from ..conftest import IMAGE, Node
-from ..k8s_sim import SimulatedCluster
 from ..servers import JupyterServer, start_server
 from ..test_openapi import Contract, load_document
 
 
 def server_for(
     node: Node,
-    cluster: SimulatedCluster,
+    cluster: KubeCluster,
     name: str = "k8s",
     provisioner: dict[str, Any] | None = None,
     **gpushare: str,

@@ -5,7 +5,6 @@ kernel comes back in a new pod."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -14,9 +13,9 @@ from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, DoesNotFitError
 from jupyter_gpushare.k8s.manifests import pod_name
 from jupyter_gpushare.sizes import GiB
 
+from ...cluster import KubeCluster, hami_nodes
 from ...polling import wait_until
-from ..conftest import NAMESPACE, Node
-from ..k8s_sim import SimulatedCluster, hami_nodes
+from ..conftest import MakeKube, Node
 from ..kernels import write_kernelspec
 from ..servers import JupyterServer, execute
 from ..test_kubernetes import manager, nothing_left
@@ -27,24 +26,24 @@ pytestmark = pytest.mark.integration
 
 
 async def test_a_pod_kernel_started_through_the_servers_own_api_answers_over_its_websocket(
-    server: JupyterServer, cluster: SimulatedCluster
+    server: JupyterServer, kube: KubeCluster
 ) -> None:
     """The stock path: POST /api/kernels, the browser's websocket (the server's ZMQ sockets to the
     pod use the Curve keys), DELETE /api/kernels."""
     started = await asyncio.to_thread(server.request, "POST", "/api/kernels", {"name": "gpu-6g-vgpu"})
     assert started.status == 201, started.body
     kernel_id = started.body["id"]
-    [pod] = cluster.pods()
+    [pod] = kube.pods()
     assert pod["metadata"]["name"] == pod_name(kernel_id)
     out, errors = await execute(server, kernel_id, "print(6 * 7)")
     assert (out, errors) == ("42\n", "")
     stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
     assert stopped.status == 204, stopped.body
-    await nothing_left(cluster)
+    await nothing_left(kube)
 
 
 async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
-    server: JupyterServer, cluster: SimulatedCluster
+    server: JupyterServer, kube: KubeCluster
 ) -> None:
     started = await asyncio.to_thread(start, server, {"name": "gpu-6g-vgpu", "path": "work/train.ipynb"})
     kernel_id = started["kernel_id"]
@@ -100,9 +99,7 @@ async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
     assert get(server, f"kernels/{kernel_id}")["memory_request"] == 6 * GiB
 
     # With a restart (the panel's Resize on a pod): a new pod of the new size.
-    old_uid = next(p for p in cluster.pods() if p["metadata"]["name"] == pod_name(kernel_id))["metadata"][
-        "uid"
-    ]
+    old_uid = next(p for p in kube.pods() if p["metadata"]["name"] == pod_name(kernel_id))["metadata"]["uid"]
     resized = await asyncio.to_thread(
         server.request, "PATCH", f"/api/gpushare/kernels/{kernel_id}", {"gpu_memory": "8G", "restart": True}
     )
@@ -115,7 +112,7 @@ async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
         "the 8G pod",
         until=lambda v: v["state"] == "running" and v["memory_request"] == 8 * GiB,
     )
-    [pod] = [p for p in cluster.pods() if p["metadata"]["name"] == pod_name(kernel_id)]
+    [pod] = [p for p in kube.pods() if p["metadata"]["name"] == pod_name(kernel_id)]
     assert pod["metadata"]["uid"] != old_uid
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] == "8192"
 
@@ -135,24 +132,21 @@ async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
 
     stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
     assert stopped.status == 204
-    await nothing_left(cluster)
+    await nothing_left(kube)
     assert get(server, "kernels") == []
 
 
 async def test_an_unschedulable_pod_shows_the_schedulers_reason_then_fails(
-    node: Node, tmp_path: Path
+    node: Node, make_kube: MakeKube
 ) -> None:
     """Four nodes with 80 GiB cards whose vGPU memory is half promised elsewhere: a 60G slice
-    fits a card, so it is asked for, and the scheduler says why it cannot be placed."""
-    busy_nodes = hami_nodes(4, gpumem_mib=40960)
+    fits a card, so it is asked for, and kube-scheduler says why it cannot be placed."""
     write_kernelspec(node, "gpu-60g-vgpu", {"gpu_memory": "60G", "gpu_mode": "vgpu"})
-    with SimulatedCluster(tmp_path / "busy", NAMESPACE, nodes=busy_nodes) as cluster:
-        await _unschedulable(node, cluster)
-        assert cluster.violations == []
+    await _unschedulable(node, make_kube(hami_nodes(4, gpumem_mib=40960)))
 
 
-async def _unschedulable(node: Node, cluster: SimulatedCluster) -> None:
-    server = await asyncio.to_thread(server_for, node, cluster, "k8s-wait", {"unschedulable_grace": 4.0})
+async def _unschedulable(node: Node, kube: KubeCluster) -> None:
+    server = await asyncio.to_thread(server_for, node, kube, "k8s-wait", {"unschedulable_grace": 4.0})
     try:
         await asyncio.to_thread(
             wait_until,
@@ -170,34 +164,44 @@ async def _unschedulable(node: Node, cluster: SimulatedCluster) -> None:
             409,
             "200G does not fit on any GPU node of the cluster: the largest card has 80G",
         )
-        assert cluster.pods() == []
+        assert kube.pods() == []
         started = await asyncio.to_thread(start, server, {"name": "gpu-60g-vgpu"})
         kernel_id = started["kernel_id"]
         assert started["state"] == "queued"
-        reason = "0/4 nodes are available: 4 Insufficient nvidia.com/gpumem."
+        # kube-scheduler's own sentence: why no node fits, then why preemption would not help
+        # (1.34: "… no new claims to deallocate, preemption: …").
+        first = "0/4 nodes are available: 4 Insufficient nvidia.com/gpumem."
+        preemption = "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
+
+        def schedulers(reason: str) -> bool:
+            return reason.startswith(first) and reason.endswith(preemption)
+
         view = await asyncio.to_thread(
             wait_until,
             lambda: get(server, f"kernels/{kernel_id}"),
-            10,
+            60,
             POLL,
             "the scheduler's reason",
-            until=lambda v: v.get("detail") == f"pending: {reason}",
+            until=lambda v: schedulers(v.get("detail", "").removeprefix("pending: ")),
         )
         assert view["state"] == "queued" and view["queue_position"] == 1
         assert view["memory_request"] == 60 * GiB
         [entry] = get(server, "pool")["queue"]
-        assert entry["kernel_id"] == kernel_id and entry["reason"] == reason
+        assert entry["kernel_id"] == kernel_id and schedulers(entry["reason"]), entry
+        assert view["detail"] == f"pending: {entry['reason']}"
         failed = await asyncio.to_thread(
             wait_until,
             lambda: server.request("GET", f"/api/gpushare/kernels/{kernel_id}"),
-            20,
+            60,
             POLL,
             "the start to fail",
             until=lambda response: response.status != 200,
         )
         assert failed.status == 409
-        assert reason in failed.body["message"] and "nvidia.com/gpumem=61440" in failed.body["message"]
-        await nothing_left(cluster)
+        message = failed.body["message"]
+        assert f"(asked for nvidia.com/gpu=1, nvidia.com/gpumem=61440): {first}" in message, message
+        assert message.endswith(preemption), message
+        await nothing_left(kube)
         assert get(server, "pool")["queue"] == []
 
         # A resize by restart into a size the cluster cannot place comes back with the old size.
@@ -212,25 +216,23 @@ async def _unschedulable(node: Node, cluster: SimulatedCluster) -> None:
         )
         assert refused.status == 409, refused.body
         assert refused.body["message"].startswith("the resize to 60G failed: the cluster cannot place")
-        assert reason in refused.body["message"]
+        assert first in refused.body["message"] and preemption in refused.body["message"]
         assert refused.body["message"].endswith("; the kernel restarted with its previous size")
         view = await asyncio.to_thread(running_view, server, kernel_id)
         assert view["memory_request"] == 6 * GiB
         assert view["warnings"] and view["warnings"][0].startswith("the resize to 60G failed")
-        [pod] = cluster.pods()
+        [pod] = kube.pods()
         assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] == "6144"
         out, _ = await execute(server, kernel_id, "print(6 * 7)")
         assert out == "42\n"
         await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
-        await nothing_left(cluster)
+        await nothing_left(kube)
     finally:
         await asyncio.to_thread(server.stop)
 
 
-async def test_the_per_user_limit_counts_every_kernel_pod_of_the_user(
-    node: Node, cluster: SimulatedCluster
-) -> None:
-    server = await asyncio.to_thread(server_for, node, cluster, "k8s-quota", max_memory_per_user="10G")
+async def test_the_per_user_limit_counts_every_kernel_pod_of_the_user(node: Node, kube: KubeCluster) -> None:
+    server = await asyncio.to_thread(server_for, node, kube, "k8s-quota", max_memory_per_user="10G")
     try:
         first = await asyncio.to_thread(start, server, {"name": "gpu-6g-vgpu"})
         await asyncio.to_thread(running_view, server, first["kernel_id"])
@@ -244,17 +246,17 @@ async def test_the_per_user_limit_counts_every_kernel_pod_of_the_user(
         kernels = manager(max_memory_per_user="10G")
         with pytest.raises(DoesNotFitError, match="would take alice to 12G"):
             await kernels.start_kernel(kernel_name="gpu-6g-vgpu")
-        assert len(cluster.pods()) == 1
+        assert len(kube.pods()) == 1
         small = await kernels.start_kernel(kernel_name="gpu-6g-vgpu", gpu_memory="4G")
         await kernels.shutdown_kernel(small)
         await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{first['kernel_id']}")
-        await nothing_left(cluster)
+        await nothing_left(kube)
     finally:
         await asyncio.to_thread(server.stop)
 
 
 async def test_browsers_reconnect_when_their_kernel_comes_back_in_a_new_pod(
-    server: JupyterServer, cluster: SimulatedCluster
+    server: JupyterServer, kube: KubeCluster
 ) -> None:
     """A new pod has a new address and new ports: the server closes the kernel's websockets, so a
     browser reconnects (JupyterLab does so by itself) and gets channels to the new pod."""
@@ -274,26 +276,24 @@ async def test_browsers_reconnect_when_their_kernel_comes_back_in_a_new_pod(
     out, _ = await execute(server, kernel_id, "print(6 * 7)")  # a reconnecting client
     assert out == "42\n"
     await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
-    await nothing_left(cluster)
+    await nothing_left(kube)
 
 
 async def test_an_idle_pod_restarts_in_a_new_pod_only_where_the_admin_opted_in(
-    node: Node, cluster: SimulatedCluster
+    node: Node, kube: KubeCluster
 ) -> None:
-    server = await asyncio.to_thread(
-        server_for, node, cluster, idle_release_after="1", idle_pod_restart="True"
-    )
+    server = await asyncio.to_thread(server_for, node, kube, idle_release_after="1", idle_pod_restart="True")
     try:
         started = await asyncio.to_thread(start, server, {"name": "gpu-6g-vgpu"})
         kernel_id = started["kernel_id"]
         await asyncio.to_thread(running_view, server, kernel_id)
-        [pod] = [p for p in cluster.pods() if p["metadata"]["name"] == pod_name(kernel_id)]
+        [pod] = [p for p in kube.pods() if p["metadata"]["name"] == pod_name(kernel_id)]
         await execute(server, kernel_id, "x = 1")  # the idle clock starts with the first cell
         # Idle for 1 s: the kernel asks its server, which restarts it in a new pod (x is lost).
         await asyncio.to_thread(
             wait_until,
             lambda: [
-                p["metadata"]["uid"] for p in cluster.pods() if p["metadata"]["name"] == pod_name(kernel_id)
+                p["metadata"]["uid"] for p in kube.pods() if p["metadata"]["name"] == pod_name(kernel_id)
             ],
             60,
             POLL,

@@ -15,9 +15,9 @@ from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, pod_name
 from jupyter_gpushare.k8s.watch import ClusterWatch
 from jupyter_gpushare.sizes import GiB, MiB
 
+from ...cluster import PODS, KubeCluster, SimNode
 from ...polling import wait_until
-from ..conftest import IMAGE, NAMESPACE, Node
-from ..k8s_sim import NODES, PODS, SimNode, SimulatedCluster
+from ..conftest import IMAGE, MakeKube, Node
 from ..servers import JupyterServer, start_server
 from ..test_kubernetes import manager, nothing_left
 from .support import POLL, get
@@ -25,22 +25,20 @@ from .support import POLL, get
 pytestmark = pytest.mark.integration
 
 
-def test_the_watch_lists_then_follows_nodes_and_kernel_pods(cluster: SimulatedCluster) -> None:
-    api = Cluster(NAMESPACE, configuration=load_configuration().configuration)
+def test_the_watch_lists_then_follows_nodes_and_kernel_pods(kube: KubeCluster) -> None:
+    api = Cluster(kube.namespace, configuration=load_configuration().configuration)
     changes: list[int] = []
     watch = ClusterWatch(api, on_change=lambda: changes.append(1)).start()
     try:
         assert watch.wait_synced(10) and watch.problem is None
         wait_until(lambda: len(watch.nodes.items()), 10, POLL, "four nodes", until=lambda n: n == 4)
         assert watch.pods.items() == []
-        kernel = {"metadata": {"name": "k", "namespace": NAMESPACE, "labels": {APP_LABEL: APP}}}
-        other = {"metadata": {"name": "web", "namespace": NAMESPACE, "labels": {APP_LABEL: "web"}}}
-        # Pods for a scheduler the simulated node does not play: they stay as they are.
+        kernel = {"metadata": {"name": "k", "labels": {APP_LABEL: APP}}}
+        other = {"metadata": {"name": "web", "labels": {APP_LABEL: "web"}}}
+        # Pods for a scheduler the cluster does not run: they stay pending, as they are.
         elsewhere = {"schedulerName": "elsewhere"}
-        cluster.add(PODS, {**other, "spec": {**elsewhere, "containers": [{"name": "web", "image": "nginx"}]}})
-        cluster.add(
-            PODS, {**kernel, "spec": {**elsewhere, "containers": [{"name": "kernel", "image": IMAGE}]}}
-        )
+        kube.add(PODS, {**other, "spec": {**elsewhere, "containers": [{"name": "web", "image": "nginx"}]}})
+        kube.add(PODS, {**kernel, "spec": {**elsewhere, "containers": [{"name": "kernel", "image": IMAGE}]}})
         wait_until(
             lambda: [p["metadata"]["name"] for p in watch.pods.items()],
             10,
@@ -49,7 +47,7 @@ def test_the_watch_lists_then_follows_nodes_and_kernel_pods(cluster: SimulatedCl
             until=lambda names: names == ["k"],
         )
         before = watch.version
-        cluster.remove(PODS, NAMESPACE, "k")
+        kube.remove(PODS, kube.namespace, "k")
         wait_until(lambda: watch.pods.items(), 10, POLL, "pod k gone", until=lambda items: items == [])
         assert watch.version > before and changes
     finally:
@@ -60,7 +58,7 @@ def test_the_watch_lists_then_follows_nodes_and_kernel_pods(cluster: SimulatedCl
 def test_a_watch_that_cannot_reach_the_api_says_why_and_keeps_trying() -> None:
     configuration = k8s_client.Configuration()
     configuration.host = "http://127.0.0.1:9"  # nothing listens on the discard port
-    api = Cluster(NAMESPACE, configuration=configuration)
+    api = Cluster("kernels", configuration=configuration)
     watch = ClusterWatch(api).start()
     try:
         # Nodes and pods are watched by two threads; either may report first.
@@ -75,7 +73,7 @@ def test_a_watch_that_cannot_reach_the_api_says_why_and_keeps_trying() -> None:
 
 
 def test_the_pool_is_the_clusters_gpu_nodes_and_follows_them(
-    server: JupyterServer, cluster: SimulatedCluster
+    server: JupyterServer, make_kube: MakeKube
 ) -> None:
     pool = wait_until(
         lambda: get(server, "pool"), 20, POLL, "four nodes", until=lambda p: len(p["devices"]) == 4
@@ -95,20 +93,22 @@ def test_the_pool_is_the_clusters_gpu_nodes_and_follows_them(
     }
     assert get(server, "config")["modes"] == ["vgpu"]
 
-    # A node joins with time-slicing (GPU Feature Discovery labels): the watch shows it.
-    cluster.add(
-        NODES,
-        SimNode(
-            "gpu-node-5",
-            {"nvidia.com/gpu": "8", "cpu": "32"},
-            {
-                "nvidia.com/gpu.product": "NVIDIA-L4",
-                "nvidia.com/gpu.memory": "23034",
-                "nvidia.com/gpu.count": "2",
-                "nvidia.com/gpu.sharing-strategy": "time-slicing",
-                "nvidia.com/gpu.replicas": "4",
-            },
-        ).manifest(),
+    # A node joins with time-slicing (GPU Feature Discovery labels), registered by its own
+    # kubelet: the watch shows it.
+    make_kube(
+        [
+            SimNode(
+                "gpu-node-5",
+                {"nvidia.com/gpu": "8", "cpu": "32"},
+                {
+                    "nvidia.com/gpu.product": "NVIDIA-L4",
+                    "nvidia.com/gpu.memory": "23034",
+                    "nvidia.com/gpu.count": "2",
+                    "nvidia.com/gpu.sharing-strategy": "time-slicing",
+                    "nvidia.com/gpu.replicas": "4",
+                },
+            )
+        ]
     )
     pool = wait_until(
         lambda: get(server, "pool"), 10, POLL, "5 nodes", until=lambda p: len(p["devices"]) == 5
@@ -121,7 +121,7 @@ def test_the_pool_is_the_clusters_gpu_nodes_and_follows_them(
     assert joined["allocatable"] == {"nvidia.com/gpu": "8"}  # cpu is not a GPU resource
 
 
-def test_without_a_cluster_the_pool_says_why(node: Node, cluster: SimulatedCluster) -> None:
+def test_without_a_cluster_the_pool_says_why(node: Node) -> None:
     missing = node.root / "no-such-kubeconfig"
     config = Path(node.env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.json"
     config.write_text("{}")
@@ -139,7 +139,7 @@ def test_without_a_cluster_the_pool_says_why(node: Node, cluster: SimulatedClust
 
 
 async def test_status_reads_the_cluster_on_the_kubernetes_backend(
-    cluster: SimulatedCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    kube: KubeCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from jupyter_gpushare.cli import main
 
@@ -162,8 +162,8 @@ async def test_status_reads_the_cluster_on_the_kubernetes_backend(
         assert sum(device["memory_reserved"] for device in status["pool"]["devices"]) == 6 * GiB
         assert await asyncio.to_thread(main, ["status"]) == 0
         text = capsys.readouterr().out
-        assert "Kernel pods in namespace kernels" in text
+        assert f"Kernel pods in namespace {kube.namespace}" in text
         assert f"{kernel_id}  alice  6G vgpu  {pod_name(kernel_id)}" in text
     finally:
         await kernels.shutdown_all()
-    await nothing_left(cluster)
+    await nothing_left(kube)

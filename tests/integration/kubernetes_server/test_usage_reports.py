@@ -15,10 +15,10 @@ from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU
 from jupyter_gpushare.k8s.manifests import pod_name, secret_name
 from jupyter_gpushare.sizes import GiB
 
+from ...cluster import KubeCluster
 from ...json_http import json_call
 from ...polling import wait_until
 from ..conftest import Node
-from ..k8s_sim import SimulatedCluster
 from ..servers import JupyterServer, Response
 from ..test_kubernetes import nothing_left
 from .support import CONTRACT, POLL, get, running_view, server_for, start
@@ -26,8 +26,8 @@ from .support import CONTRACT, POLL, get, running_view, server_for, start
 pytestmark = pytest.mark.integration
 
 
-def kernel_token(cluster: SimulatedCluster, kernel_id: str) -> str:
-    [secret] = [s for s in cluster.secrets() if s["metadata"]["name"] == secret_name(kernel_id)]
+def kernel_token(kube: KubeCluster, kernel_id: str) -> str:
+    [secret] = [s for s in kube.secrets() if s["metadata"]["name"] == secret_name(kernel_id)]
     return base64.b64decode(secret["data"]["token"]).decode()
 
 
@@ -47,12 +47,12 @@ def kernel_call(server: JupyterServer, kernel_id: str, route: str, body: Any, to
 
 
 async def test_only_the_kernel_itself_reports_and_bad_reports_change_nothing(
-    server: JupyterServer, cluster: SimulatedCluster
+    server: JupyterServer, kube: KubeCluster
 ) -> None:
     started = await asyncio.to_thread(start, server, {"name": "gpu-6g-vgpu"})
     kernel_id = started["kernel_id"]
     await asyncio.to_thread(running_view, server, kernel_id)
-    token = kernel_token(cluster, kernel_id)
+    token = kernel_token(kube, kernel_id)
     report = {"memory_used": 2 * GiB, "utilization": 40, "source": "kernel"}
 
     assert kernel_call(server, kernel_id, "usage", report, "not-the-token")[0] == 403
@@ -107,7 +107,7 @@ async def test_only_the_kernel_itself_reports_and_bad_reports_change_nothing(
     assert kernel_call(server, kernel_id, "self", None, server.token)[0] == 403
 
     await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
-    await nothing_left(cluster)
+    await nothing_left(kube)
 
 
 class Metrics(BaseHTTPRequestHandler):
@@ -126,13 +126,11 @@ class Metrics(BaseHTTPRequestHandler):
         pass
 
 
-async def test_hami_metrics_give_the_use_of_kernels_that_do_not_report(
-    node: Node, cluster: SimulatedCluster
-) -> None:
+async def test_hami_metrics_give_the_use_of_kernels_that_do_not_report(node: Node, kube: KubeCluster) -> None:
     monitor = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
     threading.Thread(target=monitor.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{monitor.server_address[1]}/metrics"
-    server = await asyncio.to_thread(server_for, node, cluster, "k8s-hami", usage_metrics_url=url)
+    server = await asyncio.to_thread(server_for, node, kube, "k8s-hami", usage_metrics_url=url)
     try:
         started = await asyncio.to_thread(start, server, {"name": "gpu-6g-vgpu"})
         kernel_id = started["kernel_id"]
@@ -141,8 +139,9 @@ async def test_hami_metrics_give_the_use_of_kernels_that_do_not_report(
             "# HELP vGPU_device_memory_usage_in_bytes vGPU device usage\n"
             "# TYPE vGPU_device_memory_usage_in_bytes gauge\n"
             f'vGPU_device_memory_usage_in_bytes{{ctrname="kernel",podname="{pod_name(kernel_id)}",'
-            f'podnamespace="kernels",vdeviceid="0",deviceuuid="GPU-1"}} {3 * GiB}\n'
-            f'vGPU_device_memory_usage_in_bytes{{ctrname="x",podname="other-pod",podnamespace="kernels"}} 1\n'
+            f'podnamespace="{kube.namespace}",vdeviceid="0",deviceuuid="GPU-1"}} {3 * GiB}\n'
+            "vGPU_device_memory_usage_in_bytes"
+            f'{{ctrname="x",podname="other-pod",podnamespace="{kube.namespace}"}} 1\n'
         )
         view = await asyncio.to_thread(
             wait_until,
@@ -164,7 +163,7 @@ async def test_hami_metrics_give_the_use_of_kernels_that_do_not_report(
         )
         assert f"cannot read GPU usage from {url}" in pool["problem"]
         await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
-        await nothing_left(cluster)
+        await nothing_left(kube)
     finally:
         await asyncio.to_thread(server.stop)
         monitor.shutdown()
