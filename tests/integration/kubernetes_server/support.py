@@ -56,7 +56,7 @@ def start(server: JupyterServer, body: dict[str, Any]) -> dict[str, Any]:
     return dict(CONTRACT.check(started, "/kernels", "POST"))
 
 
-def running_view(server: JupyterServer, kernel_id: str, timeout: float = 30) -> dict[str, Any]:
+def running_view(server: JupyterServer, kernel_id: str, timeout: float = 120) -> dict[str, Any]:
     return dict(
         wait_until(
             lambda: server.request("GET", f"/api/gpushare/kernels/{kernel_id}").body,
