@@ -31,7 +31,7 @@ def test_the_watch_lists_then_follows_nodes_and_kernel_pods(kube: KubeCluster) -
     watch = ClusterWatch(api, on_change=lambda: changes.append(1)).start()
     try:
         assert watch.wait_synced(10) and watch.problem is None
-        wait_until(lambda: len(watch.nodes.items()), 10, POLL, "four nodes", until=lambda n: n == 4)
+        wait_until(lambda: len(watch.nodes.items()), 60, POLL, "four nodes", until=lambda n: n == 4)
         assert watch.pods.items() == []
         kernel = {"metadata": {"name": "k", "labels": {APP_LABEL: APP}}}
         other = {"metadata": {"name": "web", "labels": {APP_LABEL: "web"}}}
@@ -48,7 +48,7 @@ def test_the_watch_lists_then_follows_nodes_and_kernel_pods(kube: KubeCluster) -
         )
         before = watch.version
         kube.remove(PODS, kube.namespace, "k")
-        wait_until(lambda: watch.pods.items(), 10, POLL, "pod k gone", until=lambda items: items == [])
+        wait_until(lambda: watch.pods.items(), 60, POLL, "pod k gone", until=lambda items: items == [])
         assert watch.version > before and changes
     finally:
         watch.stop()
@@ -63,7 +63,7 @@ def test_a_watch_that_cannot_reach_the_api_says_why_and_keeps_trying() -> None:
     try:
         # Nodes and pods are watched by two threads; either may report first.
         problem = wait_until(
-            lambda: watch.problem, 10, POLL, "the nodes' problem", until=lambda p: "watch nodes" in (p or "")
+            lambda: watch.problem, 60, POLL, "the nodes' problem", until=lambda p: "watch nodes" in (p or "")
         )
         assert "cannot reach the Kubernetes API to watch nodes" in problem
         assert not watch.nodes.synced.is_set()
@@ -76,7 +76,7 @@ def test_the_pool_is_the_clusters_gpu_nodes_and_follows_them(
     server: JupyterServer, make_kube: MakeKube
 ) -> None:
     pool = wait_until(
-        lambda: get(server, "pool"), 20, POLL, "four nodes", until=lambda p: len(p["devices"]) == 4
+        lambda: get(server, "pool"), 60, POLL, "four nodes", until=lambda p: len(p["devices"]) == 4
     )
     assert pool["backend"] == "kubernetes"
     assert "problem" not in pool
@@ -111,7 +111,7 @@ def test_the_pool_is_the_clusters_gpu_nodes_and_follows_them(
         ]
     )
     pool = wait_until(
-        lambda: get(server, "pool"), 10, POLL, "5 nodes", until=lambda p: len(p["devices"]) == 5
+        lambda: get(server, "pool"), 60, POLL, "5 nodes", until=lambda p: len(p["devices"]) == 5
     )
     joined = pool["devices"][4]
     assert joined["name"] == "2× NVIDIA L4 on gpu-node-5"

@@ -39,7 +39,7 @@ def kernel_call(server: JupyterServer, kernel_id: str, route: str, body: Any, to
             "GET" if body is None else "POST",
             body,
             headers={"X-GPUShare-Token": token},
-            timeout=30,
+            timeout=120,
         )
     )
     CONTRACT.check(answer, "/kernels/{kernel_id}/" + route, "GET" if body is None else "POST")
