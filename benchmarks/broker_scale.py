@@ -30,29 +30,25 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from broker_cluster import (
-    AUDIT_POLICY,
-    IMAGE,
     NAMESPACE,
-    AuditCounts,
-    bench_id,
-    pending_pod,
+    add_pending_pods,
+    audited_plane,
+    broker_env,
     percentile,
     rss_mib,
     start_broker,
+    start_pods,
 )
 
-from jupyter_gpushare.backends.transport import BrokerClient
-from tests.cluster import PODS, ControlPlane, KubeCluster, Namespace, hami_nodes
+from tests.cluster import KubeCluster, Namespace, hami_nodes
 from tests.cluster.nodes import SimNode
 from tests.cluster.rest import NODES
 
@@ -72,51 +68,6 @@ def phantom_nodes(count: int) -> list[dict[str, Any]]:
     return nodes
 
 
-def concurrent_starts(client: BrokerClient, count: int) -> tuple[list[float], float]:
-    """``count`` starts posted at once: seconds to admitted each, and seconds from the first
-    start posted to the last pod running."""
-    barrier = threading.Barrier(count)
-    admitted: list[float] = []
-    posted: list[float] = []
-    running: list[float] = []
-    lock = threading.Lock()
-
-    def start(index: int) -> None:
-        own = BrokerClient(client.url)
-        kernel_id = bench_id(f"scale-{index}")
-        body = {
-            "kernel_id": kernel_id,
-            "gpu_memory": "1G",
-            "gpu_mode": "vgpu",
-            "argv": ["sleep", "600"],
-            "token": "t" * 32,
-            "kernel_name": "bench",
-        }
-        barrier.wait()
-        began = time.perf_counter()
-        with lock:
-            posted.append(began)
-        view = own.call("POST", "pods", body)
-        seen_admitted = False
-        while view["state"] != "running":
-            if not seen_admitted and view["state"] in ("starting", "running"):
-                admitted.append(time.perf_counter() - began)
-                seen_admitted = True
-            time.sleep(0.05)
-            view = own.call("GET", f"pods/{kernel_id}")
-        if not seen_admitted:
-            admitted.append(time.perf_counter() - began)
-        with lock:
-            running.append(time.perf_counter())
-
-    threads = [threading.Thread(target=start, args=(index,)) for index in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return admitted, max(running) - min(posted)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="CI size: 50 nodes, 20 starts, 200 pods")
@@ -132,15 +83,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="gpushare-broker-scale-") as directory:
         root = Path(directory)
-        (root / "audit-policy.yaml").write_text(AUDIT_POLICY)
-        audit = AuditCounts(root / "audit.log")
-        plane = ControlPlane(
-            root / "controlplane",
-            extra_args=[
-                f"--apiserver-arg=--audit-policy-file={root / 'audit-policy.yaml'}",
-                f"--apiserver-arg=--audit-log-path={audit.path}",
-            ],
-        )
+        plane, audit = audited_plane(root)
         with (
             plane,
             KubeCluster(
@@ -149,18 +92,11 @@ def main() -> int:
         ):
             for manifest in phantom_nodes(max(0, total_nodes - running_nodes)):
                 cluster.admin.create(NODES, manifest)
-            env = {
-                **{k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")},
-                "KUBECONFIG": str(cluster.kubeconfig),
-                "JUPYTER_CONFIG_DIR": str(root / "config"),
-                "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
-                "JUPYTER_GPUSHARE_RESOURCE_PRESET": "hami",
-                "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
-                "JUPYTER_GPUSHARE_NAMESPACE": NAMESPACE,
-                "JUPYTER_GPUSHARE_ENCRYPT": "False",
-            }
+            env = broker_env(root, cluster.kubeconfig)
             (root / "config").mkdir()
-            limits = {"GPUShareBroker": {"max_connections_per_user": 4 * starts}}
+            # No server asks after these kernels (a server would, every few seconds): the broker
+            # must not collect them as orphans while they are measured.
+            limits = {"GPUShareBroker": {"max_connections_per_user": 4 * starts, "orphan_grace": 3600}}
             (root / "config" / "jupyter_server_config.json").write_text(json.dumps(limits))
             audit.clear()
             broker_began = audit.offset  # the audit log from here on is the broker's
@@ -173,7 +109,7 @@ def main() -> int:
                     f"the broker's pool shows {nodes_seen}; broker RSS {base:.0f} MiB"
                 )
                 audit.clear()
-                admitted, first_to_last = concurrent_starts(client, starts)
+                admitted, _, first_to_last = start_pods(client, starts, "scale", poll=0.05)
                 counted = audit.counts()
                 per_start = sum(n for (verb, _), n in counted.items() if verb != "watch") / starts
                 print(f"{starts} concurrent starts through the broker:")
@@ -184,16 +120,7 @@ def main() -> int:
                 print(f"  first start posted -> {starts}th pod running: {first_to_last:.1f} s")
                 breakdown = {f"{verb} {resource}": n for (verb, resource), n in sorted(counted.items())}
                 print(f"  API requests per start: {per_start:.2f} {json.dumps(breakdown)}")
-                for index in range(kernels - starts):
-                    cluster.add(PODS, pending_pod(index))
-                deadline = time.monotonic() + 300
-                while (shown := len(client.call("GET", "kernels"))) < kernels:
-                    assert time.monotonic() < deadline, f"the broker's watch shows {shown} of {kernels}"
-                    time.sleep(0.5)
-                timed = time.perf_counter()
-                client.call("GET", "pool")
-                listing = client.call("GET", "kernels")
-                took = time.perf_counter() - timed
+                listing, took = add_pending_pods(cluster, client, kernels - starts, kernels)
                 after = rss_mib(broker.pid)
                 print(
                     f"{len(listing)} kernel pods: broker RSS {after:.0f} MiB "
