@@ -241,11 +241,17 @@ def servers_polling(url: str, servers: int, window: float, follow: bool) -> tupl
     return latencies, made[0]
 
 
-def start_pods(client: BrokerClient, count: int, tag: str) -> tuple[list[float], list[float]]:
-    """``count`` kernel pod starts posted at once: seconds to admitted, seconds to running."""
+def start_pods(
+    client: BrokerClient, count: int, tag: str, poll: float = 0.01
+) -> tuple[list[float], list[float], float]:
+    """``count`` kernel pod starts posted at once (each asking the broker every ``poll``
+    seconds until running): seconds to admitted and to running for each, and the seconds from the
+    first start posted to the last pod running."""
     barrier = threading.Barrier(count)
     admitted: list[float] = []
     running: list[float] = []
+    posted: list[float] = []
+    finished: list[float] = []
 
     def start(index: int) -> None:
         own = BrokerClient(client.url)
@@ -260,24 +266,26 @@ def start_pods(client: BrokerClient, count: int, tag: str) -> tuple[list[float],
         }
         barrier.wait()
         began = time.perf_counter()
+        posted.append(began)
         view = own.call("POST", "pods", body)
         seen_admitted = False
         while view["state"] != "running":
             if not seen_admitted and view["state"] in ("starting", "running"):
                 admitted.append(time.perf_counter() - began)
                 seen_admitted = True
-            time.sleep(0.01)
+            time.sleep(poll)
             view = own.call("GET", f"pods/{kernel_id}")
         if not seen_admitted:
             admitted.append(time.perf_counter() - began)
         running.append(time.perf_counter() - began)
+        finished.append(time.perf_counter())
 
     threads = [threading.Thread(target=start, args=(index,)) for index in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return admitted, running
+    return admitted, running, max(finished) - min(posted)
 
 
 def direct_creations(kubeconfig: str, count: int) -> list[float]:
@@ -369,6 +377,51 @@ def rss_mib(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / 2**20
 
 
+def add_pending_pods(
+    cluster: KubeCluster, client: BrokerClient, count: int, expected: int
+) -> tuple[list[Any], float]:
+    """Add ``count`` pending kernel pods; once the broker shows ``expected`` kernels, its
+    ``GET kernels`` answer and the seconds ``GET pool`` + ``GET kernels`` took."""
+    for index in range(count):
+        cluster.add(PODS, pending_pod(index))
+    deadline = time.monotonic() + 300
+    while (shown := len(client.call("GET", "kernels"))) < expected:
+        assert time.monotonic() < deadline, f"the broker's watch shows {shown} of {expected} kernels"
+        time.sleep(0.5)
+    began = time.perf_counter()
+    client.call("GET", "pool")
+    listing: list[Any] = client.call("GET", "kernels")
+    return listing, time.perf_counter() - began
+
+
+def audited_plane(root: Path) -> tuple[ControlPlane, AuditCounts]:
+    """The test cluster's control plane in ``root``, auditing the Jupyter server's identity."""
+    (root / "audit-policy.yaml").write_text(AUDIT_POLICY)
+    audit = AuditCounts(root / "audit.log")
+    plane = ControlPlane(
+        root / "controlplane",
+        extra_args=[
+            f"--apiserver-arg=--audit-policy-file={root / 'audit-policy.yaml'}",
+            f"--apiserver-arg=--audit-log-path={audit.path}",
+        ],
+    )
+    return plane, audit
+
+
+def broker_env(root: Path, kubeconfig: Path) -> dict[str, str]:
+    """The environment of a broker (or an embedded server) on the test cluster, HAMi preset."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")},
+        "KUBECONFIG": str(kubeconfig),
+        "JUPYTER_CONFIG_DIR": str(root / "config"),
+        "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
+        "JUPYTER_GPUSHARE_RESOURCE_PRESET": "hami",
+        "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
+        "JUPYTER_GPUSHARE_NAMESPACE": NAMESPACE,
+        "JUPYTER_GPUSHARE_ENCRYPT": "False",
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -381,31 +434,14 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="gpushare-broker-cluster-") as directory:
         root = Path(directory)
-        (root / "audit-policy.yaml").write_text(AUDIT_POLICY)
-        audit = AuditCounts(root / "audit.log")
-        plane = ControlPlane(
-            root / "controlplane",
-            extra_args=[
-                f"--apiserver-arg=--audit-policy-file={root / 'audit-policy.yaml'}",
-                f"--apiserver-arg=--audit-log-path={audit.path}",
-            ],
-        )
+        plane, audit = audited_plane(root)
         with (
             plane,
             KubeCluster(
                 plane, Namespace(plane, NAMESPACE).create().name, root / "cluster", hami_nodes(4)
             ) as cluster,
         ):
-            env = {
-                **{k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")},
-                "KUBECONFIG": str(cluster.kubeconfig),
-                "JUPYTER_CONFIG_DIR": str(root / "config"),
-                "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
-                "JUPYTER_GPUSHARE_RESOURCE_PRESET": "hami",
-                "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
-                "JUPYTER_GPUSHARE_NAMESPACE": NAMESPACE,
-                "JUPYTER_GPUSHARE_ENCRYPT": "False",
-            }
+            env = broker_env(root, cluster.kubeconfig)
             # The simulated servers are threads of one OS user here, where real ones are each
             # their own user: the per-user connection limit is lifted to what they hold (an
             # event stream and a call each).
@@ -454,7 +490,7 @@ def main() -> int:
                 for index in range(starts):
                     client.call("DELETE", f"pods/{bench_id(f'seq-{index}')}?grace=0", {})
 
-                admitted, running = start_pods(client, 20, "burst")
+                admitted, running, _ = start_pods(client, 20, "burst")
                 direct = direct_creations(str(cluster.kubeconfig), 20)
                 print("3. 20 concurrent starts: admission (POST -> pod created)")
                 print(
@@ -473,16 +509,7 @@ def main() -> int:
 
                 time.sleep(1.0)
                 base = rss_mib(broker.pid)
-                for index in range(idle_pods):
-                    cluster.add(PODS, pending_pod(index))
-                deadline = time.monotonic() + 180
-                while (shown := len(client.call("GET", "kernels"))) < idle_pods:
-                    assert time.monotonic() < deadline, f"the broker's watch shows {shown} of the pods"
-                    time.sleep(0.5)
-                began = time.perf_counter()
-                client.call("GET", "pool")
-                listing = client.call("GET", "kernels")
-                took = time.perf_counter() - began
+                listing, took = add_pending_pods(cluster, client, idle_pods, idle_pods)
                 after = rss_mib(broker.pid)
                 print(
                     f"4. broker memory: {base:.0f} MiB with no kernel, {after:.0f} MiB with {len(listing)} "

@@ -75,6 +75,7 @@ run benchmarks/api_latency.py "${quick[@]}"
 run benchmarks/sampler.py "${quick[@]}"
 run benchmarks/broker_start.py "${quick[@]}"
 run benchmarks/broker_cluster.py "${quick[@]}"
+run benchmarks/broker_scale.py "${quick[@]}"
 run benchmarks/replay.py "${quick[@]}" --plot "$replay_chart"
 
 {

@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import stat
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from ..errors import BackendUnavailableError
 from .wire import error_from, register_error
 
 CALL_TIMEOUT = 30.0  # seconds; every call is short (a queued start polls instead of waiting)
+QUEUE_FULL_PAUSE = 0.005  # seconds before trying a full listen queue again (doubling, to 0.2)
 TOKEN_HEADER = "X-GPUShare-Token"  # a kernel's own-slice token, for calls about its own slice
 HOST_HEADER = "X-GPUShare-Host"  # where the caller runs: names its server's kernel pods (HTTP)
 API_PREFIX = "/api/gpushare/broker/"
@@ -38,19 +40,35 @@ class BrokerUnreachableError(BackendUnavailableError):
 
 
 class _UnixConnection(http.client.HTTPConnection):
+    timeout: float
+
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+        # A Unix socket whose listen queue is full refuses a connect at once (EAGAIN) where TCP
+        # would wait: a burst of callers (200 starts at once, servers back after a broker
+        # restart) waits its turn until the call's timeout instead of failing "not reachable".
+        deadline = time.monotonic() + self.timeout
+        pause = QUEUE_FULL_PAUSE
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(self._path)
+            except BlockingIOError:
+                sock.close()
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.2)
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+            return
 
 
 def socket_refusal(path: str) -> str | None:

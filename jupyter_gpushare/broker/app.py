@@ -39,6 +39,9 @@ log = logging.getLogger("jupyter_gpushare.broker")
 PREFIX = "/api/gpushare/broker/"
 HOUSEKEEPING_EVERY = 2.0  # seconds between releases of dead kernels' slices, orphan collections
 LEDGER_FILES = ("", "-wal", "-shm", ".lock")
+# Connections the socket queues before the broker accepts them (the kernel caps it at
+# net.core.somaxconn): tornado's 128 refused part of 200 servers starting kernels at once.
+LISTEN_BACKLOG = 1024
 
 
 def secure_ledger(path: Path) -> None:
@@ -123,7 +126,7 @@ class Broker:
         if self.broker.socket:
             path = Path(self.broker.socket)
             socket_directory(path.parent)
-            sock = bind_unix_socket(str(path), mode=self.broker.socket_mode)
+            sock = bind_unix_socket(str(path), mode=self.broker.socket_mode, backlog=LISTEN_BACKLOG)
             if self.broker.socket_group:
                 try:
                     os.chown(path, -1, grp.getgrnam(self.broker.socket_group).gr_gid)

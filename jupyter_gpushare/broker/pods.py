@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import secrets
 import threading
@@ -112,6 +113,8 @@ class PodStartState:
     detail: str = ""
     error: GPUShareError | None = None
     admitted_at: float | None = None
+    created_at: float | None = None  # when the pod's creation returned
+    seen: bool = False  # the watch has shown the pod (so its absence now means deleted)
     unschedulable_since: float | None = None
     ip: str | None = None
     finished_at: float | None = None
@@ -426,7 +429,7 @@ class PodStarts:
             return
         with self.lock:
             if start.state == "creating":  # not withdrawn meanwhile
-                start.state = "starting"
+                start.state, start.created_at = "starting", time.monotonic()
                 start.detail = "pending: waiting for the scheduler"
 
     def _allocated_as(self, start: PodStartState) -> str | None:
@@ -437,10 +440,14 @@ class PodStarts:
     def _follow(self, start: PodStartState, pod: dict[str, Any] | None, now: float) -> None:
         """Move a starting pod on from what the watch shows (lock held)."""
         assert start.admitted_at is not None
+        start.seen = start.seen or pod is not None
+        # Shown, then gone: deleted. Never shown yet: the watch may lag behind the creation.
+        unseen_for = math.inf if start.seen else now - (start.created_at or now)
         seen = progress(
             pod,
             pod_name(start.kernel_id),
             waited=now - start.admitted_at,
+            unseen_for=unseen_for,
             unschedulable_for=now - (start.unschedulable_since or now),
             unschedulable_grace=self.unschedulable_grace,
             launch_timeout=self.settings.launch_timeout,

@@ -22,10 +22,14 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
+from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from ..errors import BackendUnavailableError
 
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# (connect, read) seconds a request waits: an API server that accepts but never answers (frozen,
+# behind a dead proxy) fails a call in time instead of holding a kernel start forever.
+REQUEST_TIMEOUT = (10.0, 60.0)
 
 
 class ClusterError(BackendUnavailableError):
@@ -101,7 +105,7 @@ class Cluster:
             if configuration is None:
                 found = load_configuration()
                 configuration, discovered_namespace = found.configuration, found.namespace
-            api_client = k8s_client.ApiClient(configuration)
+            api_client = TimelyApiClient(configuration)
         self.api_client = api_client
         self.core = k8s_client.CoreV1Api(api_client)
         self.resource = k8s_client.ResourceV1Api(api_client)
@@ -162,7 +166,9 @@ class Cluster:
                 return ""
             raise self._error(f"read the log of pod {name}", error) from None
         except (HTTPError, OSError) as error:
-            raise ClusterError(f"cannot reach the Kubernetes API at {self.host}: {error}") from None
+            raise ClusterError(
+                f"cannot reach the Kubernetes API at {self.host}: {unreachable(error)}."
+            ) from None
         data = getattr(response, "data", b"")  # typed str, but unread (_preload_content=False)
         return bytes(data or b"").decode(errors="replace")
 
@@ -309,7 +315,9 @@ class Cluster:
         except ApiException as error:
             raise self._error(what, error) from None
         except (HTTPError, OSError) as error:
-            raise ClusterError(f"cannot reach the Kubernetes API at {self.host} to {what}: {error}") from None
+            raise ClusterError(
+                f"cannot reach the Kubernetes API at {self.host} to {what}: {unreachable(error)}."
+            ) from None
 
     def _call_or_none(self, what: str, call: Callable[[], Any]) -> dict[str, Any] | None:
         try:
@@ -339,6 +347,33 @@ class Cluster:
             api_status=error.status,
             reason=reason,
         )
+
+
+def unreachable(error: BaseException) -> str:
+    """Why a request got no answer, in a few words ("connection refused", "no answer in time"),
+    from the error urllib3 raised after its retries: the OS's reason where there is one, not the
+    connection pool's repr."""
+    seen: set[int] = set()
+    timed_out = False
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror[:1].lower() + cause.strerror[1:]
+        timed_out = timed_out or isinstance(cause, (Urllib3Timeout, TimeoutError))
+        reason = getattr(cause, "reason", None)  # urllib3's MaxRetryError: the last error
+        cause = reason if isinstance(reason, BaseException) else cause.__cause__ or cause.__context__
+    return "no answer in time" if timed_out else str(error)
+
+
+class TimelyApiClient(k8s_client.ApiClient):
+    """The client's ApiClient with :data:`REQUEST_TIMEOUT` where a call names no timeout (the
+    watch names its own)."""
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        # Every generated API method passes _request_timeout by name (None when not given).
+        kwargs["_request_timeout"] = kwargs.get("_request_timeout") or REQUEST_TIMEOUT
+        return super().call_api(*args, **kwargs)  # type: ignore[no-untyped-call]
 
 
 def event_time(event: dict[str, Any]) -> datetime.datetime:

@@ -28,6 +28,12 @@ class Progress:
     unschedulable: bool = False  # the scheduler cannot place it (yet)
 
 
+# Seconds a created pod may stay out of the watch before it counts as deleted: under load the
+# watch delivers a creation seconds late (200 starts at once: part of them failed at 5 s,
+# counted from admission, when creating the pods alone had taken longer).
+GONE_GRACE = 15.0
+
+
 def progress(
     pod: dict[str, Any] | None,
     name: str,
@@ -36,14 +42,16 @@ def progress(
     unschedulable_for: float,
     unschedulable_grace: float,
     launch_timeout: float,
-    gone_grace: float = 5.0,
+    unseen_for: float = 0.0,
+    gone_grace: float = GONE_GRACE,
     asked: str | None = None,
 ) -> Progress:
-    """Where pod ``name`` stands, ``waited`` seconds after it was created (``pod`` None: the
-    watch does not show it — not yet, or deleted). ``asked``: what the pod asks for where its
-    limits do not say it (a DRA claim), for the reason a start fails with."""
+    """Where pod ``name`` stands, ``waited`` seconds after it was admitted (``pod`` None: the
+    watch does not show it — not yet, or deleted — and has not for ``unseen_for`` seconds since
+    the pod was created). ``asked``: what the pod asks for where its limits do not say it (a DRA
+    claim), for the reason a start fails with."""
     if pod is None:
-        if waited > gone_grace:
+        if unseen_for > gone_grace:
             return _failed(KernelPodStartError(f"the kernel pod {name} was deleted while it started"))
         return Progress("starting", "creating the kernel pod")
     status = pod.get("status") or {}

@@ -19,7 +19,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from .cluster import Cluster
+from .cluster import Cluster, unreachable
 from .manifests import APP, APP_LABEL
 
 log = logging.getLogger("jupyter_gpushare")
@@ -79,7 +79,7 @@ class Watched:
             except ApiException as error:
                 self._failed(self._describe(error), expired=error.status == 410)
             except (HTTPError, OSError, ValueError) as error:
-                self._failed(f"cannot reach the Kubernetes API to watch {self.kind}: {error}")
+                self._failed(f"cannot reach the Kubernetes API to watch {self.kind}: {unreachable(error)}")
 
     def _options(self) -> dict[str, Any]:
         return {"label_selector": self._selector} if self._selector else {}

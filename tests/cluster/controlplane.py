@@ -7,7 +7,9 @@ controller manager has made the ``default`` ServiceAccount (pods can be created)
 Lease namespace exists, and hands out identities: the administrator's :class:`~.rest.Api`, a
 client certificate for any user and groups, a token for any ServiceAccount (TokenRequest), and
 a kubeconfig for each. It stops on :meth:`~ControlPlane.stop` (SIGTERM, then SIGKILL); the
-binary also stops by itself when the process that started it is gone.
+binary also stops by itself when the process that started it is gone. :meth:`~ControlPlane.down`
+then :meth:`~ControlPlane.start` restart the same cluster (data, certificates, port) for the
+fault tests.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import yaml
@@ -144,6 +147,17 @@ class ControlPlane:
         if self._admin is not None:
             self._admin.close()
             self._admin = None
+        self._terminate(timeout)
+
+    def down(self, timeout: float = 30.0) -> None:
+        """Stop the process as a crash or an upgrade would, keeping what :meth:`start` needs to
+        bring the same cluster back: the directory, the port (clients find it where it was) and
+        the administrator's client (it reconnects)."""
+        if self.server:
+            self.port = urlsplit(self.server).port or self.port
+        self._terminate(timeout)
+
+    def _terminate(self, timeout: float) -> None:
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_gpushare.errors import DoesNotFitError
-from jupyter_gpushare.k8s.starting import KernelPodStartError, progress
+from jupyter_gpushare.k8s.starting import GONE_GRACE, KernelPodStartError, progress
 
 TIMES = {"unschedulable_grace": 10.0, "launch_timeout": 300.0}
 
@@ -37,9 +37,22 @@ def test_running_with_an_ip() -> None:
 
 
 def test_not_in_the_watch_yet_then_gone() -> None:
-    assert at(None, waited=1.0).state == "starting"
-    gone = at(None, waited=6.0)
+    assert unseen(1.0).state == "starting"
+    gone = unseen(GONE_GRACE + 1)
     assert gone.state == "failed" and isinstance(gone.error, KernelPodStartError)
+    assert gone.detail == "the kernel pod gpushare-kernel-k was deleted while it started"
+
+
+def test_a_pod_whose_creation_took_long_is_not_taken_for_deleted() -> None:
+    """Admitted long ago (creating the pod took a loaded API server a while), created a moment
+    ago, not in the watch yet: still starting. Before, the grace counted from admission."""
+    assert unseen(1.0, waited=GONE_GRACE + 30).state == "starting"
+
+
+def unseen(seconds: float, waited: float = 1.0) -> Any:
+    return progress(
+        None, "gpushare-kernel-k", waited=waited, unschedulable_for=0.0, unseen_for=seconds, **TIMES
+    )
 
 
 def test_the_schedulers_words_then_a_refusal_after_the_grace() -> None:
