@@ -85,7 +85,23 @@ class BrokerHandler(web.RequestHandler):
             if kernel_id is not None:
                 request_body.check_kernel_id(kernel_id, "the kernel id in the path")
         except GPUShareError as error:
-            raise answerable(error) from None
+            if not self._body_expected():
+                raise answerable(error) from None
+            # Answered once the body is in: tornado closes a connection whose body it has not
+            # read, so a client still sending it would meet a closed socket, not the answer.
+            refusal = answerable(error)
+            self._body_size = DRAIN_BODY_BYTES  # dropped as it comes (see data_received)
+
+            def refuse(*args: Any, **kwargs: Any) -> None:
+                raise refusal
+
+            setattr(self, self.request.method.lower(), refuse)  # type: ignore[union-attr]
+
+    def _body_expected(self) -> bool:
+        """Whether the client declared a body still to be read (one too large to read is not)."""
+        declared = self.request.headers.get("Content-Length", "")
+        chunked = "chunked" in self.request.headers.get("Transfer-Encoding", "").lower()
+        return chunked or (declared.isdigit() and 0 < int(declared) <= DRAIN_BODY_BYTES)
 
     def _check_request(self) -> None:
         request = self.request

@@ -14,6 +14,8 @@ import contextlib
 import json
 import os
 import secrets
+import select
+import socket
 import sqlite3
 import subprocess
 import textwrap
@@ -227,6 +229,36 @@ def test_a_kernel_acts_on_its_own_slice_and_no_siblings(box: TeamBox) -> None:
 
 
 # ---- 3. hostile bodies and headers get an answer, and nothing is stored -------------------------
+
+
+def test_a_refusal_waits_for_the_body_a_slow_client_is_still_sending(box: TeamBox) -> None:
+    """A request refused from its line alone (a kernel id that is no UUID) is answered once its
+    body is in: a client that sends the body after its headers gets the answer, not a closed
+    socket (CI once met EPIPE there)."""
+    from jupyter_gpushare.backends.transport import BrokerAddress
+
+    body = b'{"restart": true}'
+    head = (
+        f"PATCH {BrokerAddress(box.broker_url).path('slices/none-such')} HTTP/1.1\r\nHost: localhost\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(60)
+        client.connect(str(box.socket))
+        client.sendall(head.encode())
+        # A slow client: the body comes once the broker has had ample time to answer the line.
+        ready, _, _ = select.select([client], [], [], 1.0)
+        assert not ready, client.recv(4096)  # nothing answered before the body
+        client.sendall(body)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+            if b"\r\n\r\n" in answer and answer.endswith(b"}"):
+                break
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 400"), answer
+    assert b"must be a kernel id" in rest, answer
+
 
 ESCAPES = "esc\x1b]0;owned\x07\x1b[2J"
 
