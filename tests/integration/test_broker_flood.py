@@ -46,8 +46,11 @@ print(json.dumps({{"opened": len(opened), "refused": refused}}), flush=True)
 sys.stdin.readline()  # the other user's start happens now
 deadline = time.monotonic() + {wait}
 def closed(connection):
-    ready, _, _ = select.select([connection], [], [], 0)
-    if not ready:
+    # poll, not select: select cannot watch descriptors past 1023, and the broker's backlog
+    # lets more than that many connect
+    poller = select.poll()
+    poller.register(connection, select.POLLIN)
+    if not poller.poll(0):
         return False
     try:
         while connection.recv(65536):
