@@ -47,7 +47,8 @@ def test_the_usage_chart_draws_the_days_reserved_and_used_memory_in_both_themes(
     dialog.get_by_role("button", name="Start").click()
     expect(panel.locator(ROW)).to_have_count(1, timeout=30_000)
     run_cell(page, "from jupyter_gpushare import kernel as gpu; gpu.simulate_usage('6G')")
-    expect(panel.locator(f"{ROW} .jp-gpushare-usage")).to_have_text("6 / 8 GiB", timeout=30_000)
+    # A loaded machine: the kernel connects, runs the cell, and its next report comes.
+    expect(panel.locator(f"{ROW} .jp-gpushare-usage")).to_have_text("6 / 8 GiB", timeout=120_000)
     # The row says the kernel is idle (the kernel's own report of its cells).
     expect(panel.locator(f"{ROW} .jp-gpushare-idle")).to_have_text(re.compile(r"^idle "))
 
