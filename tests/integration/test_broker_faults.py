@@ -22,6 +22,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -184,48 +185,43 @@ def test_a_restarted_api_server_is_relisted_and_nothing_is_counted_twice_or_lost
     stop_kernels(setup, [first, second])
 
 
-def test_while_the_api_server_is_gone_starts_fail_with_one_sentence_and_kernels_run_on(
-    setup: Setup, control_plane: ControlPlane
-) -> None:
+def through(setup: Setup, fault: AbstractContextManager[float], why: str) -> None:
+    """A running kernel through ``fault``: a start meanwhile fails in time with one sentence
+    (the API ``why`` unreachable), the kernel runs code throughout and is listed and counted
+    once, the broker's log stays sentences; afterwards a start runs and the kernel still does."""
     running = start_kernel(setup)
     host = setup.cluster.url
     logged = len(setup.log())
-    with api_server_down(control_plane) as gone:
-        message = refused_start(setup)
-        assert re.fullmatch(
-            r"the kernel pod could not be created: cannot reach the Kubernetes API at "
-            rf"{re.escape(host)} to create Secret gpushare-kernel-[0-9a-f-]+-conn: connection refused\.",
-            message,
-        ), message
-        asyncio.run(runs_code_throughout(runs_code(setup, running), gone))
-        assert kernel_ids(setup) == [running]  # the broker's last view stays
-    quiet_log_since(setup, logged)
-    after = start_kernel(setup)
-    assert kernel_ids(setup) == sorted([running, after])
-    stop_kernels(setup, [running, after])
-
-
-def test_a_frozen_api_server_fails_a_start_in_time_and_everything_recovers(
-    setup: Setup, control_plane: ControlPlane
-) -> None:
-    running = start_kernel(setup)
-    host = setup.cluster.url
-    logged = len(setup.log())
-    with api_server_frozen(control_plane) as frozen:
+    with fault as since:
         began = time.monotonic()
         message = refused_start(setup)
         took = time.monotonic() - began
         assert re.fullmatch(
             r"the kernel pod could not be created: cannot reach the Kubernetes API at "
-            rf"{re.escape(host)} to create Secret gpushare-kernel-[0-9a-f-]+-conn: no answer in time\.",
+            rf"{re.escape(host)} to create Secret gpushare-kernel-[0-9a-f-]+-conn: {why}\.",
             message,
         ), message
-        asyncio.run(runs_code_throughout(runs_code(setup, running), frozen))
-        assert kernel_ids(setup) == [running]
+        # The kernel runs on: its pod's process and its sockets need no API server.
+        asyncio.run(runs_code_throughout(runs_code(setup, running), since))
+        assert kernel_ids(setup) == [running]  # the broker's last view stays
     assert took < 60, took
     quiet_log_since(setup, logged)
-    # Thawed, the API server answers again: the broker's watches resume (or relist), starts run.
+    # The API answers again: the broker's watches resume (or list again), starts run.
     after = start_kernel(setup)
     assert kernel_ids(setup) == sorted([running, after])
     assert asyncio.run(runs_code(setup, running)()) == ("42\n", "")
     stop_kernels(setup, [running, after])
+
+
+def test_while_the_api_server_is_gone_starts_fail_with_one_sentence_and_kernels_run_on(
+    setup: Setup, control_plane: ControlPlane
+) -> None:
+    through(setup, api_server_down(control_plane), "connection refused")
+
+
+def test_a_frozen_api_server_fails_a_start_in_time_and_everything_recovers(
+    setup: Setup, control_plane: ControlPlane
+) -> None:
+    """SIGSTOP: connections are accepted (the kernel's backlog), nothing answers; the start's
+    request gives up after the broker's timeouts."""
+    through(setup, api_server_frozen(control_plane), "no answer in time")
