@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from tornado.netutil import bind_unix_socket
 
 from .. import env_names
 from ..config import GPUShare
-from ..errors import ConfigurationError
+from ..errors import BackendUnavailableError, ConfigurationError
 from . import handlers, slices, usage_routes
 from .authority import Authority, LocalAuthority
 from .banner import startup_lines
@@ -37,6 +38,7 @@ from .settings import BrokerConfiguration, GPUShareBroker, names_this_broker
 log = logging.getLogger("jupyter_gpushare.broker")
 
 PREFIX = "/api/gpushare/broker/"
+SAY_AGAIN_AFTER = 60.0  # seconds before the same housekeeping problem is logged again
 HOUSEKEEPING_EVERY = 2.0  # seconds between releases of dead kernels' slices, orphan collections
 LEDGER_FILES = ("", "-wal", "-shm", ".lock")
 # Connections the socket queues before the broker accepts them (the kernel caps it at
@@ -141,10 +143,16 @@ class Broker:
             self.addresses.append(f"http://{self.broker.ip}:{self.broker.port}/")
 
     async def housekeeping(self) -> None:
+        said, said_at = "", 0.0  # the API's last sentence logged, and when: not one a round
         while True:
             try:
                 await asyncio.to_thread(self.authority.housekeeping)
-            except Exception:  # a busy ledger or an API hiccup: next round
+            except BackendUnavailableError as error:  # the cluster's API away: its sentence
+                now = time.monotonic()
+                if str(error) != said or now - said_at >= SAY_AGAIN_AFTER:
+                    log.warning("GPU broker housekeeping: %s", error)
+                    said, said_at = str(error), now
+            except Exception:  # a busy ledger or another hiccup: next round
                 log.warning("GPU broker housekeeping failed", exc_info=True)
             await asyncio.sleep(HOUSEKEEPING_EVERY)
 

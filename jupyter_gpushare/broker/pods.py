@@ -2,12 +2,13 @@
 
 A server asks for a kernel pod (``POST pods``); the broker checks the request against its own
 limits — per kernel, and per user across every server and every start still waiting, decided
-under one lock — builds the pod and its Secret (the connection file with fresh keys, the kernel's
-token), and queues the start. The head of the queue is admitted only when the broker's view of
-the cluster (:mod:`jupyter_gpushare.k8s.admission`) says it fits; then the Secret and the pod are
-created — the only API requests a start costs — and the pod is followed through the broker's one
-list+watch. The server polls (``GET pods/{id}``) and gets, in turn, its queue position, the pod's
-phase and the scheduler's words, and once it runs the connection info.
+under one lock — builds the pod and its Secret (:mod:`.pod_objects`: the connection file with
+fresh keys, the kernel's token), and queues the start. The head of the queue is admitted only
+when the broker's view of the cluster (:mod:`jupyter_gpushare.k8s.admission`) says it fits; then
+the Secret and the pod are created — the only API requests a start costs — and the pod is
+followed through the broker's one list+watch. The server polls (``GET pods/{id}``) and gets, in
+turn, its queue position, the pod's phase and the scheduler's words, and once it runs the
+connection info.
 
 Under a DRA preset each pod also gets a ResourceClaim of its own (:mod:`.pod_claims`), built by
 the embedded provisioner's pure :func:`~jupyter_gpushare.k8s.build.kernel_claim`, created right
@@ -27,18 +28,15 @@ import asyncio
 import logging
 import math
 import re
-import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..allocator import kernel_limit_refusal, user_limit_refusal
 from ..backends.kubernetes import POD_HOLDERS, KubernetesBackend
 from ..errors import (
-    ConfigurationError,
     DoesNotFitError,
     GPUShareError,
     InvalidRequestError,
@@ -46,26 +44,14 @@ from ..errors import (
     QueueTimeoutError,
 )
 from ..k8s.admission import why_not_now
-from ..k8s.build import kernel_pod
 from ..k8s.claims import summary
 from ..k8s.cluster import ClusterError
-from ..k8s.manifests import (
-    CONNECTION_FILE,
-    HOLDER_ANNOTATION,
-    claim_name,
-    connection_info,
-    kernel_ports,
-    make_secret,
-    pod_name,
-    secret_name,
-)
+from ..k8s.manifests import pod_name
 from ..k8s.pool import held_by_user, never_fits, read_pod
-from ..k8s.requests import PodRequest
 from ..k8s.starting import KernelPodStartError, progress
 from ..k8s.status import termination
 from ..sizes import bytes_or_none
-from ..slice_request import make_slice_request
-from .pod_claims import create_claim, delete_claims
+from .pod_objects import PodAsk, PodStartState, connection_of, create_objects, delete_objects, new_start
 
 log = logging.getLogger("jupyter_gpushare.broker")
 
@@ -74,61 +60,6 @@ CREATORS = 8  # kernel pods (and Secrets) created at the same time
 UNSCHEDULABLE_GRACE = 10.0  # seconds an admitted pod may stay unplaceable before its start fails
 FINISHED_KEPT_FOR = 120.0  # seconds a finished start's outcome stays readable
 KERNEL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")  # kernel ids become pod names
-ACTIVE = ("queued", "creating", "starting")
-
-
-@dataclass(frozen=True)
-class PodAsk:
-    """What a server asks for one kernel pod."""
-
-    kernel_id: str
-    memory: object
-    mode: object
-    cores: object
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    kernel_name: str
-    report_url: str | None
-    token: str
-    generation: int
-    key: str | None = None  # a restart keeps its kernel's keys
-    curve: tuple[str, str] | None = None
-
-
-@dataclass
-class PodStartState:
-    """One start, from the queue to a running pod (or its failure)."""
-
-    kernel_id: str
-    owner: str
-    server_id: str
-    memory: int | None  # bytes the pod asks for, where known
-    secret: dict[str, Any]
-    pod: dict[str, Any]
-    pod_request: PodRequest | None = None  # under DRA: the claim's spec (kernel_claim makes it)
-    size: str = ""  # the slice size as asked, for the claim's annotation
-    generation: int = 0  # how many pods the kernel had before this one: its claim's name
-    requested_at: float = field(default_factory=time.monotonic)
-    state: str = "queued"  # queued, creating, starting, running, failed
-    detail: str = ""
-    error: GPUShareError | None = None
-    admitted_at: float | None = None
-    created_at: float | None = None  # when the pod's creation returned
-    seen: bool = False  # the watch has shown the pod (so its absence now means deleted)
-    unschedulable_since: float | None = None
-    ip: str | None = None
-    finished_at: float | None = None
-
-    @property
-    def claim(self) -> str | None:
-        """The name of this pod's ResourceClaim (None without a DRA preset)."""
-        if self.pod_request is None or self.pod_request.claim is None:
-            return None
-        return claim_name(self.kernel_id, self.generation)
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE
 
 
 class PodStarts:
@@ -168,46 +99,8 @@ class PodStarts:
                 f"kernel_id must be a lowercase id of letters, digits and dashes, not {ask.kernel_id!r}"
             )
         settings = self.settings
-        request = make_slice_request(
-            ask.memory,
-            ask.mode,
-            ask.cores,
-            settings.default_memory,
-            settings.default_mode,
-            settings.min_memory_bytes(),
-        )
-        facts = self.backend.facts()
-        key = ask.key or secrets.token_hex(32)
-        curve = ask.curve if settings.encrypt else None
-        if settings.encrypt and curve is None:
-            curve = _curve_keypair()
-        ports = kernel_ports(ask.generation)
-        namespace = self.backend.cluster.namespace
-        pod, pod_request = kernel_pod(
-            settings,
-            kernel_id=ask.kernel_id,
-            server_id=server_id,
-            owner=owner,
-            request=request,
-            cluster=facts,
-            argv=ask.argv,
-            namespace=namespace,
-            annotations={HOLDER_ANNOTATION: self.backend.holder},
-            report_url=ask.report_url,
-            kernel_env=ask.env,
-            ports=ports,
-            generation=ask.generation,  # under DRA the pod refers to its own claim
-        )
-        secret = make_secret(
-            ask.kernel_id,
-            server_id,
-            owner,
-            namespace,
-            connection_info(ports, key, ask.kernel_name, curve),
-            ask.token,
-            annotations={HOLDER_ANNOTATION: self.backend.holder},
-        )
-        wanted = pod_request.memory
+        start = new_start(self.backend, owner, server_id, ask)
+        wanted = start.memory
         with self.lock:
             pods = self.pods()
             slices = [item for item in map(read_pod, pods.values()) if item is not None]
@@ -224,28 +117,17 @@ class PodStarts:
                 if refusal is None and limit is not None:
                     visible = {item.kernel_id for item in slices}
                     waiting = sum(
-                        start.memory or 0
-                        for start in self.starts.values()
-                        if start.owner == owner
-                        and start.active
-                        and start.kernel_id not in visible
-                        and start.kernel_id != ask.kernel_id
+                        other.memory or 0
+                        for other in self.starts.values()
+                        if other.owner == owner
+                        and other.active
+                        and other.kernel_id not in visible
+                        and other.kernel_id != ask.kernel_id
                     )
                     held = held_by_user(slices, owner, excluding=ask.kernel_id) + waiting
                     refusal = user_limit_refusal(owner, wanted, held, limit, POD_HOLDERS)
                 if refusal is not None:
                     raise DoesNotFitError(refusal)
-            start = PodStartState(
-                ask.kernel_id,
-                owner,
-                server_id,
-                wanted,
-                secret,
-                pod,
-                pod_request=pod_request,
-                size=str(request.size),
-                generation=ask.generation,
-            )
             if settings.when_full == "fail":
                 reason = why_not_now(wanted, self.backend.nodes(), slices, self._unseen(pods))
                 if self.queue or reason:
@@ -281,7 +163,7 @@ class PodStarts:
             if start is not None and start.state in ("creating", "starting"):
                 return {"state": "starting", "detail": start.detail, **renew}
             if start is not None and start.state == "running":
-                connection = _connection_of(start)
+                connection = connection_of(start)
                 return {"state": "running", "detail": start.detail, "connection": connection, **renew}
             assert pod is not None
             phase = (pod.get("status") or {}).get("phase")
@@ -399,29 +281,8 @@ class PodStarts:
                 start.detail = f"waiting for a GPU: position {position} in the queue ({behind})"
 
     def _create(self, start: PodStartState) -> None:
-        cluster = self.backend.cluster
         try:
-            try:
-                cluster.create_secret(start.secret)
-            except ClusterError as error:
-                if error.api_status != 409:
-                    raise
-                cluster.delete_secret(secret_name(start.kernel_id))
-                cluster.create_secret(start.secret)
-            created = cluster.create_pod(start.pod)
-            if start.pod_request is not None:
-                # Made once the pod exists, owned by it: it goes with the pod whatever happens.
-                create_claim(
-                    cluster,
-                    start.pod_request,
-                    created,
-                    kernel_id=start.kernel_id,
-                    server_id=start.server_id,
-                    owner=start.owner,
-                    size=start.size,
-                    generation=start.generation,
-                    annotations={HOLDER_ANNOTATION: self.backend.holder},
-                )
+            create_objects(self.backend, start)
         except ClusterError as error:
             with self.lock:
                 self._fail(start, KernelPodStartError(f"the kernel pod could not be created: {error}"))
@@ -478,40 +339,10 @@ class PodStarts:
                 del self.starts[kernel_id]
 
     def delete_objects(self, kernel_id: str, grace: int | None) -> None:
-        """Delete a kernel's pod and Secret and, under DRA, its ResourceClaims (they would go with
-        their pod anyway, being owned by it; deleting them here frees the devices at once)."""
-        cluster = self.backend.cluster
-        deletions: list[Callable[[], object]] = [
-            lambda: cluster.delete_pod(pod_name(kernel_id), grace_period_seconds=grace),
-            lambda: cluster.delete_secret(secret_name(kernel_id)),
-        ]
-        if self.backend.preset.dra is not None:
-            deletions.append(lambda: delete_claims(cluster, kernel_id))
-        for delete in deletions:
-            try:
-                delete()
-            except ClusterError as error:
-                log.error("Kernel %s: cleanup incomplete: %s", kernel_id, error)
-
-
-def _connection_of(start: PodStartState) -> dict[str, Any]:
-    import json
-
-    info: dict[str, Any] = json.loads(start.secret["stringData"][CONNECTION_FILE])
-    info["ip"] = start.ip
-    return info
-
-
-def _curve_keypair() -> tuple[str, str]:
-    import zmq
-
-    if not zmq.has("curve"):
-        raise ConfigurationError(
-            "c.GPUShare.encrypt is on but the broker's pyzmq has no CurveZMQ support: install a "
-            "pyzmq wheel with it, or set c.GPUShare.encrypt = False"
-        )
-    public, secret = zmq.curve_keypair()
-    return public.decode("ascii"), secret.decode("ascii")
+        """Delete a kernel's pod, Secret and claims; what fails is logged (an orphan sweep or the
+        garbage collector finishes it)."""
+        for problem in delete_objects(self.backend, kernel_id, grace):
+            log.error("Kernel %s: cleanup incomplete: %s", kernel_id, problem)
 
 
 __all__ = ["KernelPodStartError", "PodAsk", "PodStartState", "PodStarts"]

@@ -30,6 +30,12 @@ IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 # (connect, read) seconds a request waits: an API server that accepts but never answers (frozen,
 # behind a dead proxy) fails a call in time instead of holding a kernel start forever.
 REQUEST_TIMEOUT = (10.0, 60.0)
+# Connections a process's API client keeps open for reuse, at least. The client's default is
+# 5 per CPU (10 on 2 cores), fewer than the threads that call the API at once in a busy broker:
+# 8 creating kernel pods, up to 5 watches, the request threads (asyncio's default executor: up
+# to 32) and housekeeping. A call beyond the pool opened a connection (TCP + TLS) and threw it
+# away afterwards ("Connection pool is full, discarding connection").
+API_CONNECTIONS = 48
 
 
 class ClusterError(BackendUnavailableError):
@@ -105,6 +111,9 @@ class Cluster:
             if configuration is None:
                 found = load_configuration()
                 configuration, discovered_namespace = found.configuration, found.namespace
+            configuration.connection_pool_maxsize = max(
+                configuration.connection_pool_maxsize or 0, API_CONNECTIONS
+            )
             api_client = TimelyApiClient(configuration)
         self.api_client = api_client
         self.core = k8s_client.CoreV1Api(api_client)

@@ -124,8 +124,9 @@ class Watched:
                 self._on_change()
 
     def _failed(self, problem: str, expired: bool = False) -> None:
-        if expired:
-            return  # the watch's version is too old: list again at once
+        if expired:  # the watch's version is too old (compacted away): list again at once
+            log.info("Watching %s: its version is gone (410 Gone); listing again", self.kind)
+            return
         if problem != self.problem:
             log.warning("GPU pool view: %s (retrying every %g s)", problem, self._retry)
         self.problem = problem

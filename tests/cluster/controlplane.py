@@ -8,8 +8,8 @@ Lease namespace exists, and hands out identities: the administrator's :class:`~.
 client certificate for any user and groups, a token for any ServiceAccount (TokenRequest), and
 a kubeconfig for each. It stops on :meth:`~ControlPlane.stop` (SIGTERM, then SIGKILL); the
 binary also stops by itself when the process that started it is gone. :meth:`~ControlPlane.down`
-then :meth:`~ControlPlane.start` restart the same cluster (data, certificates, port) for the
-fault tests.
+then :meth:`~ControlPlane.start` restart the same cluster (data, certificates, port), and
+:meth:`~ControlPlane.freeze` / :meth:`~ControlPlane.thaw` stop and continue it, for the fault tests.
 """
 
 from __future__ import annotations
@@ -157,10 +157,23 @@ class ControlPlane:
             self.port = urlsplit(self.server).port or self.port
         self._terminate(timeout)
 
+    def freeze(self) -> None:
+        """SIGSTOP the whole control plane, as a stalled VM or a stuck process is: its port
+        still accepts connections (the kernel's backlog), nothing answers."""
+        assert self.process is not None, "the control plane is not running"
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after :meth:`freeze`: it goes on where it stopped."""
+        assert self.process is not None, "the control plane is not running"
+        os.killpg(self.process.pid, signal.SIGCONT)
+
     def _terminate(self, timeout: float) -> None:
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
+        with contextlib.suppress(ProcessLookupError):  # frozen by a test that failed: let it stop
+            os.killpg(process.pid, signal.SIGCONT)
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout)

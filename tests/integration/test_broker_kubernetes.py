@@ -84,12 +84,14 @@ class Setup:
     root: Path
     broker: subprocess.Popen[bytes] | None = None
     tokens: dict[str, str] = field(default_factory=dict)  # a token per user, their server started
+    # How the broker's command line starts (a fault test runs it with shorter timeouts).
+    launcher: tuple[str, ...] = (str(BIN / "jupyter-gpushare"),)
 
     def start_broker(self) -> None:
         port = self.broker_url.rsplit(":", 1)[1].rstrip("/")
         self.broker = subprocess.Popen(
             [
-                str(BIN / "jupyter-gpushare"),
+                *self.launcher,
                 "broker",
                 "--backend",
                 "kubernetes",
@@ -123,10 +125,12 @@ def hub_and_broker(
     kernelspecs: dict[str, dict[str, Any]],
     preset: str,
     gpushare: dict[str, Any],
+    launcher: tuple[str, ...] = (),
 ) -> Iterator[Setup]:
     """A hub whose users' servers know only the broker's URL, and the broker (``preset``, the
-    broker's ``gpushare`` settings) holding ``cluster``'s kubeconfig; the ``kernelspecs`` (name:
-    the provisioner's config) installed for every server."""
+    broker's ``gpushare`` settings; its command line started by ``launcher`` when given) holding
+    ``cluster``'s kubeconfig; the ``kernelspecs`` (name: the provisioner's config) installed for
+    every server."""
     prefix = root / "prefix" / "share" / "jupyter"
     for name, provisioner_config in kernelspecs.items():
         directory = prefix / "kernels" / name
@@ -205,6 +209,8 @@ def hub_and_broker(
         "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
     }
     made = Setup(hub, cluster, broker_url, broker_env, root)
+    if launcher:
+        made.launcher = launcher
     try:
         deadline = time.monotonic() + 90
         while True:

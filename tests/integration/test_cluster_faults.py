@@ -2,11 +2,10 @@
 watch answered ``410 Gone`` after etcd compacted its version away, and the API server unreachable
 for 20 s.
 
-This module runs its own control plane (the ``control_plane`` fixture below overrides the
-session's), so it can take it down and bring it back — the same directory, data, certificates
-and port — without disturbing other modules. A Jupyter server on the Kubernetes backend holds
-kernel pods through each fault: it must relist and go on, count nothing twice, lose no kernel, and
-while the API is gone refuse a start with one sentence.
+This module runs its own control plane (:mod:`.faults`, shared with test_broker_faults.py), so
+it can take it down and bring it back without disturbing other modules. A Jupyter server on the
+Kubernetes backend holds kernel pods through each fault: it must relist and go on, count nothing
+twice, lose no kernel, and while the API is gone refuse a start with one sentence.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from ..cluster import ControlPlane, KubeCluster
 from ..cluster.rest import NAMESPACES
 from ..polling import wait_until
 from .conftest import Node
+from .faults import api_server_down, own_control_plane, runs_code_throughout
 from .kubernetes_server.support import POLL, get, running_view, server_for, start
 from .servers import JupyterServer, execute
 from .test_kubernetes import nothing_left
@@ -41,13 +41,12 @@ from .test_kubernetes import nothing_left
 pytestmark = pytest.mark.integration
 
 SLICE = 6 * GiB  # what kernelspec gpu-6g-vgpu reserves
-OUTAGE = 20.0  # seconds the API server stays away in the outage test
 
 
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """This module's own control plane (the tests stop and restart it)."""
-    with ControlPlane(tmp_path_factory.mktemp("faulty-plane")) as plane:
+    with own_control_plane(tmp_path_factory.mktemp("faulty-plane")) as plane:
         yield plane
 
 
@@ -99,9 +98,7 @@ async def test_while_the_api_server_is_gone_starts_fail_with_one_sentence_and_ke
 ) -> None:
     running = await asyncio.to_thread(start_kernel, server)
     host = kube.url
-    control_plane.down()
-    gone = time.monotonic()
-    try:
+    with api_server_down(control_plane) as gone:
         refused = await asyncio.to_thread(
             server.request, "POST", "/api/gpushare/kernels", {"name": "gpu-6g-vgpu"}
         )
@@ -113,12 +110,8 @@ async def test_while_the_api_server_is_gone_starts_fail_with_one_sentence_and_ke
             message,
         ), message
         # The kernel runs on: its pod's process and its sockets need no API server.
-        while time.monotonic() - gone < OUTAGE:
-            assert await execute(server, running, "print(6 * 7)") == ("42\n", "")
-            await asyncio.sleep(1)  # the outage's length is the scenario, not a wait for state
+        await runs_code_throughout(lambda: execute(server, running, "print(6 * 7)"), gone)
         assert kernel_ids(server) == [running]  # the last view stays: nothing dropped or doubled
-    finally:
-        await asyncio.to_thread(control_plane.start)
     after = await asyncio.to_thread(start_kernel, server)
     assert kernel_ids(server) == sorted([running, after])
     await stop_kernels(server, kube, [running, after])
@@ -131,10 +124,7 @@ def test_a_watch_answered_410_gone_relists_and_goes_on(
     watch cache, so that a watch reads etcd, which compacts old revisions away every second: a
     watch resumed from such a version is answered 410 Gone, and the thread lists again."""
     monkeypatch.setattr(watch_module, "WATCH_SECONDS", 2)  # end watches often, resume from old versions
-    with ControlPlane(
-        tmp_path / "plane",
-        extra_args=["--apiserver-arg=--watch-cache=false", "--apiserver-arg=--etcd-compaction-interval=1s"],
-    ) as plane:
+    with own_control_plane(tmp_path / "plane", compacting=True) as plane:
         monkeypatch.setenv("KUBECONFIG", str(plane.admin_kubeconfig))
         api = Cluster("default", configuration=load_configuration().configuration)
         calls: list[tuple[bool, str]] = []  # (a watch?, the resourceVersion it asked from)
