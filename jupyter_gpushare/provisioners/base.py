@@ -11,9 +11,11 @@ class and answer the questions below the same way, so a server never asks which 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from traitlets import TraitError
 
 from .. import refusals
 from ..compat import forget_pending_kernel
@@ -43,6 +45,19 @@ class GPUShareProvisioner(KernelProvisionerBase):  # type: ignore[misc]
 
             cls = backend_class(kwargs.get("parent"))
         return super().__new__(cls, *args, **kwargs)
+
+    async def post_launch(self, **kwargs: Any) -> None:
+        # jupyter_server lists a kernel (GET /api/kernels, the culler) as soon as its start
+        # returns, but gives it a last activity only a turn or two of the event loop later, when
+        # it starts watching the kernel's messages: a list in between answered 500 (its model
+        # formats None). A kernel is active from the moment it is launched.
+        await super().post_launch(**kwargs)
+        manager = self.parent
+        if manager is not None and manager.has_trait("last_activity"):
+            try:
+                manager.last_activity  # noqa: B018 - unset, reading it raises (no default)
+            except TraitError:
+                manager.last_activity = datetime.now(timezone.utc)
 
     @property
     def has_process(self) -> bool:

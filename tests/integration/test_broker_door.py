@@ -111,7 +111,9 @@ def shut_down_everything(box: TeamBox) -> None:
         # server's kernels only once its kernel process is up.
         for server in box.servers:
             if server.process.poll() is None:
-                for kernel in server.request("GET", "/api/kernels").body:
+                listed = server.request("GET", "/api/kernels")
+                assert listed.status == 200, f"GET /api/kernels: {listed}"
+                for kernel in listed.body:
                     server.request("DELETE", f"/api/kernels/{kernel['id']}")
         return Ledger(box.ledger).records()
 

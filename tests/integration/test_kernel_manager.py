@@ -163,3 +163,19 @@ async def test_a_mode_the_node_cannot_honour_fails_with_what_is_missing(node: No
     with pytest.raises(ModeUnavailableError, match="needs MIG instances"):
         await kernels.start_kernel(kernel_name="mig-4g")
     assert node.ledger.records() == []
+
+
+async def test_a_started_kernel_has_a_last_activity_before_the_server_watches_it(node: Node) -> None:
+    # jupyter_server's GET /api/kernels lists a kernel once its start returns and formats its
+    # last_activity, which the server itself sets only a loop turn later: a list in that gap
+    # answered 500 (seen in full runs). The provisioner sets it at launch.
+    server_kernels = "jupyter_server.services.kernels.kernelmanager.ServerKernelManager"
+    kernels = kernel_manager(Config({"AsyncMultiKernelManager": {"kernel_manager_class": server_kernels}}))
+    try:
+        kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-30g")
+        started = kernels.get_kernel(kernel_id)
+        assert type(started).__name__ == "ServerKernelManager"
+        assert started.last_activity is not None, "listed by the server with no last activity"
+        assert started.last_activity.tzinfo is not None
+    finally:
+        await kernels.shutdown_all()
