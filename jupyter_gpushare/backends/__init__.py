@@ -28,15 +28,4 @@ def backend_for(settings: GPUShare) -> Backend:
     return local_backend(settings)
 
 
-def node_slices_for(settings: GPUShare) -> NodeSlices:
-    """Where this process takes slices for local kernels: the broker, else the node ledger."""
-    if settings.effective_broker_url():
-        from .remote import remote_backend
-
-        return remote_backend(settings)
-    from .local import local_backend
-
-    return local_backend(settings)
-
-
-__all__ = ["Backend", "NodeSlices", "ServerHooks", "ServerKernels", "backend_for", "node_slices_for"]
+__all__ = ["Backend", "NodeSlices", "ServerHooks", "ServerKernels", "backend_for"]

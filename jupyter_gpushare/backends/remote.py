@@ -9,7 +9,7 @@ refuses comes back as the same domain error an embedded backend raises.
 
 Besides the service API (:class:`~.base.Backend`) it offers what local kernels' starts and the
 kernels themselves use (:class:`~.base.NodeSlices`); kernel pods are the broker's business
-(:mod:`jupyter_gpushare.provisioners.remote_pod`).
+(:mod:`jupyter_gpushare.backends.kubernetes.via_broker`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ..records import Outcome, ProcessIdentity, SliceRecord, UsageReport, Waitin
 from ..slice_request import SliceRequest, make_slice_request
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .broker_feed import BrokerFeed
-from .local import token_digest
+from .keys import token_digest
 from .queue_wait import wait_for_slice
 from .transport import BrokerClient, BrokerUnreachableError
 from .wire import (

@@ -30,10 +30,10 @@ from . import caps
 from .display import PoolStatus, SliceStatus
 
 if TYPE_CHECKING:
-    from ..backends import NodeSlices
-    from ..backends.holding import Holding
+    from ..backends.base import NodeSlices
     from ..backends.local import LocalBackend
-    from ..backends.suspend import Suspension
+    from ..backends.local.holding import Holding
+    from ..backends.local.suspend import Suspension
     from .activity import ActivityWatch
 
 WaitCallback = Callable[[int, str], None]
@@ -89,7 +89,7 @@ class OwnSlice:
         kernel reads no config files and leaves reconciling the node to the servers.
         """
         if self._backend is None:
-            from ..backends import node_slices_for
+            from ..backends.local.node_slices import node_slices_for
             from ..config import load_settings
 
             self._backend = node_slices_for(load_settings(from_files=False, reconcile=False))
@@ -285,8 +285,8 @@ class OwnSlice:
         still hold stays reserved. Returns what was released and what is held."""
         self.require()
         caps.free_caches()
-        from ..backends.holding import Holding
         from ..backends.local import LocalBackend
+        from ..backends.local.holding import Holding
 
         backend = self.backend
         if isinstance(backend, LocalBackend):

@@ -19,6 +19,7 @@ from typing import Any
 from tornado import web
 
 from ..backends import Backend, ServerKernels
+from ..backends.provisioning import SliceProvisioner
 from ..compat import forget_pending_kernel
 from ..errors import (
     BackendUnavailableError,
@@ -30,7 +31,6 @@ from ..errors import (
 )
 from ..payloads import KernelPayload, PoolPayload, StatusPayload
 from ..preview import Preview
-from ..provisioners import GPUShareProvisioner
 from ..records import UsageReport
 from .kernelspecs import default_kernelspec, request_defaults
 from .snapshots import Snapshots
@@ -71,14 +71,14 @@ class GPUShareContext:
         if kernel_id not in self.own_kernel_ids():
             raise NoSuchKernelError(f"no kernel {kernel_id} on this server")
 
-    def provisioner_of(self, kernel_id: str) -> GPUShareProvisioner | None:
+    def provisioner_of(self, kernel_id: str) -> SliceProvisioner | None:
         """The gpushare provisioner of one of this server's kernels (None for any other)."""
         try:
             kernel = self.kernel_manager.get_kernel(kernel_id)
         except (KeyError, web.HTTPError):
             return None
         provisioner = getattr(kernel, "provisioner", None)
-        return provisioner if isinstance(provisioner, GPUShareProvisioner) else None
+        return provisioner if isinstance(provisioner, SliceProvisioner) else None
 
     def known(self) -> ServerKernels:
         """What this server knows of its kernels, for the backend to describe them."""
@@ -270,14 +270,14 @@ class GPUShareContext:
         """``POST kernels/{id}/resume``: waits in the queue like a start, then restores."""
         await self._gpushare_kernel(kernel_id).resume()
 
-    def _gpushare_kernel(self, kernel_id: str) -> GPUShareProvisioner:
+    def _gpushare_kernel(self, kernel_id: str) -> SliceProvisioner:
         self.require_own(kernel_id)
         provisioner = self.provisioner_of(kernel_id)
         if provisioner is None:
             raise NoSuchKernelError(f"no GPU kernel {kernel_id} on this server")
         return provisioner
 
-    def kernel_by_token(self, kernel_id: str, token: str | None) -> GPUShareProvisioner:
+    def kernel_by_token(self, kernel_id: str, token: str | None) -> SliceProvisioner:
         """The provisioner of this server's kernel ``kernel_id``, once ``token`` proves the caller
         is that kernel (404 for no such kernel, 403 for another token)."""
         provisioner = self.provisioner_of(kernel_id)

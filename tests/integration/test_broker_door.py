@@ -174,7 +174,7 @@ def test_another_user_cannot_take_a_released_kernel_id(box: TeamBox) -> None:
 
 IN_A_KERNEL = """
 import json
-from jupyter_gpushare.backends import node_slices_for
+from jupyter_gpushare.backends.local.node_slices import node_slices_for
 from jupyter_gpushare.config import load_settings
 from jupyter_gpushare.errors import GPUShareError
 broker = node_slices_for(load_settings(from_files=False, reconcile=False))

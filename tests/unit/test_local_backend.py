@@ -232,7 +232,7 @@ async def test_a_waiting_request_is_refused_once_the_queue_timeout_passed(tmp_pa
 def test_local_kernels_are_encrypted_where_other_users_share_the_node(tmp_path: Path) -> None:
     import os
 
-    from jupyter_gpushare.provisioners.local import encrypts_local_kernels
+    from jupyter_gpushare.backends.local.provisioner import encrypts_local_kernels
 
     ledger = tmp_path / "ledger.sqlite"
     alone = GPUShare(ledger_path=str(ledger))

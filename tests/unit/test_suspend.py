@@ -20,8 +20,8 @@ from checkpoint_fake import Failure, FakeCheckpointDriver
 from nvml_fake import FakeBoard, FakeProcess
 from test_local_backend import make_service
 
-from jupyter_gpushare.backends import suspend as suspending
 from jupyter_gpushare.backends.local import LocalBackend
+from jupyter_gpushare.backends.local import suspend as suspending
 from jupyter_gpushare.checkpoint import InProcessRunner
 from jupyter_gpushare.checkpoint.driver import DriverError, NotSupported
 from jupyter_gpushare.errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError

@@ -9,34 +9,32 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
 import hmac
 import logging
 import os
 import secrets
-import socket
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from .. import env_names
-from ..allocator import Placement, Policy, Refusal
-from ..checkpoint import HelperRunner, Runner
-from ..config import GPUShare, settings_env
-from ..errors import (
+from ... import env_names
+from ...allocator import Placement, Policy, Refusal
+from ...checkpoint import HelperRunner, Runner
+from ...config import GPUShare, settings_env
+from ...errors import (
     DoesNotFitError,
     LedgerError,
     NoSliceError,
     NotYourSliceError,
 )
-from ..holding import released_note
-from ..inventory import Device, Inventory, discover
-from ..ledger import Ledger
-from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
-from ..payloads import KernelPayload, PoolPayload
-from ..preview import Preview
-from ..processes import current_process, identify, runs_within
-from ..records import (
+from ...holding import released_note
+from ...inventory import Device, Inventory, discover
+from ...ledger import Ledger
+from ...modes import MODES, Grant, NodeFacts, get_mode, probe_node
+from ...payloads import KernelPayload, PoolPayload
+from ...preview import Preview
+from ...processes import current_process, identify, runs_within
+from ...records import (
     NewRequest,
     Outcome,
     ProcessIdentity,
@@ -45,16 +43,18 @@ from ..records import (
     UsageReport,
     Waiting,
 )
-from ..sizes import bytes_or_none, format_bytes
-from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
+from ...sizes import bytes_or_none, format_bytes
+from ...slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
+from ..accounts import Accounts, KeepsAccounts
+from ..base import ServerHooks, ServerKernels, WaitCallback
+from ..keys import server_id_of, token_digest
+from ..queue_wait import settle, wait_for_slice
+from . import checks as local_checks
 from . import holding as holdings
-from . import local_checks, local_views
 from . import suspend as suspending
-from .accounts import Accounts, KeepsAccounts
-from .base import ServerHooks, ServerKernels, WaitCallback
+from . import views as local_views
 from .holding import Holding
 from .monitor import UsageMonitor
-from .queue_wait import settle, wait_for_slice
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -528,15 +528,6 @@ class LocalBackend(KeepsAccounts):
 
     def attach_server(self, hooks: ServerHooks) -> None:
         """Local kernels reach the ledger themselves: nothing to lend."""
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def server_id_of(owner: str, pid: int) -> str:
-    """The id of the server (or console, or nbclient run) in process ``pid`` on this node."""
-    return f"{owner}@{socket.gethostname()}:{pid}"
 
 
 _backends: dict[BackendKey, LocalBackend] = {}

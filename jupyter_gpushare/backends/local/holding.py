@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ..records import SliceRecord
+from ...records import SliceRecord
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def process_tree(pid: int) -> frozenset[int]:
 
 def measure_nvml(kernel_pid: int, device_uuids: Sequence[str]) -> Holding:
     """NVML's per-process figures for ``kernel_pid``'s tree, on the pool's devices."""
-    from ..usage.nvml_usage import read_snapshot
+    from ...usage.nvml_usage import read_snapshot
 
     snapshot = read_snapshot(device_uuids)
     tree = process_tree(kernel_pid)

@@ -29,12 +29,13 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Any as AnyTrait
 
-from .. import env_names
-from ..backends import NodeSlices, node_slices_for
-from ..backends.local import LocalBackend
-from ..config import GPUShare, load_settings
-from ..errors import BackendUnavailableError, CannotSuspendError, DoesNotFitError, ResumeError
-from .base import REQUEST_TRAITS, GPUShareProvisioner
+from ... import env_names
+from ...config import GPUShare, load_settings
+from ...errors import BackendUnavailableError, CannotSuspendError, DoesNotFitError, ResumeError
+from ..base import NodeSlices
+from ..provisioning import REQUEST_TRAITS, SliceProvisioner
+from .backend import LocalBackend
+from .node_slices import node_slices_for
 
 # Held memory and suspend/resume need the node ledger itself; a broker does not offer them yet.
 THROUGH_A_BROKER = "is not available through a GPU broker yet: nothing was changed"
@@ -46,7 +47,7 @@ def _is_ipykernel(cmd: list[str]) -> bool:
     return any("ipykernel" in part for part in cmd)
 
 
-class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: ignore[misc]
+class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ignore[misc]
     """A local kernel process holding a GPU slice from the node ledger."""
 
     # Plain traits, validated in pre_launch so a bad kernelspec fails with our message listing

@@ -22,13 +22,13 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..allocator import kernel_limit_refusal, user_limit_refusal
-from ..config import GPUShare
-from ..errors import POD_HOLDS_ITS_GPU, DoesNotFitError, HeldForLifeError
-from ..k8s.build import cluster_facts
-from ..k8s.clients import SharedCluster, shared_cluster
-from ..k8s.cluster import Cluster, ClusterError
-from ..k8s.dra_pool import (
+from ...allocator import kernel_limit_refusal, user_limit_refusal
+from ...config import GPUShare
+from ...errors import POD_HOLDS_ITS_GPU, DoesNotFitError, HeldForLifeError
+from ...k8s.build import cluster_facts
+from ...k8s.clients import SharedCluster, shared_cluster
+from ...k8s.cluster import Cluster, ClusterError
+from ...k8s.dra_pool import (
     ClaimUse,
     DraDevice,
     device_views,
@@ -38,9 +38,9 @@ from ..k8s.dra_pool import (
     read_slices,
     with_allocated_modes,
 )
-from ..k8s.holders import holder_text, is_orphan
-from ..k8s.manifests import APP, APP_LABEL, OWNER_LABEL, label_value, selector, server_label
-from ..k8s.pool import (
+from ...k8s.holders import holder_text, is_orphan
+from ...k8s.manifests import APP, APP_LABEL, OWNER_LABEL, label_value, selector, server_label
+from ...k8s.pool import (
     NodeGPUs,
     PodSlice,
     held_by_user,
@@ -51,20 +51,20 @@ from ..k8s.pool import (
     queue_positions,
     read_pod,
 )
-from ..k8s.presets import resolve_preset
-from ..k8s.preview import preview_pod
-from ..k8s.requests import ClusterFacts
-from ..k8s.usage import MetricsFormatError, pod_memory_used
-from ..modes import MODES
-from ..payloads import KernelPayload, PoolPayload
-from ..preview import Preview
-from ..processes import current_process
-from ..records import UsageReport
-from ..sizes import bytes_or_none
-from ..slice_request import SliceRequest, make_slice_request
-from ..views import slice_less_view
-from .accounts import WithoutAccounting
-from .base import ServerHooks, ServerKernels
+from ...k8s.presets import resolve_preset
+from ...k8s.preview import preview_pod
+from ...k8s.requests import ClusterFacts
+from ...k8s.usage import MetricsFormatError, pod_memory_used
+from ...modes import MODES
+from ...payloads import KernelPayload, PoolPayload
+from ...preview import Preview
+from ...processes import current_process
+from ...records import UsageReport
+from ...sizes import bytes_or_none
+from ...slice_request import SliceRequest, make_slice_request
+from ...views import slice_less_view
+from ..accounts import WithoutAccounting
+from ..base import ServerHooks, ServerKernels
 
 log = logging.getLogger("jupyter_gpushare")
 

@@ -1,17 +1,14 @@
-"""The ``gpushare-provisioner`` entry point: one name, the kernel's kind chosen by configuration.
+"""What a server asks of every gpushare kernel, whatever its kind: :class:`SliceProvisioner`.
 
-Kernelspecs name one provisioner whatever runs the kernels. Constructing
-:class:`GPUShareProvisioner` (as jupyter_client's provisioner factory does, with the kernel
-manager as ``parent``) reads ``c.GPUShare.backend`` from the parent's config (or the config
-files, or ``$JUPYTER_GPUSHARE_BACKEND``) and builds that backend's provisioner instead: a local
-process (:mod:`.local`) or a Kubernetes pod (:mod:`.kubernetes`). Both are instances of this
-class and answer the questions below the same way, so a server never asks which it has.
+Each backend's provisioner (:mod:`.local.provisioner`, :mod:`.kubernetes.provisioner`,
+:mod:`.kubernetes.via_broker`) is one, and answers the questions below the same way, so a server
+never asks which it has. The ``gpushare-provisioner`` entry point
+(:class:`jupyter_gpushare.provisioners.GPUShareProvisioner`) builds the configured one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
@@ -24,7 +21,7 @@ REQUEST_TRAITS = ("gpu_memory", "gpu_mode", "gpu_cores")  # what a start may ove
 START_ARGUMENTS = ("gpushare_path", "gpushare_on_state")  # what a server passes to a start
 
 
-class GPUShareProvisioner(KernelProvisionerBase):  # type: ignore[misc]
+class SliceProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     """A kernel holding a GPU slice; which kind of kernel depends on ``GPUShare.backend``.
 
     What a server reads of every gpushare kernel, whatever its kind:
@@ -36,13 +33,6 @@ class GPUShareProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     ended_reason: str | None = None  # why its pod or process ended, where known
     resize_failure: str | None = None  # why the last resize did not happen, until the next one
     _on_state: Callable[[str], object] | None = None  # a server's listener, per start
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if cls is GPUShareProvisioner:
-            from . import backend_class  # the package picks among its modules (no cycle here)
-
-            cls = backend_class(kwargs.get("parent"))
-        return super().__new__(cls, *args, **kwargs)
 
     @property
     def has_process(self) -> bool:

@@ -44,21 +44,20 @@ from jupyter_client.connect import KernelConnectionInfo
 from traitlets import Any as AnyTrait
 from traitlets import Float
 
-from ..allocator import kernel_limit_refusal
-from ..backends.kubernetes import KubernetesBackend, kubernetes_backend
-from ..config import GPUShare, load_settings
-from ..errors import (
+from ...allocator import kernel_limit_refusal
+from ...config import GPUShare, load_settings
+from ...errors import (
     POD_HOLDS_ITS_GPU,
     ConfigurationError,
     DoesNotFitError,
     HeldForLifeError,
     NeedsRestartError,
 )
-from ..k8s.build import kernel_claim, kernel_pod
-from ..k8s.claims import summary
-from ..k8s.cluster import ClusterError
-from ..k8s.dialects import describe_request
-from ..k8s.manifests import (
+from ...k8s.build import kernel_claim, kernel_pod
+from ...k8s.claims import summary
+from ...k8s.cluster import ClusterError
+from ...k8s.dialects import describe_request
+from ...k8s.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
     claim_name,
@@ -68,11 +67,12 @@ from ..k8s.manifests import (
     pod_name,
     secret_name,
 )
-from ..k8s.requests import PodRequest
-from ..k8s.status import termination
-from ..sizes import bytes_or_none
-from ..slice_request import SliceRequest, make_slice_request
-from .base import REQUEST_TRAITS, GPUShareProvisioner
+from ...k8s.requests import PodRequest
+from ...k8s.status import termination
+from ...sizes import bytes_or_none
+from ...slice_request import SliceRequest, make_slice_request
+from ..provisioning import REQUEST_TRAITS, SliceProvisioner
+from .backend import KubernetesBackend, kubernetes_backend
 from .pod_start import KernelPodError, PodStart
 
 NEEDS_RESTART = (
@@ -81,7 +81,7 @@ NEEDS_RESTART = (
 )
 
 
-class KubernetesProvisioner(GPUShareProvisioner):
+class KubernetesProvisioner(SliceProvisioner):
     """A kernel in its own pod, asking the cluster's GPU sharing layer for its slice."""
 
     gpu_memory = AnyTrait(None, help="Slice size (SPEC §3); None takes GPUShare.default_memory.")

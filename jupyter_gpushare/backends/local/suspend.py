@@ -21,15 +21,15 @@ from typing import Any, Protocol
 
 import psutil
 
-from ..checkpoint import Runner
-from ..config import GPUShare
-from ..devices import Device, Inventory
-from ..errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError
-from ..ledger import Ledger
-from ..processes import is_alive
-from ..records import ProcessIdentity, SliceRecord, SuspendedState
-from ..sizes import MiB, format_bytes
-from ..slice_request import SliceRequest, make_slice_request
+from ...checkpoint import Runner
+from ...config import GPUShare
+from ...devices import Device, Inventory
+from ...errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError
+from ...ledger import Ledger
+from ...processes import is_alive
+from ...records import ProcessIdentity, SliceRecord, SuspendedState
+from ...sizes import MiB, format_bytes
+from ...slice_request import SliceRequest, make_slice_request
 from .holding import Holding
 
 LOCK_TIMEOUT_MS = 10_000  # how long the driver waits for a kernel's submitted GPU work
