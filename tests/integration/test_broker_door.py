@@ -31,9 +31,9 @@ from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.records import SliceRecord
 from jupyter_gpushare.sizes import GiB
 
-from ..polling import wait_until
-from .servers import JupyterServer, Response, execute
-from .teambox import BIN, OSUser, TeamBox, team_box, wait_ready
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, Response, execute
+from ..support.teambox import BIN, OSUser, TeamBox, team_box, wait_ready
 
 pytestmark = pytest.mark.integration
 

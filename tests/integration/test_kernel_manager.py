@@ -17,9 +17,9 @@ from jupyter_gpushare.errors import (
 )
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
-from ..polling import async_wait_until
-from .conftest import Node
-from .kernels import kernel_manager, run_code, write_kernelspec
+from ..support.kernels import kernel_manager, run_code, write_kernelspec
+from ..support.nodes import Node
+from ..support.polling import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -43,9 +43,9 @@ from jupyter_gpushare.processes import current_process, identify
 from jupyter_gpushare.provisioners import GPUShareProvisioner, SliceProvisioner
 
 from ..cluster import EVENTS, PODS, SECRETS, KubeCluster
-from ..polling import async_wait_until
-from .conftest import BROKEN_IMAGE, IMAGE, Node
-from .kernels import kernel_manager, run_cell
+from ..support.kernels import kernel_manager, run_cell
+from ..support.nodes import BROKEN_IMAGE, IMAGE, Node
+from ..support.polling import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from nvml_fake import FakeBoard
 
 from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
@@ -24,7 +23,8 @@ from jupyter_gpushare.errors import (
 )
 from jupyter_gpushare.processes import current_process, identify
 from jupyter_gpushare.sizes import ACCEPTED_FORMS
-from tests.polling import async_wait_until
+from tests.support.nvml_fake import FakeBoard
+from tests.support.polling import async_wait_until
 
 GiB = 2**30
 

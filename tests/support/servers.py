@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..json_http import json_call
-from .conftest import BIN, Node
+from .json_http import json_call
+from .nodes import BIN, Node
 
 
 def free_port() -> int:
