@@ -24,8 +24,8 @@ from ..errors import (
     POD_HOLDS_ITS_GPU,
     BackendUnavailableError,
     GPUShareError,
-    HeldForLifeError,
     NeedsRestartError,
+    NotOfferedError,
 )
 from ..sizes import parse_size
 from . import caps
@@ -114,16 +114,16 @@ class PodKernel:
         return PoolStatus(self.view()["pool"])
 
     def request(self, memory: object, mode: object = None, cores: object = None, on_wait: Any = None) -> Any:
-        raise HeldForLifeError(FIXED_FOR_LIFE)
+        raise NotOfferedError(FIXED_FOR_LIFE)
 
     def release(self) -> Any:
-        raise HeldForLifeError(FIXED_FOR_LIFE)
+        raise NotOfferedError(FIXED_FOR_LIFE)
 
     def suspend(self) -> Any:
-        raise HeldForLifeError(FIXED_FOR_LIFE)
+        raise NotOfferedError(FIXED_FOR_LIFE)
 
     def resume(self, on_wait: Any = None) -> Any:
-        raise HeldForLifeError(FIXED_FOR_LIFE)
+        raise NotOfferedError(FIXED_FOR_LIFE)
 
     def resize(self, memory: object, restart: bool = False, force: bool = False) -> PodSliceStatus:
         parse_size(memory)  # a bad size is refused before anything else
@@ -140,7 +140,7 @@ class PodKernel:
         self.declare(memory, utilization)
 
     def watch(self, **kwargs: Any) -> Any:
-        raise HeldForLifeError(
+        raise NotOfferedError(
             "%gpu watch reads the node ledger, which a kernel pod does not have; the JupyterLab GPU "
             "panel shows this kernel live, and %gpu status shows its latest use"
         )

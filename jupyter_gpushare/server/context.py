@@ -143,6 +143,7 @@ class GPUShareContext:
         for view in views:
             if view["kernel_id"] in unused:
                 view["unused"] = True
+            view["capabilities"] = self.backend.capabilities.payload()
         return views
 
     def kernel_view(self, kernel_id: str) -> KernelPayload:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...allocator import kernel_limit_refusal, user_limit_refusal
+from ...capabilities import KERNEL_PODS, Capabilities
 from ...config import GPUShare
-from ...errors import POD_HOLDS_ITS_GPU, DoesNotFitError, HeldForLifeError
+from ...errors import POD_HOLDS_ITS_GPU, DoesNotFitError, NotOfferedError
 from ...k8s.build import cluster_facts
 from ...k8s.clients import SharedCluster, shared_cluster
 from ...k8s.cluster import Cluster, ClusterError
@@ -97,6 +98,7 @@ class KubernetesBackend(WithoutAccounting):
 
     name = "kubernetes"
     remote_kernels = True
+    capabilities: Capabilities = KERNEL_PODS  # a pod holds its resources for its life
 
     def __init__(self, settings: GPUShare) -> None:
         self.settings = settings
@@ -361,7 +363,7 @@ class KubernetesBackend(WithoutAccounting):
         return item is None or not (item.placed and item.phase == "Running")
 
     def release(self, kernel_id: str) -> None:
-        raise HeldForLifeError(HELD_FOR_LIFE.format(kernel_id=kernel_id))
+        raise NotOfferedError(HELD_FOR_LIFE.format(kernel_id=kernel_id))
 
     def report_usage(self, kernel_id: str, report: UsageReport) -> None:
         with self._lock:

@@ -50,8 +50,8 @@ from ...errors import (
     POD_HOLDS_ITS_GPU,
     ConfigurationError,
     DoesNotFitError,
-    HeldForLifeError,
     NeedsRestartError,
+    NotOfferedError,
 )
 from ...k8s.build import kernel_claim, kernel_pod
 from ...k8s.claims import summary
@@ -357,10 +357,10 @@ class KubernetesProvisioner(SliceProvisioner):
     # ---- the kernel's own slice ------------------------------------------------------------------
 
     async def suspend(self) -> None:
-        raise HeldForLifeError(POD_HOLDS_ITS_GPU)
+        raise NotOfferedError(POD_HOLDS_ITS_GPU)
 
     async def resume(self) -> None:
-        raise HeldForLifeError(POD_HOLDS_ITS_GPU)
+        raise NotOfferedError(POD_HOLDS_ITS_GPU)
 
     async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         """A pod's resources are fixed: the new size takes a new pod, so ``restart`` is needed."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ... import env_names
 from ...allocator import Placement, Policy, Refusal
+from ...capabilities import NODE_LEDGER, Capabilities
 from ...checkpoint import HelperRunner, Runner
 from ...config import GPUShare, settings_env
 from ...errors import (
@@ -35,11 +36,15 @@ from ...payloads import KernelPayload, PoolPayload
 from ...preview import Preview
 from ...processes import current_process, identify, runs_within
 from ...records import (
+    Holding,
     NewRequest,
     Outcome,
     ProcessIdentity,
     Refused,
+    ReleasedSlice,
+    Resumption,
     SliceRecord,
+    Suspension,
     UsageReport,
     Waiting,
 )
@@ -53,7 +58,6 @@ from . import checks as local_checks
 from . import holding as holdings
 from . import suspend as suspending
 from . import views as local_views
-from .holding import Holding
 from .monitor import UsageMonitor
 
 log = logging.getLogger("jupyter_gpushare")
@@ -75,6 +79,7 @@ class LocalBackend(KeepsAccounts):
 
     name = "local"
     remote_kernels = False
+    capabilities: Capabilities = NODE_LEDGER  # the ledger itself: everything
 
     def __init__(self, settings: GPUShare, inventory: Inventory | None = None) -> None:
         self.settings = settings
@@ -354,14 +359,20 @@ class LocalBackend(KeepsAccounts):
     def runner(self, runner: Runner) -> None:
         self._runner = runner
 
-    def suspend(self, kernel_id: str) -> suspending.Suspension:
+    def suspend(self, kernel_id: str) -> Suspension:
         """Checkpoint the kernel's GPU state to host memory and give its slice back for real
         (raises ``CannotSuspendError`` with the reason, keeping the slice, when it cannot)."""
         return suspending.suspend(self, kernel_id)
 
-    async def resume(self, kernel_id: str, on_wait: WaitCallback | None = None) -> suspending.Resumption:
+    async def resume(self, kernel_id: str, on_wait: WaitCallback | None = None) -> Resumption:
         """Wait for a slice like a start (on a card the state can go to), restore and unlock."""
         return await suspending.resume(self, kernel_id, on_wait)
+
+    def released(self, kernel_id: str) -> ReleasedSlice | None:
+        return self.ledger.released(kernel_id)
+
+    def declare_held(self, kernel_id: str, used: int) -> None:
+        self.ledger.update_held([(kernel_id, used, "simulated")])
 
     def reconcile(self) -> list[SliceRecord]:
         released = self.ledger.reconcile()

@@ -10,20 +10,10 @@ declared usage stands for it, as it does everywhere else on such a pool.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import psutil
 
-from ...records import SliceRecord
-
-
-@dataclass(frozen=True)
-class Holding:
-    """What a kernel's processes hold on the GPU now."""
-
-    memory: int  # bytes
-    source: str | None  # "nvml", "simulated", "kernel"; None when nothing could be measured
-    gpu_pids: tuple[int, ...] = ()  # the kernel's processes NVML lists (empty without NVML)
+from ...records import Holding, SliceRecord
 
 
 def process_tree(pid: int) -> frozenset[int]:

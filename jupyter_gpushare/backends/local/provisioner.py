@@ -31,14 +31,12 @@ from traitlets import Any as AnyTrait
 
 from ... import env_names
 from ...config import GPUShare, load_settings
-from ...errors import BackendUnavailableError, CannotSuspendError, DoesNotFitError, ResumeError
+from ...errors import BackendUnavailableError
 from ..base import NodeSlices
 from ..provisioning import REQUEST_TRAITS, SliceProvisioner
-from .backend import LocalBackend
 from .node_slices import node_slices_for
 
 # Held memory and suspend/resume need the node ledger itself; a broker does not offer them yet.
-THROUGH_A_BROKER = "is not available through a GPU broker yet: nothing was changed"
 
 KERNEL_EXTENSION = "jupyter_gpushare.kernel"
 
@@ -174,29 +172,17 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
     async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         """Resize in place in the ledger; a restart only when asked (JAX/TensorFlow read their
         cap only at start)."""
-        backend = self.backend
-        if isinstance(backend, LocalBackend):
-            await asyncio.to_thread(backend.resize, self.kernel_id, memory, force)
-        elif force:
-            raise DoesNotFitError(f"a forced shrink {THROUGH_A_BROKER}")
-        else:
-            await asyncio.to_thread(backend.resize, self.kernel_id, memory)
+        await asyncio.to_thread(self.backend.resize, self.kernel_id, memory, force)
         return restart
 
     async def suspend(self) -> None:
         """This process started the kernel: it has the driver checkpoint it (a helper process
         does the calls) and gives the slice back once the driver says it is done."""
-        backend = self.backend
-        if not isinstance(backend, LocalBackend):
-            raise CannotSuspendError(f"suspend {THROUGH_A_BROKER}", why=f"suspend {THROUGH_A_BROKER}")
-        outcome = await asyncio.to_thread(backend.suspend, self.kernel_id)
+        outcome = await asyncio.to_thread(self.backend.suspend, self.kernel_id)
         self.set_state(f"suspended ({outcome.state.state_bytes} bytes of GPU state in host memory)")
 
     async def resume(self) -> None:
-        backend = self.backend
-        if not isinstance(backend, LocalBackend):
-            raise ResumeError(f"resume {THROUGH_A_BROKER}")
-        outcome = await backend.resume(self.kernel_id, on_wait=self._report_wait)
+        outcome = await self.backend.resume(self.kernel_id, on_wait=self._report_wait)
         self.set_state(f"holds {outcome.record.size} on {outcome.record.unit_uuid} (resumed)")
 
     def token_matches(self, token: str | None) -> bool:
