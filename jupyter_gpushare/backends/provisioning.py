@@ -9,6 +9,7 @@ never asks which it has. The ``gpushare-provisioner`` entry point
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
@@ -16,9 +17,11 @@ from .. import refusals
 from ..compat import forget_pending_kernel
 from ..errors import GPUShareError
 from ..http_errors import answerable
+from ..slice_request import SliceRequest
 
 REQUEST_TRAITS = ("gpu_memory", "gpu_mode", "gpu_cores")  # what a start may override
-START_ARGUMENTS = ("gpushare_path", "gpushare_on_state")  # what a server passes to a start
+# What a server passes to a start: the notebook path, a listener, the request it checked.
+START_ARGUMENTS = ("gpushare_path", "gpushare_on_state", "gpushare_checked")
 
 
 class SliceProvisioner(KernelProvisionerBase):  # type: ignore[misc]
@@ -33,6 +36,7 @@ class SliceProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     ended_reason: str | None = None  # why its pod or process ended, where known
     resize_failure: str | None = None  # why the last resize did not happen, until the next one
     _on_state: Callable[[str], object] | None = None  # a server's listener, per start
+    _launched: bool = False  # a first launch was prepared (later ones are restarts)
 
     @property
     def has_process(self) -> bool:
@@ -57,6 +61,15 @@ class SliceProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     def token_matches(self, token: str | None) -> bool:
         """Whether ``token`` is the secret this kernel proves itself with."""
         raise NotImplementedError
+
+    def checked_request(self, kwargs: dict[str, Any]) -> SliceRequest | None:
+        """Take ``gpushare_checked`` out of ``kwargs`` (what reaches the kernel's launch must be
+        jupyter_client's own) and return the request the server already checked for this start
+        (``POST kernels``): a start is checked once. None on a restart (its size may have
+        changed since: it is checked again) or for a start the server did not check."""
+        checked = kwargs.pop("gpushare_checked", None)
+        first, self._launched = not self._launched, True
+        return checked if first and isinstance(checked, SliceRequest) else None
 
     def failed_start(self, error: BaseException) -> BaseException:
         """What to raise for a start that failed: the kernel leaves its manager's pending starts

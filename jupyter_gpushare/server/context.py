@@ -167,9 +167,10 @@ class GPUShareContext:
         name = name or default_kernelspec(self.kernel_spec_manager, self.kernel_manager)
         merged = {**request_defaults(self.kernel_spec_manager, name), **fields}
         kernel_id = str(uuid.uuid4())
-        # Checked before anything starts: a bad size, an impossible mode or a quota the user has
-        # reached reserves nothing and starts nothing.
-        await asyncio.to_thread(
+        # Checked before anything starts, and only here: a bad size, an impossible mode or a quota
+        # the user has reached reserves nothing and starts nothing; the provisioner takes the
+        # checked request (gpushare_checked) instead of checking it again.
+        checked = await asyncio.to_thread(
             self.backend.check,
             merged.get("gpu_memory"),
             merged.get("gpu_mode"),
@@ -186,6 +187,7 @@ class GPUShareContext:
                 # What the start is doing (queue position, the pod's phase and the scheduler's
                 # words), as it comes, for GET kernels and the panel.
                 gpushare_on_state=lambda state: self.starts.note(kernel_id, state),
+                gpushare_checked=checked,
                 **fields,
             )
         )

@@ -16,13 +16,13 @@ from tornado import web
 from tornado.log import app_log
 
 from .. import request_body
+from ..backends.transport import TOKEN_HEADER
 from ..errors import POD_HOLDS_ITS_GPU, NotOfferedError
 from ..http_errors import answering_domain_errors, message_of
 from ..records import UsageReport
 from .context import GPUShareContext
 from .handlers import request_fields
 
-TOKEN_HEADER = "X-GPUShare-Token"
 RESTART_AFTER = 0.5  # seconds: the kernel reads the answer before it is restarted
 
 

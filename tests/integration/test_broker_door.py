@@ -32,8 +32,8 @@ from jupyter_gpushare.records import SliceRecord
 from jupyter_gpushare.sizes import GiB
 
 from ..support.polling import wait_until
-from ..support.servers import JupyterServer, Response, execute
-from ..support.teambox import BIN, OSUser, TeamBox, team_box, wait_ready
+from ..support.servers import JupyterServer, Response, execute, wait_ready
+from ..support.teambox import BIN, OSUser, TeamBox, team_box
 
 pytestmark = pytest.mark.integration
 

@@ -28,8 +28,8 @@ from jupyter_gpushare.payloads import KernelPayload
 from jupyter_gpushare.sizes import GiB
 
 from ..support.polling import wait_until
-from ..support.servers import JupyterServer, Response, execute
-from ..support.teambox import BIN, TeamBox, team_box, wait_ready
+from ..support.servers import JupyterServer, Response, execute, wait_ready
+from ..support.teambox import BIN, TeamBox, team_box
 
 pytestmark = pytest.mark.integration
 

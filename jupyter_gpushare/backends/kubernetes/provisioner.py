@@ -168,6 +168,7 @@ class KubernetesProvisioner(SliceProvisioner):
                     setattr(self, name, value)
         kwargs.pop("gpushare_path", None)
         self._on_state = kwargs.pop("gpushare_on_state", None)
+        self.checked_request(kwargs)  # the pod's request is built from the same traits below
         self._request(settings)  # a bad request fails before anything is asked of the cluster
         backend = self._backend = await asyncio.to_thread(kubernetes_backend, settings)
         await asyncio.to_thread(backend.collect_orphans)

@@ -60,9 +60,13 @@ class RemotePodProvisioner(KubernetesProvisioner):
                     setattr(self, name, value)
         kwargs.pop("gpushare_path", None)
         self._on_state = kwargs.pop("gpushare_on_state", None)
+        checked = self.checked_request(kwargs)
         self._request(settings)  # a bad request fails before the broker is asked
         broker = self._broker = remote_backend(settings)
-        await asyncio.to_thread(broker.check, self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
+        if checked is None:  # a start the server checked is not checked again
+            await asyncio.to_thread(
+                broker.check, self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id
+            )
         self._argv = [*self.kernel_spec.argv, *kwargs.pop("extra_arguments", [])]
         self._generation += 1
         if self._token is None:

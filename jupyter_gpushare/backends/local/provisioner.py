@@ -80,11 +80,12 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
             if name in kwargs:
                 setattr(self, name, kwargs.pop(name))
         self._on_state = kwargs.pop("gpushare_on_state", None)
+        checked = self.checked_request(kwargs)
         session_path = kwargs.pop("gpushare_path", None) or (kwargs.get("env") or {}).get(
             "JPY_SESSION_NAME", ""
         )
         try:
-            request = backend.check(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
+            request = checked or backend.check(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
             record = await backend.acquire(
                 self.kernel_id,
                 request,
