@@ -17,10 +17,9 @@ import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from ... import env_names
 from ...allocator import Placement, Policy, Refusal
 from ...checkpoint import HelperRunner, Runner
-from ...config import GPUShare, settings_env
+from ...config import GPUShare
 from ...errors import (
     DoesNotFitError,
     LedgerError,
@@ -30,7 +29,7 @@ from ...errors import (
 from ...holding import released_note
 from ...inventory import Device, Inventory, discover
 from ...ledger import Ledger
-from ...modes import MODES, Grant, NodeFacts, get_mode, probe_node
+from ...modes import MODES, NodeFacts, probe_node
 from ...payloads import KernelPayload, PoolPayload
 from ...preview import Preview
 from ...processes import current_process, identify, runs_within
@@ -53,6 +52,7 @@ from . import checks as local_checks
 from . import holding as holdings
 from . import suspend as suspending
 from . import views as local_views
+from .grants import KernelGrants
 from .holding import Holding
 from .monitor import UsageMonitor
 
@@ -69,7 +69,7 @@ class BackendKey:
     mps_pipe_directory: str
 
 
-class LocalBackend(KeepsAccounts):
+class LocalBackend(KeepsAccounts, KernelGrants):
     """Slices on this node for one process (a server, a console, an nbclient run); what they
     cost from :class:`~.accounts.KeepsAccounts`."""
 
@@ -374,49 +374,6 @@ class LocalBackend(KeepsAccounts):
             )
         return released
 
-    # ---- what the kernel gets ------------------------------------------------------------
-
-    def grant(self, record: SliceRecord) -> Grant:
-        assert record.unit_uuid is not None
-        return Grant(
-            kernel_id=record.kernel_id,
-            mode=record.mode,
-            unit_uuid=record.unit_uuid,
-            unit_memory=local_views.unit_memory(self.ledger.devices(), record.unit_uuid),
-            memory=record.memory,
-            cores=record.cores,
-        )
-
-    def slice_env(self, record: SliceRecord) -> dict[str, str]:
-        """The variables of the slice's mode on this node (device, caps, MPS or HAMi-core)."""
-        return get_mode(record.mode).kernel_env(self.grant(record), self.facts)
-
-    def kernel_env(self, record: SliceRecord) -> dict[str, str]:
-        """The slice's variables, this process's settings, and the kernel's own-slice token."""
-        env = settings_env(self.settings)
-        env.update(self.slice_env(record))
-        token = self._tokens.get(record.kernel_id)
-        if token:
-            env[env_names.TOKEN] = token
-        return env
-
-    def own_slice(self, kernel_id: str, token: str | None) -> SliceRecord | None:
-        """The slice of ``kernel_id`` if ``token`` proves the caller is that kernel.
-
-        None when the kernel holds no slice; an error when the slice exists and the token does
-        not match it, so one kernel can never act on another kernel's slice.
-        """
-        record = self.ledger.get(kernel_id)
-        if record is None:
-            return None
-        if (
-            not token
-            or record.token_hash is None
-            or not hmac.compare_digest(record.token_hash, token_digest(token))
-        ):
-            raise NotYourSliceError(f"the GPU slice of kernel {kernel_id} belongs to another kernel")
-        return record
-
     def simulated(self) -> bool:
         """Whether the pool is simulated (declared usage is allowed)."""
         return self.inventory.simulated or self.ledger.simulated()
@@ -424,13 +381,6 @@ class LocalBackend(KeepsAccounts):
     def start_monitoring(self) -> None:
         """Sample the kernels this process started (a kernel was just attached)."""
         self.monitor.ensure_running()
-
-    def token_for(self, kernel_id: str) -> str | None:
-        return self._tokens.get(kernel_id)
-
-    def remember_token(self, kernel_id: str, token: str) -> None:
-        """Let a kernel that requests its own slice keep proving its identity with ``token``."""
-        self._tokens[kernel_id] = token
 
     # ---- the service API (backends.base.Backend) --------------------------------------------
 
