@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BackendKind:
-    """One kind of backend and everything of it that the rest of the package looks up."""
+    """One kind of backend and everything of it that the rest of the package looks up. (What a
+    kernel can do with its slice is its backend's ``capabilities``: it varies with the settings,
+    a broker's clients offering less than the ledger.)"""
 
     name: str  # the value of c.GPUShare.backend that selects it
     # This process's backend for the settings (built once per process and settings).
@@ -39,13 +41,12 @@ class BackendKind:
     # The class ``gpushare-provisioner`` builds for the settings (one kind may have several,
     # e.g. pods a server creates itself or pods a broker creates for it).
     provisioner: Callable[[GPUShare], type[SliceProvisioner]]
-    # "module:attribute" of the broker's side (a jupyter_gpushare.broker.sides.BrokerSide);
+    # "module:attribute" of the broker's side (a jupyter_gpushare.broker.side.BrokerSide);
     # empty where ``jupyter gpushare broker`` cannot hold this kind.
     broker_side: str = ""
-    # "module:attribute" of the doctor's checks: a function (settings) -> list[Check].
+    # "module:attribute" of the doctor's checks: a function (settings, inventory or None) ->
+    # jupyter_gpushare.doctor.checks.Findings; empty where the kind has none of its own.
     doctor_checks: str = ""
-    # What the kind's kernels can do with their slice (issue 22's capabilities), where it says.
-    capabilities: Any = None
 
 
 _loaded: dict[str, BackendKind] = {}
