@@ -69,9 +69,10 @@ class BackendKey:
     mps_pipe_directory: str
 
 
-class LocalBackend(KeepsAccounts, KernelGrants):
-    """Slices on this node for one process (a server, a console, an nbclient run); what they
-    cost from :class:`~.accounts.KeepsAccounts`."""
+class LocalBackend(KernelGrants, KeepsAccounts):
+    """Slices on this node for one process (a server, a console, an nbclient run); what a kernel
+    gets with its slice from :class:`~.grants.KernelGrants` (first: ``own_slice`` is its), what
+    slices cost from :class:`~.accounts.KeepsAccounts`."""
 
     name = "local"
     remote_kernels = False
