@@ -15,7 +15,6 @@ import os
 import secrets
 import time
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 
 from ...allocator import Placement, Policy, Refusal
 from ...checkpoint import HelperRunner, Runner
@@ -57,16 +56,6 @@ from .holding import Holding
 from .monitor import UsageMonitor
 
 log = logging.getLogger("jupyter_gpushare")
-
-
-@dataclass(frozen=True)
-class BackendKey:
-    """The settings that make two local backends the same; one per key per process."""
-
-    ledger_path: str
-    simulate: str
-    libvgpu_path: str
-    mps_pipe_directory: str
 
 
 class LocalBackend(KernelGrants, KeepsAccounts):
@@ -479,22 +468,3 @@ class LocalBackend(KernelGrants, KeepsAccounts):
 
     def attach_server(self, hooks: ServerHooks) -> None:
         """Local kernels reach the ledger themselves: nothing to lend."""
-
-
-_backends: dict[BackendKey, LocalBackend] = {}
-
-
-def local_backend(settings: GPUShare) -> LocalBackend:
-    """The process's local backend for these settings (NVML is probed once, not per start)."""
-    key = BackendKey(
-        str(settings.effective_ledger_path()),
-        settings.effective_simulate(),
-        settings.libvgpu_path,
-        settings.mps_pipe_directory,
-    )
-    backend = _backends.get(key)
-    if backend is None or backend.holder.pid != os.getpid():
-        backend = _backends[key] = LocalBackend(settings)
-    else:
-        backend.settings = settings  # policy traits may differ between callers; follow the latest
-    return backend

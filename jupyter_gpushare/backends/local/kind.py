@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...config import GPUShare
 from ..registry import BackendKind
-from .backend import local_backend
+from .per_process import local_backend
 from .provisioner import LocalGPUShareProvisioner
 
 
