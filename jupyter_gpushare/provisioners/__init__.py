@@ -1,10 +1,10 @@
 """Kernel provisioners registered under ``jupyter_client.kernel_provisioners``.
 
 ``gpushare-provisioner`` is :class:`GPUShareProvisioner`; constructing it builds the provisioner
-of the configured backend (``c.GPUShare.backend``): local processes or Kubernetes pods — pods the
-server creates itself, or pods the GPU broker creates for it (``c.GPUShare.broker_url``). Local
-kernels take their slice from the ledger or from the broker alike. Every one is a
-:class:`~jupyter_gpushare.backends.provisioning.SliceProvisioner`.
+of the configured backend (``c.GPUShare.backend``), as its kind in
+:mod:`jupyter_gpushare.backends.registry` names it: local processes or Kubernetes pods — pods the
+server creates itself, or pods the GPU broker creates for it (``c.GPUShare.broker_url``). Each is
+a :class:`~jupyter_gpushare.backends.provisioning.SliceProvisioner`.
 """
 
 from __future__ import annotations
@@ -12,23 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends.provisioning import SliceProvisioner
+from ..backends.registry import kind_for
 from ..config import load_settings
 
 
 def backend_class(parent: Any) -> type[SliceProvisioner]:
-    """The provisioner class of the configured backend (the one place that picks it)."""
+    """The provisioner class of the configured backend, as its kind in the registry names it."""
     settings = load_settings(getattr(parent, "config", None), reconcile=False)
-    if settings.backend == "kubernetes" and settings.effective_broker_url():
-        from ..backends.kubernetes.via_broker import RemotePodProvisioner
-
-        return RemotePodProvisioner
-    if settings.backend == "kubernetes":
-        from ..backends.kubernetes.provisioner import KubernetesProvisioner
-
-        return KubernetesProvisioner
-    from ..backends.local.provisioner import LocalGPUShareProvisioner
-
-    return LocalGPUShareProvisioner
+    return kind_for(settings).provisioner(settings)
 
 
 class GPUShareProvisioner(SliceProvisioner):  # type: ignore[misc]

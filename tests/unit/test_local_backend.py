@@ -289,3 +289,15 @@ def test_a_broken_ledger_does_not_stop_the_service_and_the_pool_says_why(tmp_pat
     assert service.ledger.check() is None  # the guard's round: the pool is registered now
     assert "problem" not in service.pool()
     assert service.check("4G").size.canonical == "4G"
+
+
+async def test_a_kernel_proves_its_slice_with_its_own_token_only(service: LocalBackend) -> None:
+    record = await service.acquire("k1", service.check("4G"), kernel_name="spec", path="x.ipynb")
+    token = service.token_for("k1")
+    assert token is not None and service.kernel_env(record)["JUPYTER_GPUSHARE_TOKEN"] == token
+    owned = service.own_slice("k1", token)
+    assert owned is not None and owned.kernel_id == "k1"
+    with pytest.raises(NotYourSliceError):
+        service.own_slice("k1", "another-kernels-token")
+    assert service.own_slice("k2", token) is None  # no slice: nothing to prove
+    service.free("k1")

@@ -8,6 +8,7 @@ taking its slice from the ledger or from the broker that holds it).
 
 from __future__ import annotations
 
-from .backend import LocalBackend, local_backend
+from .backend import LocalBackend
+from .per_process import local_backend
 
 __all__ = ["LocalBackend", "local_backend"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...config import GPUShare
 from ..base import NodeSlices
 from ..remote import remote_backend
-from .backend import local_backend
+from .per_process import local_backend
 
 
 def node_slices_for(settings: GPUShare) -> NodeSlices:
