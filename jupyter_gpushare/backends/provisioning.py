@@ -29,7 +29,8 @@ class SliceProvisioner(KernelProvisionerBase):  # type: ignore[misc]
 
     What a server reads of every gpushare kernel, whatever its kind:
     ``state`` (what its slice or pod is doing, as a person reads it), ``ended_reason``,
-    ``resize_failure``, ``has_process``; :meth:`resize` and :meth:`token_matches`.
+    ``resize_failure``, ``has_process``; :meth:`resize`, :meth:`give_back` and
+    :meth:`token_matches`.
     """
 
     state: str = ""  # "waiting for a GPU slice: position 2 (…)", "running on gpu-node-2"…
@@ -47,6 +48,12 @@ class SliceProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         """Change the kernel's slice to ``memory``; True when the kernel must restart to have it
         (the caller restarts it). Raises with the reason, changing nothing, when it cannot — a
         shrink below what the kernel holds among them, unless ``force``."""
+        raise NotImplementedError
+
+    async def give_back(self) -> None:
+        """Give the kernel's slice back while it runs on (what its processes still hold stays
+        reserved until freed): the backend's ``give_back``, as ``%gpu release`` does in a local
+        kernel. Raises ``NotOfferedError`` where the kind cannot (a pod holds its GPU for life)."""
         raise NotImplementedError
 
     async def suspend(self) -> None:

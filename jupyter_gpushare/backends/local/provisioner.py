@@ -176,6 +176,9 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
         await asyncio.to_thread(self.backend.resize, self.kernel_id, memory, force)
         return restart
 
+    async def give_back(self) -> None:
+        await asyncio.to_thread(self.backend.give_back, self.kernel_id)
+
     async def suspend(self) -> None:
         """This process started the kernel: it has the driver checkpoint it (a helper process
         does the calls) and gives the slice back once the driver says it is done."""
