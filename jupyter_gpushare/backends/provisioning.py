@@ -52,8 +52,8 @@ class SliceProvisioner(KernelProvisionerBase):  # type: ignore[misc]
 
     async def give_back(self) -> None:
         """Give the kernel's slice back while it runs on (what its processes still hold stays
-        reserved until freed): the backend's ``give_back``, as ``%gpu release`` does in a local
-        kernel. Raises ``NotOfferedError`` where the kind cannot (a pod holds its GPU for life)."""
+        reserved until freed), as ``%gpu release`` does in the kernel. Raises ``NotOfferedError``
+        where the kind cannot (a pod holds its GPU for life)."""
         raise NotImplementedError
 
     async def suspend(self) -> None:

@@ -177,7 +177,10 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
         return restart
 
     async def give_back(self) -> None:
-        await asyncio.to_thread(self.backend.give_back, self.kernel_id)
+        # The service API's release: on the node ledger it is give_back, what %gpu release calls;
+        # through a broker it is the broker's release, which measures what the kernel still holds
+        # there (a kernel's own give_back through a broker does not measure it yet).
+        await asyncio.to_thread(self.backend.release, self.kernel_id)
 
     async def suspend(self) -> None:
         """This process started the kernel: it has the driver checkpoint it (a helper process
