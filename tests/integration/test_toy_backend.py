@@ -55,7 +55,9 @@ async def test_a_kernel_starts_through_a_kind_another_package_registers(
     kernel_id = started.body["id"]
     try:
         # The toy's provisioner started it (it marks its kernels), with a slice from its pool.
-        out, err = await execute(toy_server, kernel_id, "import os; print(os.environ.get('TOY_GPUSHARE_KERNEL'))")
+        out, err = await execute(
+            toy_server, kernel_id, "import os; print(os.environ.get('TOY_GPUSHARE_KERNEL'))"
+        )
         assert out.strip() == kernel_id, (out, err)
         [record] = node.running()
         assert record.kernel_id == kernel_id and record.memory == 4 * 2**30
