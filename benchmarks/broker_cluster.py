@@ -243,6 +243,10 @@ def servers_polling(url: str, servers: int, window: float, follow: bool) -> tupl
     return latencies, made[0]
 
 
+# A start that has not run after this long is stuck, not slow: the run fails with its state.
+START_DEADLINE = 600.0
+
+
 def start_pods(
     client: BrokerClient, count: int, tag: str, poll: float = 0.01
 ) -> tuple[list[float], list[float], float]:
@@ -271,7 +275,10 @@ def start_pods(
         posted.append(began)
         view = own.call("POST", "pods", body)
         seen_admitted = False
+        deadline = began + START_DEADLINE
         while view["state"] != "running":
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{kernel_id} not running after {START_DEADLINE:g} s: {view}")
             # Created: past "starting" with the detail "creating the kernel pod" (an admitted
             # start whose Secret and pod requests are still going out).
             if not seen_admitted and view["state"] == "starting" and view.get("detail") != CREATING:

@@ -183,9 +183,12 @@ def _extension_cost(repeats: int) -> tuple[float, float] | None:
     import subprocess
 
     try:
-        from jupyter_gpushare.provisioners import local
+        from jupyter_gpushare.backends.local import provisioner as local
     except ImportError:
-        return None
+        try:  # an older commit (--against): the provisioners lived in their own package
+            from jupyter_gpushare.provisioners import local  # type: ignore[attr-defined,no-redef]
+        except ImportError:
+            return None
     if getattr(local, "KERNEL_EXTENSION", None) != "jupyter_gpushare.kernel":
         return None  # the provisioner does not load the extension into kernels
     imports: list[float] = []

@@ -90,6 +90,8 @@ SIZES = ("512M", "1G", "2G", "4G")
 POOL = "4xA100-80GB"
 
 VARIANTS = ("backoff", "service", "spin", "two-step")
+# A queued start that is still waiting after this long is stuck, not slow: the run fails.
+PLACE_DEADLINE = 600.0
 
 
 def _pause(variant: str) -> float:
@@ -198,7 +200,10 @@ def _worker(
             outcome = ledger.request(request, policy)
         if not isinstance(outcome, api.Placed):
             queued += 1
+        wait_deadline = time.perf_counter() + PLACE_DEADLINE
         while not isinstance(outcome, api.Placed):
+            if time.perf_counter() > wait_deadline:
+                raise RuntimeError(f"worker {worker}: {kernel_id} not placed after {PLACE_DEADLINE:g} s")
             if not isinstance(outcome, api.Waiting):
                 raise RuntimeError(f"worker {worker}: unexpected outcome {outcome!r}")
             waits += 1

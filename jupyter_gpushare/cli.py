@@ -17,6 +17,7 @@ from .errors import BackendUnavailableError, GPUShareError
 from .inventory import SimulationSpecError
 from .k8s.presets import DRA_PRESETS, PRESETS, PresetError
 from .kernelspec import install_kernelspecs
+from .kinds import kind_names
 from .modes import MODES
 from .payloads import KernelPayload, PoolPayload, StatusPayload
 from .sizes import SizeError, format_bytes, parse_size
@@ -100,9 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument(
         "--port", metavar="N", type=int, help="HTTP port (default: GPUShareBroker.port, 8765)"
     )
-    broker.add_argument(
-        "--backend", choices=["local", "kubernetes"], help="what it holds (default: GPUShare.backend)"
-    )
+    broker.add_argument("--backend", choices=kind_names(), help="what it holds (default: GPUShare.backend)")
     broker.add_argument(
         "--config-dir",
         metavar="DIR",

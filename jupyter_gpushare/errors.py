@@ -96,8 +96,12 @@ class NeedsRestartError(GPUShareError):
     status = 409
 
 
-class HeldForLifeError(GPUShareError):
-    """The slice cannot change while the kernel runs (a kernel pod's resources are fixed)."""
+class NotOfferedError(GPUShareError):
+    """What was asked is not offered by this kernel's backend (a kernel pod cannot give memory
+    back, a GPU broker does not suspend yet): nothing changed. One error for every such gap,
+    whatever the backend; a caller that wants to know beforehand reads the backend's
+    :class:`~jupyter_gpushare.capabilities.Capabilities`. 409: the request is well formed, and
+    the kernel's own circumstances (where its slice comes from) are what refuse it."""
 
     status = 409
 

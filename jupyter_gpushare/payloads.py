@@ -63,6 +63,17 @@ class PoolPayload(TypedDict):
     problem: NotRequired[str]  # why the view may be wrong or stale
 
 
+class CapabilitiesPayload(TypedDict):
+    """What the backend of one of this server's kernels can do with its slice (the panel's
+    buttons and the commands follow it, never the backend's kind)."""
+
+    can_request: bool  # take a slice again while the kernel runs without one
+    can_release: bool  # give the slice back while the kernel runs on
+    can_suspend: bool  # move the GPU state to host memory and back (suspend, resume)
+    can_force_shrink: bool  # shrink below what the kernel holds, that memory kept reserved
+    resize_restarts: bool  # every resize restarts the kernel (a kernel pod: a new pod)
+
+
 class KernelPayload(TypedDict):
     kernel_id: str | None  # None only for another user's slice
     kernel_name: str
@@ -86,6 +97,8 @@ class KernelPayload(TypedDict):
     # This server's kernel that no session refers to and no client uses (shut down after
     # GPUShare.unused_kernel_timeout).
     unused: NotRequired[bool]
+    # What its backend can do with its slice (this server's own kernels only).
+    capabilities: NotRequired[CapabilitiesPayload]
     # A queued start: when it is expected to get its slice (seconds since the epoch), null when
     # there is no history to tell (the local backend's estimate; absent elsewhere).
     expected_start: NotRequired[float | None]

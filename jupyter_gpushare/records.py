@@ -211,3 +211,33 @@ class UsageReport:
     memory_used: int  # bytes
     utilization: int | None  # percent of the device's SM time, where known
     source: str  # "kernel" (measured inside it), "simulated" (declared) or "hami" (metrics)
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What a kernel's processes hold on the GPU now."""
+
+    memory: int  # bytes
+    source: str | None  # "nvml", "simulated", "kernel"; None when nothing could be measured
+    gpu_pids: tuple[int, ...] = ()  # the kernel's processes NVML lists (empty without NVML)
+
+
+@dataclass(frozen=True)
+class Suspension:
+    """A suspend that happened: the slice given back and what came to host memory."""
+
+    record: SliceRecord
+    state: SuspendedState
+    seconds: float
+    device: Device
+    held_after: Holding  # what the kernel's processes still hold (0 unless NVML says otherwise)
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """A resume that happened: the new slice, where, and how long the restore took."""
+
+    record: SliceRecord
+    state: SuspendedState
+    seconds: float
+    device: Device

@@ -17,11 +17,20 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..capabilities import Capabilities
 from ..config import GPUShare
 from ..devices import Device
 from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from ..preview import Preview
-from ..records import ProcessIdentity, SliceRecord, UsageReport
+from ..records import (
+    Holding,
+    ProcessIdentity,
+    ReleasedSlice,
+    Resumption,
+    SliceRecord,
+    Suspension,
+    UsageReport,
+)
 from ..slice_request import SliceRequest
 
 WaitCallback = Callable[[int, str], None]  # (queue position, reason) while a request waits
@@ -121,6 +130,11 @@ class Backend(Protocol):
     def location(self) -> str:
         """Where the pool is kept, for logs and ``status``: the ledger file, or the namespace."""
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend can do with a running kernel's slice: callers ask this, never
+        which backend it is; what is not offered is refused with ``NotOfferedError``."""
+
     def attach_server(self, hooks: ServerHooks) -> None:
         """A server in this process lends its hooks (see :class:`ServerHooks`)."""
 
@@ -164,8 +178,28 @@ class NodeSlices(Backend, Protocol):
         """Refuse a kernel's own request for a slice under ``kernel_id`` unless it is the kernel
         that gave that id's slice back."""
 
-    def resize(self, kernel_id: str, memory: object) -> SliceRecord:
-        """Resize a running slice in place; raises with the reason when it cannot."""
+    def resize(self, kernel_id: str, memory: object, force: bool = False) -> SliceRecord:
+        """Resize a running slice in place; raises with the reason when it cannot. ``force``:
+        shrink below what the kernel's processes hold, that memory kept reserved
+        (``capabilities.can_force_shrink``; else :class:`~jupyter_gpushare.errors.NotOfferedError`)."""
+
+    def give_back(self, kernel_id: str) -> tuple[SliceRecord, Holding]:
+        """Release a running kernel's slice while the kernel runs on (it may take one again);
+        what was released, and what its processes still hold (kept reserved)."""
+
+    def suspend(self, kernel_id: str) -> Suspension:
+        """Move the kernel's GPU state to host memory and give its slice back
+        (``capabilities.can_suspend``; else :class:`~jupyter_gpushare.errors.NotOfferedError`)."""
+
+    async def resume(self, kernel_id: str, on_wait: WaitCallback | None = None) -> Resumption:
+        """Wait for a slice like a start and restore a suspended kernel's GPU state."""
+
+    def released(self, kernel_id: str) -> ReleasedSlice | None:
+        """What a kernel that gave its slice back left counted (held memory, a suspended
+        state); None where nothing is kept (a broker keeps no such row for a kernel yet)."""
+
+    def declare_held(self, kernel_id: str, used: int) -> None:
+        """A released kernel declares what its processes still hold (simulated pools)."""
 
     def kernel_env(self, record: SliceRecord) -> dict[str, str]:
         """The environment a kernel holding ``record`` starts with (settings, slice, token)."""

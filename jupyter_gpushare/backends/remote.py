@@ -9,7 +9,7 @@ refuses comes back as the same domain error an embedded backend raises.
 
 Besides the service API (:class:`~.base.Backend`) it offers what local kernels' starts and the
 kernels themselves use (:class:`~.base.NodeSlices`); kernel pods are the broker's business
-(:mod:`jupyter_gpushare.provisioners.remote_pod`).
+(:mod:`jupyter_gpushare.backends.kubernetes.via_broker`).
 """
 
 from __future__ import annotations
@@ -26,17 +26,28 @@ from collections.abc import Hashable
 from typing import Any
 
 from .. import env_names
+from ..capabilities import KERNEL_PODS, LOCAL_BROKER, Capabilities
 from ..config import GPUShare, settings_env
 from ..devices import Device
-from ..errors import GPUShareError
+from ..errors import GPUShareError, NoSliceError, NotOfferedError
 from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from ..preview import Preview
 from ..processes import identify
-from ..records import Outcome, ProcessIdentity, SliceRecord, UsageReport, Waiting
+from ..records import (
+    Holding,
+    Outcome,
+    ProcessIdentity,
+    ReleasedSlice,
+    Resumption,
+    SliceRecord,
+    Suspension,
+    UsageReport,
+    Waiting,
+)
 from ..slice_request import SliceRequest, make_slice_request
 from .base import ServerHooks, ServerKernels, WaitCallback
 from .broker_feed import BrokerFeed
-from .local import token_digest
+from .keys import token_digest
 from .queue_wait import wait_for_slice
 from .transport import BrokerClient, BrokerUnreachableError
 from .wire import (
@@ -99,6 +110,12 @@ class RemoteBackend:
     @property
     def remote_kernels(self) -> bool:
         return self.name == "kubernetes"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A broker of kernel pods offers what pods do; a node's broker places, resizes and
+        releases, but does not checkpoint GPU state nor keep forced shrinks yet."""
+        return KERNEL_PODS if self.remote_kernels else LOCAL_BROKER
 
     # ---- the service API (backends.base.Backend) -------------------------------------------------
 
@@ -265,10 +282,36 @@ class RemoteBackend:
         broker takes no process's word for who it is)."""
         self.client.call("POST", f"slices/{kernel_id}/claim", {}, token=token or "")
 
-    def resize(self, kernel_id: str, memory: object) -> SliceRecord:
+    def resize(self, kernel_id: str, memory: object, force: bool = False) -> SliceRecord:
+        if force:
+            self.capabilities.require("can_force_shrink")
         answer = self.client.call("PATCH", f"slices/{kernel_id}", {"gpu_memory": memory})
         self._envs[kernel_id] = dict(answer["env"])
         return record_from_json(answer["record"])
+
+    def give_back(self, kernel_id: str) -> tuple[SliceRecord, Holding]:
+        """The broker releases the slice and keeps the kernel's claim on its id; what the
+        kernel's processes still hold is not measured there yet."""
+        released = self.free(kernel_id, keep_claim=True)
+        if released is None:
+            raise NoSliceError(f"kernel {kernel_id} holds no GPU slice")
+        return released, Holding(0, None)
+
+    def suspend(self, kernel_id: str) -> Suspension:
+        self.capabilities.require("can_suspend")
+        raise AssertionError("unreachable: no broker suspends")  # pragma: no cover
+
+    async def resume(self, kernel_id: str, on_wait: WaitCallback | None = None) -> Resumption:
+        self.capabilities.require("can_suspend", "resume")
+        raise AssertionError("unreachable: no broker resumes")  # pragma: no cover
+
+    def released(self, kernel_id: str) -> ReleasedSlice | None:
+        return None  # the broker keeps no held memory or suspended state for a kernel yet
+
+    def declare_held(self, kernel_id: str, used: int) -> None:
+        raise NotOfferedError(
+            "declaring held memory is not available through a GPU broker yet: nothing was changed"
+        )
 
     def kernel_env(self, record: SliceRecord) -> dict[str, str]:
         """This process's settings (the broker's address among them), the slice's variables as

@@ -1,4 +1,5 @@
-"""One JSON call to the GPU broker, over its Unix socket or HTTP (the client's only wire).
+"""One JSON call to the GPU broker, over its Unix socket or HTTP (the client's only wire) — and,
+with another prefix, to the jupyter server that started a kernel pod (the pod's own routes).
 
 ``unix:/run/jupyter-gpushare/broker.sock``: the broker learns who calls from the socket's peer
 credentials, so nothing is sent to prove it. ``http://…``: the caller presents its JupyterHub API
@@ -105,9 +106,11 @@ def _owner_and_mode(path: Path) -> str:
 
 @dataclass(frozen=True)
 class BrokerAddress:
-    """Where the broker listens: a Unix socket path, or an HTTP base URL."""
+    """Where the broker listens: a Unix socket path, or an HTTP base URL; ``prefix`` goes
+    between the URL's path and a route (the broker's API, or nothing for a kernel's own routes)."""
 
     url: str
+    prefix: str = API_PREFIX
 
     @property
     def socket_path(self) -> str | None:
@@ -122,14 +125,28 @@ class BrokerAddress:
 
     def path(self, route: str) -> str:
         base = "" if self.socket_path is not None else urllib.parse.urlsplit(self.url).path.rstrip("/")
-        return f"{base}{API_PREFIX}{route}"
+        return f"{base}{self.prefix}{route}"
 
 
 class BrokerClient:
-    """Calls to one broker, as this process (and, for a kernel, with its own-slice token)."""
+    """Calls to one broker, as this process (and, for a kernel, with its own-slice token).
 
-    def __init__(self, url: str, *, hub_token: str | None = None, timeout: float = CALL_TIMEOUT) -> None:
-        self.address = BrokerAddress(url)
+    A kernel pod talks to the jupyter server that started it through the same client (its
+    own routes at ``prefix=""``), so both read refusals the same way (:func:`.wire.error_from`);
+    ``unreachable`` words the sentence for a peer that does not answer.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        hub_token: str | None = None,
+        timeout: float = CALL_TIMEOUT,
+        prefix: str = API_PREFIX,
+        unreachable: str = "the GPU broker at {url} is not reachable: {why}",
+    ) -> None:
+        self.address = BrokerAddress(url, prefix)
+        self._unreachable = unreachable
         self.url = url
         self.timeout = timeout
         # Over HTTP the hub's word on the caller's token is the identity; the socket needs none.
@@ -141,7 +158,7 @@ class BrokerClient:
         why = (
             socket_refusal(path) if path and isinstance(error, (PermissionError, FileNotFoundError)) else None
         )
-        return BrokerUnreachableError(f"the GPU broker at {self.url} is not reachable: {why or error}")
+        return BrokerUnreachableError(self._unreachable.format(url=self.url, why=why or error))
 
     def headers(self, token: str | None = None) -> dict[str, str]:
         """Who we are (over HTTP: our hub token) and where we run; a kernel adds its token."""

@@ -18,6 +18,7 @@ import os
 import signal
 import stat
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,72 +28,28 @@ from tornado.netutil import bind_unix_socket
 from .. import env_names
 from ..config import GPUShare
 from ..errors import BackendUnavailableError, ConfigurationError
-from . import handlers, slices, usage_routes
-from .authority import Authority, LocalAuthority
+from . import handlers, usage_routes
+from .authority import Authority
 from .banner import startup_lines
 from .door import BrokerServer, broker_server, raise_open_files_limit
 from .handlers import BrokerState
 from .identity import HubIdentity
-from .settings import BrokerConfiguration, GPUShareBroker, names_this_broker
+from .settings import BrokerConfiguration, names_this_broker
+from .side import Route, broker_side
+from .traits import GPUShareBroker
 
 log = logging.getLogger("jupyter_gpushare.broker")
 
 PREFIX = "/api/gpushare/broker/"
 SAY_AGAIN_AFTER = 60.0  # seconds before the same housekeeping problem is logged again
 HOUSEKEEPING_EVERY = 2.0  # seconds between releases of dead kernels' slices, orphan collections
-LEDGER_FILES = ("", "-wal", "-shm", ".lock")
 # Connections the socket queues before the broker accepts them (the kernel caps it at
 # net.core.somaxconn): tornado's 128 refused part of 200 servers starting kernels at once.
 LISTEN_BACKLOG = 1024
 
 
-def secure_ledger(path: Path) -> None:
-    """Make the ledger and its companion files the broker's alone (mode 0600), or refuse to run
-    on one another user owns: the broker's decisions are only as good as its sole authority."""
-    for suffix in LEDGER_FILES:
-        target = Path(f"{path}{suffix}")
-        if not target.exists():
-            continue
-        if target.stat().st_uid != os.geteuid():
-            raise ConfigurationError(
-                f"the ledger file {target} belongs to another user: the broker must own the ledger "
-                "(remove it, or run the broker as its owner)"
-            )
-        if stat.S_IMODE(target.stat().st_mode) != 0o600:
-            os.chmod(target, 0o600)
-
-
-def local_authority(settings: GPUShare, broker: GPUShareBroker | None = None) -> LocalAuthority:
-    from ..backends.local import LocalBackend
-
-    # Files the ledger creates (the database, its WAL and lock) are the broker's only.
-    os.umask(0o077)
-    secure_ledger(settings.effective_ledger_path())
-    backend = LocalBackend(settings)
-    backend.ledger.change_marker()  # creates the files now, under this umask
-    secure_ledger(backend.ledger.path)
-    return LocalAuthority(backend, waiting_lease=(broker or GPUShareBroker()).waiting_lease)
-
-
-def kubernetes_authority(settings: GPUShare, broker: GPUShareBroker) -> Authority:
-    from ..backends.base import ServerHooks
-    from ..backends.kubernetes import KubernetesBackend
-    from .authority import KubernetesAuthority
-    from .pods import PodStarts
-
-    backend = KubernetesBackend(settings)
-    backend.attach_server(ServerHooks())  # the one list+watch of the cluster, in the broker
-    return KubernetesAuthority(backend, PodStarts(backend, orphan_grace=broker.orphan_grace))
-
-
-def make_application(state: BrokerState) -> web.Application:
-    routes: list[tuple[str, type[web.RequestHandler]]] = [*handlers.ROUTES, *usage_routes.ROUTES]
-    if isinstance(state.authority, LocalAuthority):
-        routes += usage_routes.LOCAL_ROUTES + slices.ROUTES
-    else:
-        from . import pod_routes
-
-        routes += pod_routes.ROUTES
+def make_application(state: BrokerState, kind_routes: Sequence[Route] = ()) -> web.Application:
+    routes: list[Route] = [*handlers.ROUTES, *usage_routes.ROUTES, *kind_routes]
     return web.Application(
         [(f"{PREFIX}{pattern}", handler, {"state": state}) for pattern, handler in routes],
         # A route that is not ours answers in JSON too.
@@ -110,11 +67,13 @@ class Broker:
         broker: GPUShareBroker,
         authority: Authority,
         configuration: BrokerConfiguration | None = None,
+        kind_routes: Sequence[Route] = (),
     ) -> None:
         self.settings = settings
         self.broker = broker
         self.authority = authority
         self.configuration = configuration
+        self.kind_routes = kind_routes  # what its kind's side serves beside everyone's routes
         admins = frozenset(broker.admin_users)
         hub = HubIdentity(admins) if broker.ip else None
         self.state = BrokerState(authority, hub=hub, admin_users=admins)
@@ -123,7 +82,9 @@ class Broker:
 
     def listen(self) -> None:
         self.server = broker_server(
-            make_application(self.state), self.broker.max_connections_per_user, self.broker.idle_timeout
+            make_application(self.state, self.kind_routes),
+            self.broker.max_connections_per_user,
+            self.broker.idle_timeout,
         )
         if self.broker.socket:
             path = Path(self.broker.socket)
@@ -238,12 +199,9 @@ def run(configuration: BrokerConfiguration) -> None:
         os.environ.pop(env_names.BROKER_URL, None)
         log.info("GPU broker: c.GPUShare.broker_url = %r is its clients' setting, ignored here", clients_url)
     raise_open_files_limit()  # each connection holds a file descriptor
-    authority = (
-        kubernetes_authority(settings, broker)
-        if settings.backend == "kubernetes"
-        else local_authority(settings, broker)
-    )
-    asyncio.run(Broker(settings, broker, authority, configuration).serve())
+    side = broker_side(settings)
+    authority = side.authority(settings, broker)
+    asyncio.run(Broker(settings, broker, authority, configuration, side.routes).serve())
 
 
-__all__ = ["Broker", "local_authority", "make_application", "run", "secure_ledger", "socket_directory"]
+__all__ = ["Broker", "make_application", "run", "socket_directory"]

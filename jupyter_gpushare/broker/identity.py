@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends.local import server_id_of
+from ..backends.keys import server_id_of
 from ..errors import NotAuthenticatedError, TokenRefusedError
 from ..processes import identify
 from ..records import ProcessIdentity

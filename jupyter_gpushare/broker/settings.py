@@ -18,112 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_core.paths import jupyter_config_path
-from traitlets import Float, Integer, List, TraitError, Unicode, validate
-from traitlets.config import Config, Configurable
+from traitlets import TraitError
+from traitlets.config import Config
 
-from .. import env_names
 from ..config import GPUShare, load_settings, read_config_files
 from ..errors import ConfigurationError
+from .side import broker_side
+from .traits import GPUShareBroker
 
 BROKER_CONFIG_DIR = "/etc/jupyter-gpushare"
 BROKER_LEDGER = "/var/lib/jupyter-gpushare/ledger.sqlite"
 SECTIONS = ("GPUShare", "GPUShareBroker")
-
-
-class GPUShareBroker(Configurable):
-    """Where the GPU broker listens, and who may see everything."""
-
-    socket = Unicode(
-        "",
-        config=True,
-        help="Unix socket to serve on (a team box), e.g. /run/jupyter-gpushare/broker.sock. Callers "
-        "are identified by the socket's peer credentials. Clients set "
-        "c.GPUShare.broker_url = 'unix:<this path>'.",
-    )
-    socket_mode = Integer(
-        0o666,
-        config=True,
-        help="Permissions of the socket file. The default lets every local user connect (each is "
-        "still only themselves); 0o660 with socket_group limits the broker to one group.",
-    )
-    socket_group = Unicode(
-        "", config=True, help="Group that owns the socket file (with socket_mode 0o660: its members only)."
-    )
-    ip = Unicode(
-        "",
-        config=True,
-        help="Address to serve HTTP on (a cluster: the broker as a JupyterHub service), e.g. "
-        "0.0.0.0. Callers present a JupyterHub API token, checked with the hub. Empty: no HTTP.",
-    )
-    port = Integer(8765, config=True, help="Port of the HTTP service (with ip).")
-    admin_users = List(
-        Unicode(),
-        config=True,
-        help="Users who see and act on every user's kernels, besides root and the broker's own "
-        "user (socket) and hub admins (HTTP).",
-    )
-    orphan_grace = Float(
-        30.0,
-        config=True,
-        help="Kubernetes: seconds a kernel pod may go without its server asking after it (servers "
-        "ask every few seconds) before the broker deletes it and its Secret: the pods of a server "
-        "that is gone, and of a start the broker was killed in.",
-    )
-    max_connections_per_user = Integer(
-        64,
-        config=True,
-        help="Connections one OS user may hold open to the broker's Unix socket at once (each "
-        "costs the broker a file descriptor); one more is answered 503 and closed. A server holds "
-        "one for its event stream and opens one per call.",
-    )
-    idle_timeout = Float(
-        60.0,
-        config=True,
-        help="Seconds a connection may wait without sending a complete request before the broker "
-        "closes it (a running event stream is not idle).",
-    )
-    waiting_lease = Float(
-        20.0,
-        config=True,
-        help="Seconds a start waiting in the queue may go without its requester asking after it "
-        "(clients ask every few seconds, again after a broker restart) before the broker drops "
-        "it: a request nobody waits for must not hold up the queue.",
-    )
-
-    @validate("socket_mode")
-    def _check_mode(self, proposal: Any) -> int:
-        value = int(proposal["value"])
-        if not 0 <= value <= 0o777:
-            raise TraitError(f"GPUShareBroker.socket_mode must be a file mode such as 0o660, not {value!r}")
-        return value
-
-    @validate("port")
-    def _check_port(self, proposal: Any) -> int:
-        value = int(proposal["value"])
-        if not 0 < value < 65536:
-            raise TraitError(f"GPUShareBroker.port must be from 1 to 65535, not {value}")
-        return value
-
-    @validate("orphan_grace")
-    def _check_grace(self, proposal: Any) -> float:
-        value = float(proposal["value"])
-        if value < 0:
-            raise TraitError("GPUShareBroker.orphan_grace must not be negative")
-        return value
-
-    @validate("max_connections_per_user")
-    def _check_connections(self, proposal: Any) -> int:
-        value = int(proposal["value"])
-        if value < 1:
-            raise TraitError(f"GPUShareBroker.max_connections_per_user must be at least 1, not {value}")
-        return value
-
-    @validate("idle_timeout", "waiting_lease")
-    def _check_positive(self, proposal: Any) -> float:
-        value = float(proposal["value"])
-        if not value > 0:
-            raise TraitError(f"GPUShareBroker.{proposal['trait'].name} must be more than 0 seconds")
-        return value
 
 
 def names_this_broker(url: str, broker: GPUShareBroker) -> bool:
@@ -160,8 +65,7 @@ def load_broker_configuration(
     settings = load_settings(Config({"GPUShare": dict(config.get("GPUShare", {}))}))
     if backend:
         settings.backend = backend
-    if settings.backend == "local" and not settings.ledger_path and not os.environ.get(env_names.LEDGER_PATH):
-        settings.ledger_path = BROKER_LEDGER
+    broker_side(settings).prepare(settings)
     return BrokerConfiguration(settings, load_broker_settings(config, overrides), tuple(files), searched)
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_core.paths import jupyter_runtime_dir
-from traitlets import Bool, Dict, Enum, Float, List, Unicode, validate
+from traitlets import Bool, Dict, Enum, Float, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from .. import env_names
+from .. import env_names, kinds
 from ..modes import MODES, get_mode
 from ..sizes import SizeError, parse_size
 from .accounting import AccountingTraits
@@ -28,11 +28,11 @@ class GPUShare(Configurable, AccountingTraits):
     """Fractional GPUs for Jupyter kernels (the queue's order and the accounting's traits are
     defined in ``jupyter_gpushare/config/accounting.py``)."""
 
-    backend = Enum(
-        ["local", "kubernetes"],
-        default_value="local",
+    backend = Unicode(
+        "local",
         config=True,
-        help="Where kernels run: 'local' processes on this node, or 'kubernetes' pods.",
+        help="Where kernels run: 'local' processes on this node, or 'kubernetes' pods; or a kind "
+        f"another package registers under the entry-point group {kinds.GROUP}.",
     )
     simulate = Unicode(
         "",
@@ -289,6 +289,17 @@ class GPUShare(Configurable, AccountingTraits):
     reconcile_on_start = Bool(
         True, config=True, help="Release slices of dead kernels when the pool is first opened."
     )
+
+    @validate("backend")
+    def _known_backend(self, proposal: Any) -> str:
+        name = str(proposal["value"])
+        installed = kinds.kind_names()
+        if name not in installed:
+            raise TraitError(
+                f"unknown backend {name!r}: the installed kinds are {', '.join(installed)} (a package "
+                f"adds one under the entry-point group {kinds.GROUP})"
+            )
+        return name
 
     @validate("overcommit")
     def _check_overcommit(self, proposal: Any) -> float:

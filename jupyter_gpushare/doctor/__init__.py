@@ -14,11 +14,13 @@ The last check starts a real gpushare kernel, as any other start would, and asks
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 
+from ..backends.registry import kind_for, load
 from ..config import GPUShare
-from ..inventory import Inventory, discover
-from .checks import Check, Status
+from ..inventory import Inventory
+from .checks import Check, Findings, Status
 from .cluster import check_cluster, check_dra
 from .kernel import check_test_kernel
 from .node import (
@@ -27,14 +29,14 @@ from .node import (
     check_kernelspecs,
     check_ledger,
     check_mig,
-    check_modes,
     check_mps,
     check_vgpu,
-    node_facts,
-    relevant_mode_checks,
-    seen_locally,
     seen_through_the_broker,
 )
+
+
+def _none(settings: GPUShare, inventory: Inventory | None) -> Findings:
+    return Findings([], ready=True, simulated=False)
 
 
 def run_checks(settings: GPUShare, *, kernel: bool = True, inventory: Inventory | None = None) -> list[Check]:
@@ -43,22 +45,12 @@ def run_checks(settings: GPUShare, *, kernel: bool = True, inventory: Inventory 
         pool = seen_through_the_broker(served)
         checks = [broker, *([check_gpus(pool)] if served is not None else []), check_kernelspecs()]
         ready, simulated = served is not None and bool(pool.devices), pool.simulated
-    elif settings.backend == "kubernetes":
-        checks = [*check_cluster(settings), check_kernelspecs()]
-        ready = all(check.status != "FAIL" for check in checks if check.name == "cluster")
-        simulated = False
     else:
-        inventory = inventory if inventory is not None else discover(settings.effective_simulate())
-        pool = seen_locally(settings, inventory)
-        facts = node_facts(settings, inventory, pool)
-        checks = [
-            check_gpus(pool, inventory.details.get("driver", "?")),
-            *([check_modes(settings, facts)] if pool.devices else []),
-            *relevant_mode_checks(settings, inventory, facts),
-            check_ledger(settings),
-            check_kernelspecs(),
-        ]
-        ready, simulated = bool(pool.devices), pool.simulated
+        # The kind's own checks; a kind that names none has only the ones every kind shares.
+        reference = kind_for(settings).doctor_checks
+        find: Callable[[GPUShare, Inventory | None], Findings] = load(reference) if reference else _none
+        findings = find(settings, inventory)
+        checks, ready, simulated = [*findings.checks, check_kernelspecs()], findings.ready, findings.simulated
     if kernel:
         checks.append(check_test_kernel(ready, simulated))
     return checks

@@ -20,4 +20,13 @@ class Check:
         return f"{text}\n      fix: {self.fix}" if self.fix and self.status != "OK" else text
 
 
-__all__ = ["Check", "Status"]
+@dataclass(frozen=True)
+class Findings:
+    """A backend kind's checks (its ``doctor_checks``), and what the test kernel's check needs."""
+
+    checks: list[Check]
+    ready: bool  # whether the pool can give a kernel a slice, so the test kernel should start
+    simulated: bool  # a simulated pool (the test kernel's GPU is then declared, not real)
+
+
+__all__ = ["Check", "Findings", "Status"]

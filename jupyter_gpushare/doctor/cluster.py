@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import GPUShare
-from .checks import Check, Status
+from .checks import Check, Findings
+
+
+def cluster_checks(settings: GPUShare, inventory: object = None) -> Findings:
+    """The Kubernetes kind's checks (its ``doctor_checks``); the node's own GPUs do not matter."""
+    checks = check_cluster(settings)
+    ready = all(check.status != "FAIL" for check in checks if check.name == "cluster")
+    return Findings(checks, ready=ready, simulated=False)
 
 
 def check_cluster(settings: GPUShare) -> list[Check]:
@@ -19,11 +26,10 @@ def check_cluster(settings: GPUShare) -> list[Check]:
     try:
         cluster = shared_cluster(settings.namespace).cluster
     except ClusterError as error:
-        status: Status = "FAIL" if settings.backend == "kubernetes" else "WARN"
         return [
             Check(
                 "cluster",
-                status,
+                "FAIL",
                 f"no cluster configured ({error})",
                 "run inside the cluster with a service account, or provide a kubeconfig",
             )

@@ -15,8 +15,9 @@ from typing import Any
 
 from ..config import GPUShare
 from ..devices import Device, Inventory
+from ..inventory import discover
 from ..modes import MODES, NodeFacts, probe_node
-from .checks import Check
+from .checks import Check, Findings
 
 GPU_NODE_DOCS = "docs/admins/gpu-node.md"
 
@@ -240,6 +241,21 @@ def seen_through_the_broker(pool: dict[str, Any] | None) -> PoolSeen:
     )
     problem = (pool or {}).get("problem") or "the broker's pool has no device"
     return PoolSeen(labels, bool((pool or {}).get("simulated")), "the broker", problem=problem)
+
+
+def local_checks(settings: GPUShare, inventory: Inventory | None) -> Findings:
+    """The local kind's checks (its ``doctor_checks``): the node's GPUs or the pool its ledger
+    remembers, the sharing modes, the ledger."""
+    inventory = inventory if inventory is not None else discover(settings.effective_simulate())
+    pool = seen_locally(settings, inventory)
+    facts = node_facts(settings, inventory, pool)
+    checks = [
+        check_gpus(pool, inventory.details.get("driver", "?")),
+        *([check_modes(settings, facts)] if pool.devices else []),
+        *relevant_mode_checks(settings, inventory, facts),
+        check_ledger(settings),
+    ]
+    return Findings(checks, ready=bool(pool.devices), simulated=pool.simulated)
 
 
 def check_kernelspecs() -> Check:

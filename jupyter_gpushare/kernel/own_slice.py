@@ -5,7 +5,8 @@ A kernel proves who it is with the secret token its provisioner put in its envir
 the ledger, so a kernel can act on its own slice and on no other. Every change goes through the
 same backend as the server and the CLI: the node ledger in the kernel's process, or — when the
 provisioner handed it a broker's address — the GPU broker, and then the kernel opens no ledger.
-Held memory, forced shrinks and suspend/resume need the node ledger itself (not yet a broker).
+Held memory, forced shrinks and suspend/resume need the node ledger itself (not yet a broker):
+the backend's ``capabilities`` say so, and a broker refuses them with ``NotOfferedError``.
 """
 
 from __future__ import annotations
@@ -21,19 +22,23 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from .. import env_names
-from ..errors import CannotSuspendError, GPUShareError, NeedsRestartError, NoSliceError, NotYourSliceError
+from ..errors import (
+    CannotSuspendError,
+    GPUShareError,
+    NeedsRestartError,
+    NoSliceError,
+    NotOfferedError,
+    NotYourSliceError,
+)
 from ..holding import forced_note, released_note
 from ..processes import current_process
-from ..records import ReleasedSlice, SliceRecord, UsageReport
+from ..records import Holding, ReleasedSlice, SliceRecord, Suspension, UsageReport
 from ..sizes import format_bytes, parse_size
 from . import caps
 from .display import PoolStatus, SliceStatus
 
 if TYPE_CHECKING:
-    from ..backends import NodeSlices
-    from ..backends.holding import Holding
-    from ..backends.local import LocalBackend
-    from ..backends.suspend import Suspension
+    from ..backends.base import NodeSlices
     from .activity import ActivityWatch
 
 WaitCallback = Callable[[int, str], None]
@@ -89,7 +94,7 @@ class OwnSlice:
         kernel reads no config files and leaves reconciling the node to the servers.
         """
         if self._backend is None:
-            from ..backends import node_slices_for
+            from ..backends.local.node_slices import node_slices_for
             from ..config import load_settings
 
             self._backend = node_slices_for(load_settings(from_files=False, reconcile=False))
@@ -112,15 +117,6 @@ class OwnSlice:
             raise NoSliceError("this kernel holds no GPU slice; take one with %gpu request 4G")
         return record
 
-    def _local(self, what: str) -> LocalBackend:
-        """The node ledger's backend, or why ``what`` cannot be done through a GPU broker."""
-        from ..backends.local import LocalBackend
-
-        backend = self.backend
-        if not isinstance(backend, LocalBackend):
-            raise GPUShareError(f"{what} is not available through a GPU broker yet: nothing was changed")
-        return backend
-
     def device_label(self, record: SliceRecord | ReleasedSlice, short: bool = False) -> str:
         for device in self.backend.devices():
             if device.uuid == record.device_uuid:
@@ -138,10 +134,7 @@ class OwnSlice:
                 return None  # not a gpushare kernel (or no ledger yet): nothing was released
             released: ReleasedSlice | None = ledger.released(self.kernel_id)
             return released
-        from ..backends.local import LocalBackend
-
-        backend = self.backend
-        return backend.ledger.released(self.kernel_id) if isinstance(backend, LocalBackend) else None
+        return self.backend.released(self.kernel_id)
 
     def _light(self) -> Any:
         """The node ledger alone, without the backend (no device probing), or None."""
@@ -253,15 +246,7 @@ class OwnSlice:
                 f"Run %gpu resize {memory} --restart to resize and restart the kernel"
             )
         caps.free_caches()
-        from ..backends.local import LocalBackend
-
-        backend = self.backend
-        if isinstance(backend, LocalBackend):
-            record = backend.resize(self.kernel_id, memory, force=force)
-        elif force:
-            raise GPUShareError("--force is not available through a GPU broker yet: nothing was changed")
-        else:
-            record = backend.resize(self.kernel_id, memory)
+        record = self.backend.resize(self.kernel_id, memory, force=force)
         self._adopt(record)
         notes = [f"{result.framework}: {result.detail}" for result in caps.reapply_imported()]
         if record.held_beyond:
@@ -285,15 +270,7 @@ class OwnSlice:
         still hold stays reserved. Returns what was released and what is held."""
         self.require()
         caps.free_caches()
-        from ..backends.holding import Holding
-        from ..backends.local import LocalBackend
-
-        backend = self.backend
-        if isinstance(backend, LocalBackend):
-            record, held = backend.give_back(self.kernel_id)
-        else:  # a broker releases the slice; what is still held is not measured there yet
-            record, held = self.require(), Holding(0, None)
-            backend.free(self.kernel_id, keep_claim=True)
+        record, held = self.backend.give_back(self.kernel_id)
         self._forget_slice()
         return record, held
 
@@ -324,14 +301,9 @@ class OwnSlice:
         print("\n".join(notes))
 
     def suspend_now(self) -> Suspension:
-        try:
-            backend = self._local("%gpu suspend")
-        except GPUShareError as error:  # a broker: the idle timer releases instead
-            raise CannotSuspendError(
-                str(error), why="suspend is not available through a GPU broker yet"
-            ) from None
+        self.backend.capabilities.require("can_suspend")  # before the caches are emptied
         caps.free_caches()
-        outcome = backend.suspend(self.kernel_id)
+        outcome = self.backend.suspend(self.kernel_id)
         self._forget_slice()
         return outcome
 
@@ -359,7 +331,7 @@ class OwnSlice:
         return self.status([self._resume(on_wait)])
 
     def _resume(self, on_wait: WaitCallback | None) -> str:
-        backend = self._local("%gpu resume")
+        backend = self.backend
         outcome = _run_async(lambda: backend.resume(self.kernel_id, on_wait=on_wait))
         self._adopt(outcome.record)
         caps.reapply_imported()
@@ -401,6 +373,8 @@ class OwnSlice:
                 outcome = self.suspend_now()
             except CannotSuspendError as error:
                 why = f" It could not be suspended: {error.why}."
+            except NotOfferedError as error:  # a broker: released instead
+                why = f" It could not be suspended: {error}."
             else:
                 return (
                     f"This kernel was suspended after {idle_for:.0f} s idle (GPUShare.idle_action): "
@@ -438,7 +412,7 @@ class OwnSlice:
                     f"this kernel holds no GPU slice: it can declare at most the {format_bytes(left.held)} "
                     f"it still holds, not {format_bytes(used)}; take a slice with %gpu request"
                 )
-            self._local("declaring held memory").ledger.update_held([(self.kernel_id, used, "simulated")])
+            backend.declare_held(self.kernel_id, used)
             return
         backend.report_usage(self.kernel_id, UsageReport(used, utilization, "simulated"))
 

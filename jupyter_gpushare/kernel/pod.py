@@ -10,22 +10,19 @@ server's provisioner keeps. A reporter thread sends the kernel's GPU use every
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import threading
-import urllib.error
-import urllib.request
 from typing import Any
 
 from .. import env_names
+from ..backends.transport import BrokerClient, BrokerUnreachableError
 from ..errors import (
     POD_HOLDS_ITS_GPU,
-    BackendUnavailableError,
     GPUShareError,
-    HeldForLifeError,
     NeedsRestartError,
+    NotOfferedError,
 )
 from ..sizes import parse_size
 from . import caps
@@ -33,17 +30,12 @@ from .display import PodSliceStatus, PoolStatus
 
 log = logging.getLogger("jupyter_gpushare")
 
-TOKEN_HEADER = "X-GPUShare-Token"
 REQUEST_TIMEOUT = 5.0
 FIXED_FOR_LIFE = POD_HOLDS_ITS_GPU
 
 
-class ServerUnreachableError(BackendUnavailableError):
-    """The server that started this pod kernel cannot be reached (or was never told)."""
-
-
-class ServerRefusedError(GPUShareError):
-    """The server refused what this kernel asked; the message is the server's reason."""
+# The server that started this pod cannot be reached (or was never told): the transport's error.
+ServerUnreachableError = BrokerUnreachableError
 
 
 class PodKernel:
@@ -64,37 +56,28 @@ class PodKernel:
         self._problem: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._client: BrokerClient | None = None  # the server's kernel routes, built on first use
 
     # ---- talking to the server -----------------------------------------------------------
 
     def call(self, method: str, suffix: str, body: dict[str, Any] | None = None) -> Any:
-        """One request to this kernel's own routes on the server; its JSON answer, or raises
-        with the server's message."""
+        """One request to this kernel's own routes on the server (the broker's transport, with
+        the kernel's token); its JSON answer, or the server's refusal as a domain error."""
         if not self.kernel_url:
             raise ServerUnreachableError(
                 "this kernel pod was started without a server to report to (no "
                 f"{env_names.REPORT_URL}); the GPU panel and %gpu need a jupyter server with the "
                 "Kubernetes backend"
             )
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            f"{self.kernel_url}{suffix}",
-            data=data,
-            method=method,
-            headers={TOKEN_HEADER: self._token or "", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
-                text = response.read().decode()
-        except urllib.error.HTTPError as error:
-            try:
-                message = json.loads(error.read().decode() or "{}").get("message") or error.reason
-            except ValueError:
-                message = error.reason
-            raise ServerRefusedError(str(message)) from None
-        except (urllib.error.URLError, OSError) as error:
-            raise ServerUnreachableError(f"cannot reach the server at {self.kernel_url}: {error}") from None
-        return json.loads(text) if text else None
+        if self._client is None:
+            self._client = BrokerClient(
+                self.kernel_url,
+                hub_token="",
+                timeout=REQUEST_TIMEOUT,
+                prefix="",
+                unreachable="cannot reach the server at {url}: {why}",
+            )
+        return self._client.call(method, suffix, body, token=self._token or "")
 
     def view(self) -> dict[str, Any]:
         """``{"kernel": <GET kernels entry>, "pool": <GET pool>}`` as the server sees them."""
@@ -114,16 +97,16 @@ class PodKernel:
         return PoolStatus(self.view()["pool"])
 
     def request(self, memory: object, mode: object = None, cores: object = None, on_wait: Any = None) -> Any:
-        raise HeldForLifeError(FIXED_FOR_LIFE)
+        raise NotOfferedError(FIXED_FOR_LIFE)
 
     def release(self) -> Any:
-        raise HeldForLifeError(FIXED_FOR_LIFE)
+        raise NotOfferedError(FIXED_FOR_LIFE)
 
     def suspend(self) -> Any:
-        raise HeldForLifeError(FIXED_FOR_LIFE)
+        raise NotOfferedError(FIXED_FOR_LIFE)
 
     def resume(self, on_wait: Any = None) -> Any:
-        raise HeldForLifeError(FIXED_FOR_LIFE)
+        raise NotOfferedError(FIXED_FOR_LIFE)
 
     def resize(self, memory: object, restart: bool = False, force: bool = False) -> PodSliceStatus:
         parse_size(memory)  # a bad size is refused before anything else
@@ -140,7 +123,7 @@ class PodKernel:
         self.declare(memory, utilization)
 
     def watch(self, **kwargs: Any) -> Any:
-        raise HeldForLifeError(
+        raise NotOfferedError(
             "%gpu watch reads the node ledger, which a kernel pod does not have; the JupyterLab GPU "
             "panel shows this kernel live, and %gpu status shows its latest use"
         )

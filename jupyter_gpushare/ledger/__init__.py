@@ -39,7 +39,7 @@ from ..records import (
 )
 from ..sizes import parse_size
 from . import faults as ledger_faults
-from . import queue
+from . import queue, usage
 from .access import LOCK_TIMEOUT, RESTORE_WAIT, LedgerAccess
 from .queue import LivenessCheck
 from .schema import (
@@ -438,68 +438,14 @@ class Ledger:
         A sample whose ``source`` is None carries warnings only: the usage stays as the kernel
         reported it, so a report made while the sampler ran is not overwritten.
         """
-        # Rows are written only where a figure changed: a round that changes nothing leaves the
-        # database as it was, so readers' caches (keyed on PRAGMA data_version) stay valid and
-        # the REST API does not re-render every slice once per sampling round.
-        now = time.time()
         with self._write() as db:
-            db.executemany(
-                """UPDATE slices SET memory_used = ?, utilization = ?, usage_source = ?,
-                   usage_at = ?, warnings = ?
-                   WHERE kernel_id = ? AND (memory_used IS NOT ? OR utilization IS NOT ?
-                                            OR usage_source IS NOT ? OR warnings IS NOT ?)""",
-                [
-                    (
-                        sample.memory_used,
-                        sample.utilization,
-                        sample.source,
-                        now,
-                        warnings,
-                        sample.kernel_id,
-                        sample.memory_used,
-                        sample.utilization,
-                        sample.source,
-                        warnings,
-                    )
-                    for sample in kernel_samples
-                    if sample.source is not None
-                    for warnings in [json.dumps(list(sample.warnings))]
-                ],
-            )
-            db.executemany(
-                "UPDATE slices SET warnings = ? WHERE kernel_id = ? AND warnings IS NOT ?",
-                [
-                    (warnings, sample.kernel_id, warnings)
-                    for sample in kernel_samples
-                    if sample.source is None
-                    for warnings in [json.dumps(list(sample.warnings))]
-                ],
-            )
-            db.executemany(
-                """UPDATE devices SET memory_used = ?, utilization = ?, sampled_at = ?
-                   WHERE uuid = ? AND (memory_used IS NOT ? OR utilization IS NOT ?)""",
-                [
-                    (
-                        sample.memory_used,
-                        sample.utilization,
-                        now,
-                        sample.uuid,
-                        sample.memory_used,
-                        sample.utilization,
-                    )
-                    for sample in device_samples
-                ],
-            )
+            usage.write_samples(db, kernel_samples, device_samples, time.time())
 
     @_faults_named
     def report_usage(self, kernel_id: str, memory_used: int, utilization: int | None, source: str) -> None:
         """A kernel's own report of its usage (simulated pools, or where NVML cannot see it)."""
         with self._write() as db:
-            db.execute(
-                """UPDATE slices SET memory_used = ?, utilization = ?, usage_source = ?, usage_at = ?
-                   WHERE kernel_id = ?""",
-                (memory_used, utilization, source, time.time(), kernel_id),
-            )
+            usage.write_report(db, kernel_id, memory_used, utilization, source, time.time())
 
     @_faults_named
     def queue_position(self, kernel_id: str) -> int | None:

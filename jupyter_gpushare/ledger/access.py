@@ -29,7 +29,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ from .file import (
     write_note,
 )
 from .lock import unlock
+from .open_file import OpenFile
 from .schema import (
     Row,
     initialise,
@@ -68,32 +68,6 @@ LOCK_TIMEOUT = 10.0  # seconds any ledger lock is waited for before the caller i
 RESTORE_WAIT = 5.0  # seconds a process waits for the holders of a deleted ledger to put it back
 
 log = logging.getLogger("jupyter_gpushare")
-
-
-@dataclass
-class _OpenFile:
-    """The database file this process uses, while it is the one at the path."""
-
-    identity: FileIdentity
-    fd: int  # read-only: header checks, and it keeps the file's data reachable once deleted
-    ledger_id: str
-    generation: int
-    pid: int = field(default_factory=os.getpid)
-    stamp: tuple[int, int] | None = None  # (size, mtime) when the header was last found good
-    # Used under the access's lock only: one reads and copies, the other holds the write lock
-    # while a copy is taken (a connection cannot back up a database it is writing).
-    keeper: sqlite3.Connection | None = None
-    writer: sqlite3.Connection | None = None
-
-    def close(self) -> None:
-        if self.pid != os.getpid():
-            return  # a forked child leaves its parent's handles alone
-        for connection in (self.keeper, self.writer):
-            if connection is not None:
-                with contextlib.suppress(sqlite3.Error):
-                    connection.close()
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
 
 
 class LedgerAccess:
@@ -113,7 +87,7 @@ class LedgerAccess:
         self.restore_wait = restore_wait
         self._alive = alive
         self._state = threading.RLock()
-        self._file: _OpenFile | None = None
+        self._file: OpenFile | None = None
         self._generation = 0
         self._threads = ThreadConnections(path, lock_timeout)
         # What this process last saw, to start a damaged ledger afresh without losing a slice.
@@ -234,7 +208,7 @@ class LedgerAccess:
 
     # ---- the current file --------------------------------------------------------------------
 
-    def _current(self) -> _OpenFile:
+    def _current(self) -> OpenFile:
         file = self._file
         if file is not None and file.pid == current_pid() and self._still_at_path(file):
             return file
@@ -247,7 +221,7 @@ class LedgerAccess:
             self._failed = False
             return settled
 
-    def _still_at_path(self, file: _OpenFile) -> bool:
+    def _still_at_path(self, file: OpenFile) -> bool:
         """Whether ``file`` is still the file at the path (one stat; its header is read again
         only when the file changed: in WAL mode, at checkpoints). Raises when it is damaged."""
         try:
@@ -264,7 +238,7 @@ class LedgerAccess:
             file.stamp = stamp
         return True
 
-    def _settle(self) -> _OpenFile:
+    def _settle(self) -> OpenFile:
         file = self._file
         if file is None or file.pid != current_pid():
             self._file = None
@@ -279,7 +253,7 @@ class LedgerAccess:
             return self._restore(file)
         return self._follow(file, now)
 
-    def _open_path(self) -> _OpenFile:
+    def _open_path(self) -> OpenFile:
         """First open in this process: create, adopt, or wait for the holders of the old file."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         deadline = time.monotonic() + self.restore_wait
@@ -316,7 +290,7 @@ class LedgerAccess:
             return ledger_faults.missing(self.path, previous)
         return ledger_faults.replaced(self.path, previous)
 
-    def _adopt(self, lock: int, note: Note | None, now: FileIdentity) -> _OpenFile | None:
+    def _adopt(self, lock: int, note: Note | None, now: FileIdentity) -> OpenFile | None:
         """Open the file at the path as this process's ledger (initialising what it lacks)."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
@@ -331,7 +305,7 @@ class LedgerAccess:
             os.close(fd)
             raise ledger_faults.damaged(self.path, problem)
         # An empty file nobody holds is a ledger an older release had just begun: initialise it.
-        file = _OpenFile(now, fd, "", self._generation + 1)
+        file = OpenFile(now, fd, "", self._generation + 1)
         try:
             file.keeper = self._threads.connect(check_same_thread=False)
             file.writer = self._threads.connect(check_same_thread=False)
@@ -348,7 +322,7 @@ class LedgerAccess:
         write_note(lock, Note(file.ledger_id, now, note.descends_from if ours and note else None))
         return self._use(file)
 
-    def _create(self, lock: int, descends_from: str | None, slices: Sequence[Row]) -> _OpenFile:
+    def _create(self, lock: int, descends_from: str | None, slices: Sequence[Row]) -> OpenFile:
         """Start a ledger at the (free) path: empty, or with the rows of a damaged one."""
         ledger_id = new_ledger_id()
         source = sqlite3.connect(":memory:", isolation_level=None)
@@ -369,11 +343,11 @@ class LedgerAccess:
         opened = self._open_known(identity, ledger_id)
         return self._use(opened)
 
-    def _open_known(self, identity: FileIdentity, ledger_id: str) -> _OpenFile:
+    def _open_known(self, identity: FileIdentity, ledger_id: str) -> OpenFile:
         """Open a ledger file whose identity and id are known (one this process just placed or
         one the note says is its ledger's successor)."""
         fd = os.open(self.path, os.O_RDONLY)
-        file = _OpenFile(identity, fd, ledger_id, self._generation + 1)
+        file = OpenFile(identity, fd, ledger_id, self._generation + 1)
         try:
             if fd_identity(fd) != identity:
                 raise ledger_faults.replaced(self.path, [])
@@ -384,7 +358,7 @@ class LedgerAccess:
             raise
         return file
 
-    def _use(self, file: _OpenFile) -> _OpenFile:
+    def _use(self, file: OpenFile) -> OpenFile:
         previous, self._file = self._file, file
         self._generation = file.generation
         if previous is not None:
@@ -393,12 +367,12 @@ class LedgerAccess:
 
     # ---- when the file at the path is not ours any more -----------------------------------------
 
-    def _follow(self, file: _OpenFile, now: FileIdentity) -> _OpenFile:
+    def _follow(self, file: OpenFile, now: FileIdentity) -> OpenFile:
         """Another file is at the path: our ledger put back by another process, or a stranger."""
         with self._threads.locked_note() as lock:
             return self._follow_unlocked(file, now, read_note(lock))
 
-    def _restore(self, file: _OpenFile) -> _OpenFile:
+    def _restore(self, file: OpenFile) -> OpenFile:
         """The file is gone: put it back from our open copy, or afresh if that copy is damaged."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # the whole directory may be
         with self._threads.locked_note() as lock:
@@ -440,7 +414,7 @@ class LedgerAccess:
                         writer.execute("ROLLBACK")
         return self._use(restored)
 
-    def _follow_unlocked(self, file: _OpenFile, now: FileIdentity, note: Note | None) -> _OpenFile:
+    def _follow_unlocked(self, file: OpenFile, now: FileIdentity, note: Note | None) -> OpenFile:
         """Follow the ledger to the file at the path if the note (read under the lock) says it
         is ours, restored by another process or started afresh to replace our damaged one."""
         if note is not None and note.database == now:
@@ -453,7 +427,7 @@ class LedgerAccess:
                 return opened
         raise ledger_faults.replaced(self.path, [Holder(os.getpid(), command_of(os.getpid()))])
 
-    def _record_again(self, file: _OpenFile) -> None:
+    def _record_again(self, file: OpenFile) -> None:
         """Write the slices this process last saw into a ledger started afresh by another."""
         assert file.writer is not None
         with write_transaction(file.writer):

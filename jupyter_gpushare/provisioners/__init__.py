@@ -1,33 +1,40 @@
 """Kernel provisioners registered under ``jupyter_client.kernel_provisioners``.
 
 ``gpushare-provisioner`` is :class:`GPUShareProvisioner`; constructing it builds the provisioner
-of the configured backend (``c.GPUShare.backend``): local processes or Kubernetes pods — pods the
-server creates itself, or pods the GPU broker creates for it (``c.GPUShare.broker_url``). Local
-kernels take their slice from the ledger or from the broker alike (:mod:`.local`).
+of the configured backend (``c.GPUShare.backend``), as its kind in
+:mod:`jupyter_gpushare.backends.registry` names it: local processes or Kubernetes pods — pods the
+server creates itself, or pods the GPU broker creates for it (``c.GPUShare.broker_url``). Each is
+a :class:`~jupyter_gpushare.backends.provisioning.SliceProvisioner`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..backends.provisioning import SliceProvisioner
+from ..backends.registry import kind_for
 from ..config import load_settings
-from .base import GPUShareProvisioner
 
 
-def backend_class(parent: Any) -> type[GPUShareProvisioner]:
-    """The provisioner class of the configured backend (the one place that picks it)."""
+def backend_class(parent: Any) -> type[SliceProvisioner]:
+    """The provisioner class of the configured backend, as its kind in the registry names it."""
     settings = load_settings(getattr(parent, "config", None), reconcile=False)
-    if settings.backend == "kubernetes" and settings.effective_broker_url():
-        from .remote_pod import RemotePodProvisioner
-
-        return RemotePodProvisioner
-    if settings.backend == "kubernetes":
-        from .kubernetes import KubernetesProvisioner
-
-        return KubernetesProvisioner
-    from .local import LocalGPUShareProvisioner
-
-    return LocalGPUShareProvisioner
+    return kind_for(settings).provisioner(settings)
 
 
-__all__ = ["GPUShareProvisioner", "backend_class"]
+class GPUShareProvisioner(SliceProvisioner):  # type: ignore[misc]
+    """The ``gpushare-provisioner`` entry point: one name, the kernel's kind chosen by configuration.
+
+    Kernelspecs name one provisioner whatever runs the kernels. Constructing this class (as
+    jupyter_client's provisioner factory does, with the kernel manager as ``parent``) reads
+    ``c.GPUShare.backend`` from the parent's config (or the config files, or
+    ``$JUPYTER_GPUSHARE_BACKEND``) and returns that backend's provisioner, built with the same
+    arguments; it is never an instance of this class itself.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # The kind's instance is not one of ours, so Python does not run __init__ on it again.
+        return backend_class(kwargs.get("parent"))(*args, **kwargs)
+
+
+__all__ = ["GPUShareProvisioner", "SliceProvisioner", "backend_class"]

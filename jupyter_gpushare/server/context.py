@@ -19,6 +19,7 @@ from typing import Any
 from tornado import web
 
 from ..backends import Backend, ServerKernels
+from ..backends.provisioning import SliceProvisioner
 from ..compat import forget_pending_kernel
 from ..errors import (
     BackendUnavailableError,
@@ -30,7 +31,6 @@ from ..errors import (
 )
 from ..payloads import KernelPayload, PoolPayload, StatusPayload
 from ..preview import Preview
-from ..provisioners import GPUShareProvisioner
 from ..records import UsageReport
 from .kernelspecs import default_kernelspec, request_defaults
 from .snapshots import Snapshots
@@ -71,14 +71,14 @@ class GPUShareContext:
         if kernel_id not in self.own_kernel_ids():
             raise NoSuchKernelError(f"no kernel {kernel_id} on this server")
 
-    def provisioner_of(self, kernel_id: str) -> GPUShareProvisioner | None:
+    def provisioner_of(self, kernel_id: str) -> SliceProvisioner | None:
         """The gpushare provisioner of one of this server's kernels (None for any other)."""
         try:
             kernel = self.kernel_manager.get_kernel(kernel_id)
         except (KeyError, web.HTTPError):
             return None
         provisioner = getattr(kernel, "provisioner", None)
-        return provisioner if isinstance(provisioner, GPUShareProvisioner) else None
+        return provisioner if isinstance(provisioner, SliceProvisioner) else None
 
     def known(self) -> ServerKernels:
         """What this server knows of its kernels, for the backend to describe them."""
@@ -143,6 +143,7 @@ class GPUShareContext:
         for view in views:
             if view["kernel_id"] in unused:
                 view["unused"] = True
+            view["capabilities"] = self.backend.capabilities.payload()
         return views
 
     def kernel_view(self, kernel_id: str) -> KernelPayload:
@@ -166,9 +167,10 @@ class GPUShareContext:
         name = name or default_kernelspec(self.kernel_spec_manager, self.kernel_manager)
         merged = {**request_defaults(self.kernel_spec_manager, name), **fields}
         kernel_id = str(uuid.uuid4())
-        # Checked before anything starts: a bad size, an impossible mode or a quota the user has
-        # reached reserves nothing and starts nothing.
-        await asyncio.to_thread(
+        # Checked before anything starts, and only here: a bad size, an impossible mode or a quota
+        # the user has reached reserves nothing and starts nothing; the provisioner takes the
+        # checked request (gpushare_checked) instead of checking it again.
+        checked = await asyncio.to_thread(
             self.backend.check,
             merged.get("gpu_memory"),
             merged.get("gpu_mode"),
@@ -176,6 +178,11 @@ class GPUShareContext:
             kernel_id,
         )
         self.started_as[kernel_id] = (name, path)
+        loop = asyncio.get_running_loop()
+
+        def noted(state: str) -> None:  # a provisioner may report from a worker thread
+            loop.call_soon_threadsafe(self.starts.note, kernel_id, state)
+
         task = asyncio.ensure_future(
             self.kernel_manager.start_kernel(
                 kernel_id=kernel_id,
@@ -184,12 +191,14 @@ class GPUShareContext:
                 gpushare_path=path,
                 # What the start is doing (queue position, the pod's phase and the scheduler's
                 # words), as it comes, for GET kernels and the panel.
-                gpushare_on_state=lambda state: self.starts.note(kernel_id, state),
+                gpushare_on_state=noted,
+                gpushare_checked=checked,
                 **fields,
             )
         )
-        self.starts.track(Start(kernel_id, name, path, task), on_failure=self._forget_failed_start)
-        started = await self._wait_for_start(kernel_id, task)
+        start = Start(kernel_id, name, path, task)
+        self.starts.track(start, on_failure=self._forget_failed_start)
+        started = await self._wait_for_start(start)
         if task.done() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
         return await asyncio.to_thread(self.kernel_view, kernel_id), started
@@ -203,17 +212,32 @@ class GPUShareContext:
         self.started_as.pop(kernel_id, None)
         forget_pending_kernel(self.kernel_manager, kernel_id)
 
-    async def _wait_for_start(self, kernel_id: str, task: asyncio.Future[Any]) -> bool:
+    async def _wait_for_start(self, start: Start) -> bool:
         """True once the kernel runs; False while it still waits for its slice after
-        ``START_ANSWER_WITHIN`` seconds (or its placed process is not up after the limit)."""
-        deadline = time.monotonic() + START_ANSWER_WITHIN
+        ``START_ANSWER_WITHIN`` seconds (or its placed process is not up after the limit).
+
+        One wait, no loop of its own over the provisioner's: on the start's task, and after the
+        first second on the provisioner's next report too (``Start.changed``: a queue position,
+        a pod's phase); only then is the backend asked whether the start waits for its slice.
+        """
+        task = start.task
+        await asyncio.wait([task], timeout=START_ANSWER_WITHIN)
+        limit = time.monotonic() + START_WAIT_LIMIT
         while not task.done():
-            now = time.monotonic()
-            if now > deadline + START_WAIT_LIMIT:
+            start.changed.clear()  # before asking: a report while the backend answers counts
+            if await asyncio.to_thread(self.backend.is_waiting, start.kernel_id):
                 return False
-            if now > deadline and await asyncio.to_thread(self.backend.is_waiting, kernel_id):
-                return False
-            await asyncio.sleep(0.05)
+            reported = asyncio.ensure_future(start.changed.wait())
+            try:
+                await asyncio.wait(
+                    [task, reported],
+                    timeout=max(0.0, limit - time.monotonic()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                reported.cancel()
+            if not task.done() and not start.changed.is_set():
+                return False  # the limit: answer, the start goes on
         return task.exception() is None
 
     def cancel_start(self, kernel_id: str) -> None:
@@ -238,21 +262,26 @@ class GPUShareContext:
             # read (or anyone's) no longer finds it queued.
             await asyncio.wait([start.task], timeout=WITHDRAWN_WITHIN)
             return
-        await asyncio.to_thread(self.backend.release, kernel_id)
+        # The kernel's provisioner, as a resize: the backend call %gpu release makes.
+        await self._sliced_kernel(kernel_id, "release").give_back()
 
     async def resize(self, kernel_id: str, memory: object, restart: bool, force: bool = False) -> None:
         """``PATCH kernels/{id}``: the kernel's provisioner applies the size; a restart follows
         where one is needed (asked for, or a kernel pod)."""
-        self.require_own(kernel_id)
-        provisioner = self.provisioner_of(kernel_id)
-        if provisioner is None:
-            raise NoSliceError(f"kernel {kernel_id} holds no GPU slice to resize")
+        provisioner = self._sliced_kernel(kernel_id, "resize")
         if await provisioner.resize(memory, restart, force):
             await self.kernel_manager.restart_kernel(kernel_id)
         if provisioner.resize_failure:
             raise DoesNotFitError(
                 f"{provisioner.resize_failure}; the kernel restarted with its previous size"
             )
+
+    def _sliced_kernel(self, kernel_id: str, action: str) -> SliceProvisioner:
+        self.require_own(kernel_id)
+        provisioner = self.provisioner_of(kernel_id)
+        if provisioner is None:
+            raise NoSliceError(f"kernel {kernel_id} holds no GPU slice to {action}")
+        return provisioner
 
     async def suspend(self, kernel_id: str) -> None:
         """``POST kernels/{id}/suspend``: refused while a cell runs (its CUDA calls would wait
@@ -270,14 +299,14 @@ class GPUShareContext:
         """``POST kernels/{id}/resume``: waits in the queue like a start, then restores."""
         await self._gpushare_kernel(kernel_id).resume()
 
-    def _gpushare_kernel(self, kernel_id: str) -> GPUShareProvisioner:
+    def _gpushare_kernel(self, kernel_id: str) -> SliceProvisioner:
         self.require_own(kernel_id)
         provisioner = self.provisioner_of(kernel_id)
         if provisioner is None:
             raise NoSuchKernelError(f"no GPU kernel {kernel_id} on this server")
         return provisioner
 
-    def kernel_by_token(self, kernel_id: str, token: str | None) -> GPUShareProvisioner:
+    def kernel_by_token(self, kernel_id: str, token: str | None) -> SliceProvisioner:
         """The provisioner of this server's kernel ``kernel_id``, once ``token`` proves the caller
         is that kernel (404 for no such kernel, 403 for another token)."""
         provisioner = self.provisioner_of(kernel_id)

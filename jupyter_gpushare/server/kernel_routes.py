@@ -16,13 +16,13 @@ from tornado import web
 from tornado.log import app_log
 
 from .. import request_body
-from ..errors import POD_HOLDS_ITS_GPU, HeldForLifeError
+from ..backends.transport import TOKEN_HEADER
+from ..errors import POD_HOLDS_ITS_GPU, NotOfferedError
 from ..http_errors import answering_domain_errors, message_of
 from ..records import UsageReport
 from .context import GPUShareContext
 from .handlers import request_fields
 
-TOKEN_HEADER = "X-GPUShare-Token"
 RESTART_AFTER = 0.5  # seconds: the kernel reads the answer before it is restarted
 
 
@@ -110,7 +110,7 @@ class KernelIdleHandler(KernelTokenHandler):
         if not isinstance(body, dict) or set(body) != {"idle_for"} or not _seconds(idle_for):
             raise web.HTTPError(400, 'send {"idle_for": SECONDS}')
         if not self.gpushare.backend.settings.idle_pod_restart:
-            raise HeldForLifeError(f"{POD_HOLDS_ITS_GPU} (GPUShare.idle_pod_restart is off)")
+            raise NotOfferedError(f"{POD_HOLDS_ITS_GPU} (GPUShare.idle_pod_restart is off)")
         app_log.info("Kernel %s idle for %.0f s: restarting it in a new pod", kernel_id, idle_for)
         self.gpushare.restart_later(kernel_id, RESTART_AFTER, _log_restart_failure)
         self.answer(

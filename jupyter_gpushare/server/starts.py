@@ -26,6 +26,9 @@ class Start:
     # When its client last asked after it (GET kernels/{id}): a queued start nobody asks after
     # any more (a closed browser tab) is withdrawn (server.lifecycle).
     asked_at: float = field(default_factory=time.monotonic)
+    # Set on each report of the start's provisioner (a queue position, a pod's phase): what
+    # ``POST kernels`` waits on, with the start itself, instead of asking the backend in a loop.
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def pending(self) -> bool:
@@ -66,6 +69,7 @@ class Starts:
         start = self._starts.get(kernel_id)
         if start is not None:
             start.detail = detail
+            start.changed.set()
 
     def forget(self, kernel_id: str) -> None:
         self._starts.pop(kernel_id, None)

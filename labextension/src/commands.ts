@@ -19,6 +19,7 @@ import { IDocumentManager } from '@jupyterlab/docmanager';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
+import { capabilitiesOf, KernelAction, offered } from './actions';
 import { GPUShareAPI } from './api';
 import { gpuIcon } from './icons';
 import { GPUShareModel } from './model';
@@ -120,6 +121,20 @@ export function addCommands(
   const hasKernel = (args: ReadonlyPartialJSONObject): boolean =>
     !!args.kernelId ||
     !!notebooks.currentWidget?.sessionContext.session?.kernel;
+  /**
+   * A kernel command's `isEnabled`: what offered() says of the kernel as the model last saw
+   * it — the panel's buttons ask the same — else whether there is a kernel at all (the
+   * command then reads it and the server says what it refuses).
+   */
+  const enabledFor =
+    (action: KernelAction) =>
+    (args: ReadonlyPartialJSONObject): boolean => {
+      const id =
+        (args.kernelId as string | undefined) ??
+        notebooks.currentWidget?.sessionContext.session?.kernel?.id;
+      const known = id ? model.kernel(id) : null;
+      return known ? offered(known, action) : hasKernel(args);
+    };
 
   commands.addCommand(CommandIDs.openPanel, {
     label: 'Show GPU Panel',
@@ -135,19 +150,25 @@ export function addCommands(
         ? 'Resize GPU Slice…'
         : 'Resize the GPU Slice of This Kernel…',
     caption: 'Choose another size for the GPU slice of a kernel',
-    isEnabled: hasKernel,
+    isEnabled: enabledFor('resize'),
     execute: forKernel(async kernel => {
       const name = notebookOf(kernel).label;
       try {
         const memory = await pickFor(
           kernel,
           `Resize the GPU slice of ${name}`,
-          kernel.pod ? 'Restart in a new pod' : 'Resize',
+          capabilitiesOf(kernel).resize_restarts
+            ? 'Restart with this size'
+            : 'Resize',
           false
         );
         if (memory && kernel.kernel_id) {
-          // A pod's resources are fixed: its kernel restarts in a new pod of the new size.
-          await api.resize(kernel.kernel_id, memory, Boolean(kernel.pod));
+          // A backend whose every resize restarts (a kernel pod: a new pod of the new size).
+          await api.resize(
+            kernel.kernel_id,
+            memory,
+            capabilitiesOf(kernel).resize_restarts
+          );
         }
       } catch (error) {
         await showErrorMessage(
@@ -164,7 +185,7 @@ export function addCommands(
         : 'Release the GPU Slice of This Kernel',
     caption:
       'Give the GPU slice back (the kernel keeps running), or withdraw a start still queued',
-    isEnabled: hasKernel,
+    isEnabled: enabledFor('release'),
     execute: forKernel(async kernel => {
       try {
         await api.release(kernel.kernel_id as string);
@@ -185,7 +206,7 @@ export function addCommands(
         : 'Request a GPU Slice for This Kernel…',
     caption:
       'Ask again for a GPU slice for a kernel that gave its own back (%gpu request)',
-    isEnabled: hasKernel,
+    isEnabled: enabledFor('request'),
     execute: forKernel(async kernel => {
       const name = notebookOf(kernel).label;
       try {
@@ -221,7 +242,7 @@ export function addCommands(
         : 'Suspend the GPU State of This Kernel',
     caption:
       'Move the GPU state to host memory and give the slice back; the next cell resumes it',
-    isEnabled: hasKernel,
+    isEnabled: enabledFor('suspend'),
     execute: forKernel(async kernel => {
       try {
         await api.suspend(kernel.kernel_id as string);
@@ -239,7 +260,7 @@ export function addCommands(
         ? 'Resume GPU Kernel'
         : 'Resume the GPU State of This Kernel',
     caption: 'Wait for a GPU slice and restore the suspended GPU state',
-    isEnabled: hasKernel,
+    isEnabled: enabledFor('resume'),
     execute: forKernel(async kernel => {
       try {
         await api.resume(kernel.kernel_id as string);
@@ -255,7 +276,7 @@ export function addCommands(
     label: args =>
       args.kernelId ? 'Shut Down GPU Kernel…' : 'Shut Down This GPU Kernel…',
     caption: 'Shut the kernel down; its GPU slice is freed',
-    isEnabled: hasKernel,
+    isEnabled: enabledFor('shutdown'),
     execute: forKernel(async kernel => {
       const name = notebookOf(kernel).label;
       const answer = await showDialog({

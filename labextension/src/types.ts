@@ -118,6 +118,22 @@ export interface IKernelSlice {
   idle_since?: number | null;
   idle_action?: 'suspend' | 'release' | null;
   idle_action_at?: number | null;
+  // What its backend can do with its slice (this server's own kernels only).
+  capabilities?: ICapabilities;
+}
+
+/**
+ * What the backend of one of this server's kernels can do with its slice: the panel's buttons
+ * and the commands follow it (`actions.ts`), never the backend's kind.
+ *
+ * @schema Capabilities
+ */
+export interface ICapabilities {
+  can_request: boolean;
+  can_release: boolean;
+  can_suspend: boolean;
+  can_force_shrink: boolean;
+  resize_restarts: boolean;
 }
 
 /**

@@ -5,85 +5,21 @@ cluster: Kubernetes' own control plane (one per session, tests/conftest.py) and 
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jupyter_gpushare.kernelspec import install_kernelspecs
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.records import SliceRecord
-from jupyter_gpushare.sizes import GiB
-
 from ..cluster import ControlPlane, DraDriver, KubeCluster, SimNode
-
-BIN = Path(sys.executable).parent
-
-# The kernel image of the Kubernetes backend's tests, and one no node can pull.
-IMAGE = "jupyter-gpushare-kernel:test"
-BROKEN_IMAGE = "registry.example.com/jupyter-gpushare-kernel:missing"
-
-
-@dataclass
-class Node:
-    """An isolated Jupyter environment with a simulated pool and its own ledger."""
-
-    root: Path
-    ledger_path: Path
-    env: dict[str, str]
-    capacity: int
-
-    @property
-    def ledger(self) -> Ledger:
-        return Ledger(self.ledger_path)
-
-    def running(self) -> list[SliceRecord]:
-        return [record for record in self.ledger.records() if record.state == "running"]
-
-    def queued(self) -> list[SliceRecord]:
-        return [record for record in self.ledger.records() if record.state == "queued"]
-
-    def reserved(self) -> int:
-        return sum(record.memory for record in self.running())
-
-    def write_server_config(self, gpushare: dict[str, object]) -> None:
-        import json
-
-        config_dir = Path(self.env["JUPYTER_CONFIG_DIR"])
-        (config_dir / "jupyter_server_config.json").write_text(json.dumps({"GPUShare": gpushare}))
+from ..support.kernels import write_kernelspec
+from ..support.nodes import BROKEN_IMAGE, Node, make_node
 
 
 @pytest.fixture
 def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
     """One simulated 80 GiB card; kernelspecs python3-gpu-30g, -4g and -16g installed."""
     yield make_node(tmp_path, monkeypatch)
-
-
-def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
-    """The ``node`` fixture's environment in ``tmp_path`` (for fixtures of a wider scope)."""
-    prefix = tmp_path / "prefix"
-    paths = {
-        "JUPYTER_CONFIG_DIR": tmp_path / "config",
-        "JUPYTER_DATA_DIR": tmp_path / "data",
-        "JUPYTER_RUNTIME_DIR": tmp_path / "runtime",
-        "IPYTHONDIR": tmp_path / "ipython",
-    }
-    for path in paths.values():
-        path.mkdir()
-    env = {name: str(path) for name, path in paths.items()}
-    env["JUPYTER_PATH"] = str(prefix / "share" / "jupyter")
-    env["JUPYTER_GPUSHARE_SIMULATE"] = "1xA100-80GB"
-    env["JUPYTER_GPUSHARE_LEDGER_PATH"] = str(tmp_path / "ledger.sqlite")
-    env["JUPYTER_PLATFORM_DIRS"] = "1"
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    install_kernelspecs(["30G", "4G", "16G"], prefix=str(prefix))
-    return Node(tmp_path, tmp_path / "ledger.sqlite", dict(os.environ), 80 * GiB)
 
 
 @pytest.fixture(autouse=True)
@@ -192,8 +128,6 @@ def module_kube(
 def kube(node: Node, make_kube: MakeKube) -> KubeCluster:
     """Four HAMi nodes (one 80 GiB card each) on the real control plane; the kernelspecs of
     ``cluster`` (gpu-6g-vgpu, gpu-200g-vgpu) installed."""
-    from .kernels import write_kernelspec  # kernels.py imports this module
-
     write_kernelspec(node, "gpu-6g-vgpu", {"gpu_memory": "6G", "gpu_mode": "vgpu", "gpu_cores": 30})
     write_kernelspec(node, "gpu-200g-vgpu", {"gpu_memory": "200G", "gpu_mode": "vgpu"})
     return make_kube()

@@ -16,9 +16,9 @@ import pytest
 
 from jupyter_gpushare.sizes import GiB
 
-from ..polling import wait_until
-from .conftest import BIN, Node
-from .servers import JupyterServer, execute, start_server
+from ..support.nodes import BIN, Node
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, execute, start_server
 
 pytestmark = pytest.mark.integration
 

@@ -28,9 +28,9 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 import jupyter_gpushare
 from jupyter_gpushare import request_body
 
-from ..polling import wait_until
-from .conftest import Node
-from .servers import JupyterServer, start_server
+from ..support.nodes import Node
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, start_server
 
 pytestmark = pytest.mark.integration
 

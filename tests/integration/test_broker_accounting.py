@@ -21,9 +21,9 @@ from jupyter_gpushare.backends.remote import RemoteBackend
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.slice_request import make_slice_request
 
-from ..polling import wait_until
-from .servers import JupyterServer, Response, execute
-from .teambox import BIN, TeamBox, team_box, wait_ready
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, Response, execute, wait_ready
+from ..support.teambox import BIN, TeamBox, team_box
 
 pytestmark = pytest.mark.integration
 

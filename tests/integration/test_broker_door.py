@@ -31,9 +31,9 @@ from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.records import SliceRecord
 from jupyter_gpushare.sizes import GiB
 
-from ..polling import wait_until
-from .servers import JupyterServer, Response, execute
-from .teambox import BIN, OSUser, TeamBox, team_box, wait_ready
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, Response, execute, wait_ready
+from ..support.teambox import BIN, OSUser, TeamBox, team_box
 
 pytestmark = pytest.mark.integration
 
@@ -176,7 +176,7 @@ def test_another_user_cannot_take_a_released_kernel_id(box: TeamBox) -> None:
 
 IN_A_KERNEL = """
 import json
-from jupyter_gpushare.backends import node_slices_for
+from jupyter_gpushare.backends.local.node_slices import node_slices_for
 from jupyter_gpushare.config import load_settings
 from jupyter_gpushare.errors import GPUShareError
 broker = node_slices_for(load_settings(from_files=False, reconcile=False))

@@ -22,9 +22,9 @@ import pytest
 from jupyter_gpushare.k8s.manifests import claim_name
 
 from ..cluster import RESOURCE_CLAIMS, ControlPlane, dra_nodes, nvidia_driver
+from ..support.polling import wait_until
+from ..support.servers import execute
 from .conftest import module_kube
-from .kernels import wait_until
-from .servers import execute
 from .test_broker_kubernetes import (
     Setup,
     call,

@@ -32,9 +32,9 @@ from jupyter_gpushare.sizes import GiB
 
 from ..cluster import ControlPlane, hami_nodes
 from .conftest import module_kube
+from ..support.polling import wait_until
+from ..support.servers import execute
 from .faults import api_server_down, api_server_frozen, own_control_plane, runs_code_throughout
-from .kernels import wait_until
-from .servers import execute
 from .test_broker_kubernetes import Setup, call, hub_and_broker, server_of
 
 pytestmark = pytest.mark.integration

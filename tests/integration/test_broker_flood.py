@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .servers import JupyterServer, Response
-from .teambox import team_box, wait_ready
+from ..support.servers import JupyterServer, Response, wait_ready
+from ..support.teambox import team_box
 
 pytestmark = pytest.mark.integration
 

@@ -32,11 +32,12 @@ from jupyter_gpushare.sizes import GiB
 
 from ..cluster import ControlPlane, KubeCluster, hami_nodes
 from ..cluster.rest import PODS, SECRETS, Api, ApiError
-from ..json_http import json_call
-from .conftest import BIN, IMAGE, module_kube
-from .kernels import wait_until
-from .servers import JupyterServer, execute, free_port
-from .teambox import LEAN_SERVER
+from ..support.json_http import json_call
+from ..support.nodes import BIN, IMAGE
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, execute, free_port
+from ..support.teambox import LEAN_SERVER
+from .conftest import module_kube
 from .test_jupyterhub import ADMIN_TOKEN, Hub, proxy_command
 
 pytestmark = pytest.mark.integration

@@ -27,9 +27,9 @@ from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.payloads import KernelPayload
 from jupyter_gpushare.sizes import GiB
 
-from .kernels import wait_until
-from .servers import JupyterServer, Response, execute
-from .teambox import BIN, TeamBox, team_box, wait_ready
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, Response, execute, wait_ready
+from ..support.teambox import BIN, TeamBox, team_box
 
 pytestmark = pytest.mark.integration
 

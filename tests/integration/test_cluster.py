@@ -25,9 +25,10 @@ import yaml
 
 from ..cluster import LEASES, NODES, PODS, RESOURCE_CLAIMS, SECRETS, Api, ApiError, KubeCluster
 from ..cluster.rest import ROLE_BINDINGS, identity_from_kubeconfig
-from ..polling import wait_until
-from .conftest import BROKEN_IMAGE, MakeKube
-from .kernels import has_ended
+from ..support.kernels import has_ended
+from ..support.nodes import BROKEN_IMAGE
+from ..support.polling import wait_until
+from .conftest import MakeKube
 
 pytestmark = pytest.mark.integration
 

@@ -31,11 +31,11 @@ from jupyter_gpushare.sizes import GiB
 
 from ..cluster import ControlPlane, KubeCluster
 from ..cluster.rest import NAMESPACES
-from ..polling import wait_until
-from .conftest import Node
+from ..support.nodes import Node
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, execute
 from .faults import api_server_down, own_control_plane, runs_code_throughout
 from .kubernetes_server.support import POLL, get, running_view, server_for, start
-from .servers import JupyterServer, execute
 from .test_kubernetes import nothing_left
 
 pytestmark = pytest.mark.integration

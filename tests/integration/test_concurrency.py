@@ -17,11 +17,11 @@ import pytest
 from jupyter_gpushare.inventory import parse_simulation
 from jupyter_gpushare.sizes import GiB
 
-from .conftest import Node
+from ..support.kernels import MANY_STARTER
+from ..support.nodes import Node
 
 pytestmark = pytest.mark.integration
 
-MANY_STARTER = Path(__file__).with_name("many_starter.py")
 
 OBSERVE = """
 CREATE TABLE observations (step INTEGER PRIMARY KEY AUTOINCREMENT, event TEXT, device TEXT,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import Node
-from .servers import start_server
+from ..support.nodes import Node
+from ..support.servers import start_server
 from .test_openapi import Contract, load_document
 
 pytestmark = pytest.mark.integration

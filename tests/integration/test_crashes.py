@@ -11,16 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, Node
-from .kernels import wait_for_exit
+from ..support.kernels import STARTER, wait_for_exit
+from ..support.nodes import BIN, Node
 
 pytestmark = pytest.mark.integration
-
-STARTER = Path(__file__).with_name("starter.py")
 
 
 def start_kernel_in_another_process(node: Node) -> tuple[subprocess.Popen[str], str, int]:

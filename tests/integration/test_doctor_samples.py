@@ -19,7 +19,7 @@ from jupyter_gpushare.doctor import report, run_checks
 from jupyter_gpushare.inventory import nvml
 from jupyter_gpushare.kernelspec import install_kernelspecs
 
-from ..unit.nvml_fake import make_fake_pynvml
+from ..support.nvml_fake import make_fake_pynvml
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from .conftest import BIN, Node
+from ..support.nodes import BIN, Node
 
 pytestmark = pytest.mark.integration
 

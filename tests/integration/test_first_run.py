@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ..json_http import json_call
-from ..polling import wait_until
-from .conftest import BIN, Node
-from .servers import free_port
+from ..support.json_http import json_call
+from ..support.nodes import BIN, Node
+from ..support.polling import wait_until
+from ..support.servers import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import pytest
 
 from jupyter_gpushare.sizes import GiB
 
-from .conftest import Node
-from .servers import JupyterServer, start_server
+from ..support.nodes import Node
+from ..support.servers import JupyterServer, start_server
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import Node
-from .kernels import kernel_manager, run_cell
+from ..support.kernels import kernel_manager, run_cell
+from ..support.nodes import Node
 
 pytestmark = pytest.mark.integration
 

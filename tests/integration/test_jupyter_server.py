@@ -10,10 +10,10 @@ import pytest
 
 from jupyter_gpushare.sizes import GiB
 
-from ..polling import wait_until
-from .conftest import Node
-from .kernels import wait_for_exit
-from .servers import JupyterServer, Response, start_server
+from ..support.kernels import wait_for_exit
+from ..support.nodes import Node
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, Response, start_server
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ import pytest
 
 from jupyter_gpushare.sizes import GiB
 
-from ..json_http import json_call
-from .conftest import BIN, Node
-from .servers import free_port
+from ..support.json_http import json_call
+from ..support.nodes import BIN, Node
+from ..support.servers import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ from jupyter_gpushare.errors import (
 )
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
-from ..polling import async_wait_until
-from .conftest import Node
-from .kernels import kernel_manager, run_code, write_kernelspec
+from ..support.kernels import kernel_manager, run_code, write_kernelspec
+from ..support.nodes import Node
+from ..support.polling import async_wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -177,5 +177,35 @@ async def test_a_started_kernel_has_a_last_activity_before_the_server_watches_it
         assert type(started).__name__ == "ServerKernelManager"
         assert started.last_activity is not None, "listed by the server with no last activity"
         assert started.last_activity.tzinfo is not None
+    finally:
+        await kernels.shutdown_all()
+
+
+async def test_a_start_the_server_checked_is_not_checked_again_but_a_restart_is(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``POST kernels`` checks a start, then hands the checked request to the provisioner
+    (``gpushare_checked``): one check per start. A restart checks again (its size may have
+    changed). Before, the provisioner's ``pre_launch`` checked every start a second time."""
+    from jupyter_gpushare.backends.local import LocalBackend, local_backend
+    from jupyter_gpushare.config import load_settings
+
+    checked: list[str] = []
+    check = LocalBackend.check
+
+    def counting_check(self: LocalBackend, *args: object, **kwargs: object) -> object:
+        checked.append(str(kwargs.get("kernel_id", args[3] if len(args) > 3 else "")))
+        return check(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalBackend, "check", counting_check)
+    request = local_backend(load_settings(from_files=False, reconcile=False)).check("4G")
+    checked.clear()
+    kernels = manager()
+    try:
+        kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g", gpushare_checked=request)
+        assert checked == [] and [record.memory for record in node.running()] == [4 * GiB]
+        await kernels.restart_kernel(kernel_id)
+        assert checked == [kernel_id]
+        assert [record.kernel_id for record in node.running()] == [kernel_id]
     finally:
         await kernels.shutdown_all()

@@ -13,8 +13,8 @@ import pytest
 
 from jupyter_gpushare.sizes import GiB
 
-from .conftest import Node
-from .servers import JupyterServer, execute, start_server
+from ..support.nodes import Node
+from ..support.servers import JupyterServer, execute, start_server
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,8 @@ from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from jupyter_client.session import Session
 from traitlets.config import Config
 
-from jupyter_gpushare.backends.kubernetes import server_identity
+from jupyter_gpushare.backends.kubernetes.backend import server_identity
+from jupyter_gpushare.backends.kubernetes.provisioner import KernelPodError, KubernetesProvisioner
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import DoesNotFitError
 from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
@@ -39,13 +40,12 @@ from jupyter_gpushare.k8s.manifests import (
     selector,
 )
 from jupyter_gpushare.processes import current_process, identify
-from jupyter_gpushare.provisioners import GPUShareProvisioner
-from jupyter_gpushare.provisioners.kubernetes import KernelPodError, KubernetesProvisioner
+from jupyter_gpushare.provisioners import GPUShareProvisioner, SliceProvisioner
 
 from ..cluster import EVENTS, PODS, SECRETS, KubeCluster
-from ..polling import async_wait_until
-from .conftest import BROKEN_IMAGE, IMAGE, Node
-from .kernels import kernel_manager, run_cell
+from ..support.kernels import kernel_manager, run_cell
+from ..support.nodes import BROKEN_IMAGE, IMAGE, Node
+from ..support.polling import async_wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +100,7 @@ def test_the_gpushare_provisioner_is_the_configured_backends(backend: str, expec
     spec = KernelSpec(argv=["python"], display_name="x", language="python")
     provisioner = GPUShareProvisioner(kernel_id="k", kernel_spec=spec, parent=km, gpu_memory="4G")
     assert type(provisioner).__name__ == expected
-    assert isinstance(provisioner, GPUShareProvisioner)
+    assert isinstance(provisioner, SliceProvisioner)
     assert provisioner.gpu_memory == "4G" and provisioner.kernel_id == "k" and provisioner.parent is km
 
 
@@ -204,7 +204,7 @@ async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
     try:
         km = kernels.get_kernel(kernel_id)
         provisioner = km.provisioner
-        assert isinstance(provisioner, KubernetesProvisioner) and isinstance(provisioner, GPUShareProvisioner)
+        assert isinstance(provisioner, KubernetesProvisioner) and isinstance(provisioner, SliceProvisioner)
 
         # One pod, asking HAMi for the slice; its Secret holds the connection file and token.
         [pod], [secret] = ours(kube)

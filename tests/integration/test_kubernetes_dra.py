@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,8 +44,10 @@ from ..cluster import (
 )
 from ..cluster.dra_devices import consumed_per_device
 from ..cluster.fixture import TEST_RBAC
-from .conftest import IMAGE, MakeKube, Node
-from .kernels import kernel_manager, run_cell, write_kernelspec
+from ..support.kernels import kernel_manager, run_cell, write_kernelspec
+from ..support.nodes import IMAGE, Node
+from ..support.polling import async_wait_until
+from .conftest import MakeKube
 
 pytestmark = pytest.mark.integration
 
@@ -143,11 +144,7 @@ def claims(cluster: KubeCluster) -> list[dict[str, Any]]:  # the test's namespac
 
 
 async def eventually(condition: Any, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        await asyncio.sleep(0.05)
+    await async_wait_until(condition, timeout, 0.05, what)
 
 
 async def nothing_left(cluster: KubeCluster) -> None:
@@ -318,7 +315,7 @@ async def test_twenty_concurrent_starts_never_over_consume_capacity(hami: KubeCl
     done = asyncio.Event()
 
     async def watch_consumption() -> None:
-        while not done.is_set():
+        while not done.is_set():  # no deadline: samples until the starts are done
             for key, (held, total) in consumed_per_device(claims(hami), slices).items():
                 assert held <= total, f"{key} holds {held} of {total}"
                 worst[key] = max(worst.get(key, 0), held)

@@ -33,7 +33,7 @@ from ..cluster import ControlPlane
 from ..cluster.node_side import NodeSide
 from ..cluster.nodes import hami_nodes
 from ..cluster.rest import NAMESPACES, PODS, SECRETS, SERVICE_ACCOUNTS, Identity
-from ..polling import wait_until
+from ..support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 

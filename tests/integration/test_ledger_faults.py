@@ -34,9 +34,10 @@ from jupyter_gpushare.kernelspec import install_kernelspecs
 from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.sizes import GiB
 
-from .conftest import BIN, Node, make_node
-from .kernels import wait_until
-from .servers import JupyterServer, execute, start_server
+from ..support.kernels import STARTER
+from ..support.nodes import BIN, Node, make_node
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, execute, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -204,7 +205,7 @@ def test_a_deleted_ledger_is_put_back_and_no_card_is_handed_out_twice(
 
     # A kernel started from a console does not get a card a server kernel holds.
     console = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("starter.py")), "python3-gpu-4g"],
+        [sys.executable, str(STARTER), "python3-gpu-4g"],
         env={**node.env, **FAST, "JUPYTER_GPUSHARE_WHEN_FULL": "fail"},
         capture_output=True,
         text=True,

@@ -16,9 +16,9 @@ import pytest
 
 from jupyter_gpushare.sizes import GiB
 
-from ..polling import wait_until
-from .conftest import Node
-from .servers import JupyterServer, start_server
+from ..support.nodes import Node
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, start_server
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
-from ..polling import async_wait_until
-from .conftest import Node
-from .kernels import kernel_manager, run_cell
+from ..support.kernels import kernel_manager, run_cell
+from ..support.nodes import Node
+from ..support.polling import async_wait_until
 
 pytestmark = pytest.mark.integration
 

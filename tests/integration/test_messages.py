@@ -11,9 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from ..polling import wait_until
-from .conftest import BIN, Node
-from .servers import execute, start_server
+from ..support.nodes import BIN, Node
+from ..support.polling import wait_until
+from ..support.servers import execute, start_server
 
 pytestmark = pytest.mark.integration
 

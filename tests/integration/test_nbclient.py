@@ -8,7 +8,7 @@ from nbclient import NotebookClient
 
 from jupyter_gpushare.sizes import GiB
 
-from .conftest import Node
+from ..support.nodes import Node
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from openapi_spec_validator import validate as validate_openapi
 import jupyter_gpushare
 from jupyter_gpushare.sizes import GiB
 
-from ..polling import wait_until
-from .conftest import Node
-from .servers import JupyterServer, Response, start_server
+from ..support.nodes import Node
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, Response, start_server
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,9 @@ import pytest
 
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
-from ..polling import wait_until
-from .conftest import Node
-from .servers import JupyterServer, start_server
+from ..support.nodes import Node
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, start_server
 
 pytestmark = pytest.mark.integration
 

@@ -16,10 +16,10 @@ from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 
 from jupyter_gpushare.sizes import GiB, format_bytes
 
-from ..polling import async_wait_until
-from .conftest import Node
-from .kernels import run_cell
-from .servers import JupyterServer, execute, start_server
+from ..support.kernels import run_cell
+from ..support.nodes import Node
+from ..support.polling import async_wait_until
+from ..support.servers import JupyterServer, execute, start_server
 
 pytestmark = pytest.mark.integration
 

@@ -42,7 +42,7 @@ from markdown_it import MarkdownIt
 
 from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
 
-from .teambox import OSUser, create_user, remove_user, user_python
+from ..support.teambox import OSUser, create_user, remove_user, user_python
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ from traitlets.config import Config
 from jupyter_gpushare.processes import is_alive
 from jupyter_gpushare.sizes import GiB
 
-from ..polling import async_wait_until
-from .conftest import Node
-from .kernels import kernel_manager, run_cell
+from ..support.kernels import kernel_manager, run_cell
+from ..support.nodes import Node
+from ..support.polling import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,9 @@ from jupyter_gpushare.kernelspec import build_kernelspec, install_kernelspecs
 from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.records import SliceRecord
 
-from ..json_http import json_call
+from ..support.json_http import json_call
+from ..support.polling import wait_until
+from ..support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -49,12 +50,6 @@ EXTENSION = "jupyter-gpushare"
 
 class SetupError(RuntimeError):
     """Something the browser tests need is missing; the message says how to get it."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # ---- the extension under test ------------------------------------------------------------------
@@ -312,17 +307,8 @@ def wait_for(
     """Poll ``condition`` until it is true. Pass the ``page`` when the condition reads what its
     event handlers record: Playwright's sync API delivers events only while it runs, so the
     wait must go through the page rather than ``time.sleep``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        if page is not None:
-            page.wait_for_timeout(100)
-        else:
-            time.sleep(0.1)
+    sleep = None if page is None else (lambda seconds: page.wait_for_timeout(seconds * 1000))
+    return wait_until(condition, timeout, 0.1, what, sleep=sleep)
 
 
 # ---- the page ------------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-from nvml_fake import FakeNVMLState, make_fake_pynvml
 
 from jupyter_gpushare.inventory import nvml as nvml_module
+from tests.support.nvml_fake import FakeNVMLState, make_fake_pynvml
 
 # Property tests: a quick profile for every run, a thorough one to hunt for rare cases
 # (GPUSHARE_HYPOTHESIS_PROFILE=thorough pytest tests/unit).

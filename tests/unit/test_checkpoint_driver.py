@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
-from checkpoint_fake import FakeCheckpointDriver
 
 from jupyter_gpushare.checkpoint import HelperRunner
 from jupyter_gpushare.checkpoint.driver import NotSupported, api_text, require, uuid_bytes
+from tests.support.checkpoint_fake import FakeCheckpointDriver
 
 
 def helper(*arguments: str) -> dict[str, object]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from nvml_fake import FakeBoard, FakeMig
 
 from jupyter_gpushare.inventory import (
     Inventory,
@@ -16,6 +15,7 @@ from jupyter_gpushare.inventory import (
 )
 from jupyter_gpushare.inventory import nvml as nvml_module
 from jupyter_gpushare.inventory import simulated as simulated_module
+from tests.support.nvml_fake import FakeBoard, FakeMig
 
 GiB = 2**30
 MiB = 2**20

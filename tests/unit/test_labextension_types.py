@@ -28,6 +28,7 @@ MIRRORED = {
     "MigInstance",
     "QueueEntry",
     "Kernel",
+    "Capabilities",
     "Resize",
     "UsageEvent",
     "Config",

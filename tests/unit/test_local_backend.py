@@ -10,7 +10,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from nvml_fake import FakeBoard
 
 from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
@@ -24,7 +23,8 @@ from jupyter_gpushare.errors import (
 )
 from jupyter_gpushare.processes import current_process, identify
 from jupyter_gpushare.sizes import ACCEPTED_FORMS
-from tests.polling import async_wait_until
+from tests.support.nvml_fake import FakeBoard
+from tests.support.polling import async_wait_until
 
 GiB = 2**30
 
@@ -232,7 +232,7 @@ async def test_a_waiting_request_is_refused_once_the_queue_timeout_passed(tmp_pa
 def test_local_kernels_are_encrypted_where_other_users_share_the_node(tmp_path: Path) -> None:
     import os
 
-    from jupyter_gpushare.provisioners.local import encrypts_local_kernels
+    from jupyter_gpushare.backends.local.provisioner import encrypts_local_kernels
 
     ledger = tmp_path / "ledger.sqlite"
     alone = GPUShare(ledger_path=str(ledger))
@@ -289,3 +289,15 @@ def test_a_broken_ledger_does_not_stop_the_service_and_the_pool_says_why(tmp_pat
     assert service.ledger.check() is None  # the guard's round: the pool is registered now
     assert "problem" not in service.pool()
     assert service.check("4G").size.canonical == "4G"
+
+
+async def test_a_kernel_proves_its_slice_with_its_own_token_only(service: LocalBackend) -> None:
+    record = await service.acquire("k1", service.check("4G"), kernel_name="spec", path="x.ipynb")
+    token = service.token_for("k1")
+    assert token is not None and service.kernel_env(record)["JUPYTER_GPUSHARE_TOKEN"] == token
+    owned = service.own_slice("k1", token)
+    assert owned is not None and owned.kernel_id == "k1"
+    with pytest.raises(NotYourSliceError):
+        service.own_slice("k1", "another-kernels-token")
+    assert service.own_slice("k2", token) is None  # no slice: nothing to prove
+    service.free("k1")

@@ -12,7 +12,7 @@ from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.processes import identify, is_alive
 from jupyter_gpushare.sizes import GiB
-from tests.polling import wait_until
+from tests.support.polling import wait_until
 
 
 @pytest.fixture

@@ -18,13 +18,6 @@ from typing import Any
 
 import psutil
 import pytest
-from nvml_fake import (
-    FakeBoard,
-    FakeNVMLError,
-    FakeNVMLState,
-    FakeProcess,
-    FakeProcessUtilization,
-)
 
 from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
@@ -33,7 +26,14 @@ from jupyter_gpushare.records import ProcessIdentity, SliceRecord
 from jupyter_gpushare.sizes import GiB, MiB
 from jupyter_gpushare.usage.attribution import ProcessUsage
 from jupyter_gpushare.usage.nvml_usage import read_snapshot
-from tests.polling import wait_until
+from tests.support.nvml_fake import (
+    FakeBoard,
+    FakeNVMLError,
+    FakeNVMLState,
+    FakeProcess,
+    FakeProcessUtilization,
+)
+from tests.support.polling import wait_until
 
 InstallNVML = Callable[..., FakeNVMLState]
 

@@ -25,7 +25,7 @@ from jupyter_gpushare.records import NewRequest, Placed
 from jupyter_gpushare.server.context import GPUShareContext
 from jupyter_gpushare.server.snapshots import Body, SharedReads, Snapshot
 from jupyter_gpushare.server.starts import Start
-from tests.polling import async_wait_until
+from tests.support.polling import async_wait_until
 
 ME = current_process()
 

@@ -16,15 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from checkpoint_fake import Failure, FakeCheckpointDriver
-from nvml_fake import FakeBoard, FakeProcess
 from test_local_backend import make_service
 
-from jupyter_gpushare.backends import suspend as suspending
 from jupyter_gpushare.backends.local import LocalBackend
+from jupyter_gpushare.backends.local import suspend as suspending
 from jupyter_gpushare.checkpoint import InProcessRunner
 from jupyter_gpushare.checkpoint.driver import DriverError, NotSupported
 from jupyter_gpushare.errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError
+from tests.support.checkpoint_fake import Failure, FakeCheckpointDriver
+from tests.support.nvml_fake import FakeBoard, FakeProcess
+from tests.support.polling import async_wait_until
 
 GiB = 2**30
 
@@ -180,8 +181,7 @@ async def test_a_resume_waits_in_the_queue_like_a_start(
     resuming = asyncio.create_task(
         service.resume("k1", on_wait=lambda position, _: positions.append(position))
     )
-    while not positions:
-        await asyncio.sleep(0.02)
+    await async_wait_until(lambda: positions, 60, 0.02, "the resume queued")
     assert positions == [1] and not driver.named("restore")
     view = next(view for view in service.all_kernels() if view["kernel_id"] == "k1")
     assert view["state"] == "queued" and driver.states[os.getpid()] == "checkpointed"
@@ -232,8 +232,7 @@ async def test_a_driver_that_cannot_remap_waits_for_the_same_card(tmp_path: Path
     resuming = asyncio.create_task(
         service.resume("k1", on_wait=lambda position, _: positions.append(position))
     )
-    while not positions:
-        await asyncio.sleep(0.02)
+    await async_wait_until(lambda: positions, 60, 0.02, "the resume queued")
     service.free("big")
     outcome = await asyncio.wait_for(resuming, 10)
     assert outcome.device.uuid == gpu0 and driver.named("restore")[0][2] == ()

@@ -6,6 +6,7 @@
  * queued, request for a kernel that gave its slice back), suspend (or resume) and shut down.
  */
 
+import { capabilitiesOf, offered } from '../actions';
 import { h, percentOf, setAttr, setText } from '../dom';
 import { formatBytes, formatGiB } from '../sizes';
 import { IKernelSlice } from '../types';
@@ -15,6 +16,9 @@ export const KERNEL_CLASS = 'jp-gpushare-kernel';
 
 /** Above this share of its slice a kernel shows the warning colour. */
 export const WARN_RATIO = 0.9;
+/** The title of a button whose action this kernel's backend does not offer (a kernel pod). */
+const HELD_FOR_LIFE =
+  'This kernel keeps its GPU until it ends: shut the kernel down to free it';
 
 /** What the row's buttons do; the plugin provides them. */
 export interface IKernelActions {
@@ -208,36 +212,41 @@ export class KernelRow {
     }
     this._warnings.hidden = warnings.length === 0;
 
-    this._resize.disabled = !running;
+    // Every button follows offered() (actions.ts), as the commands' isEnabled does.
+    this._resize.disabled = !offered(kernel, 'resize');
     // One button, three meanings: release a running slice, withdraw a queued start (the
-    // kernel never starts), ask again for a kernel that gave its slice back. A pod holds its
-    // GPU for its life.
+    // kernel never starts), ask again for a kernel that gave its slice back. A backend that
+    // cannot give memory back (a kernel pod) holds the GPU for the kernel's life.
     const queued = kernel.state === 'queued';
     const released = kernel.state === 'released';
+    const can = capabilitiesOf(kernel);
     setText(
       this._release,
       queued ? 'Cancel' : released ? 'Request…' : 'Release'
     );
-    this._release.disabled =
-      kernel.state === 'suspended' ||
-      (Boolean(kernel.pod) && (running || released));
+    this._release.disabled = !(
+      offered(kernel, 'release') || offered(kernel, 'request')
+    );
     setAttr(
       this._release,
       'title',
-      kernel.pod && running
-        ? 'A kernel pod keeps its GPU until it ends: shut the kernel down to free it'
+      running && !can.can_release
+        ? HELD_FOR_LIFE
         : queued
           ? 'Withdraw the start from the queue: the kernel never starts'
           : released
-            ? 'Ask for a GPU slice again (it waits in the queue when the GPUs are full)'
+            ? can.can_request
+              ? 'Ask for a GPU slice again (it waits in the queue when the GPUs are full)'
+              : HELD_FOR_LIFE
             : 'Release the GPU slice; the kernel keeps running'
     );
     // A queued start has no kernel to shut down yet: Cancel withdraws it.
-    this._shutdown.disabled = queued;
+    this._shutdown.disabled = !offered(kernel, 'shutdown');
     const suspended = kernel.state === 'suspended';
     setText(this._suspend, suspended ? 'Resume' : 'Suspend');
-    // A pod cannot give its memory back without a new pod; only a running slice can suspend.
-    this._suspend.disabled = !(suspended || (running && !kernel.pod));
+    this._suspend.disabled = !(
+      offered(kernel, 'suspend') || offered(kernel, 'resume')
+    );
     const name = notebook.label;
     setAttr(
       this._suspend,
@@ -251,8 +260,10 @@ export class KernelRow {
       'title',
       suspended
         ? 'Wait for a GPU slice and restore the GPU state'
-        : kernel.pod
-          ? 'A kernel pod keeps its GPU until it ends: shut the kernel down to free it'
+        : !can.can_suspend
+          ? can.can_release
+            ? 'Suspending is not offered for this kernel: release its slice instead'
+            : HELD_FOR_LIFE
           : 'Move the GPU state to host memory and give the slice back; the next cell resumes it'
     );
     setAttr(this._resize, 'aria-label', `Resize the GPU slice of ${name}`);

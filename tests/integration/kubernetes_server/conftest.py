@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from ...cluster import KubeCluster
-from ..conftest import Node
-from ..servers import JupyterServer
+from ...support.nodes import Node
+from ...support.servers import JupyterServer
 from .support import server_for
 
 

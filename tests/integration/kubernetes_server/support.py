@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ...cluster import KubeCluster
-from ...polling import wait_until
-from ..conftest import IMAGE, Node
-from ..servers import JupyterServer, start_server
+from ...support.nodes import IMAGE, Node
+from ...support.polling import wait_until
+from ...support.servers import JupyterServer, start_server
 from ..test_openapi import Contract, load_document
 
 

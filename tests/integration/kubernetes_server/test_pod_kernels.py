@@ -14,10 +14,11 @@ from jupyter_gpushare.k8s.manifests import pod_name
 from jupyter_gpushare.sizes import GiB
 
 from ...cluster import KubeCluster, hami_nodes
-from ...polling import wait_until
-from ..conftest import MakeKube, Node
-from ..kernels import write_kernelspec
-from ..servers import JupyterServer, execute
+from ...support.kernels import write_kernelspec
+from ...support.nodes import Node
+from ...support.polling import wait_until
+from ...support.servers import JupyterServer, execute
+from ..conftest import MakeKube
 from ..test_kubernetes import manager, nothing_left
 from ..test_rest_api import metrics
 from .support import POLL, get, running_view, server_for, start

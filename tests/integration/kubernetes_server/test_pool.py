@@ -16,9 +16,10 @@ from jupyter_gpushare.k8s.watch import ClusterWatch
 from jupyter_gpushare.sizes import GiB, MiB
 
 from ...cluster import PODS, KubeCluster, SimNode
-from ...polling import wait_until
-from ..conftest import IMAGE, MakeKube, Node
-from ..servers import JupyterServer, start_server
+from ...support.nodes import IMAGE, Node
+from ...support.polling import wait_until
+from ...support.servers import JupyterServer, start_server
+from ..conftest import MakeKube
 from ..test_kubernetes import manager, nothing_left
 from .support import POLL, get
 

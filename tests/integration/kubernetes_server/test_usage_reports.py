@@ -16,10 +16,10 @@ from jupyter_gpushare.k8s.manifests import pod_name, secret_name
 from jupyter_gpushare.sizes import GiB
 
 from ...cluster import KubeCluster
-from ...json_http import json_call
-from ...polling import wait_until
-from ..conftest import Node
-from ..servers import JupyterServer, Response
+from ...support.json_http import json_call
+from ...support.nodes import Node
+from ...support.polling import wait_until
+from ...support.servers import JupyterServer, Response
 from ..test_kubernetes import nothing_left
 from .support import CONTRACT, POLL, get, running_view, server_for, start
 

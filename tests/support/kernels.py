@@ -13,20 +13,13 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from traitlets.config import Config
 
-from ..polling import wait_until
-from .conftest import Node
+from .nodes import Node
+from .polling import wait_until
 
-# ``from .kernels import wait_until``, as tests written before tests/polling.py import it.
-__all__ = [
-    "Cell",
-    "has_ended",
-    "kernel_manager",
-    "run_cell",
-    "run_code",
-    "wait_for_exit",
-    "wait_until",
-    "write_kernelspec",
-]
+# Scripts a test starts as an OS process of its own: one kernel held until killed (the crash
+# tests), N kernels started at once (the concurrency test).
+STARTER = Path(__file__).with_name("starter.py")
+MANY_STARTER = Path(__file__).with_name("many_starter.py")
 
 
 def kernel_manager(config: Config | None = None) -> AsyncMultiKernelManager:

@@ -10,20 +10,10 @@ declared usage stands for it, as it does everywhere else on such a pool.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import psutil
 
-from ..records import SliceRecord
-
-
-@dataclass(frozen=True)
-class Holding:
-    """What a kernel's processes hold on the GPU now."""
-
-    memory: int  # bytes
-    source: str | None  # "nvml", "simulated", "kernel"; None when nothing could be measured
-    gpu_pids: tuple[int, ...] = ()  # the kernel's processes NVML lists (empty without NVML)
+from ...records import Holding, SliceRecord
 
 
 def process_tree(pid: int) -> frozenset[int]:
@@ -37,7 +27,7 @@ def process_tree(pid: int) -> frozenset[int]:
 
 def measure_nvml(kernel_pid: int, device_uuids: Sequence[str]) -> Holding:
     """NVML's per-process figures for ``kernel_pid``'s tree, on the pool's devices."""
-    from ..usage.nvml_usage import read_snapshot
+    from ...usage.nvml_usage import read_snapshot
 
     snapshot = read_snapshot(device_uuids)
     tree = process_tree(kernel_pid)

@@ -29,15 +29,14 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Any as AnyTrait
 
-from .. import env_names
-from ..backends import NodeSlices, node_slices_for
-from ..backends.local import LocalBackend
-from ..config import GPUShare, load_settings
-from ..errors import BackendUnavailableError, CannotSuspendError, DoesNotFitError, ResumeError
-from .base import REQUEST_TRAITS, GPUShareProvisioner
+from ... import env_names
+from ...config import GPUShare, load_settings
+from ...errors import BackendUnavailableError
+from ..base import NodeSlices
+from ..provisioning import REQUEST_TRAITS, SliceProvisioner
+from .node_slices import node_slices_for
 
 # Held memory and suspend/resume need the node ledger itself; a broker does not offer them yet.
-THROUGH_A_BROKER = "is not available through a GPU broker yet: nothing was changed"
 
 KERNEL_EXTENSION = "jupyter_gpushare.kernel"
 
@@ -46,7 +45,7 @@ def _is_ipykernel(cmd: list[str]) -> bool:
     return any("ipykernel" in part for part in cmd)
 
 
-class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: ignore[misc]
+class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ignore[misc]
     """A local kernel process holding a GPU slice from the node ledger."""
 
     # Plain traits, validated in pre_launch so a bad kernelspec fails with our message listing
@@ -81,11 +80,12 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
             if name in kwargs:
                 setattr(self, name, kwargs.pop(name))
         self._on_state = kwargs.pop("gpushare_on_state", None)
+        checked = self.checked_request(kwargs)
         session_path = kwargs.pop("gpushare_path", None) or (kwargs.get("env") or {}).get(
             "JPY_SESSION_NAME", ""
         )
         try:
-            request = backend.check(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
+            request = checked or backend.check(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
             record = await backend.acquire(
                 self.kernel_id,
                 request,
@@ -173,29 +173,23 @@ class LocalGPUShareProvisioner(LocalProvisioner, GPUShareProvisioner):  # type: 
     async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         """Resize in place in the ledger; a restart only when asked (JAX/TensorFlow read their
         cap only at start)."""
-        backend = self.backend
-        if isinstance(backend, LocalBackend):
-            await asyncio.to_thread(backend.resize, self.kernel_id, memory, force)
-        elif force:
-            raise DoesNotFitError(f"a forced shrink {THROUGH_A_BROKER}")
-        else:
-            await asyncio.to_thread(backend.resize, self.kernel_id, memory)
+        await asyncio.to_thread(self.backend.resize, self.kernel_id, memory, force)
         return restart
+
+    async def give_back(self) -> None:
+        # The service API's release: on the node ledger it is give_back, what %gpu release calls;
+        # through a broker it is the broker's release, which measures what the kernel still holds
+        # there (a kernel's own give_back through a broker does not measure it yet).
+        await asyncio.to_thread(self.backend.release, self.kernel_id)
 
     async def suspend(self) -> None:
         """This process started the kernel: it has the driver checkpoint it (a helper process
         does the calls) and gives the slice back once the driver says it is done."""
-        backend = self.backend
-        if not isinstance(backend, LocalBackend):
-            raise CannotSuspendError(f"suspend {THROUGH_A_BROKER}", why=f"suspend {THROUGH_A_BROKER}")
-        outcome = await asyncio.to_thread(backend.suspend, self.kernel_id)
+        outcome = await asyncio.to_thread(self.backend.suspend, self.kernel_id)
         self.set_state(f"suspended ({outcome.state.state_bytes} bytes of GPU state in host memory)")
 
     async def resume(self) -> None:
-        backend = self.backend
-        if not isinstance(backend, LocalBackend):
-            raise ResumeError(f"resume {THROUGH_A_BROKER}")
-        outcome = await backend.resume(self.kernel_id, on_wait=self._report_wait)
+        outcome = await self.backend.resume(self.kernel_id, on_wait=self._report_wait)
         self.set_state(f"holds {outcome.record.size} on {outcome.record.unit_uuid} (resumed)")
 
     def token_matches(self, token: str | None) -> bool:

@@ -5,7 +5,7 @@ credentials: it asks the broker for its kernel's pod and gets the connection inf
 pod runs. Everything about the kernel itself — interrupts through the control channel, restarts
 with a new size (and back to the old one when the cluster cannot place the new), the own-slice
 token its pod proves itself with, CurveZMQ keys kept across restarts — is as for the pods a
-server makes itself (:class:`~.kubernetes.KubernetesProvisioner`, which this extends); what
+server makes itself (:class:`~.provisioner.KubernetesProvisioner`, which this extends); what
 changes is who touches the cluster:
 
 * ``pre_launch`` — the broker checks the request with its limits (nothing is created yet).
@@ -27,11 +27,11 @@ from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
 
-from ..backends.remote import RemoteBackend, remote_backend
-from ..config import GPUShare, load_settings
-from ..errors import BackendUnavailableError, NeedsRestartError, NoSuchKernelError
-from .base import REQUEST_TRAITS
-from .kubernetes import NEEDS_RESTART, KubernetesProvisioner
+from ...config import GPUShare, load_settings
+from ...errors import BackendUnavailableError, NeedsRestartError, NoSuchKernelError
+from ..provisioning import REQUEST_TRAITS
+from ..remote import RemoteBackend, remote_backend
+from .provisioner import NEEDS_RESTART, KubernetesProvisioner
 
 LEASE_STOPPED = -1.0
 
@@ -60,9 +60,13 @@ class RemotePodProvisioner(KubernetesProvisioner):
                     setattr(self, name, value)
         kwargs.pop("gpushare_path", None)
         self._on_state = kwargs.pop("gpushare_on_state", None)
+        checked = self.checked_request(kwargs)
         self._request(settings)  # a bad request fails before the broker is asked
         broker = self._broker = remote_backend(settings)
-        await asyncio.to_thread(broker.check, self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
+        if checked is None:  # a start the server checked is not checked again
+            await asyncio.to_thread(
+                broker.check, self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id
+            )
         self._argv = [*self.kernel_spec.argv, *kwargs.pop("extra_arguments", [])]
         self._generation += 1
         if self._token is None:

@@ -1,4 +1,5 @@
-"""Waiting for a condition, the one way the tests do it.
+"""Waiting for a condition, the one way the tests do it (tests/unit/test_polling.py checks that
+no wait loop of the tests or benchmarks goes without a deadline).
 
 A test that waits for something to happen elsewhere (a kernel process, a server, the simulated
 cluster, the monitor thread) polls for the state it expects with :func:`wait_until`, or with
@@ -30,14 +31,17 @@ def wait_until(
     message: str = "the condition",
     *,
     until: Callable[[T], object] = bool,
+    sleep: Callable[[float], object] | None = None,
 ) -> T:
     """Call ``condition()`` every ``interval`` seconds until ``until`` holds for its value (by
-    default: until the value is true), and return that value; fail the test after ``timeout``."""
+    default: until the value is true), and return that value; fail the test after ``timeout``.
+    ``sleep`` replaces ``time.sleep`` between two calls where something must keep running while
+    the test waits (a Playwright page delivers its events only inside its own calls)."""
     deadline = time.monotonic() + timeout
     while not until(value := condition()):
         if time.monotonic() > deadline:
             raise AssertionError(_not_reached(message, timeout, value))
-        time.sleep(interval)
+        (sleep or time.sleep)(interval)
     return value
 
 

@@ -248,20 +248,6 @@ class TeamBox:
         return server
 
 
-def wait_ready(server: JupyterServer, timeout: float = 90) -> JupyterServer:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"jupyter server exited:\n{server.log()}")
-        try:
-            if server.request("GET", "/api/status", timeout=2).status == 200:
-                return server
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"jupyter server did not answer in {timeout} s:\n{server.log()}")
-
-
 @contextlib.contextmanager
 def team_box(
     users: tuple[str, ...],

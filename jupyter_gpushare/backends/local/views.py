@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..devices import Device
-from ..payloads import KernelPayload, PoolPayload
-from ..records import LedgerState, ReleasedSlice, SliceRecord
-from ..views import (
+from ...devices import Device
+from ...payloads import KernelPayload, PoolPayload
+from ...records import LedgerState, ReleasedSlice, SliceRecord
+from ...views import (
     device_indexes,
     kernel_view,
     kernels_view,
@@ -24,14 +24,14 @@ from ..views import (
     released_view,
     slice_less_view,
 )
-from .accounts import show_idle
-from .base import ServerKernels
+from ..accounts import show_idle
+from ..base import ServerKernels
 
 if TYPE_CHECKING:
-    from ..accounting import Activity
-    from ..config import GPUShare
-    from ..devices import Inventory
-    from ..modes import NodeFacts
+    from ...accounting import Activity
+    from ...config import GPUShare
+    from ...devices import Inventory
+    from ...modes import NodeFacts
 
 # The records with the queued ones in the order they are served (the queue policy's order).
 InLine = Callable[[list[SliceRecord]], list[SliceRecord]]

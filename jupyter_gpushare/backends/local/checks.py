@@ -11,20 +11,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..allocator import Policy, Refusal, Request, fit
-from ..errors import DoesNotFitError, ModeUnavailableError, NoGPUError
-from ..ledger import Ledger
-from ..modes import NodeFacts
-from ..preview import Preview, never, preview_start
-from ..processes import is_alive
-from ..queue_order import Waiter, ahead_of, why_waiting
-from ..records import SliceRecord
-from ..sizes import parse_size
-from ..slice_request import SliceRequest
-from ..wait_estimate import expected_start
+from ...allocator import Policy, Refusal, Request, fit
+from ...errors import DoesNotFitError, ModeUnavailableError, NoGPUError
+from ...ledger import Ledger
+from ...modes import NodeFacts
+from ...preview import Preview, never, preview_start
+from ...processes import is_alive
+from ...queue_order import Waiter, ahead_of, why_waiting
+from ...records import SliceRecord
+from ...sizes import parse_size
+from ...slice_request import SliceRequest
+from ...wait_estimate import expected_start
 
 if TYPE_CHECKING:
-    from .accounts import Accounts
+    from ..accounts import Accounts
 
 
 @dataclass(frozen=True)

@@ -9,72 +9,67 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
 import hmac
 import logging
 import os
 import secrets
-import socket
 import time
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 
-from .. import env_names
-from ..allocator import Placement, Policy, Refusal
-from ..checkpoint import HelperRunner, Runner
-from ..config import GPUShare, settings_env
-from ..errors import (
+from ...allocator import Placement, Policy, Refusal
+from ...capabilities import NODE_LEDGER, Capabilities
+from ...checkpoint import HelperRunner, Runner
+from ...config import GPUShare
+from ...errors import (
     DoesNotFitError,
     LedgerError,
     NoSliceError,
     NotYourSliceError,
 )
-from ..holding import released_note
-from ..inventory import Device, Inventory, discover
-from ..ledger import Ledger
-from ..modes import MODES, Grant, NodeFacts, get_mode, probe_node
-from ..payloads import KernelPayload, PoolPayload
-from ..preview import Preview
-from ..processes import current_process, identify, runs_within
-from ..records import (
+from ...holding import released_note
+from ...inventory import Device, Inventory, discover
+from ...ledger import Ledger
+from ...modes import MODES, NodeFacts, probe_node
+from ...payloads import KernelPayload, PoolPayload
+from ...preview import Preview
+from ...processes import current_process, identify, runs_within
+from ...records import (
+    Holding,
     NewRequest,
     Outcome,
     ProcessIdentity,
     Refused,
+    ReleasedSlice,
+    Resumption,
     SliceRecord,
+    Suspension,
     UsageReport,
     Waiting,
 )
-from ..sizes import bytes_or_none, format_bytes
-from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
+from ...sizes import bytes_or_none, format_bytes
+from ...slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES, SliceRequest, make_slice_request, stored_label
+from ..accounts import Accounts, KeepsAccounts
+from ..base import ServerHooks, ServerKernels, WaitCallback
+from ..keys import server_id_of, token_digest
+from ..queue_wait import settle, wait_for_slice
+from . import checks as local_checks
 from . import holding as holdings
-from . import local_checks, local_views
 from . import suspend as suspending
-from .accounts import Accounts, KeepsAccounts
-from .base import ServerHooks, ServerKernels, WaitCallback
-from .holding import Holding
+from . import views as local_views
+from .grants import KernelGrants
 from .monitor import UsageMonitor
-from .queue_wait import settle, wait_for_slice
 
 log = logging.getLogger("jupyter_gpushare")
 
 
-@dataclass(frozen=True)
-class BackendKey:
-    """The settings that make two local backends the same; one per key per process."""
-
-    ledger_path: str
-    simulate: str
-    libvgpu_path: str
-    mps_pipe_directory: str
-
-
-class LocalBackend(KeepsAccounts):
-    """Slices on this node for one process (a server, a console, an nbclient run); what they
-    cost from :class:`~.accounts.KeepsAccounts`."""
+class LocalBackend(KernelGrants, KeepsAccounts):
+    """Slices on this node for one process (a server, a console, an nbclient run); what a kernel
+    gets with its slice from :class:`~.grants.KernelGrants` (first: ``own_slice`` is its), what
+    slices cost from :class:`~.accounts.KeepsAccounts`."""
 
     name = "local"
     remote_kernels = False
+    capabilities: Capabilities = NODE_LEDGER  # the ledger itself: everything
 
     def __init__(self, settings: GPUShare, inventory: Inventory | None = None) -> None:
         self.settings = settings
@@ -354,14 +349,20 @@ class LocalBackend(KeepsAccounts):
     def runner(self, runner: Runner) -> None:
         self._runner = runner
 
-    def suspend(self, kernel_id: str) -> suspending.Suspension:
+    def suspend(self, kernel_id: str) -> Suspension:
         """Checkpoint the kernel's GPU state to host memory and give its slice back for real
         (raises ``CannotSuspendError`` with the reason, keeping the slice, when it cannot)."""
         return suspending.suspend(self, kernel_id)
 
-    async def resume(self, kernel_id: str, on_wait: WaitCallback | None = None) -> suspending.Resumption:
+    async def resume(self, kernel_id: str, on_wait: WaitCallback | None = None) -> Resumption:
         """Wait for a slice like a start (on a card the state can go to), restore and unlock."""
         return await suspending.resume(self, kernel_id, on_wait)
+
+    def released(self, kernel_id: str) -> ReleasedSlice | None:
+        return self.ledger.released(kernel_id)
+
+    def declare_held(self, kernel_id: str, used: int) -> None:
+        self.ledger.update_held([(kernel_id, used, "simulated")])
 
     def reconcile(self) -> list[SliceRecord]:
         released = self.ledger.reconcile()
@@ -374,49 +375,6 @@ class LocalBackend(KeepsAccounts):
             )
         return released
 
-    # ---- what the kernel gets ------------------------------------------------------------
-
-    def grant(self, record: SliceRecord) -> Grant:
-        assert record.unit_uuid is not None
-        return Grant(
-            kernel_id=record.kernel_id,
-            mode=record.mode,
-            unit_uuid=record.unit_uuid,
-            unit_memory=local_views.unit_memory(self.ledger.devices(), record.unit_uuid),
-            memory=record.memory,
-            cores=record.cores,
-        )
-
-    def slice_env(self, record: SliceRecord) -> dict[str, str]:
-        """The variables of the slice's mode on this node (device, caps, MPS or HAMi-core)."""
-        return get_mode(record.mode).kernel_env(self.grant(record), self.facts)
-
-    def kernel_env(self, record: SliceRecord) -> dict[str, str]:
-        """The slice's variables, this process's settings, and the kernel's own-slice token."""
-        env = settings_env(self.settings)
-        env.update(self.slice_env(record))
-        token = self._tokens.get(record.kernel_id)
-        if token:
-            env[env_names.TOKEN] = token
-        return env
-
-    def own_slice(self, kernel_id: str, token: str | None) -> SliceRecord | None:
-        """The slice of ``kernel_id`` if ``token`` proves the caller is that kernel.
-
-        None when the kernel holds no slice; an error when the slice exists and the token does
-        not match it, so one kernel can never act on another kernel's slice.
-        """
-        record = self.ledger.get(kernel_id)
-        if record is None:
-            return None
-        if (
-            not token
-            or record.token_hash is None
-            or not hmac.compare_digest(record.token_hash, token_digest(token))
-        ):
-            raise NotYourSliceError(f"the GPU slice of kernel {kernel_id} belongs to another kernel")
-        return record
-
     def simulated(self) -> bool:
         """Whether the pool is simulated (declared usage is allowed)."""
         return self.inventory.simulated or self.ledger.simulated()
@@ -424,13 +382,6 @@ class LocalBackend(KeepsAccounts):
     def start_monitoring(self) -> None:
         """Sample the kernels this process started (a kernel was just attached)."""
         self.monitor.ensure_running()
-
-    def token_for(self, kernel_id: str) -> str | None:
-        return self._tokens.get(kernel_id)
-
-    def remember_token(self, kernel_id: str, token: str) -> None:
-        """Let a kernel that requests its own slice keep proving its identity with ``token``."""
-        self._tokens[kernel_id] = token
 
     # ---- the service API (backends.base.Backend) --------------------------------------------
 
@@ -528,31 +479,3 @@ class LocalBackend(KeepsAccounts):
 
     def attach_server(self, hooks: ServerHooks) -> None:
         """Local kernels reach the ledger themselves: nothing to lend."""
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def server_id_of(owner: str, pid: int) -> str:
-    """The id of the server (or console, or nbclient run) in process ``pid`` on this node."""
-    return f"{owner}@{socket.gethostname()}:{pid}"
-
-
-_backends: dict[BackendKey, LocalBackend] = {}
-
-
-def local_backend(settings: GPUShare) -> LocalBackend:
-    """The process's local backend for these settings (NVML is probed once, not per start)."""
-    key = BackendKey(
-        str(settings.effective_ledger_path()),
-        settings.effective_simulate(),
-        settings.libvgpu_path,
-        settings.mps_pipe_directory,
-    )
-    backend = _backends.get(key)
-    if backend is None or backend.holder.pid != os.getpid():
-        backend = _backends[key] = LocalBackend(settings)
-    else:
-        backend.settings = settings  # policy traits may differ between callers; follow the latest
-    return backend

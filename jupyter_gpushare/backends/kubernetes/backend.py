@@ -15,20 +15,17 @@ import logging
 import os
 import socket
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Hashable
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..allocator import kernel_limit_refusal, user_limit_refusal
-from ..config import GPUShare
-from ..errors import POD_HOLDS_ITS_GPU, DoesNotFitError, HeldForLifeError
-from ..k8s.build import cluster_facts
-from ..k8s.clients import SharedCluster, shared_cluster
-from ..k8s.cluster import Cluster, ClusterError
-from ..k8s.dra_pool import (
+from ...allocator import kernel_limit_refusal, user_limit_refusal
+from ...capabilities import KERNEL_PODS, Capabilities
+from ...config import GPUShare
+from ...errors import POD_HOLDS_ITS_GPU, DoesNotFitError, NotOfferedError
+from ...k8s.build import cluster_facts
+from ...k8s.clients import SharedCluster, shared_cluster
+from ...k8s.cluster import Cluster, ClusterError
+from ...k8s.dra_pool import (
     ClaimUse,
     DraDevice,
     device_views,
@@ -38,9 +35,9 @@ from ..k8s.dra_pool import (
     read_slices,
     with_allocated_modes,
 )
-from ..k8s.holders import holder_text, is_orphan
-from ..k8s.manifests import APP, APP_LABEL, OWNER_LABEL, label_value, selector, server_label
-from ..k8s.pool import (
+from ...k8s.holders import holder_text, is_orphan
+from ...k8s.manifests import APP, APP_LABEL, OWNER_LABEL, label_value, selector, server_label
+from ...k8s.pool import (
     NodeGPUs,
     PodSlice,
     held_by_user,
@@ -51,26 +48,24 @@ from ..k8s.pool import (
     queue_positions,
     read_pod,
 )
-from ..k8s.presets import resolve_preset
-from ..k8s.preview import preview_pod
-from ..k8s.requests import ClusterFacts
-from ..k8s.usage import MetricsFormatError, pod_memory_used
-from ..modes import MODES
-from ..payloads import KernelPayload, PoolPayload
-from ..preview import Preview
-from ..processes import current_process
-from ..records import UsageReport
-from ..sizes import bytes_or_none
-from ..slice_request import SliceRequest, make_slice_request
-from ..views import slice_less_view
-from .accounts import WithoutAccounting
-from .base import ServerHooks, ServerKernels
+from ...k8s.presets import resolve_preset
+from ...k8s.preview import preview_pod
+from ...k8s.requests import ClusterFacts
+from ...modes import MODES
+from ...payloads import KernelPayload, PoolPayload
+from ...preview import Preview
+from ...processes import current_process
+from ...records import UsageReport
+from ...sizes import bytes_or_none
+from ...slice_request import SliceRequest, make_slice_request
+from ...views import slice_less_view
+from ..accounts import WithoutAccounting
+from ..base import ServerHooks, ServerKernels
+from .pod_usage import PodUsage
 
 log = logging.getLogger("jupyter_gpushare")
 
 POD_HOLDERS = " by their kernel pods"  # whose memory a per-user refusal counts
-REPORTS_KEPT_FOR = 30.0  # seconds a kernel's report counts; older ones mean it stopped reporting
-METRICS_TIMEOUT = 5.0
 HELD_FOR_LIFE = "kernel {kernel_id}: " + POD_HOLDS_ITS_GPU
 
 
@@ -82,21 +77,12 @@ def server_identity(settings: GPUShare) -> tuple[str, str]:
     return f"{owner}@{socket.gethostname()}", owner
 
 
-@dataclass
-class _Usage:
-    """What kernels reported and what the cluster's metrics say, with a version for caches."""
-
-    reports: dict[str, tuple[UsageReport, float]] = field(default_factory=dict)
-    metrics: dict[str, int] = field(default_factory=dict)  # pod name -> bytes
-    problem: str | None = None
-    version: int = 0
-
-
 class KubernetesBackend(WithoutAccounting):
     """The cluster as one process sees it (one per process and settings: :func:`kubernetes_backend`)."""
 
     name = "kubernetes"
     remote_kernels = True
+    capabilities: Capabilities = KERNEL_PODS  # a pod holds its resources for its life
 
     def __init__(self, settings: GPUShare) -> None:
         self.settings = settings
@@ -109,7 +95,7 @@ class KubernetesBackend(WithoutAccounting):
         self._shared: SharedCluster | None = None
         self._problem: str | None = None  # why there is no cluster
         self._nodes_problem: str | None = None  # why the nodes cannot be read
-        self._usage = _Usage()
+        self._usage = PodUsage()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._collected = False
@@ -361,12 +347,10 @@ class KubernetesBackend(WithoutAccounting):
         return item is None or not (item.placed and item.phase == "Running")
 
     def release(self, kernel_id: str) -> None:
-        raise HeldForLifeError(HELD_FOR_LIFE.format(kernel_id=kernel_id))
+        raise NotOfferedError(HELD_FOR_LIFE.format(kernel_id=kernel_id))
 
     def report_usage(self, kernel_id: str, report: UsageReport) -> None:
-        with self._lock:
-            self._usage.reports[kernel_id] = (report, time.monotonic())
-            self._usage.version += 1
+        self._usage.report(kernel_id, report)
 
     def refresh(self) -> None:
         """Pods report by themselves, and the metrics reader runs on its own clock."""
@@ -401,16 +385,7 @@ class KubernetesBackend(WithoutAccounting):
     # ---- usage ---------------------------------------------------------------------------------
 
     def _fresh_usage(self, slices: list[PodSlice]) -> dict[str, UsageReport]:
-        """The latest usage per kernel: its own fresh report first, else the cluster's metrics."""
-        now = time.monotonic()
-        found: dict[str, UsageReport] = {}
-        for item in slices:
-            reported = self._usage.reports.get(item.kernel_id)
-            if reported is not None and now - reported[1] <= REPORTS_KEPT_FOR:
-                found[item.kernel_id] = reported[0]
-            elif item.pod in self._usage.metrics:
-                found[item.kernel_id] = UsageReport(self._usage.metrics[item.pod], None, "hami")
-        return found
+        return self._usage.fresh(slices)
 
     def _read_metrics_forever(self) -> None:
         while not self._stop.is_set():
@@ -419,22 +394,9 @@ class KubernetesBackend(WithoutAccounting):
 
     def read_metrics(self) -> None:
         """One read of ``usage_metrics_url`` (a HAMi-style monitor's Prometheus text)."""
-        url = self.settings.usage_metrics_url
-        usage = self._usage
-        try:
-            with urllib.request.urlopen(url, timeout=METRICS_TIMEOUT) as response:
-                text = response.read().decode("utf-8", errors="replace")
-            metrics = pod_memory_used(text, self.namespace, self.settings.usage_metric_names)
-        except (urllib.error.URLError, OSError, MetricsFormatError) as error:
-            problem = f"cannot read GPU usage from {url}: {error}"
-            if problem != usage.problem:
-                log.warning("jupyter_gpushare: %s", problem)
-                usage.problem = problem
-                usage.version += 1
-            return
-        if usage.problem is not None or metrics != usage.metrics:
-            usage.problem, usage.metrics = None, metrics
-            usage.version += 1
+        self._usage.read_metrics(
+            self.settings.usage_metrics_url, self.namespace, self.settings.usage_metric_names
+        )
 
     # ---- what the kernel pod provisioner of this process shares ---------------------------------
 

@@ -44,21 +44,16 @@ from jupyter_client.connect import KernelConnectionInfo
 from traitlets import Any as AnyTrait
 from traitlets import Float
 
-from ..allocator import kernel_limit_refusal
-from ..backends.kubernetes import KubernetesBackend, kubernetes_backend
-from ..config import GPUShare, load_settings
-from ..errors import (
-    POD_HOLDS_ITS_GPU,
-    ConfigurationError,
+from ...config import GPUShare, load_settings
+from ...errors import (
     DoesNotFitError,
-    HeldForLifeError,
     NeedsRestartError,
 )
-from ..k8s.build import kernel_claim, kernel_pod
-from ..k8s.claims import summary
-from ..k8s.cluster import ClusterError
-from ..k8s.dialects import describe_request
-from ..k8s.manifests import (
+from ...k8s.build import kernel_claim, kernel_pod
+from ...k8s.claims import summary
+from ...k8s.cluster import ClusterError
+from ...k8s.dialects import describe_request
+from ...k8s.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
     claim_name,
@@ -68,12 +63,15 @@ from ..k8s.manifests import (
     pod_name,
     secret_name,
 )
-from ..k8s.requests import PodRequest
-from ..k8s.status import termination
-from ..sizes import bytes_or_none
-from ..slice_request import SliceRequest, make_slice_request
-from .base import REQUEST_TRAITS, GPUShareProvisioner
+from ...k8s.requests import PodRequest
+from ...k8s.status import termination
+from ...slice_request import SliceRequest
+from ..provisioning import REQUEST_TRAITS, SliceProvisioner
+from .backend import KubernetesBackend, kubernetes_backend
+from .connection_keys import ConnectionKeys
+from .held_for_life import HeldForLife
 from .pod_start import KernelPodError, PodStart
+from .slice_requests import pod_slice_request
 
 NEEDS_RESTART = (
     "a kernel pod's GPU slice is fixed for the pod's life: nothing was changed. Resize with a "
@@ -81,7 +79,7 @@ NEEDS_RESTART = (
 )
 
 
-class KubernetesProvisioner(GPUShareProvisioner):
+class KubernetesProvisioner(HeldForLife, SliceProvisioner):
     """A kernel in its own pod, asking the cluster's GPU sharing layer for its slice."""
 
     gpu_memory = AnyTrait(None, help="Slice size (SPEC §3); None takes GPUShare.default_memory.")
@@ -105,8 +103,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
     _exit_code: int | None = None
     _deleted: bool = False
     _last_read: float = 0.0
-    _key: str | None = None
-    _curve: tuple[str, str] | None = None
+    _keys: ConnectionKeys | None = None  # made at the first start, kept across restarts
     _manifests: tuple[dict[str, Any], dict[str, Any]] | None = None
     _pod_request: PodRequest | None = None  # what the pod asks for (under DRA: its claim's spec)
     _claim: str | None = None  # the current pod's ResourceClaim (DRA presets)
@@ -168,6 +165,7 @@ class KubernetesProvisioner(GPUShareProvisioner):
                     setattr(self, name, value)
         kwargs.pop("gpushare_path", None)
         self._on_state = kwargs.pop("gpushare_on_state", None)
+        self.checked_request(kwargs)  # the pod's request is built from the same traits below
         self._request(settings)  # a bad request fails before anything is asked of the cluster
         backend = self._backend = await asyncio.to_thread(kubernetes_backend, settings)
         await asyncio.to_thread(backend.collect_orphans)
@@ -233,41 +231,14 @@ class KubernetesProvisioner(GPUShareProvisioner):
         await self._build_manifests(settings)
 
     def _request(self, settings: GPUShare) -> SliceRequest:
-        request = make_slice_request(
-            self.gpu_memory,
-            self.gpu_mode,
-            self.gpu_cores,
-            settings.default_memory,
-            settings.default_mode,
-            settings.min_memory_bytes(),
-        )
-        if request.size.kind == "bytes":
-            refusal = kernel_limit_refusal(
-                request.size.resolve(0), bytes_or_none(settings.max_memory_per_kernel)
-            )
-            if refusal is not None:
-                raise DoesNotFitError(refusal)
-        return request
+        return pod_slice_request(self.gpu_memory, self.gpu_mode, self.gpu_cores, settings)
 
     def _connection_file(self, settings: GPUShare) -> dict[str, Any]:
-        """The keys are made once per kernel and kept across restarts, as a local kernel keeps
-        its connection file."""
-        if self._key is None:
-            self._key = secrets.token_hex(32)
-        if settings.encrypt and self._curve is None:
-            import zmq
-
-            if not zmq.has("curve"):
-                raise ConfigurationError(
-                    "c.GPUShare.encrypt is on but this pyzmq has no CurveZMQ support (libzmq built "
-                    "without libsodium): install a pyzmq wheel with it, or set c.GPUShare.encrypt = False"
-                )
-            public, secret = zmq.curve_keypair()
-            self._curve = (public.decode("ascii"), secret.decode("ascii"))
-        if not settings.encrypt:
-            self._curve = None
+        if self._keys is None:
+            self._keys = ConnectionKeys()
+        curve = self._keys.curve_for(settings.encrypt)
         kernel_name = str(getattr(self.parent, "kernel_name", "") or "")
-        return connection_info(kernel_ports(self._generation), self._key, kernel_name, self._curve)
+        return connection_info(kernel_ports(self._generation), self._keys.key, kernel_name, curve)
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         try:
@@ -355,12 +326,6 @@ class KubernetesProvisioner(GPUShareProvisioner):
         )
 
     # ---- the kernel's own slice ------------------------------------------------------------------
-
-    async def suspend(self) -> None:
-        raise HeldForLifeError(POD_HOLDS_ITS_GPU)
-
-    async def resume(self) -> None:
-        raise HeldForLifeError(POD_HOLDS_ITS_GPU)
 
     async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         """A pod's resources are fixed: the new size takes a new pod, so ``restart`` is needed."""

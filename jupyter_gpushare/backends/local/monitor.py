@@ -18,20 +18,20 @@ from typing import TYPE_CHECKING, Protocol
 
 import psutil
 
-from ..modes import get_mode
-from ..processes import is_alive
-from ..records import DeviceSample, KernelSample, ReleasedSlice, SliceRecord
-from ..sizes import format_bytes
-from ..usage.attribution import ProcessUsage, attribute
-from ..usage.watchdog import DeviceUsage, KernelUsage, assess
+from ...modes import get_mode
+from ...processes import is_alive
+from ...records import DeviceSample, KernelSample, ReleasedSlice, SliceRecord
+from ...sizes import format_bytes
+from ...usage.attribution import ProcessUsage, attribute
+from ...usage.watchdog import DeviceUsage, KernelUsage, assess
 from .holding import process_tree
 
 if TYPE_CHECKING:
-    from ..config import GPUShare
-    from ..devices import Inventory
-    from ..ledger import Ledger
-    from ..records import ProcessIdentity
-    from .accounts import Accounts
+    from ...config import GPUShare
+    from ...devices import Inventory
+    from ...ledger import Ledger
+    from ...records import ProcessIdentity
+    from ..accounts import Accounts
 
 
 class MonitoredNode(Protocol):
@@ -182,7 +182,7 @@ class UsageMonitor:
     ) -> tuple[dict[str, ProcessUsage], dict[str, tuple[int | None, int | None]]]:
         """Per-kernel and per-device usage: NVML where there is a GPU, reports otherwise."""
         if self.node.inventory.source == "nvml":
-            from ..usage.nvml_usage import read_snapshot
+            from ...usage.nvml_usage import read_snapshot
 
             # Process utilisation over the window since the last round, not NVML's whole buffer.
             since = self._last_sample_us

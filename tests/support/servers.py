@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..json_http import json_call
-from .conftest import BIN, Node
+from .json_http import json_call
+from .nodes import BIN, Node
 
 
 def free_port() -> int:
@@ -102,18 +102,27 @@ def start_server(
         **({"user": as_user[0], "group": as_user[1], "extra_groups": []} if as_user else {}),
     )
     server = JupyterServer(process, f"http://127.0.0.1:{port}", token, log_path)
-    deadline = time.monotonic() + 60
+    try:
+        return wait_ready(server, 60)
+    except RuntimeError:
+        server.stop()
+        raise
+
+
+def wait_ready(server: JupyterServer, timeout: float = 90) -> JupyterServer:
+    """``server`` once it answers ``GET /api/status``; fails with its log if it exits first or
+    does not answer within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
+        if server.process.poll() is not None:
             raise RuntimeError(f"jupyter server exited:\n{server.log()}")
         try:
             if server.request("GET", "/api/status", timeout=2).status == 200:
                 return server
         except OSError:
             pass
-        time.sleep(0.2)
-    server.stop()
-    raise RuntimeError(f"jupyter server did not answer in 60 s:\n{server.log()}")
+        time.sleep(0.1)
+    raise RuntimeError(f"jupyter server did not answer in {timeout:g} s:\n{server.log()}")
 
 
 async def execute(server: JupyterServer, kernel_id: str, code: str, timeout: float = 60) -> tuple[str, str]:

@@ -16,21 +16,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psutil
 
-from ..checkpoint import Runner
-from ..config import GPUShare
-from ..devices import Device, Inventory
-from ..errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError
-from ..ledger import Ledger
-from ..processes import is_alive
-from ..records import ProcessIdentity, SliceRecord, SuspendedState
-from ..sizes import MiB, format_bytes
-from ..slice_request import SliceRequest, make_slice_request
-from .holding import Holding
+from ...checkpoint import Runner
+from ...config import GPUShare
+from ...devices import Device, Inventory
+from ...errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError
+from ...ledger import Ledger
+from ...processes import is_alive
+from ...records import Holding, ProcessIdentity, Resumption, SliceRecord, SuspendedState, Suspension
+from ...sizes import MiB, format_bytes
+from ...slice_request import SliceRequest, make_slice_request
 
 LOCK_TIMEOUT_MS = 10_000  # how long the driver waits for a kernel's submitted GPU work
 HOST_MARGIN = 512 * MiB  # host memory left free beyond the GPU state itself
@@ -62,27 +60,6 @@ class SuspendingNode(Protocol):
     ) -> Coroutine[Any, Any, SliceRecord]: ...
 
     def attach_kernel(self, kernel_id: str, pid: int | None) -> None: ...
-
-
-@dataclass(frozen=True)
-class Suspension:
-    """A suspend that happened: the slice given back and what came to host memory."""
-
-    record: SliceRecord
-    state: SuspendedState
-    seconds: float
-    device: Device
-    held_after: Holding  # what the kernel's processes still hold (0 unless NVML says otherwise)
-
-
-@dataclass(frozen=True)
-class Resumption:
-    """A resume that happened: the new slice, where, and how long the restore took."""
-
-    record: SliceRecord
-    state: SuspendedState
-    seconds: float
-    device: Device
 
 
 def _device(devices: Sequence[Device], uuid: str | None) -> Device | None:

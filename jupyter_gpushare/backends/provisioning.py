@@ -1,11 +1,9 @@
-"""The ``gpushare-provisioner`` entry point: one name, the kernel's kind chosen by configuration.
+"""What a server asks of every gpushare kernel, whatever its kind: :class:`SliceProvisioner`.
 
-Kernelspecs name one provisioner whatever runs the kernels. Constructing
-:class:`GPUShareProvisioner` (as jupyter_client's provisioner factory does, with the kernel
-manager as ``parent``) reads ``c.GPUShare.backend`` from the parent's config (or the config
-files, or ``$JUPYTER_GPUSHARE_BACKEND``) and builds that backend's provisioner instead: a local
-process (:mod:`.local`) or a Kubernetes pod (:mod:`.kubernetes`). Both are instances of this
-class and answer the questions below the same way, so a server never asks which it has.
+Each backend's provisioner (:mod:`.local.provisioner`, :mod:`.kubernetes.provisioner`,
+:mod:`.kubernetes.via_broker`) is one, and answers the questions below the same way, so a server
+never asks which it has. The ``gpushare-provisioner`` entry point
+(:class:`jupyter_gpushare.provisioners.GPUShareProvisioner`) builds the configured one.
 """
 
 from __future__ import annotations
@@ -21,30 +19,27 @@ from .. import refusals
 from ..compat import forget_pending_kernel
 from ..errors import GPUShareError
 from ..http_errors import answerable
+from ..slice_request import SliceRequest
 
 REQUEST_TRAITS = ("gpu_memory", "gpu_mode", "gpu_cores")  # what a start may override
-START_ARGUMENTS = ("gpushare_path", "gpushare_on_state")  # what a server passes to a start
+# What a server passes to a start: the notebook path, a listener, the request it checked.
+START_ARGUMENTS = ("gpushare_path", "gpushare_on_state", "gpushare_checked")
 
 
-class GPUShareProvisioner(KernelProvisionerBase):  # type: ignore[misc]
+class SliceProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     """A kernel holding a GPU slice; which kind of kernel depends on ``GPUShare.backend``.
 
     What a server reads of every gpushare kernel, whatever its kind:
     ``state`` (what its slice or pod is doing, as a person reads it), ``ended_reason``,
-    ``resize_failure``, ``has_process``; :meth:`resize` and :meth:`token_matches`.
+    ``resize_failure``, ``has_process``; :meth:`resize`, :meth:`give_back` and
+    :meth:`token_matches`.
     """
 
     state: str = ""  # "waiting for a GPU slice: position 2 (…)", "running on gpu-node-2"…
     ended_reason: str | None = None  # why its pod or process ended, where known
     resize_failure: str | None = None  # why the last resize did not happen, until the next one
     _on_state: Callable[[str], object] | None = None  # a server's listener, per start
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if cls is GPUShareProvisioner:
-            from . import backend_class  # the package picks among its modules (no cycle here)
-
-            cls = backend_class(kwargs.get("parent"))
-        return super().__new__(cls, *args, **kwargs)
+    _launched: bool = False  # a first launch was prepared (later ones are restarts)
 
     async def post_launch(self, **kwargs: Any) -> None:
         # jupyter_server lists a kernel (GET /api/kernels, the culler) as soon as its start
@@ -70,6 +65,12 @@ class GPUShareProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         shrink below what the kernel holds among them, unless ``force``."""
         raise NotImplementedError
 
+    async def give_back(self) -> None:
+        """Give the kernel's slice back while it runs on (what its processes still hold stays
+        reserved until freed), as ``%gpu release`` does in the kernel. Raises ``NotOfferedError``
+        where the kind cannot (a pod holds its GPU for life)."""
+        raise NotImplementedError
+
     async def suspend(self) -> None:
         """Move the kernel's GPU state to host memory and give its slice back; raises with the
         reason, the kernel keeping its slice, when it cannot."""
@@ -82,6 +83,15 @@ class GPUShareProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     def token_matches(self, token: str | None) -> bool:
         """Whether ``token`` is the secret this kernel proves itself with."""
         raise NotImplementedError
+
+    def checked_request(self, kwargs: dict[str, Any]) -> SliceRequest | None:
+        """Take ``gpushare_checked`` out of ``kwargs`` (what reaches the kernel's launch must be
+        jupyter_client's own) and return the request the server already checked for this start
+        (``POST kernels``): a start is checked once. None on a restart (its size may have
+        changed since: it is checked again) or for a start the server did not check."""
+        checked = kwargs.pop("gpushare_checked", None)
+        first, self._launched = not self._launched, True
+        return checked if first and isinstance(checked, SliceRequest) else None
 
     def failed_start(self, error: BaseException) -> BaseException:
         """What to raise for a start that failed: the kernel leaves its manager's pending starts

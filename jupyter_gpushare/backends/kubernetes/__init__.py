@@ -1,0 +1,13 @@
+"""The Kubernetes backend's room: a pod per kernel on a cluster.
+
+:mod:`.backend` (the cluster as a :class:`~jupyter_gpushare.backends.base.Backend`),
+:mod:`.provisioner` (the server creates its kernels' pods; :mod:`.pod_start` follows a start) and
+:mod:`.via_broker` (the GPU broker creates them). The cluster's I/O and the pure builders are the
+library :mod:`jupyter_gpushare.k8s`.
+"""
+
+from __future__ import annotations
+
+from .backend import POD_HOLDERS, KubernetesBackend, kubernetes_backend
+
+__all__ = ["POD_HOLDERS", "KubernetesBackend", "kubernetes_backend"]

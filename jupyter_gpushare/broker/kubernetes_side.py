@@ -1,0 +1,32 @@
+"""The broker's side of the Kubernetes backend: it holds the cluster credentials and the one
+list+watch, creates the kernel pods (:mod:`.pods`) and serves their routes (:mod:`.pod_routes`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..backends.base import ServerHooks
+from ..backends.kubernetes import KubernetesBackend
+from ..config import GPUShare
+from . import pod_routes
+from .authority import KubernetesAuthority
+from .pods import PodStarts
+from .side import Route
+from .traits import GPUShareBroker
+
+
+class KubernetesSide:
+    routes: Sequence[Route] = tuple(pod_routes.ROUTES)
+
+    def prepare(self, settings: GPUShare) -> None:
+        """Nothing to settle: the cluster is found through the kubeconfig or the service account."""
+
+    def authority(self, settings: GPUShare, broker: GPUShareBroker) -> KubernetesAuthority:
+        backend = KubernetesBackend(settings)
+        backend.attach_server(ServerHooks())  # the one list+watch of the cluster, in the broker
+        return KubernetesAuthority(backend, PodStarts(backend, orphan_grace=broker.orphan_grace))
+
+
+SIDE = KubernetesSide()
+
+__all__ = ["SIDE", "KubernetesSide"]

@@ -1,0 +1,52 @@
+"""The backend kinds installed: the names in the entry-point group ``jupyter_gpushare.backends``.
+
+This package registers ``local`` and ``kubernetes`` there (pyproject.toml); another package adds a
+kind by registering its own :class:`~jupyter_gpushare.backends.registry.BackendKind`. Here only the
+names are read, without importing any kind, so that ``c.GPUShare.backend``, the command line's
+choices and the OpenAPI document can list them; :mod:`jupyter_gpushare.backends.registry` loads
+the kinds themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from importlib.metadata import EntryPoint, entry_points
+
+GROUP = "jupyter_gpushare.backends"
+
+
+def _installed_entry_points() -> Iterable[EntryPoint]:
+    return entry_points(group=GROUP)
+
+
+# Where the entry points come from: importlib.metadata, or a test's own list
+# (tests/toy_backend shows a third kind through a real entry point instead).
+find_entry_points: Callable[[], Iterable[EntryPoint]] = _installed_entry_points
+
+
+@functools.cache
+def _cached_entry_points() -> tuple[EntryPoint, ...]:
+    # Reading every distribution's metadata costs tens of milliseconds: once per process.
+    return tuple(find_entry_points())
+
+
+def kind_entry_points() -> dict[str, EntryPoint]:
+    """Each installed kind's entry point by name (the first one wins where two share a name)."""
+    found: dict[str, EntryPoint] = {}
+    for entry_point in _cached_entry_points():
+        found.setdefault(entry_point.name, entry_point)
+    return found
+
+
+def kind_names() -> tuple[str, ...]:
+    """The installed kinds' names, in alphabetical order."""
+    return tuple(sorted(kind_entry_points()))
+
+
+def forget() -> None:
+    """Read the entry points again at the next question (after a package was installed)."""
+    _cached_entry_points.cache_clear()
+
+
+__all__ = ["GROUP", "find_entry_points", "forget", "kind_entry_points", "kind_names"]

@@ -1,0 +1,138 @@
+"""The backend kinds come from one registry: the entry-point group ``jupyter_gpushare.backends``.
+
+Every place that lists or picks a kind asks it — ``c.GPUShare.backend``, the broker's
+``--backend``, the OpenAPI document — and no code outside the kinds' own packages and the registry
+branches on a kind's name or checks for a concrete backend's class.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import pytest
+import yaml
+from traitlets import TraitError
+
+from jupyter_gpushare import kinds
+from jupyter_gpushare.backends import registry
+from jupyter_gpushare.backends.local.provisioner import LocalGPUShareProvisioner
+from jupyter_gpushare.backends.registry import BackendKind, kind_named
+from jupyter_gpushare.cli import build_parser
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.errors import ConfigurationError
+
+PACKAGE = Path(__file__).resolve().parents[2] / "jupyter_gpushare"
+
+# A kind registered by these tests only (through the entry-point seam, not an installed package).
+TEST_KIND = BackendKind(
+    name="unit-test-kind",
+    make_backend=kind_named("local").make_backend,
+    provisioner=lambda settings: LocalGPUShareProvisioner,
+)
+NOT_A_KIND = object()
+
+
+@pytest.fixture
+def with_test_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    installed = kinds.find_entry_points
+
+    def also_ours() -> list[EntryPoint]:
+        return [
+            *installed(),
+            EntryPoint("unit-test-kind", f"{__name__}:TEST_KIND", kinds.GROUP),
+            EntryPoint("not-a-kind", f"{__name__}:NOT_A_KIND", kinds.GROUP),
+        ]
+
+    monkeypatch.setattr(kinds, "find_entry_points", also_ours)
+    registry.forget()
+    yield
+    monkeypatch.undo()
+    registry.forget()
+
+
+def test_the_package_registers_its_two_kinds() -> None:
+    assert kinds.kind_names() == ("kubernetes", "local")
+    for name, kind in registry.installed_kinds().items():
+        assert isinstance(kind, BackendKind) and kind.name == name
+        assert kind.broker_side and kind.doctor_checks
+
+
+def test_a_kind_registered_elsewhere_is_a_choice_everywhere(with_test_kind: None) -> None:
+    assert "unit-test-kind" in kinds.kind_names()
+    assert kind_named("unit-test-kind") is TEST_KIND
+    assert GPUShare(backend="unit-test-kind").backend == "unit-test-kind"
+    broker = build_parser()._subparsers._group_actions[0].choices["broker"]  # type: ignore[union-attr]
+    [backend] = [action for action in broker._actions if action.dest == "backend"]
+    assert "unit-test-kind" in backend.choices
+
+
+def test_an_entry_point_that_names_no_kind_is_one_sentence(with_test_kind: None) -> None:
+    with pytest.raises(ConfigurationError, match="does not name a BackendKind called 'not-a-kind'"):
+        kind_named("not-a-kind")
+
+
+def test_an_unknown_backend_names_the_installed_kinds() -> None:
+    with pytest.raises(
+        TraitError, match=r"unknown backend 'slurm': the installed kinds are kubernetes, local"
+    ):
+        GPUShare(backend="slurm")
+    with pytest.raises(ConfigurationError, match=r"unknown backend 'slurm'"):
+        kind_named("slurm")
+
+
+def test_the_openapi_enum_is_the_registrys_names() -> None:
+    # types.ts mirrors this enum (tests/unit/test_labextension_types.py).
+    document = yaml.safe_load((PACKAGE / "openapi.yaml").read_text())
+    assert sorted(document["components"]["schemas"]["Pool"]["properties"]["backend"]["enum"]) == list(
+        kinds.kind_names()
+    )
+
+
+# What a branch on the kind looks like: its name compared, or a concrete backend's class checked.
+KIND_BRANCHES = re.compile(
+    r"""\.backend\s*(==|!=|\bin\b|\bnot\s+in\b)"""
+    r"""|\b(name|kind)\s*(==|!=)\s*["'](local|kubernetes)["']"""
+    r"""|["'](local|kubernetes)["']\s*(==|!=|\bin\b)"""
+    r"""|isinstance\([^)]*\b(Local|Kubernetes|Remote)Backend\b"""
+)
+# Where branching on the kind is the job: the registry and the kinds' own packages.
+KINDS_OWN = ("backends/registry.py", "backends/local/", "backends/kubernetes/")
+# Known, with its issue: the broker's client tells a broker of pods from a node's by the kind
+# its broker names (the broker's answer could carry its capabilities instead; issue 22).
+NOT_YET = {
+    "backends/remote.py": 1,
+}
+
+
+def kind_branches() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative.startswith(KINDS_OWN):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if KIND_BRANCHES.search(line.split("#")[0]):
+                found.setdefault(relative, []).append(f"{relative}:{number}: {line.strip()}")
+    return found
+
+
+def test_no_branch_on_the_kind_outside_the_registry_and_the_kinds() -> None:
+    found = kind_branches()
+    assert {path: len(lines) for path, lines in found.items()} == NOT_YET, "\n".join(
+        line for path, lines in found.items() if path not in NOT_YET for line in lines
+    )
+
+
+def test_the_search_finds_a_branch_where_there_is_one() -> None:
+    for line in (
+        'if settings.backend == "kubernetes":',
+        "elif self.settings.backend in ('local',):",
+        'return self.name == "kubernetes"',
+        "if not isinstance(backend, LocalBackend):",
+        '"local" == settings.backend',
+    ):
+        assert KIND_BRANCHES.search(line), line
+    assert not KIND_BRANCHES.search("backend = backend_for(settings)")

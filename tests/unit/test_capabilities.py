@@ -1,0 +1,101 @@
+"""Callers ask what a backend can do, never which it is: each backend's capabilities, and the one
+error — ``NotOfferedError``, a 409 at the HTTP edge — for whatever a backend does not offer."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jupyter_gpushare.backends.local import LocalBackend
+from jupyter_gpushare.capabilities import KERNEL_PODS, LOCAL_BROKER, NODE_LEDGER
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, NotOfferedError
+from jupyter_gpushare.http_errors import answerable, status_of
+from jupyter_gpushare.kernel.pod import PodKernel
+from jupyter_gpushare.payloads import CapabilitiesPayload
+
+OPENAPI = Path(__file__).resolve().parents[2] / "jupyter_gpushare" / "openapi.yaml"
+
+
+def test_the_node_ledger_offers_everything_in_place() -> None:
+    assert NODE_LEDGER.payload() == {
+        "can_request": True,
+        "can_release": True,
+        "can_suspend": True,
+        "can_force_shrink": True,
+        "resize_restarts": False,
+    }
+    NODE_LEDGER.require("can_suspend")  # nothing raised
+
+
+def test_a_local_backend_says_what_it_offers(tmp_path: Path) -> None:
+    backend = LocalBackend(GPUShare(simulate="1xT4-16GB", ledger_path=str(tmp_path / "ledger.sqlite")))
+    try:
+        assert backend.capabilities is NODE_LEDGER
+    finally:
+        backend.ledger.close()
+
+
+def test_kernel_pods_give_nothing_back_and_restart_to_resize() -> None:
+    assert KERNEL_PODS.payload() == {
+        "can_request": False,
+        "can_release": False,
+        "can_suspend": False,
+        "can_force_shrink": False,
+        "resize_restarts": True,
+    }
+    with pytest.raises(NotOfferedError, match="holds its GPU memory for the pod's life"):
+        KERNEL_PODS.require("can_release")
+
+
+@pytest.mark.parametrize(
+    ("capability", "action", "sentence"),
+    [
+        ("can_suspend", None, "suspend is not available through a GPU broker yet: nothing was changed"),
+        ("can_suspend", "resume", "resume is not available through a GPU broker yet: nothing was changed"),
+        (
+            "can_force_shrink",
+            None,
+            "a forced shrink is not available through a GPU broker yet: nothing was changed",
+        ),
+    ],
+)
+def test_a_broker_refuses_what_it_does_not_offer_with_its_sentence(
+    capability: str, action: str | None, sentence: str
+) -> None:
+    assert LOCAL_BROKER.can_release and not LOCAL_BROKER.resize_restarts
+    with pytest.raises(NotOfferedError) as refused:
+        LOCAL_BROKER.require(capability, action)
+    assert str(refused.value) == sentence
+
+
+@pytest.mark.parametrize("call", ["release", "suspend", "resume", "request"])
+def test_a_pod_kernel_refuses_with_the_same_error_as_any_backend(call: str) -> None:
+    kernel = PodKernel(environ={})
+    method = getattr(kernel, call)
+    with pytest.raises(NotOfferedError) as refused:
+        method("4G") if call == "request" else method()
+    assert str(refused.value) == POD_HOLDS_ITS_GPU
+
+
+def test_not_offered_is_one_status_at_the_http_edge() -> None:
+    """409 wherever it is raised: the request is well formed, the kernel's backend refuses it
+    (before, a broker's gap was a 400 in the kernel and a 409 through the server)."""
+    for error in (
+        NotOfferedError(POD_HOLDS_ITS_GPU),
+        NotOfferedError(LOCAL_BROKER.refusal("can_suspend")),
+    ):
+        assert status_of(error) == 409
+        answer = answerable(error)
+        assert isinstance(answer, NotOfferedError) and status_of(answer) == 409
+
+
+def test_the_payload_the_typed_dict_and_the_openapi_schema_name_the_same_flags() -> None:
+    schema = yaml.safe_load(OPENAPI.read_text())["components"]["schemas"]
+    flags = set(typing.get_type_hints(CapabilitiesPayload))
+    assert set(schema["Capabilities"]["properties"]) == flags == set(NODE_LEDGER.payload())
+    assert set(schema["Capabilities"]["required"]) == flags
+    assert schema["Kernel"]["properties"]["capabilities"] == {"$ref": "#/components/schemas/Capabilities"}
