@@ -31,9 +31,9 @@ from jupyter_gpushare.k8s.manifests import pod_name
 from jupyter_gpushare.sizes import GiB
 
 from ..cluster import ControlPlane, hami_nodes
-from .conftest import module_kube
 from ..support.polling import wait_until
 from ..support.servers import execute
+from .conftest import module_kube
 from .faults import api_server_down, api_server_frozen, own_control_plane, runs_code_throughout
 from .test_broker_kubernetes import Setup, call, hub_and_broker, server_of
 
