@@ -74,7 +74,12 @@ async def test_a_pod_kernel_waits_runs_reports_its_use_and_resizes_by_restart(
     assert "Used: 5.5G of 6G (92%) [simulated]" in out
     view = get(server, f"kernels/{kernel_id}")
     assert view["memory_used"] == int(5.5 * GiB) and view["usage_source"] == "simulated"
-    assert view["warnings"] == ["near its slice: using 5.5G of 6G (92%)"]
+    # The reclaimer's sweep may also have seen the kernel unused between this test's clients
+    # (each execute opens and closes one): that warning is its own, and not the one checked here.
+    near = "near its slice: using 5.5G of 6G (92%)"
+    others = [warning for warning in view["warnings"] if warning != near]
+    assert near in view["warnings"], view["warnings"]
+    assert all(other.startswith("no notebook or console uses this kernel") for other in others), others
     assert get(server, "pool")["devices"][view["device"]]["memory_used"] == int(5.5 * GiB)
     series = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
