@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpushare.backends.remote import RemoteBackend
+from jupyter_gpushare.capabilities import LOCAL_BROKER
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.payloads import KernelPayload
@@ -386,7 +387,10 @@ def test_rest_api_stream_and_magics_through_the_broker(box: TeamBox) -> None:
     seen = run(server, kernel_id, "%gpu resize 3G")
     seen += run(server, kernel_id, "import os; print(os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])")
     assert "GPU slice: 3G" in seen and str(3 * GiB) in seen, seen
-    # Suspend/resume and forced shrinks need the node ledger itself: a broker says so, no change.
+    # Suspend/resume and forced shrinks need the node ledger itself: a broker says so (its info
+    # answer carries what it offers, and the panel's buttons follow), and nothing changes.
+    view = server.request("GET", f"{API}/kernels/{kernel_id}").body
+    assert view["capabilities"] == LOCAL_BROKER.payload(), view
     seen = run(server, kernel_id, "%gpu suspend")
     assert "not available through a GPU broker yet: nothing was changed" in seen, seen
     refused = server.request("POST", f"{API}/kernels/{kernel_id}/suspend")

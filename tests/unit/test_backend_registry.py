@@ -8,6 +8,8 @@ branches on a kind's name or checks for a concrete backend's class.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -23,6 +25,8 @@ from jupyter_gpushare.backends.registry import BackendKind, kind_named
 from jupyter_gpushare.cli import build_parser
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.kernel.own_slice import OwnSlice
+from jupyter_gpushare.kernel.pod import PodKernel
 
 PACKAGE = Path(__file__).resolve().parents[2] / "jupyter_gpushare"
 
@@ -83,6 +87,30 @@ def test_an_unknown_backend_names_the_installed_kinds() -> None:
         kind_named("slurm")
 
 
+def test_each_kind_names_its_kernels_handle() -> None:
+    handles = {name: registry.load(kind.kernel_slice) for name, kind in registry.installed_kinds().items()}
+    assert handles == {"local": OwnSlice, "kubernetes": PodKernel}
+    assert TEST_KIND.kernel_slice == kind_named("local").kernel_slice  # the default: OwnSlice
+
+
+def test_a_kind_is_light_to_look_up() -> None:
+    """A kernel looks its kind up before its first cell: no backend, provisioner, ledger or
+    cluster client comes with the kind."""
+    probe = (
+        "import sys\n"
+        "from jupyter_gpushare.backends.registry import installed_kinds\n"
+        "installed_kinds()\n"
+        "heavy = ('.backends.local.backend', '.backends.local.provisioner', '.ledger', '.k8s', "
+        "'.backends.kubernetes.backend', '.backends.base', '.config')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('jupyter_gpushare') and m.endswith(heavy)))\n"
+        "print('kubernetes' in sys.modules)"
+    )
+    seen = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert seen.stdout.split("\n")[:2] == ["[]", "False"], seen.stdout + seen.stderr
+
+
 def test_the_openapi_enum_is_the_registrys_names() -> None:
     # types.ts mirrors this enum (tests/unit/test_labextension_types.py).
     document = yaml.safe_load((PACKAGE / "openapi.yaml").read_text())
@@ -100,11 +128,6 @@ KIND_BRANCHES = re.compile(
 )
 # Where branching on the kind is the job: the registry and the kinds' own packages.
 KINDS_OWN = ("backends/registry.py", "backends/local/", "backends/kubernetes/")
-# Known, with its issue: the broker's client tells a broker of pods from a node's by the kind
-# its broker names (the broker's answer could carry its capabilities instead; issue 22).
-NOT_YET = {
-    "backends/remote.py": 1,
-}
 
 
 def kind_branches() -> dict[str, list[str]]:
@@ -121,9 +144,7 @@ def kind_branches() -> dict[str, list[str]]:
 
 def test_no_branch_on_the_kind_outside_the_registry_and_the_kinds() -> None:
     found = kind_branches()
-    assert {path: len(lines) for path, lines in found.items()} == NOT_YET, "\n".join(
-        line for path, lines in found.items() if path not in NOT_YET for line in lines
-    )
+    assert not found, "\n".join(line for lines in found.values() for line in lines)
 
 
 def test_the_search_finds_a_branch_where_there_is_one() -> None:
