@@ -365,6 +365,10 @@ def test_rest_api_stream_and_magics_through_the_broker(box: TeamBox) -> None:
     started = start(server, "python3-gpu-4g")
     assert started.status == 201 and started.body["owner"] == ALICE, started.body
     kernel_id = started.body["kernel_id"]
+    # What the broker offers (its info answer; the panel's buttons follow): no suspend, no forced
+    # shrink.
+    view = server.request("GET", f"{API}/kernels/{kernel_id}").body
+    assert view["capabilities"] == LOCAL_BROKER.payload(), view
     resized = server.request("PATCH", f"{API}/kernels/{kernel_id}", {"gpu_memory": "6G"})
     assert resized.status == 200 and resized.body["memory_request"] == 6 * GiB
     refused = server.request("PATCH", f"{API}/kernels/{kernel_id}", {"gpu_memory": "9G"})
@@ -387,10 +391,7 @@ def test_rest_api_stream_and_magics_through_the_broker(box: TeamBox) -> None:
     seen = run(server, kernel_id, "%gpu resize 3G")
     seen += run(server, kernel_id, "import os; print(os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])")
     assert "GPU slice: 3G" in seen and str(3 * GiB) in seen, seen
-    # Suspend/resume and forced shrinks need the node ledger itself: a broker says so (its info
-    # answer carries what it offers, and the panel's buttons follow), and nothing changes.
-    view = server.request("GET", f"{API}/kernels/{kernel_id}").body
-    assert view["capabilities"] == LOCAL_BROKER.payload(), view
+    # Suspend/resume and forced shrinks need the node ledger itself: a broker says so, no change.
     seen = run(server, kernel_id, "%gpu suspend")
     assert "not available through a GPU broker yet: nothing was changed" in seen, seen
     refused = server.request("POST", f"{API}/kernels/{kernel_id}/suspend")
