@@ -7,6 +7,7 @@ branches on a kind's name or checks for a concrete backend's class.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -18,13 +19,14 @@ import pytest
 import yaml
 from traitlets import TraitError
 
-from jupyter_gpushare import kinds
-from jupyter_gpushare.backends import registry
+from jupyter_gpushare import env_names, kinds
+from jupyter_gpushare.backends import kernel_slices_for, registry
 from jupyter_gpushare.backends.local.provisioner import LocalGPUShareProvisioner
 from jupyter_gpushare.backends.registry import BackendKind, kind_named
 from jupyter_gpushare.cli import build_parser
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.kernel import my_slice as my_slice_module
 from jupyter_gpushare.kernel.own_slice import OwnSlice
 from jupyter_gpushare.kernel.pod import PodKernel
 
@@ -39,6 +41,20 @@ TEST_KIND = BackendKind(
 NOT_A_KIND = object()
 
 
+class ElsewhereBackend:
+    """A third kind's backend whose kernels run elsewhere: it holds no kernel's own slice."""
+
+    name = "unit-test-elsewhere"
+
+
+# A kind that forgot to name its kernels' handle: its kernels would reach for a NodeSlices.
+ELSEWHERE_KIND = BackendKind(
+    name="unit-test-elsewhere",
+    make_backend=lambda settings: ElsewhereBackend(),  # type: ignore[arg-type,return-value]
+    provisioner=lambda settings: LocalGPUShareProvisioner,
+)
+
+
 @pytest.fixture
 def with_test_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     installed = kinds.find_entry_points
@@ -48,6 +64,7 @@ def with_test_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             *installed(),
             EntryPoint("unit-test-kind", f"{__name__}:TEST_KIND", kinds.GROUP),
             EntryPoint("not-a-kind", f"{__name__}:NOT_A_KIND", kinds.GROUP),
+            EntryPoint("unit-test-elsewhere", f"{__name__}:ELSEWHERE_KIND", kinds.GROUP),
         ]
 
     monkeypatch.setattr(kinds, "find_entry_points", also_ours)
@@ -91,6 +108,52 @@ def test_each_kind_names_its_kernels_handle() -> None:
     handles = {name: registry.load(kind.kernel_slice) for name, kind in registry.installed_kinds().items()}
     assert handles == {"local": OwnSlice, "kubernetes": PodKernel}
     assert TEST_KIND.kernel_slice == kind_named("local").kernel_slice  # the default: OwnSlice
+
+
+@pytest.mark.parametrize(("kind", "handle"), [("local", OwnSlice), ("kubernetes", PodKernel), ("", OwnSlice)])
+def test_a_kernel_takes_the_handle_of_the_kind_its_provisioner_named(
+    kind: str, handle: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(env_names.BACKEND, kind)
+    monkeypatch.setattr(my_slice_module, "_chosen", None)
+    assert type(my_slice_module.my_slice()) is handle
+
+
+def test_a_kernel_of_a_kind_not_installed_runs_on_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(env_names.BACKEND, "slurm")
+    monkeypatch.setattr(my_slice_module, "_chosen", None)
+    with pytest.raises(
+        ConfigurationError, match=r"unknown backend 'slurm': the installed kinds are kubernetes, local"
+    ):
+        my_slice_module.my_slice()
+    # The extension still loads (in a process of its own: it hooks imports): %gpu is there to
+    # say the same sentence, and the kernel runs on.
+    probe = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "import jupyter_gpushare.kernel as side\n"
+        "shell = InteractiveShell()\n"
+        "side.load_ipython_extension(shell)\n"
+        "print('gpu' in shell.magics_manager.magics['line'])"
+    )
+    seen = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, env_names.BACKEND: "slurm"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert seen.stdout.strip() == "True", seen.stdout + seen.stderr
+    assert "GPU: unknown backend 'slurm'" in seen.stderr, seen.stderr
+
+
+def test_a_kind_without_a_kernel_handle_of_its_own_needs_a_backend_that_holds_slices(
+    with_test_kind: None,
+) -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"^the unit-test-elsewhere backend does not hold a kernel's own slice"
+    ):
+        kernel_slices_for(GPUShare(backend="unit-test-elsewhere"))
 
 
 def test_a_kind_is_light_to_look_up() -> None:
