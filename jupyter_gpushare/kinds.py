@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from importlib.metadata import EntryPoint, entry_points
 
 GROUP = "jupyter_gpushare.backends"
+DEFAULT_KIND = "local"  # c.GPUShare.backend when nothing sets it
 
 
 def _installed_entry_points() -> Iterable[EntryPoint]:
@@ -49,4 +50,4 @@ def forget() -> None:
     _cached_entry_points.cache_clear()
 
 
-__all__ = ["GROUP", "find_entry_points", "forget", "kind_entry_points", "kind_names"]
+__all__ = ["DEFAULT_KIND", "GROUP", "find_entry_points", "forget", "kind_entry_points", "kind_names"]

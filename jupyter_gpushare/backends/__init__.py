@@ -10,8 +10,25 @@ above — the server extension, the CLI, the metrics, the provisioners, ``%gpu``
 
 from __future__ import annotations
 
-from ..config import GPUShare
-from .base import Backend, NodeSlices, ServerHooks, ServerKernels
+from typing import TYPE_CHECKING, Any, cast
+
+from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ..config import GPUShare
+    from .base import Backend, CellNotes, NodeSlices, ServerHooks, ServerKernels
+
+_FROM_BASE = ("Backend", "CellNotes", "NodeSlices", "ServerHooks", "ServerKernels")
+
+
+def __getattr__(name: str) -> Any:
+    # The protocols are imported on first use: a kernel looking up its kind (the registry, in
+    # this package) before its first cell loads only what it needs.
+    if name in _FROM_BASE:
+        from . import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def backend_for(settings: GPUShare) -> Backend:
@@ -26,4 +43,40 @@ def backend_for(settings: GPUShare) -> Backend:
     return kind_for(settings).make_backend(settings)
 
 
-__all__ = ["Backend", "NodeSlices", "ServerHooks", "ServerKernels", "backend_for"]
+def kernel_slices_for(settings: GPUShare) -> NodeSlices:
+    """Where a kernel acting on its own slice reaches it (``%gpu`` in a local kernel): the GPU
+    broker, else its kind's backend, which then holds kernels' slices (a ``NodeSlices``)."""
+    backend = backend_for(settings)
+    if not callable(getattr(backend, "own_slice", None)):
+        raise ConfigurationError(
+            f"the {backend.name} backend does not hold a kernel's own slice: its kind must name "
+            "a kernel handle of its own (BackendKind.kernel_slice)"
+        )
+    return cast("NodeSlices", backend)
+
+
+def cell_notes_for(settings: GPUShare) -> CellNotes | None:
+    """Where a kernel notes its cells and reads its warnings around every cell, as cheaply as its
+    kind allows: the GPU broker, else the kind's ``cell_notes`` (no devices probed), else the
+    backend itself. None: the kernel has nothing to note."""
+    from .registry import kind_for
+    from .remote import remote_backend
+
+    if settings.effective_broker_url():
+        return remote_backend(settings)
+    kind = kind_for(settings)
+    if kind.cell_notes is not None:
+        return kind.cell_notes(settings)
+    return kernel_slices_for(settings)
+
+
+__all__ = [
+    "Backend",
+    "CellNotes",
+    "NodeSlices",
+    "ServerHooks",
+    "ServerKernels",
+    "backend_for",
+    "cell_notes_for",
+    "kernel_slices_for",
+]

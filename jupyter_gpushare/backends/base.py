@@ -148,7 +148,27 @@ class Backend(Protocol):
         Prometheus counters."""
 
 
-class NodeSlices(Backend, Protocol):
+class CellNotes(Protocol):
+    """What a kernel tells and asks of its slice around every cell (``token`` proves it is that
+    kernel). Answered by the kernel's backend, or — where building that backend costs more than a
+    cell should (devices probed) — by a lighter object its kind makes (``BackendKind.cell_notes``)."""
+
+    def released(self, kernel_id: str) -> ReleasedSlice | None:
+        """What a kernel that gave its slice back left counted (held memory, a suspended
+        state); None where nothing is kept (a broker keeps no such row for a kernel yet)."""
+
+    def note_activity(
+        self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str
+    ) -> None:
+        """A kernel's own report: a cell started (``busy``) or ended at ``at``; what its idle
+        timer does after ``idle_after`` seconds (``idle_action``)."""
+
+    def own_warnings(self, kernel_id: str, token: str | None) -> tuple[str, ...]:
+        """The warnings on the slice of ``kernel_id`` if ``token`` proves the caller is that
+        kernel (none when it holds no slice)."""
+
+
+class NodeSlices(Backend, CellNotes, Protocol):
     """What local kernels' starts (the local provisioner) and the kernels themselves (``%gpu``)
     use on top of the service API: the node ledger in this process (:mod:`.local`), or the
     broker that holds it (:mod:`.remote`)."""
@@ -194,10 +214,6 @@ class NodeSlices(Backend, Protocol):
     async def resume(self, kernel_id: str, on_wait: WaitCallback | None = None) -> Resumption:
         """Wait for a slice like a start and restore a suspended kernel's GPU state."""
 
-    def released(self, kernel_id: str) -> ReleasedSlice | None:
-        """What a kernel that gave its slice back left counted (held memory, a suspended
-        state); None where nothing is kept (a broker keeps no such row for a kernel yet)."""
-
     def declare_held(self, kernel_id: str, used: int) -> None:
         """A released kernel declares what its processes still hold (simulated pools)."""
 
@@ -219,11 +235,5 @@ class NodeSlices(Backend, Protocol):
     def simulated(self) -> bool:
         """Whether the pool is simulated (declared usage is allowed)."""
 
-    def note_activity(
-        self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str
-    ) -> None:
-        """A kernel's own report (``token`` proves it): a cell started (``busy``) or ended at
-        ``at``; what its idle timer does after ``idle_after`` seconds (``idle_action``)."""
 
-
-__all__ = ["Backend", "NodeSlices", "ServerHooks", "ServerKernels", "WaitCallback"]
+__all__ = ["Backend", "CellNotes", "NodeSlices", "ServerHooks", "ServerKernels", "WaitCallback"]

@@ -7,8 +7,8 @@ the backend (:func:`jupyter_gpushare.backends.backend_for`), the provisioner
 (``gpushare-provisioner``), the broker's side, the doctor's checks — and never asks which kind
 it has. docs/development.md ("Adding a backend") walks through a third kind.
 
-A kind's broker side and doctor checks are built on modules above this layer (the broker's
-routes, the doctor's lines), so a kind names them as
+A kind's broker side, doctor checks and kernel handle are built on modules above this layer (the
+broker's routes, the doctor's lines, the kernel's magics), so a kind names them as
 ``"module:attribute"`` references, as an entry point names its object, and the front end that
 uses one loads it (:func:`load`).
 """
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import kinds
-from ..config import GPUShare
 from ..errors import ConfigurationError
-from .base import Backend
 
 if TYPE_CHECKING:
+    from ..config import GPUShare
+    from .base import Backend, CellNotes
     from .provisioning import SliceProvisioner
 
 
@@ -47,6 +47,15 @@ class BackendKind:
     # "module:attribute" of the doctor's checks: a function (settings, inventory or None) ->
     # jupyter_gpushare.doctor.checks.Findings; empty where the kind has none of its own.
     doctor_checks: str = ""
+    # "module:attribute" of a kernel's handle on its own slice (what %gpu and the Python API
+    # call): a callable taking no arguments that returns a jupyter_gpushare.kernel.my_slice.MySlice.
+    # By default the kernel acts on its slice through this kind's backend, which must then be
+    # a NodeSlices (as the local kind's is); a kind whose kernels run elsewhere names its own.
+    kernel_slice: str = "jupyter_gpushare.kernel.own_slice:OwnSlice"
+    # What a kernel tells and asks of its slice around every cell, where building the backend
+    # costs more than a cell should (the local kind probes devices): a factory (settings) ->
+    # CellNotes, or None for a kernel with nothing to note. None here: the backend answers.
+    cell_notes: Callable[[GPUShare], CellNotes | None] | None = None
 
 
 _loaded: dict[str, BackendKind] = {}
@@ -90,7 +99,8 @@ def forget() -> None:
 
 
 def load(reference: str) -> Any:
-    """The object a ``"module:attribute"`` reference names (a kind's broker side or doctor checks)."""
+    """The object a ``"module:attribute"`` reference names (a kind's broker side, doctor checks
+    or kernel handle)."""
     module, _, attribute = reference.partition(":")
     target: Any = importlib.import_module(module)
     for part in attribute.split(".") if attribute else ():

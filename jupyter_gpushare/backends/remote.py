@@ -26,10 +26,10 @@ from collections.abc import Hashable
 from typing import Any
 
 from .. import env_names
-from ..capabilities import KERNEL_PODS, LOCAL_BROKER, Capabilities
+from ..capabilities import Capabilities, offline
 from ..config import GPUShare, settings_env
 from ..devices import Device
-from ..errors import GPUShareError, NoSliceError, NotOfferedError
+from ..errors import GPUShareError, NoSliceError, NotOfferedError, NotYourSliceError
 from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from ..preview import Preview
 from ..processes import identify
@@ -84,7 +84,8 @@ class RemoteBackend:
     # ---- what the broker says of itself and of us ----------------------------------------------
 
     def info(self) -> dict[str, Any]:
-        """``{"backend", "user", "admin", "location"}`` as the broker answers (kept a while)."""
+        """``{"backend", "remote_kernels", "capabilities", "user", "admin", "location",
+        "version"}`` as the broker answers (kept once it answered)."""
         with self._info_lock:
             if self._info is None:
                 self._info = dict(self.client.call("GET", "info"))
@@ -109,13 +110,20 @@ class RemoteBackend:
 
     @property
     def remote_kernels(self) -> bool:
-        return self.name == "kubernetes"
+        """Whether the broker's kernels run elsewhere (pods), as it says."""
+        info = self._info_or_none()
+        return bool(info["remote_kernels"]) if info else False
 
     @property
     def capabilities(self) -> Capabilities:
-        """A broker of kernel pods offers what pods do; a node's broker places, resizes and
-        releases, but does not checkpoint GPU state nor keep forced shrinks yet."""
-        return KERNEL_PODS if self.remote_kernels else LOCAL_BROKER
+        """What the broker says it offers its clients' kernels (a broker of kernel pods what pods
+        do; a node's broker places, resizes and releases). A broker that cannot be reached offers
+        nothing, and every refusal says why."""
+        try:
+            info = self.info()
+        except GPUShareError as error:
+            return offline(str(error))
+        return Capabilities.from_wire(info["capabilities"])
 
     # ---- the service API (backends.base.Backend) -------------------------------------------------
 
@@ -334,6 +342,15 @@ class RemoteBackend:
             return None
         self._envs[kernel_id] = dict(answer["env"])
         return record_from_json(answer["record"])
+
+    def own_warnings(self, kernel_id: str, token: str | None) -> tuple[str, ...]:
+        """The warnings on the caller's slice, as the broker keeps them (none without one, or
+        with another kernel's token)."""
+        try:
+            record = self.own_slice(kernel_id, token)
+        except NotYourSliceError:
+            return ()
+        return record.warnings if record is not None else ()
 
     def token_for(self, kernel_id: str) -> str | None:
         return self._tokens.get(kernel_id)

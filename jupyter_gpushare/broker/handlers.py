@@ -31,6 +31,7 @@ from .. import request_body
 from ..backends.broker_feed import KEEP_ALIVE
 from ..backends.transport import HOST_HEADER
 from ..backends.wire import error_payload, server_kernels_from_json
+from ..capabilities import through_a_broker
 from ..errors import BackendUnavailableError, GPUShareError, InvalidRequestError
 from ..http_errors import answerable, answering_domain_errors, message_of
 from ..records import UsageReport
@@ -222,7 +223,8 @@ def usage_report(body: dict[str, Any]) -> UsageReport:
 
 
 class InfoHandler(BrokerHandler):
-    """``GET info``: which backend, and who the broker says the caller is."""
+    """``GET info``: which backend, who the broker says the caller is, and what it offers its
+    clients' kernels (its backend's capabilities, less what its routes do not carry)."""
 
     @answering_domain_errors
     async def get(self) -> None:
@@ -230,6 +232,8 @@ class InfoHandler(BrokerHandler):
         self.answer(
             {
                 "backend": backend.name,
+                "remote_kernels": backend.remote_kernels,
+                "capabilities": through_a_broker(backend.capabilities).to_wire(),
                 "user": self.caller.user,
                 "admin": self.caller.admin,
                 "location": await self.run(backend.location),

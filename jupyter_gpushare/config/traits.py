@@ -29,7 +29,7 @@ class GPUShare(Configurable, AccountingTraits):
     defined in ``jupyter_gpushare/config/accounting.py``)."""
 
     backend = Unicode(
-        "local",
+        kinds.DEFAULT_KIND,
         config=True,
         help="Where kernels run: 'local' processes on this node, or 'kubernetes' pods; or a kind "
         f"another package registers under the entry-point group {kinds.GROUP}.",

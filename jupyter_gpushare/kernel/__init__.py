@@ -5,6 +5,7 @@ Loaded in every gpushare kernel; anywhere else with ``%load_ext jupyter_gpushare
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 _started = False
@@ -25,7 +26,14 @@ def load_ipython_extension(shell: Any) -> None:
     caps.install_import_hook()
     shell.register_magics(GPUMagics)
     if not _started:
-        my_slice().start(shell)
+        from ..errors import GPUShareError
+
+        try:
+            handle = my_slice()
+        except GPUShareError as error:  # an unknown kind: the kernel runs on, %gpu says why
+            logging.getLogger("jupyter_gpushare").warning("GPU: %s", error)
+            return
+        handle.start(shell)
         _started = True
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import logging
-import os
 import queue
 import sys
 import threading
@@ -21,8 +20,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from IPython.core.error import InputRejected
-
-from .. import env_names
 
 
 class CellHooks(Protocol):
@@ -34,6 +31,9 @@ class CellHooks(Protocol):
     def before_cell(self, source: str) -> None:
         """Called before a cell runs (a suspended kernel resumes); raises ``GPUShareError``
         with the reason the cell must not run."""
+
+    def warnings(self) -> tuple[str, ...]:
+        """The warnings on this kernel's slice now (shown after a cell when new)."""
 
 
 log = logging.getLogger("jupyter_gpushare")
@@ -61,7 +61,7 @@ class _Gate(ast.NodeTransformer):
 
 
 class ActivityWatch:
-    """``hooks`` opens the ledger only when it is first needed, so loading the extension costs
+    """``hooks`` reaches its slice only when a cell first needs it, so loading the extension costs
     a kernel's start nothing but these hooks."""
 
     def __init__(self, hooks: CellHooks, idle_release_after: float) -> None:
@@ -74,7 +74,6 @@ class ActivityWatch:
         self._after_cell: list[Callable[[], None]] = []
         self._idle_done = False  # the idle action ran (or failed): not again until new activity
         self._shown_warnings: tuple[str, ...] = ()
-        self._ledger: Any = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         # Cells started and ended, told to the accounting off the cell's thread (a cell never
@@ -130,7 +129,7 @@ class ActivityWatch:
             except Exception as error:  # never let a hook break the user's cell
                 print(f"GPU: {error}", file=sys.stderr)
         try:
-            warnings = self._warnings()
+            warnings = self._hooks.warnings()
         except Exception:  # never let a hook break the user's cell
             return
         new = [warning for warning in warnings if warning not in self._shown_warnings]
@@ -154,24 +153,6 @@ class ActivityWatch:
         with self._lock:
             self.notice = notice
         return True
-
-    def _warnings(self) -> tuple[str, ...]:
-        """This kernel's warnings, read straight from the ledger (cheap after every cell); with a
-        broker, asked of it (the kernel cannot open the ledger, and must not try)."""
-        if os.environ.get(env_names.BROKER_URL):
-            record = getattr(self._hooks, "record", None)
-            own = record() if record is not None and os.environ.get(env_names.KERNEL_ID) else None
-            return own.warnings if own else ()
-        kernel_id = os.environ.get(env_names.KERNEL_ID)
-        ledger_path = os.environ.get(env_names.LEDGER_PATH)
-        if not kernel_id or not ledger_path or not os.path.exists(ledger_path):
-            return ()
-        if self._ledger is None:
-            from ..ledger import Ledger
-
-            self._ledger = Ledger(ledger_path)
-        record = self._ledger.get(kernel_id)
-        return record.warnings if record else ()
 
     def _tell_cells(self) -> None:
         note = self._hooks.note_cell  # type: ignore[attr-defined]

@@ -1,10 +1,11 @@
 """This kernel's handle on its own slice, chosen once: what ``%gpu`` and the Python API call.
 
-Two kinds exist. A kernel started by a local provisioner acts on its slice in the node ledger
-itself, or through the GPU broker that holds it (:class:`~.own_slice.OwnSlice`); a kernel in a
-pod asks the server that started it over HTTP (:class:`~.pod.PodKernel`). Both prove who they
-are with the kernel's own token, answer the same calls and print the same kinds of views; the
-magics never ask which one they have.
+Each backend kind names its kernels' handle (``BackendKind.kernel_slice``). A kernel started by a
+local provisioner acts on its slice through its backend — the node ledger, or the GPU broker that
+holds it (:class:`~.own_slice.OwnSlice`, the default); a kernel in a pod asks the server that
+started it over HTTP (:class:`~.pod.PodKernel`). All prove who they are with the kernel's own
+token, answer the same calls and print the same kinds of views; the magics never ask which one
+they have.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .. import env_names
+from .. import env_names, kinds
 from .display import PoolStatus, TextView
 
 WaitCallback = Callable[[int, str], None]
@@ -60,16 +61,14 @@ _chosen: MySlice | None = None
 
 
 def my_slice() -> MySlice:
-    """This kernel's slice handle, chosen on first use: a pod's (its token is mounted from its
-    Secret) or the node ledger's. Light to build: nothing is opened before it is needed."""
+    """This kernel's slice handle, chosen on first use: the one its backend kind names
+    (``BackendKind.kernel_slice``), the kind being the one its provisioner wrote into its
+    environment (``$JUPYTER_GPUSHARE_BACKEND``; a kernel no provisioner started has the default).
+    Light to build: nothing is opened before it is needed."""
     global _chosen
     if _chosen is None:
-        if os.environ.get(env_names.TOKEN_FILE) and os.environ.get(env_names.KERNEL_ID):
-            from .pod import PodKernel
+        from ..backends.registry import kind_named, load
 
-            _chosen = PodKernel()
-        else:
-            from .own_slice import OwnSlice
-
-            _chosen = OwnSlice()
+        name = os.environ.get(env_names.BACKEND) or kinds.DEFAULT_KIND
+        _chosen = load(kind_named(name).kernel_slice)()
     return _chosen

@@ -12,6 +12,7 @@ the backend's ``capabilities`` say so, and a broker refuses them with ``NotOffer
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import sys
@@ -38,10 +39,13 @@ from . import caps
 from .display import PoolStatus, SliceStatus
 
 if TYPE_CHECKING:
-    from ..backends.base import NodeSlices
+    from ..backends.base import CellNotes, NodeSlices
+    from ..config import GPUShare
     from .activity import ActivityWatch
 
 WaitCallback = Callable[[int, str], None]
+
+log = logging.getLogger("jupyter_gpushare")
 
 
 def launch_kernel_ids() -> set[str]:
@@ -73,7 +77,7 @@ def _kernel_id_from_connection_file() -> str | None:
 
 
 class OwnSlice:
-    """This kernel's slice in the node ledger."""
+    """This kernel's slice, reached through its backend's kernel-facing calls (``NodeSlices``)."""
 
     def __init__(self, backend: NodeSlices | None = None) -> None:
         self._backend = backend
@@ -84,23 +88,40 @@ class OwnSlice:
         )
         self._token = os.environ.get(env_names.TOKEN)
         self._activity: ActivityWatch | None = None
-        self._light_ledger: Any = None
+        self._notes: CellNotes | None = None
+        self._notes_found = False
+        self._notes_lock = threading.Lock()
 
     @property
     def backend(self) -> NodeSlices:
-        """The local backend, built on first use (a kernel starts without opening the ledger).
+        """The kernel's backend, built on first use (a kernel starts without it).
 
         The provisioner handed this kernel its settings as JUPYTER_GPUSHARE_* variables; a
         kernel reads no config files and leaves reconciling the node to the servers.
         """
         if self._backend is None:
-            from ..backends.local.node_slices import node_slices_for
-            from ..config import load_settings
+            from ..backends import kernel_slices_for
 
-            self._backend = node_slices_for(load_settings(from_files=False, reconcile=False))
+            self._backend = kernel_slices_for(_kernel_settings())
             if self._token:
                 self._backend.remember_token(self.kernel_id, self._token)
         return self._backend
+
+    def _cell_notes(self) -> CellNotes | None:
+        """Where the calls around every cell go: the backend once it is built, else what its kind
+        answers them with at the least cost (no devices probed), found once."""
+        if self._backend is not None:
+            return self._backend
+        with self._notes_lock:
+            if not self._notes_found:
+                from ..backends import cell_notes_for
+
+                self._notes_found = True
+                try:
+                    self._notes = cell_notes_for(_kernel_settings())
+                except GPUShareError as error:  # cells run on; %gpu says what is wrong
+                    log.warning("GPU: this kernel's cells are not noted: %s", error)
+            return self._notes
 
     @property
     def sample_interval(self) -> float:
@@ -124,42 +145,26 @@ class OwnSlice:
         return record.device_uuid or "?"
 
     def released(self) -> ReleasedSlice | None:
-        """What this kernel left in the ledger when it released its slice (held memory, a
-        suspended state), read without building the backend (cheap before every cell)."""
-        if os.environ.get(env_names.BROKER_URL):
-            return None  # through a broker a kernel neither suspends nor holds a ledger row
-        if self._backend is None:
-            ledger = self._light()
-            if ledger is None:
-                return None  # not a gpushare kernel (or no ledger yet): nothing was released
-            released: ReleasedSlice | None = ledger.released(self.kernel_id)
-            return released
-        return self.backend.released(self.kernel_id)
+        """What this kernel left counted when it released its slice (held memory, a suspended
+        state): cheap before every cell."""
+        notes = self._cell_notes()
+        return notes.released(self.kernel_id) if notes is not None else None
 
-    def _light(self) -> Any:
-        """The node ledger alone, without the backend (no device probing), or None."""
-        ledger_path = os.environ.get(env_names.LEDGER_PATH)
-        if not ledger_path or not os.path.exists(ledger_path):
-            return None
-        if self._light_ledger is None:
-            from ..ledger import Ledger
-
-            self._light_ledger = Ledger(ledger_path)
-        return self._light_ledger
+    def warnings(self) -> tuple[str, ...]:
+        """The warnings on this kernel's slice (cheap after every cell); none for a kernel no
+        provisioner started, which has no slice to be warned about."""
+        if not os.environ.get(env_names.KERNEL_ID):
+            return ()
+        notes = self._cell_notes()
+        return notes.own_warnings(self.kernel_id, self._token) if notes is not None else ()
 
     def note_cell(self, busy: bool, at: float, idle_after: float) -> None:
         """Tell the accounting that a cell started (``busy``) or ended at ``at``, and what the
         idle timer does after ``idle_after`` seconds (called off the cell's thread)."""
         action = os.environ.get(env_names.IDLE_ACTION) or "suspend"
-        if os.environ.get(env_names.BROKER_URL) or self._backend is not None:
-            self.backend.note_activity(self.kernel_id, self._token, busy, at, idle_after, action)
-            return
-        ledger = self._light()
-        if ledger is not None:
-            from ..accounting import store
-
-            kernel_id = self.kernel_id
-            ledger.write_with(lambda db: store.note_activity(db, kernel_id, busy, at, idle_after, action))
+        notes = self._cell_notes()
+        if notes is not None:
+            notes.note_activity(self.kernel_id, self._token, busy, at, idle_after, action)
 
     def free_on_device(self, record: SliceRecord) -> int | None:
         pool = self.backend.pool()
@@ -432,6 +437,12 @@ class OwnSlice:
     def _adopt(self, record: SliceRecord) -> None:
         """Make this process's environment describe ``record``, for what starts from now on."""
         os.environ.update(self.backend.kernel_env(record))
+
+
+def _kernel_settings() -> GPUShare:
+    from ..config import load_settings
+
+    return load_settings(from_files=False, reconcile=False)
 
 
 def _run_async(make: Callable[[], Any]) -> Any:

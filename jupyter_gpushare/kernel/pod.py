@@ -146,6 +146,10 @@ class PodKernel:
     def before_cell(self, source: str) -> None:
         """Nothing to resume: a pod never suspends."""
 
+    def warnings(self) -> tuple[str, ...]:
+        """None after each cell: the server shows a pod's warnings (the panel, %gpu status)."""
+        return ()
+
     # ---- usage ---------------------------------------------------------------------------
 
     def declare(self, memory: object, utilization: int | None = None) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 import pytest
 
+from jupyter_gpushare.capabilities import KERNEL_PODS
 from jupyter_gpushare.k8s.manifests import OWNER_LABEL, pod_name, secret_name
 from jupyter_gpushare.sizes import GiB
 
@@ -342,6 +343,8 @@ def test_users_start_kernel_pods_through_the_broker_holding_no_cluster_credentia
     # Each sees their own kernel; the other's pod is anonymous occupancy.
     kernels = call(setup, "alice", "GET", "kernels")[1]
     assert [view["kernel_id"] for view in kernels] == [alices]
+    # What a pod can do, as the broker says it offers (not told from its kind's name).
+    assert kernels[0]["capabilities"] == KERNEL_PODS.payload(), kernels
     # Bob's pod reaches alice's server with the broker's next event (within a sample).
     pool = wait_until(
         lambda: (lambda p: p if p["devices"][0]["memory_reserved"] == 12 * GiB else None)(

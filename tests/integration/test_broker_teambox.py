@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpushare.backends.remote import RemoteBackend
+from jupyter_gpushare.capabilities import LOCAL_BROKER
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.payloads import KernelPayload
@@ -364,6 +365,10 @@ def test_rest_api_stream_and_magics_through_the_broker(box: TeamBox) -> None:
     started = start(server, "python3-gpu-4g")
     assert started.status == 201 and started.body["owner"] == ALICE, started.body
     kernel_id = started.body["kernel_id"]
+    # What the broker offers (its info answer; the panel's buttons follow): no suspend, no forced
+    # shrink.
+    view = server.request("GET", f"{API}/kernels/{kernel_id}").body
+    assert view["capabilities"] == LOCAL_BROKER.payload(), view
     resized = server.request("PATCH", f"{API}/kernels/{kernel_id}", {"gpu_memory": "6G"})
     assert resized.status == 200 and resized.body["memory_request"] == 6 * GiB
     refused = server.request("PATCH", f"{API}/kernels/{kernel_id}", {"gpu_memory": "9G"})

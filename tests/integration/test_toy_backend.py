@@ -64,6 +64,15 @@ async def test_a_kernel_starts_through_a_kind_another_package_registers(
 
         out, err = await execute(toy_server, kernel_id, "%gpu status")
         assert "GPU slice: 4G (timeslice) on GPU0" in out, (out, err)
+        # The kernel found its handle through the kind its provisioner named, and reaches its
+        # slice through the toy's own backend (before: always the local one).
+        out, err = await execute(
+            toy_server,
+            kernel_id,
+            "from jupyter_gpushare.kernel.my_slice import my_slice\n"
+            "handle = my_slice(); print(type(handle).__name__, handle.backend.name)",
+        )
+        assert out.strip() == "OwnSlice toy", (out, err)
     finally:
         assert toy_server.request("DELETE", f"/api/kernels/{kernel_id}").status == 204
     wait_until(lambda: not node.running(), timeout=60, message="the toy kernel's slice given back")

@@ -7,7 +7,10 @@ branches on a kind's name or checks for a concrete backend's class.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -16,13 +19,16 @@ import pytest
 import yaml
 from traitlets import TraitError
 
-from jupyter_gpushare import kinds
-from jupyter_gpushare.backends import registry
+from jupyter_gpushare import env_names, kinds
+from jupyter_gpushare.backends import kernel_slices_for, registry
 from jupyter_gpushare.backends.local.provisioner import LocalGPUShareProvisioner
 from jupyter_gpushare.backends.registry import BackendKind, kind_named
 from jupyter_gpushare.cli import build_parser
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.kernel import my_slice as my_slice_module
+from jupyter_gpushare.kernel.own_slice import OwnSlice
+from jupyter_gpushare.kernel.pod import PodKernel
 
 PACKAGE = Path(__file__).resolve().parents[2] / "jupyter_gpushare"
 
@@ -35,6 +41,20 @@ TEST_KIND = BackendKind(
 NOT_A_KIND = object()
 
 
+class ElsewhereBackend:
+    """A third kind's backend whose kernels run elsewhere: it holds no kernel's own slice."""
+
+    name = "unit-test-elsewhere"
+
+
+# A kind that forgot to name its kernels' handle: its kernels would reach for a NodeSlices.
+ELSEWHERE_KIND = BackendKind(
+    name="unit-test-elsewhere",
+    make_backend=lambda settings: ElsewhereBackend(),  # type: ignore[arg-type,return-value]
+    provisioner=lambda settings: LocalGPUShareProvisioner,
+)
+
+
 @pytest.fixture
 def with_test_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     installed = kinds.find_entry_points
@@ -44,6 +64,7 @@ def with_test_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             *installed(),
             EntryPoint("unit-test-kind", f"{__name__}:TEST_KIND", kinds.GROUP),
             EntryPoint("not-a-kind", f"{__name__}:NOT_A_KIND", kinds.GROUP),
+            EntryPoint("unit-test-elsewhere", f"{__name__}:ELSEWHERE_KIND", kinds.GROUP),
         ]
 
     monkeypatch.setattr(kinds, "find_entry_points", also_ours)
@@ -83,6 +104,76 @@ def test_an_unknown_backend_names_the_installed_kinds() -> None:
         kind_named("slurm")
 
 
+def test_each_kind_names_its_kernels_handle() -> None:
+    handles = {name: registry.load(kind.kernel_slice) for name, kind in registry.installed_kinds().items()}
+    assert handles == {"local": OwnSlice, "kubernetes": PodKernel}
+    assert TEST_KIND.kernel_slice == kind_named("local").kernel_slice  # the default: OwnSlice
+
+
+@pytest.mark.parametrize(("kind", "handle"), [("local", OwnSlice), ("kubernetes", PodKernel), ("", OwnSlice)])
+def test_a_kernel_takes_the_handle_of_the_kind_its_provisioner_named(
+    kind: str, handle: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(env_names.BACKEND, kind)
+    monkeypatch.setattr(my_slice_module, "_chosen", None)
+    assert type(my_slice_module.my_slice()) is handle
+
+
+def test_a_kernel_of_a_kind_not_installed_runs_on_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(env_names.BACKEND, "slurm")
+    monkeypatch.setattr(my_slice_module, "_chosen", None)
+    with pytest.raises(
+        ConfigurationError, match=r"unknown backend 'slurm': the installed kinds are kubernetes, local"
+    ):
+        my_slice_module.my_slice()
+    # The extension still loads (in a process of its own: it hooks imports): %gpu is there to
+    # say the same sentence, and the kernel runs on.
+    probe = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "import jupyter_gpushare.kernel as side\n"
+        "shell = InteractiveShell()\n"
+        "side.load_ipython_extension(shell)\n"
+        "print('gpu' in shell.magics_manager.magics['line'])"
+    )
+    seen = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, env_names.BACKEND: "slurm"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert seen.stdout.strip() == "True", seen.stdout + seen.stderr
+    assert "GPU: unknown backend 'slurm'" in seen.stderr, seen.stderr
+
+
+def test_a_kind_without_a_kernel_handle_of_its_own_needs_a_backend_that_holds_slices(
+    with_test_kind: None,
+) -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"^the unit-test-elsewhere backend does not hold a kernel's own slice"
+    ):
+        kernel_slices_for(GPUShare(backend="unit-test-elsewhere"))
+
+
+def test_a_kind_is_light_to_look_up() -> None:
+    """A kernel looks its kind up before its first cell: no backend, provisioner, ledger or
+    cluster client comes with the kind."""
+    probe = (
+        "import sys\n"
+        "from jupyter_gpushare.backends.registry import installed_kinds\n"
+        "installed_kinds()\n"
+        "heavy = ('.backends.local.backend', '.backends.local.provisioner', '.ledger', '.k8s', "
+        "'.backends.kubernetes.backend', '.backends.base', '.config')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('jupyter_gpushare') and m.endswith(heavy)))\n"
+        "print('kubernetes' in sys.modules)"
+    )
+    seen = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert seen.stdout.split("\n")[:2] == ["[]", "False"], seen.stdout + seen.stderr
+
+
 def test_the_openapi_enum_is_the_registrys_names() -> None:
     # types.ts mirrors this enum (tests/unit/test_labextension_types.py).
     document = yaml.safe_load((PACKAGE / "openapi.yaml").read_text())
@@ -100,11 +191,6 @@ KIND_BRANCHES = re.compile(
 )
 # Where branching on the kind is the job: the registry and the kinds' own packages.
 KINDS_OWN = ("backends/registry.py", "backends/local/", "backends/kubernetes/")
-# Known, with its issue: the broker's client tells a broker of pods from a node's by the kind
-# its broker names (the broker's answer could carry its capabilities instead; issue 22).
-NOT_YET = {
-    "backends/remote.py": 1,
-}
 
 
 def kind_branches() -> dict[str, list[str]]:
@@ -121,9 +207,7 @@ def kind_branches() -> dict[str, list[str]]:
 
 def test_no_branch_on_the_kind_outside_the_registry_and_the_kinds() -> None:
     found = kind_branches()
-    assert {path: len(lines) for path, lines in found.items()} == NOT_YET, "\n".join(
-        line for path, lines in found.items() if path not in NOT_YET for line in lines
-    )
+    assert not found, "\n".join(line for lines in found.values() for line in lines)
 
 
 def test_the_search_finds_a_branch_where_there_is_one() -> None:

@@ -3,6 +3,8 @@ error — ``NotOfferedError``, a 409 at the HTTP edge — for whatever a backend
 
 from __future__ import annotations
 
+import json
+import re
 import typing
 from pathlib import Path
 
@@ -10,9 +12,16 @@ import pytest
 import yaml
 
 from jupyter_gpushare.backends.local import LocalBackend
-from jupyter_gpushare.capabilities import KERNEL_PODS, LOCAL_BROKER, NODE_LEDGER
+from jupyter_gpushare.capabilities import (
+    KERNEL_PODS,
+    LOCAL_BROKER,
+    NODE_LEDGER,
+    Capabilities,
+    offline,
+    through_a_broker,
+)
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, NotOfferedError
+from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, GPUShareError, NotOfferedError
 from jupyter_gpushare.http_errors import answerable, status_of
 from jupyter_gpushare.kernel.pod import PodKernel
 from jupyter_gpushare.payloads import CapabilitiesPayload
@@ -99,3 +108,39 @@ def test_the_payload_the_typed_dict_and_the_openapi_schema_name_the_same_flags()
     assert set(schema["Capabilities"]["properties"]) == flags == set(NODE_LEDGER.payload())
     assert set(schema["Capabilities"]["required"]) == flags
     assert schema["Kernel"]["properties"]["capabilities"] == {"$ref": "#/components/schemas/Capabilities"}
+
+
+def test_a_broker_offers_its_backends_capabilities_less_what_its_routes_do_not_carry() -> None:
+    assert through_a_broker(NODE_LEDGER) == LOCAL_BROKER
+    # A pod already offers neither: it keeps its own sentence, not the broker's.
+    assert through_a_broker(KERNEL_PODS) == KERNEL_PODS
+
+
+@pytest.mark.parametrize("capabilities", [NODE_LEDGER, LOCAL_BROKER, KERNEL_PODS])
+def test_what_a_broker_says_it_offers_reaches_its_clients_whole(capabilities: Capabilities) -> None:
+    said = json.loads(json.dumps(capabilities.to_wire()))
+    assert Capabilities.from_wire(said) == capabilities
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        None,
+        [],
+        {"can_request": True},
+        {**NODE_LEDGER.to_wire(), "can_release": "yes"},
+        {**NODE_LEDGER.to_wire(), "refusals": {"x": 1}},
+    ],
+)
+def test_a_malformed_answer_is_one_sentence(answer: object) -> None:
+    with pytest.raises(GPUShareError, match=r"^the GPU broker's capabilities "):
+        Capabilities.from_wire(answer)
+
+
+def test_a_broker_out_of_reach_offers_nothing_and_says_why() -> None:
+    why = "cannot reach the GPU broker at unix:/run/x.sock: no such file"
+    offered = offline(why)
+    assert not any(value for flag, value in offered.payload().items() if flag != "resize_restarts")
+    for flag in ("can_request", "can_release", "can_suspend", "can_force_shrink"):
+        with pytest.raises(NotOfferedError, match=re.escape(why)):
+            offered.require(flag)

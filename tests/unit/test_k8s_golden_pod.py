@@ -34,7 +34,10 @@ from jupyter_gpushare.k8s.requests import PodRequest
 
 def test_the_golden_hami_vgpu_pod() -> None:
     gpushare = settings(
-        resource_preset="hami", kernel_image="registry.example.com/kernel:1.2", namespace="notebooks"
+        backend="kubernetes",
+        resource_preset="hami",
+        kernel_image="registry.example.com/kernel:1.2",
+        namespace="notebooks",
     )
     pod, request = kernel_pod(
         gpushare,
@@ -108,6 +111,7 @@ def test_the_golden_hami_vgpu_pod() -> None:
                     ],
                     "env": [
                         {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "6442450944"},
+                        {"name": "JUPYTER_GPUSHARE_BACKEND", "value": "kubernetes"},  # its handle
                         {"name": "JUPYTER_GPUSHARE_DEFAULT_MEMORY", "value": "4G"},
                         {"name": "JUPYTER_GPUSHARE_DEFAULT_MODE", "value": "timeslice"},
                         {"name": "JUPYTER_GPUSHARE_IDLE_POD_RESTART", "value": "False"},

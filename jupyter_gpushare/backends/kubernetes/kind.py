@@ -1,25 +1,43 @@
-"""The ``kubernetes`` kind as the registry knows it (entry point ``jupyter_gpushare.backends``)."""
+"""The ``kubernetes`` kind as the registry knows it (entry point ``jupyter_gpushare.backends``).
+
+Light to import: a kernel pod looks its kind up before its first cell, so the backend and the
+provisioners (and with them the cluster's client) are imported only when first asked for.
+"""
 
 from __future__ import annotations
 
-from ...config import GPUShare
+from typing import TYPE_CHECKING
+
 from ..registry import BackendKind
-from .backend import kubernetes_backend
-from .provisioner import KubernetesProvisioner
-from .via_broker import RemotePodProvisioner
+
+if TYPE_CHECKING:
+    from ...config import GPUShare
+    from .backend import KubernetesBackend
+    from .provisioner import KubernetesProvisioner
+
+
+def _backend(settings: GPUShare) -> KubernetesBackend:
+    from .backend import kubernetes_backend
+
+    return kubernetes_backend(settings)
 
 
 def _provisioner(settings: GPUShare) -> type[KubernetesProvisioner]:
     # With a broker the server holds no cluster credentials: the broker creates the pods.
+    from .provisioner import KubernetesProvisioner
+    from .via_broker import RemotePodProvisioner
+
     return RemotePodProvisioner if settings.effective_broker_url() else KubernetesProvisioner
 
 
 KIND = BackendKind(
     name="kubernetes",
-    make_backend=kubernetes_backend,
+    make_backend=_backend,
     provisioner=_provisioner,
     broker_side="jupyter_gpushare.broker.kubernetes_side:SIDE",
     doctor_checks="jupyter_gpushare.doctor.cluster:cluster_checks",
+    # A kernel pod has no ledger: it asks the server that started it over HTTP.
+    kernel_slice="jupyter_gpushare.kernel.pod:PodKernel",
 )
 
 __all__ = ["KIND"]

@@ -8,7 +8,24 @@ taking its slice from the ledger or from the broker that holds it).
 
 from __future__ import annotations
 
-from .backend import LocalBackend
-from .per_process import local_backend
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backend import LocalBackend
+    from .per_process import local_backend
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: a kernel looking its kind up (:mod:`.kind`) loads no backend.
+    if name == "LocalBackend":
+        from .backend import LocalBackend
+
+        return LocalBackend
+    if name == "local_backend":
+        from .per_process import local_backend
+
+        return local_backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["LocalBackend", "local_backend"]

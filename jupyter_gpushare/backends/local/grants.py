@@ -67,6 +67,14 @@ class KernelGrants:
             raise NotYourSliceError(f"the GPU slice of kernel {kernel_id} belongs to another kernel")
         return record
 
+    def own_warnings(self, kernel_id: str, token: str | None) -> tuple[str, ...]:
+        """The warnings on the caller's slice (none without one, or with another kernel's token)."""
+        try:
+            record = self.own_slice(kernel_id, token)
+        except NotYourSliceError:
+            return ()
+        return record.warnings if record is not None else ()
+
     def token_for(self, kernel_id: str) -> str | None:
         return self._tokens.get(kernel_id)
 

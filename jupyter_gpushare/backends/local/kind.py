@@ -1,24 +1,50 @@
-"""The ``local`` kind as the registry knows it (entry point ``jupyter_gpushare.backends``)."""
+"""The ``local`` kind as the registry knows it (entry point ``jupyter_gpushare.backends``).
+
+Light to import: a kernel looks its kind up before its first cell, so the backend, the
+provisioner and the ledger are imported only when one of them is first asked for.
+"""
 
 from __future__ import annotations
 
-from ...config import GPUShare
+from typing import TYPE_CHECKING
+
 from ..registry import BackendKind
-from .per_process import local_backend
-from .provisioner import LocalGPUShareProvisioner
+
+if TYPE_CHECKING:
+    from ...config import GPUShare
+    from .backend import LocalBackend
+    from .cell_notes import LedgerNotes
+    from .provisioner import LocalGPUShareProvisioner
+
+
+def _backend(settings: GPUShare) -> LocalBackend:
+    from .per_process import local_backend
+
+    return local_backend(settings)
 
 
 def _provisioner(settings: GPUShare) -> type[LocalGPUShareProvisioner]:
     # A kernel process takes its slice from the ledger or from the broker alike.
+    from .provisioner import LocalGPUShareProvisioner
+
     return LocalGPUShareProvisioner
+
+
+def _cell_notes(settings: GPUShare) -> LedgerNotes | None:
+    from .cell_notes import ledger_notes
+
+    return ledger_notes(settings)
 
 
 KIND = BackendKind(
     name="local",
-    make_backend=local_backend,
+    make_backend=_backend,
     provisioner=_provisioner,
     broker_side="jupyter_gpushare.broker.local_side:SIDE",
     doctor_checks="jupyter_gpushare.doctor.node:local_checks",
+    # Kernels act on their slices through the backend (the default kernel_slice); around each
+    # cell through the ledger file alone, so that a kernel probes no device before %gpu.
+    cell_notes=_cell_notes,
 )
 
 __all__ = ["KIND"]

@@ -5,12 +5,13 @@ kernel through it.
 It registers a :class:`~jupyter_gpushare.backends.registry.BackendKind` under the entry-point
 group ``jupyter_gpushare.backends`` (the test writes the distribution's ``entry_points.txt``).
 Its slices are the node ledger's, as the local kind's are; what is its own is its name, the pool
-it reports under that name, the provisioner that marks its kernels, and a doctor check.
+it reports under that name, the provisioner that marks its kernels, and a doctor check. Its
+kernels keep the default handle (``BackendKind.kernel_slice``): ``%gpu`` in a toy kernel acts
+through the toy backend, which also answers the calls around every cell (no ``cell_notes``).
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from jupyter_gpushare.backends.local import LocalBackend
@@ -32,13 +33,16 @@ class ToyBackend(LocalBackend):
         return pool
 
 
-@functools.cache
-def _backend(ledger: str) -> ToyBackend:
-    return ToyBackend(GPUShare(backend="toy", ledger_path=ledger))
+_backends: dict[str, ToyBackend] = {}
 
 
 def toy_backend(settings: GPUShare) -> ToyBackend:
-    backend = _backend(str(settings.effective_ledger_path()))
+    """One per ledger and process: the server's, its provisioner's, and a kernel's own (which
+    reaches its slice through its kind's backend: the default kernel handle)."""
+    ledger = str(settings.effective_ledger_path())
+    backend = _backends.get(ledger)
+    if backend is None:
+        backend = _backends[ledger] = ToyBackend(settings)
     backend.settings = settings
     return backend
 
