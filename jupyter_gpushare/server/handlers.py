@@ -20,6 +20,7 @@ from tornado.iostream import StreamClosedError
 
 from .. import request_body
 from ..http_errors import answering_domain_errors, message_of
+from .content_coding import accepts_gzip
 from .context import GPUShareContext
 from .snapshots import Answer, Body
 
@@ -41,12 +42,20 @@ class GPUShareHandler(APIHandler):  # type: ignore[misc]
 
     def write_body(self, answer: Answer) -> None:
         """A body rendered once per change (or the error the route answers with instead): its
-        bytes as they are, and the ETag computed with them."""
+        bytes as they are, or compressed once per change for a client that accepts gzip, and
+        the ETag computed with them."""
         if not isinstance(answer, Body):
             raise answer
         self.set_header("Content-Type", "application/json")
-        self._etag = answer.etag
-        self.finish(answer.data)
+        self.set_header("Vary", "Accept-Encoding")
+        gzipped = answer.gzipped if accepts_gzip(self.request.headers.get("Accept-Encoding")) else None
+        if gzipped is None:
+            self._etag = answer.etag
+            self.finish(answer.data)
+            return
+        data, self._etag = gzipped
+        self.set_header("Content-Encoding", "gzip")
+        self.finish(data)
 
     def compute_etag(self) -> str | None:
         etag: str | None = getattr(self, "_etag", None)

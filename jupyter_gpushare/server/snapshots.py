@@ -10,6 +10,7 @@ find it stale wait for one build instead of each making their own.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Hashable
@@ -17,15 +18,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BackendUnavailableError
+from .content_coding import compressed
 
 
 @dataclass(frozen=True)
 class Body:
-    """A JSON response as it is written: its text, its bytes and their ETag."""
+    """A JSON response as it is written: its text, its bytes and their ETag (and, for a large
+    one, the same gzip-compressed, made when a client first accepts it)."""
 
     text: str
     data: bytes
     etag: str  # what tornado would compute for these bytes (a SHA-1), computed once
+
+    @functools.cached_property
+    def gzipped(self) -> tuple[bytes, str] | None:
+        """These bytes gzip-compressed and their own ETag (a coding is a representation of its
+        own, RFC 9110 §8.8.3), made once on first use; None for a body too small to compress."""
+        data = compressed(self.data)
+        if data is None:
+            return None
+        return data, f'"{hashlib.sha1(data).hexdigest()}"'
 
     @classmethod
     def of(cls, payload: Any) -> Body:
