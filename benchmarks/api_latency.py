@@ -278,8 +278,9 @@ def fill_ledger(ledger_path: Path, server_id: str, holder_pid: int, count: int, 
     return reserved
 
 
-def check_views(server: Server, count: int, reserved: int) -> tuple[int, int]:
-    """Both routes answer with the slices; returns their body sizes."""
+def check_views(server: Server, count: int, reserved: int) -> tuple[int, int, int]:
+    """Both routes answer with the slices; returns their body sizes, and the kernels' as sent to
+    a client that accepts gzip (httpx asks for it, as a browser does)."""
     with httpx.Client(headers=server.headers, timeout=30.0) as client:
         pool = client.get(f"{server.url}/api/gpushare/pool")
         kernels = client.get(f"{server.url}/api/gpushare/kernels")
@@ -299,7 +300,7 @@ def check_views(server: Server, count: int, reserved: int) -> tuple[int, int]:
         raise RuntimeError(
             f"GET kernels lists {len(running)} running slices of this server; expected {count}"
         )
-    return len(pool.content), len(kernels.content)
+    return len(pool.content), len(kernels.content), kernels.num_bytes_downloaded
 
 
 # ---- the two sides: this checkout's package, and --against REV's -------------------------------
@@ -708,11 +709,11 @@ def run(args: argparse.Namespace, counts: list[int], revision: Revision | None) 
                 assert side.server is not None
                 started = time.perf_counter()
                 reserved = side.fill(holder.pid, count, args.seed)
-                pool_bytes, kernels_bytes = check_views(side.server, count, reserved)
+                pool_bytes, kernels_bytes, sent = check_views(side.server, count, reserved)
                 print(
                     f"{side.label}: ledger filled in {time.perf_counter() - started:.1f} s, "
                     f"{reserved / 2**30:.0f} GiB reserved; GET pool {pool_bytes / 1024:.1f} KiB, "
-                    f"GET kernels {kernels_bytes / 1024:.1f} KiB"
+                    f"GET kernels {kernels_bytes / 1024:.1f} KiB ({sent / 1024:.1f} KiB as sent with gzip)"
                 )
             loaded, single = asyncio.run(latency_runs(sides, args.clients, args.requests, args.client))
             for side in sides:

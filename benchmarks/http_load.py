@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import math
 import time
 from dataclasses import dataclass, field
@@ -49,12 +50,17 @@ class RawClient:
     less behind themselves and the latency measured is more the server's.
     """
 
+    accept_gzip = True  # as a browser does: the large lists then come compressed
+
     def __init__(self, url: str, headers: dict[str, str]) -> None:
         parsed = httpx.URL(url)
         self._host = parsed.host
         self._port = parsed.port or 80
         lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-        self._head = f"Host: {self._host}:{self._port}\r\n{lines}Accept: application/json\r\n\r\n".encode()
+        coding = "Accept-Encoding: gzip\r\n" if self.accept_gzip else ""
+        self._head = (
+            f"Host: {self._host}:{self._port}\r\n{lines}Accept: application/json\r\n{coding}\r\n".encode()
+        )
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -83,6 +89,8 @@ class RawClient:
             body = b"".join(part[:-2] for part in parts)
         else:
             raise RuntimeError(f"GET {path}: a response with neither Content-Length nor chunks")
+        if fields.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
         if fields.get("connection") == "close":
             await self.close()
         return status, body
@@ -93,6 +101,12 @@ class RawClient:
             with contextlib.suppress(OSError):
                 await self._writer.wait_closed()
         self._reader = self._writer = None
+
+
+class IdentityClient(RawClient):
+    """The same, asking for no compression: what the large lists cost as plain bytes."""
+
+    accept_gzip = False
 
 
 class HttpxClient:
@@ -109,7 +123,11 @@ class HttpxClient:
         await self._client.aclose()
 
 
-CLIENTS: dict[str, type[RawClient] | type[HttpxClient]] = {"raw": RawClient, "httpx": HttpxClient}
+CLIENTS: dict[str, type[RawClient] | type[HttpxClient]] = {
+    "raw": RawClient,
+    "raw-identity": IdentityClient,
+    "httpx": HttpxClient,
+}
 
 
 async def load(server: Target, path: str, clients: int, per_client: int, kind: str) -> Phase:

@@ -12,20 +12,42 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BackendUnavailableError
+from .content_coding import compressed
 
 
 @dataclass(frozen=True)
 class Body:
-    """A JSON response as it is written: its text, its bytes and their ETag."""
+    """A JSON response as it is written: its text, its bytes and their ETag (and, for a large
+    one, the same gzip-compressed, made when a client first accepts it)."""
 
     text: str
     data: bytes
     etag: str  # what tornado would compute for these bytes (a SHA-1), computed once
+
+    # The compressed bytes, made once for every request that wants them (a lock, not a cached
+    # property: from Python 3.12 that no longer keeps two threads from both computing it).
+    _gzip: list[tuple[bytes, str] | None] = field(default_factory=list, compare=False, repr=False)
+    _compressing: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    @property
+    def gzip_ready(self) -> bool:
+        """Whether ``gzipped()`` answers at once (else it compresses: a worker thread's job)."""
+        return bool(self._gzip)
+
+    def gzipped(self) -> tuple[bytes, str] | None:
+        """These bytes gzip-compressed and their own ETag (a coding is a representation of its
+        own, RFC 9110 §8.8.3), made on first use; None for a body too small to compress."""
+        with self._compressing:
+            if not self._gzip:
+                data = compressed(self.data)
+                self._gzip.append(None if data is None else (data, f'"{hashlib.sha1(data).hexdigest()}"'))
+            return self._gzip[0]
 
     @classmethod
     def of(cls, payload: Any) -> Body:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
+from jupyter_gpushare.allocator import Policy
+from jupyter_gpushare.records import NewRequest, Placed
+from jupyter_gpushare.server.content_coding import GZIP_MIN_BYTES
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
 from ..support.nodes import Node
@@ -265,3 +270,63 @@ def test_the_stream_sends_a_snapshot_per_sample(node: Node) -> None:
         assert elapsed < 1.5 * 5, "about one event per sample_interval"
     finally:
         server.stop()
+
+
+def raw_get(server: JupyterServer, path: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    """A GET as it comes off the socket (urllib leaves a gzip body compressed)."""
+    request = urllib.request.Request(
+        f"{server.url}{path}", headers={"Authorization": f"token {server.token}", **headers}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, dict(reply.headers), reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def test_a_large_list_goes_gzip_compressed_to_a_client_that_accepts_it(
+    node: Node, server: JupyterServer
+) -> None:
+    started = server.request("POST", f"{API}/kernels", {"name": "python3-gpu-4g", "path": "a.ipynb"})
+    assert started.status == 201, started
+    mine = node.ledger.get(started.body["kernel_id"])
+    assert mine is not None
+    ledger, policy = node.ledger, Policy()
+    for index in range(20):  # this server's slices, as many kernels would leave them
+        request = NewRequest(
+            kernel_id=f"listed-{index:02d}",
+            owner=mine.owner,
+            server_id=mine.server_id,
+            mode=mine.mode,
+            kind=mine.kind,
+            size="512M",
+            cores=None,
+            holder=mine.process,
+            kernel_name="python3-gpu-4g",
+            path=f"projects/run-{index:02d}/analysis.ipynb",
+        )
+        assert isinstance(ledger.request(request, policy), Placed)
+
+    def listed() -> tuple[int, dict[str, str], bytes] | None:
+        answer = raw_get(server, f"{API}/kernels", {})
+        return answer if answer[2].count(b'"kernel_id"') >= 21 else None
+
+    status, plain_headers, plain = wait_until(listed, timeout=60, message="20 more kernels listed")
+    assert status == 200 and "Content-Encoding" not in plain_headers
+    assert len(plain) >= GZIP_MIN_BYTES and plain_headers["Vary"] == "Accept-Encoding"
+
+    status, headers, body = raw_get(server, f"{API}/kernels", {"Accept-Encoding": "br, gzip;q=0.8"})
+    assert status == 200 and headers["Content-Encoding"] == "gzip" and headers["Vary"] == "Accept-Encoding"
+    assert gzip.decompress(body) == plain and len(body) < len(plain) // 4
+    # Its own ETag, for its own bytes; a client's cached copy of either coding is answered 304.
+    assert headers["Etag"] == f'"{hashlib.sha1(body).hexdigest()}"' != plain_headers["Etag"]
+    for accepted, tag in (("gzip", headers["Etag"]), ("identity", plain_headers["Etag"])):
+        cached = {"Accept-Encoding": accepted, "If-None-Match": tag}
+        assert raw_get(server, f"{API}/kernels", cached)[0] == 304
+    # A client that refuses gzip, or weighs it at zero, gets the plain bytes.
+    for refusal in ("identity", "gzip;q=0, identity", "*;q=0"):
+        status, headers, body = raw_get(server, f"{API}/kernels", {"Accept-Encoding": refusal})
+        assert status == 200 and "Content-Encoding" not in headers and body == plain, refusal
+    # The pool's small body is never compressed.
+    status, headers, _ = raw_get(server, f"{API}/pool", {"Accept-Encoding": "gzip"})
+    assert status == 200 and "Content-Encoding" not in headers
