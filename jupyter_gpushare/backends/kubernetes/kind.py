@@ -6,12 +6,12 @@ from ...config import GPUShare
 from ..registry import BackendKind
 from .backend import kubernetes_backend
 from .provisioner import KubernetesProvisioner
-from .via_broker import RemotePodProvisioner
 
 
 def _provisioner(settings: GPUShare) -> type[KubernetesProvisioner]:
-    # With a broker the server holds no cluster credentials: the broker creates the pods.
-    return RemotePodProvisioner if settings.effective_broker_url() else KubernetesProvisioner
+    # One provisioner: who makes its pods (the server, or a broker with c.GPUShare.broker_url) is
+    # its keeper, chosen from the same settings at the start (provisioner.open_keeper).
+    return KubernetesProvisioner
 
 
 KIND = BackendKind(
