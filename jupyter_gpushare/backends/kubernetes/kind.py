@@ -19,7 +19,7 @@ KIND = BackendKind(
     make_backend=kubernetes_backend,
     provisioner=_provisioner,
     broker_side="jupyter_gpushare.broker.kubernetes_side:SIDE",
-    doctor_checks="jupyter_gpushare.doctor.cluster:cluster_checks",
+    doctor_checks="jupyter_gpushare.backends.kubernetes.doctor:cluster_checks",
 )
 
 __all__ = ["KIND"]

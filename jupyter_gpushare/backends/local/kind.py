@@ -18,7 +18,7 @@ KIND = BackendKind(
     make_backend=local_backend,
     provisioner=_provisioner,
     broker_side="jupyter_gpushare.broker.local_side:SIDE",
-    doctor_checks="jupyter_gpushare.doctor.node:local_checks",
+    doctor_checks="jupyter_gpushare.backends.local.doctor:local_checks",
 )
 
 __all__ = ["KIND"]
