@@ -1,9 +1,9 @@
 """What a server asks of every gpushare kernel, whatever its kind: :class:`SliceProvisioner`.
 
-Each backend's provisioner (:mod:`.local.provisioner`, :mod:`.kubernetes.provisioner`,
-:mod:`.kubernetes.via_broker`) is one, and answers the questions below the same way, so a server
-never asks which it has. The ``gpushare-provisioner`` entry point
-(:class:`jupyter_gpushare.provisioners.GPUShareProvisioner`) builds the configured one.
+Each backend's provisioner (:mod:`.local.provisioner`, :mod:`.kubernetes.provisioner`) is one,
+and answers the questions below the same way, so a server never asks which it has. The
+``gpushare-provisioner`` entry point (:class:`jupyter_gpushare.provisioners.GPUShareProvisioner`)
+builds the configured one.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ class BackendKind:
     # empty where ``jupyter gpushare broker`` cannot hold this kind.
     broker_side: str = ""
     # "module:attribute" of the doctor's checks: a function (settings, inventory or None) ->
-    # jupyter_gpushare.doctor.checks.Findings; empty where the kind has none of its own.
+    # jupyter_gpushare.findings.Findings; empty where the kind has none of its own.
     doctor_checks: str = ""
     # "module:attribute" of a kernel's handle on its own slice (what %gpu and the Python API
     # call): a callable taking no arguments that returns a jupyter_gpushare.kernel.my_slice.MySlice.

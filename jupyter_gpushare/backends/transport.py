@@ -5,8 +5,11 @@ with another prefix, to the jupyter server that started a kernel pod (the pod's 
 credentials, so nothing is sent to prove it. ``http://…``: the caller presents its JupyterHub API
 token (a single-user server's own ``$JUPYTERHUB_API_TOKEN``), which the broker checks with the hub.
 A broker that cannot be reached fails the call at once with a sentence naming it; a broker that
-refuses answers with the domain error it raised (:mod:`.wire`), so callers handle both like the
-errors of a backend in their own process.
+refuses answers with the domain error it raised, so callers handle both like the errors of a
+backend in their own process. This module is the one place that maps a refusal to its answer and
+back: it travels as ``{"message", "error"}`` (:func:`error_payload`), the sentence and the name of
+its domain error type, so a client raises the same type, with the same HTTP status, as an
+embedded backend would (:func:`error_from`; by status where an answer names none).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendUnavailableError
-from .wire import error_from, register_error
+from .. import errors
+from ..errors import BackendUnavailableError, GPUShareError
 
 CALL_TIMEOUT = 30.0  # seconds; every call is short (a queued start polls instead of waiting)
 QUEUE_FULL_PAUSE = 0.005  # seconds before trying a full listen queue again (doubling, to 0.2)
@@ -33,6 +36,46 @@ HOST_HEADER = "X-GPUShare-Host"  # where the caller runs: names its server's ker
 API_PREFIX = "/api/gpushare/broker/"
 # POSTs that change nothing (a server's feed stays trusted after them).
 READING = frozenset({("POST", "check"), ("POST", "server-kernels"), ("POST", "preview")})
+
+
+# ---- refusals: a domain error as an answer, and back ---------------------------------------------
+
+_ERRORS: dict[str, type[GPUShareError]] = {
+    name: value
+    for name, value in vars(errors).items()
+    if isinstance(value, type) and issubclass(value, GPUShareError)
+}
+
+
+def register_error(cls: type[GPUShareError]) -> type[GPUShareError]:
+    """Let errors defined outside :mod:`jupyter_gpushare.errors` travel by name (a decorator)."""
+    _ERRORS[cls.__name__] = cls
+    return cls
+
+
+def error_payload(error: GPUShareError) -> dict[str, str]:
+    return {"message": str(error), "error": error.plain_type().__name__}
+
+
+# For an answer without a known error name (a proxy's, a tornado error's): the type by status.
+_BY_STATUS: dict[int, type[GPUShareError]] = {
+    401: errors.NotAuthenticatedError,
+    403: errors.NotYourSliceError,
+    404: errors.NoSuchKernelError,
+    409: errors.DoesNotFitError,
+    500: errors.ConfigurationError,
+}
+
+
+def error_from(payload: Any, status: int) -> GPUShareError:
+    """The domain error a broker (or a kernel pod's server) answered with (by name; else by
+    status)."""
+    message = str(payload.get("message") or "") if isinstance(payload, dict) else ""
+    name = str(payload.get("error") or "") if isinstance(payload, dict) else ""
+    cls = _ERRORS.get(name) or _BY_STATUS.get(status)
+    if cls is None:
+        cls = errors.BackendUnavailableError if status >= 500 else errors.InvalidRequestError
+    return cls(message or f"the GPU broker answered {status}")
 
 
 @register_error
@@ -132,7 +175,7 @@ class BrokerClient:
     """Calls to one broker, as this process (and, for a kernel, with its own-slice token).
 
     A kernel pod talks to the jupyter server that started it through the same client (its
-    own routes at ``prefix=""``), so both read refusals the same way (:func:`.wire.error_from`);
+    own routes at ``prefix=""``), so both read refusals the same way (:func:`error_from`);
     ``unreachable`` words the sentence for a peer that does not answer.
     """
 
@@ -239,4 +282,7 @@ __all__ = [
     "BrokerAddress",
     "BrokerClient",
     "BrokerUnreachableError",
+    "error_from",
+    "error_payload",
+    "register_error",
 ]

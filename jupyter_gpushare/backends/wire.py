@@ -1,10 +1,10 @@
-"""What a broker and its clients send each other, as JSON: records, outcomes, errors. Pure.
+"""What a broker and its clients send each other, as JSON: records, outcomes, devices, a server's
+kernels. Pure.
 
 The broker (:mod:`jupyter_gpushare.broker`) answers with these shapes and the client
 (:class:`~.remote.RemoteBackend`) reads them back into the very values a backend in the caller's
-own process would have returned, so the code above never sees a difference. A refusal travels as
-``{"message", "error"}``: the sentence, and the name of its domain error type, so a client raises
-the same type (with the same HTTP status) as an embedded backend would.
+own process would have returned, so the code above never sees a difference. A refusal is no
+record: :mod:`.transport` alone turns one into a domain error and back.
 """
 
 from __future__ import annotations
@@ -12,50 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .. import errors
 from ..devices import Device, MigInstance
-from ..errors import GPUShareError
 from ..records import Outcome, Placed, ProcessIdentity, Refused, SliceRecord, UsageReport, Waiting
 from .base import ServerKernels
-
-# ---- errors -------------------------------------------------------------------------------------
-
-_ERRORS: dict[str, type[GPUShareError]] = {
-    name: value
-    for name, value in vars(errors).items()
-    if isinstance(value, type) and issubclass(value, GPUShareError)
-}
-
-
-def register_error(cls: type[GPUShareError]) -> type[GPUShareError]:
-    """Let errors defined outside :mod:`jupyter_gpushare.errors` travel by name (a decorator)."""
-    _ERRORS[cls.__name__] = cls
-    return cls
-
-
-def error_payload(error: GPUShareError) -> dict[str, str]:
-    return {"message": str(error), "error": error.plain_type().__name__}
-
-
-# For an answer without a known error name (a proxy's, a tornado error's): the type by status.
-_BY_STATUS: dict[int, type[GPUShareError]] = {
-    401: errors.NotAuthenticatedError,
-    403: errors.NotYourSliceError,
-    404: errors.NoSuchKernelError,
-    409: errors.DoesNotFitError,
-    500: errors.ConfigurationError,
-}
-
-
-def error_from(payload: Any, status: int) -> GPUShareError:
-    """The domain error a broker answered with (by name; else by status)."""
-    message = str(payload.get("message") or "") if isinstance(payload, dict) else ""
-    name = str(payload.get("error") or "") if isinstance(payload, dict) else ""
-    cls = _ERRORS.get(name) or _BY_STATUS.get(status)
-    if cls is None:
-        cls = errors.BackendUnavailableError if status >= 500 else errors.InvalidRequestError
-    return cls(message or f"the GPU broker answered {status}")
-
 
 # ---- records and outcomes -----------------------------------------------------------------------
 
@@ -162,13 +121,10 @@ def server_kernels_from_json(data: Any) -> ServerKernels:
 __all__ = [
     "device_from_json",
     "device_to_json",
-    "error_from",
-    "error_payload",
     "outcome_from_json",
     "outcome_to_json",
     "record_from_json",
     "record_to_json",
-    "register_error",
     "server_kernels_from_json",
     "server_kernels_to_json",
     "usage_to_json",

@@ -34,6 +34,7 @@ from typing import Any
 from tornado.httpserver import HTTPServer
 from tornado.iostream import IOStream
 
+from ..backends.transport import error_payload
 from ..errors import BackendUnavailableError
 from ..request_body import MAX_BODY_BYTES, MAX_HEADER_BYTES
 from .identity import peer_credentials, user_name
@@ -102,7 +103,7 @@ class Door:
             self.per_user,
             name,
         )
-        body = json.dumps({"message": message, "error": BackendUnavailableError.__name__}).encode()
+        body = json.dumps(error_payload(BackendUnavailableError(message))).encode()
         head = (
             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

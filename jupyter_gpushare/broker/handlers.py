@@ -7,7 +7,7 @@ body within their limits (431, 413: answered, the rest of a large body read and 
 no deeper than 32 levels, text only, names and paths without control characters, kernel ids
 that are UUIDs; then field by field. Bad input is a 4xx ``{"message", "error"}`` and changes
 nothing. Domain errors answer with their type's status and carry their type's name, so the
-client raises the same error an embedded backend would (:mod:`jupyter_gpushare.backends.wire`).
+client raises the same error an embedded backend would (:mod:`jupyter_gpushare.backends.transport`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from tornado.iostream import StreamClosedError
 
 from .. import request_body
 from ..backends.broker_feed import KEEP_ALIVE
-from ..backends.transport import HOST_HEADER
-from ..backends.wire import error_payload, server_kernels_from_json
+from ..backends.transport import HOST_HEADER, error_payload
+from ..backends.wire import server_kernels_from_json
 from ..capabilities import through_a_broker
 from ..errors import BackendUnavailableError, GPUShareError, InvalidRequestError
 from ..http_errors import answerable, answering_domain_errors, message_of

@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.kubernetes import KubernetesBackend
+from ..backends.kubernetes.kernel_objects import ClaimOf, create_claim, create_secret, delete_claims
+from ..backends.kubernetes.kernel_objects import delete_objects as delete_kernel_objects
 from ..errors import ConfigurationError, GPUShareError
 from ..k8s.build import kernel_pod
-from ..k8s.cluster import ClusterError
 from ..k8s.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
@@ -27,12 +28,9 @@ from ..k8s.manifests import (
     connection_info,
     kernel_ports,
     make_secret,
-    pod_name,
-    secret_name,
 )
 from ..k8s.requests import PodRequest
 from ..slice_request import make_slice_request
-from .pod_claims import create_claim, delete_claims
 
 ACTIVE = ("queued", "creating", "starting")
 
@@ -151,27 +149,13 @@ def create_objects(backend: KubernetesBackend, start: PodStartState) -> None:
     :class:`~jupyter_gpushare.k8s.cluster.ClusterError`). A Secret left by an earlier pod of the
     kernel is replaced."""
     cluster = backend.cluster
-    try:
-        cluster.create_secret(start.secret)
-    except ClusterError as error:
-        if error.api_status != 409:
-            raise
-        cluster.delete_secret(secret_name(start.kernel_id))
-        cluster.create_secret(start.secret)
+    create_secret(cluster, start.secret)
     created = cluster.create_pod(start.pod)
     if start.pod_request is not None:
         # Made once the pod exists, owned by it: it goes with the pod whatever happens.
-        create_claim(
-            cluster,
-            start.pod_request,
-            created,
-            kernel_id=start.kernel_id,
-            server_id=start.server_id,
-            owner=start.owner,
-            size=start.size,
-            generation=start.generation,
-            annotations={HOLDER_ANNOTATION: backend.holder},
-        )
+        holder = {HOLDER_ANNOTATION: backend.holder}
+        of = ClaimOf(start.kernel_id, start.server_id, start.owner, start.size, start.generation, holder)
+        create_claim(cluster, start.pod_request, created, of)
 
 
 def delete_objects(backend: KubernetesBackend, kernel_id: str, grace: int | None) -> list[str]:
@@ -179,19 +163,8 @@ def delete_objects(backend: KubernetesBackend, kernel_id: str, grace: int | None
     their pod anyway, being owned by it; deleting them here frees the devices at once). What
     could not be deleted, as sentences."""
     cluster = backend.cluster
-    deletions: list[Callable[[], object]] = [
-        lambda: cluster.delete_pod(pod_name(kernel_id), grace_period_seconds=grace),
-        lambda: cluster.delete_secret(secret_name(kernel_id)),
-    ]
-    if backend.preset.dra is not None:
-        deletions.append(lambda: delete_claims(cluster, kernel_id))
-    problems = []
-    for delete in deletions:
-        try:
-            delete()
-        except ClusterError as error:
-            problems.append(str(error))
-    return problems
+    claims = (lambda: delete_claims(cluster, kernel_id)) if backend.preset.dra is not None else None
+    return delete_kernel_objects(cluster, kernel_id, grace, claims)
 
 
 def connection_of(start: PodStartState) -> dict[str, Any]:

@@ -10,11 +10,12 @@ followed through the broker's one list+watch. The server polls (``GET pods/{id}`
 turn, its queue position, the pod's phase and the scheduler's words, and once it runs the
 connection info.
 
-Under a DRA preset each pod also gets a ResourceClaim of its own (:mod:`.pod_claims`), built by
-the embedded provisioner's pure :func:`~jupyter_gpushare.k8s.build.kernel_claim`, created right
-after the pod and owned by it (so it goes with it); the nodes admission judges by are the DRA
-pool (ResourceSlices and allocated claims, from the same watch), and a claim the scheduler cannot
-allocate reaches the server as the scheduler's words, as for any pod it cannot place.
+Under a DRA preset each pod also gets a ResourceClaim of its own, built by the embedded
+provisioner's pure :func:`~jupyter_gpushare.k8s.build.kernel_claim`, created right after the pod
+and owned by it (so it goes with it), as a server's own pods get theirs
+(:mod:`jupyter_gpushare.backends.kubernetes.kernel_objects`); the nodes admission judges by are
+the DRA pool (ResourceSlices and allocated claims, from the same watch), and a claim the scheduler
+cannot allocate reaches the server as the scheduler's words, as for any pod it cannot place.
 
 Servers keep asking after their running kernels (their poll, and a lease), so the broker knows
 which pods someone still wants. A pod nobody has asked after for ``orphan_grace`` seconds — its

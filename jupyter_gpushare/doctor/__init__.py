@@ -8,6 +8,10 @@ matter where the user is:
   modes it offers, the ledger, the kernelspecs;
 * **on a cluster** (the Kubernetes backend): access, RBAC, the GPU resources or DRA devices.
 
+The checks of a node and of a cluster are their kinds' (``doctor_checks`` in the registry:
+:mod:`jupyter_gpushare.backends.local.doctor`, :mod:`jupyter_gpushare.backends.kubernetes.doctor`);
+the doctor runs the configured kind's and the ones every kind shares (:mod:`.common`).
+
 The last check starts a real gpushare kernel, as any other start would, and asks what it sees.
 """
 
@@ -19,20 +23,10 @@ from dataclasses import asdict
 
 from ..backends.registry import kind_for, load
 from ..config import GPUShare
+from ..findings import Check, Findings, Status, check_gpus
 from ..inventory import Inventory
-from .checks import Check, Findings, Status
-from .cluster import check_cluster, check_dra
+from .common import check_broker, check_kernelspecs, seen_through_the_broker
 from .kernel import check_test_kernel
-from .node import (
-    check_broker,
-    check_gpus,
-    check_kernelspecs,
-    check_ledger,
-    check_mig,
-    check_mps,
-    check_vgpu,
-    seen_through_the_broker,
-)
 
 
 def _none(settings: GPUShare, inventory: Inventory | None) -> Findings:
@@ -68,17 +62,4 @@ def report(checks: list[Check], as_json: bool) -> str:
     return "\n".join(lines)
 
 
-__all__ = [
-    "Check",
-    "Status",
-    "check_cluster",
-    "check_dra",
-    "check_gpus",
-    "check_ledger",
-    "check_mig",
-    "check_mps",
-    "check_test_kernel",
-    "check_vgpu",
-    "report",
-    "run_checks",
-]
+__all__ = ["Check", "Status", "check_test_kernel", "report", "run_checks"]

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .checks import Check
+from ..findings import Check
 
 # Which devices the kernel was given: CUDA_VISIBLE_DEVICES on a node we place on; in a kernel
 # pod, the device plugin (or a DRA driver's CDI edits) names them in NVIDIA_VISIBLE_DEVICES for

@@ -8,11 +8,10 @@ import json
 import pytest
 
 from jupyter_gpushare.backends.base import ServerKernels
+from jupyter_gpushare.backends.transport import error_from, error_payload
 from jupyter_gpushare.backends.wire import (
     device_from_json,
     device_to_json,
-    error_from,
-    error_payload,
     outcome_from_json,
     outcome_to_json,
     record_from_json,

@@ -12,6 +12,7 @@ against the checks the doctor can produce. The Sphinx build itself (``make docs`
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import re
 import shlex
@@ -27,7 +28,8 @@ from markdown_it import MarkdownIt
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
-from jupyter_gpushare import doctor
+from jupyter_gpushare import doctor, findings
+from jupyter_gpushare.backends.registry import installed_kinds
 from jupyter_gpushare.cli import build_parser
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.kernel.magics import _parser as magic_parser
@@ -291,10 +293,20 @@ def _pattern(node: ast.expr | None) -> str:
     return ".*" if node is None else ".+"
 
 
+def doctor_modules() -> list[Path]:
+    """The doctor's own modules, the GPUs line's, and every installed kind's checks."""
+    kinds = {
+        kind.doctor_checks.partition(":")[0] for kind in installed_kinds().values() if kind.doctor_checks
+    }
+    paths = {*Path(doctor.__file__).parent.glob("*.py"), Path(str(findings.__file__))}
+    paths |= {Path(str(importlib.import_module(module).__file__)) for module in kinds}
+    return sorted(paths)
+
+
 def doctor_checks() -> list[tuple[str, str, str, str]]:
-    """(name, status, detail, fix) patterns of every ``Check(...)`` in the doctor's modules."""
+    """(name, status, detail, fix) patterns of every ``Check(...)`` the doctor can print."""
     checks = []
-    for module in sorted(Path(doctor.__file__).parent.glob("*.py")):
+    for module in doctor_modules():
         checks.extend(_checks_in(ast.parse(module.read_text(encoding="utf-8"))))
     return checks
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpushare.backends.local.doctor import check_modes, check_vgpu, node_facts, relevant_mode_checks
 from jupyter_gpushare.cli import main
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.doctor import check_vgpu, run_checks
+from jupyter_gpushare.doctor import run_checks
 from jupyter_gpushare.doctor.kernel import kernel_verdict
-from jupyter_gpushare.doctor.node import PoolSeen, check_gpus, check_modes, node_facts, relevant_mode_checks
+from jupyter_gpushare.findings import PoolSeen, check_gpus
 from jupyter_gpushare.inventory import discover, parse_simulation
 
 

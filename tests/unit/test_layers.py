@@ -85,11 +85,11 @@ def test_a_pure_module_using_tornado_is_reported(package_copy: Path) -> None:
 def test_a_package_importing_back_from_its_own_submodule_is_reported(package_copy: Path) -> None:
     # The shape provisioners/base.py had: a submodule importing its own package inside a function,
     # while the package imports the submodule. Siblings alone show no cycle here.
-    node = package_copy / "jupyter_gpushare" / "doctor" / "node.py"
-    node.write_text(node.read_text() + "\n\ndef _all():\n    from . import run_checks\n")
+    common = package_copy / "jupyter_gpushare" / "doctor" / "common.py"
+    common.write_text(common.read_text() + "\n\ndef _all():\n    from . import run_checks\n")
     result = lint(package_copy)
     assert result.returncode == 1
     lines = " ".join(result.stdout.split())
     assert "No import cycles between the modules of a package KEPT" in lines
     assert "or modules across packages BROKEN" in lines
-    assert "jupyter_gpushare.doctor.node -> jupyter_gpushare.doctor" in lines
+    assert "jupyter_gpushare.doctor.common -> jupyter_gpushare.doctor" in lines

@@ -1,9 +1,11 @@
 """The Kubernetes backend's room: a pod per kernel on a cluster.
 
 :mod:`.backend` (the cluster as a :class:`~jupyter_gpushare.backends.base.Backend`),
-:mod:`.provisioner` (the server creates its kernels' pods; :mod:`.pod_start` follows a start) and
-:mod:`.via_broker` (the GPU broker creates them). The cluster's I/O and the pure builders are the
-library :mod:`jupyter_gpushare.k8s`.
+:mod:`.provisioner` (a kernel in a pod) and its :mod:`.pod_keeper`, who makes the pods: the
+server itself (:mod:`.cluster_pods`; :mod:`.pod_start` follows a start, :mod:`.kernel_objects`
+creates and deletes a pod's Secret and claim, as the broker's pods do) or the GPU broker
+(:mod:`.broker_pods`). The cluster's I/O and the pure builders are the library
+:mod:`jupyter_gpushare.k8s`.
 """
 
 from __future__ import annotations

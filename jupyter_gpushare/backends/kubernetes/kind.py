@@ -23,11 +23,11 @@ def _backend(settings: GPUShare) -> KubernetesBackend:
 
 
 def _provisioner(settings: GPUShare) -> type[KubernetesProvisioner]:
-    # With a broker the server holds no cluster credentials: the broker creates the pods.
+    # One provisioner: who makes its pods (the server, or a broker with c.GPUShare.broker_url) is
+    # its keeper, chosen from the same settings at the start (provisioner.open_keeper).
     from .provisioner import KubernetesProvisioner
-    from .via_broker import RemotePodProvisioner
 
-    return RemotePodProvisioner if settings.effective_broker_url() else KubernetesProvisioner
+    return KubernetesProvisioner
 
 
 KIND = BackendKind(
@@ -35,7 +35,7 @@ KIND = BackendKind(
     make_backend=_backend,
     provisioner=_provisioner,
     broker_side="jupyter_gpushare.broker.kubernetes_side:SIDE",
-    doctor_checks="jupyter_gpushare.doctor.cluster:cluster_checks",
+    doctor_checks="jupyter_gpushare.backends.kubernetes.doctor:cluster_checks",
     # A kernel pod has no ledger: it asks the server that started it over HTTP.
     kernel_slice="jupyter_gpushare.kernel.pod:PodKernel",
 )

@@ -1,4 +1,4 @@
-"""Bringing one kernel pod up: create its objects (Secret, pod, and under DRA its ResourceClaim),
+"""Bringing one kernel pod up: create it (:mod:`.kernel_objects` creates its Secret and claim),
 wait for it to run, say why it does not.
 
 Blocking calls run in threads (the API client is synchronous). While the pod waits, its phase and
@@ -56,27 +56,6 @@ class PodStart:
     def say(self, state: str) -> None:
         self.last_state = state
         self.on_state(state)
-
-    def create_secret(self, body: dict[str, Any]) -> None:
-        """Create the Secret; one of ours left by a start that did not finish is replaced."""
-        try:
-            self.cluster.create_secret(body)
-        except ClusterError as error:
-            if error.api_status != 409:
-                raise
-            self.cluster.delete_secret(self.secret)
-            self.cluster.create_secret(body)
-
-    def create_claim(self, body: dict[str, Any]) -> None:
-        """Create the pod's ResourceClaim; one of ours left by a start that did not finish is
-        replaced."""
-        try:
-            self.cluster.create_claim(body)
-        except ClusterError as error:
-            if error.api_status != 409:
-                raise
-            self.cluster.delete_claim(body["metadata"]["name"])
-            self.cluster.create_claim(body)
 
     async def create_pod(self, body: dict[str, Any], deadline: float) -> dict[str, Any]:
         """Create the pod (returned as created, with its uid); a pod of the same name still being
@@ -189,22 +168,3 @@ class PodStart:
             return ""
         text = text.strip()
         return f"; its last output:\n{text}" if text else ""
-
-    def delete_objects(self) -> list[str]:
-        """Delete pod (at once), Secret and ResourceClaim, whatever state they are in (blocking);
-        the problems. The claim would go with its pod anyway (it is owned by it); deleting it
-        here frees its devices without waiting for the garbage collector."""
-        problems: list[str] = []
-        deletions: list[Callable[[], bool]] = [
-            lambda: self.cluster.delete_pod(self.pod, grace_period_seconds=0),
-            lambda: self.cluster.delete_secret(self.secret),
-        ]
-        claim = self.claim
-        if claim is not None:
-            deletions.append(lambda: self.cluster.delete_claim(claim))
-        for delete in deletions:
-            try:
-                delete()
-            except ClusterError as error:
-                problems.append(str(error))
-        return problems

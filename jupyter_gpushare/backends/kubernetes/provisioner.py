@@ -1,22 +1,22 @@
 """``gpushare-provisioner`` for Kubernetes (``c.GPUShare.backend = "kubernetes"``): a pod per kernel.
 
-Kubernetes places the slice, so there is no ledger here: the provisioner builds the pod the
+Kubernetes places the slice, so there is no ledger here: the provisioner asks for the pod the
 cluster's GPU sharing layer understands (:mod:`jupyter_gpushare.k8s.build`, the same code as
-``jupyter gpushare render-pod``), waits honestly, connects securely and cleans up. What kernel
-pods of one process share — the API client, the nodes' facts, the per-user quota across starts,
-orphan collection — is the process's :class:`~jupyter_gpushare.backends.kubernetes.KubernetesBackend`.
+``jupyter gpushare render-pod``), waits honestly, connects securely and cleans up. Who creates,
+looks at and deletes the pod is its :class:`~.pod_keeper.PodKeeper`, chosen from the settings:
+the server itself with its own Kubernetes client (:mod:`.cluster_pods`), or the GPU broker over
+its socket (:mod:`.broker_pods`, ``c.GPUShare.broker_url``); everything below is the same for both.
 
 Lifecycle (the kernel manager calls these in this order):
 
-* ``pre_launch`` — validate the request (size, mode, cores, per-kernel limit) and build the pod
-  and its Secret, so a bad request fails before anything exists in the cluster. The first start
-  in a process also collects this server's orphans: pods and Secrets whose creating process is
-  gone (a crashed or restarted server).
-* ``launch_kernel`` — create the Secret (connection file with the HMAC key and the CurveZMQ
-  keys, and the kernel's own-slice token), then the pod; wait for it to run, reporting phase
-  and events (:mod:`.pod_start`). A pod the scheduler cannot place, an image that cannot be
-  pulled, a pod that ends while starting or ``launch_timeout`` fail the start with the cluster's
-  reason — and pod and Secret are deleted first, so nothing leaks.
+* ``pre_launch`` — validate the request (size, mode, cores, per-kernel limit) and have the keeper
+  check it and make the pod ready, so a bad request fails before anything exists in the cluster.
+* ``launch_kernel`` — the keeper creates the pod (and its Secret: the connection file with the
+  HMAC key and the CurveZMQ keys, and the kernel's own-slice token) and waits for it to run,
+  reporting phase and events. A pod the scheduler cannot place, an image that cannot be pulled,
+  a pod that ends while starting or ``launch_timeout`` fail the start with the cluster's reason,
+  and nothing is left behind; a restart into a size the cluster cannot place comes back with
+  the previous size.
 * ``poll``/``wait`` — from the pod's phase; a pod that ended reports its exit code, and why
   (``OOMKilled``, ``Evicted``…) in the log and in ``ended_reason``.
 * ``send_signal``/``kill``/``terminate`` — pods take no signals: an interrupt goes through the
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import secrets
 import signal
 import time
@@ -45,38 +44,29 @@ from traitlets import Any as AnyTrait
 from traitlets import Float
 
 from ...config import GPUShare, load_settings
-from ...errors import (
-    DoesNotFitError,
-    NeedsRestartError,
-)
-from ...k8s.build import kernel_claim, kernel_pod
-from ...k8s.claims import summary
-from ...k8s.cluster import ClusterError
-from ...k8s.dialects import describe_request
-from ...k8s.manifests import (
-    CONNECTION_FILE,
-    HOLDER_ANNOTATION,
-    claim_name,
-    connection_info,
-    kernel_ports,
-    make_secret,
-    pod_name,
-    secret_name,
-)
-from ...k8s.requests import PodRequest
-from ...k8s.status import termination
+from ...errors import DoesNotFitError, NeedsRestartError
+from ...k8s.manifests import pod_name
 from ...slice_request import SliceRequest
 from ..provisioning import REQUEST_TRAITS, SliceProvisioner
-from .backend import KubernetesBackend, kubernetes_backend
-from .connection_keys import ConnectionKeys
+from .broker_pods import BrokerPods
+from .cluster_pods import ClusterPods
 from .held_for_life import HeldForLife
-from .pod_start import KernelPodError, PodStart
+from .pod_keeper import KernelPod, PodKeeper, PodWatch
+from .pod_start import KernelPodError
 from .slice_requests import pod_slice_request
 
 NEEDS_RESTART = (
     "a kernel pod's GPU slice is fixed for the pod's life: nothing was changed. Resize with a "
     'restart: {"gpu_memory": ..., "restart": true} (%gpu resize SIZE --restart)'
 )
+
+
+async def open_keeper(settings: GPUShare, watch: PodWatch) -> PodKeeper:
+    """The keeper the settings choose: with a broker the server holds no cluster credentials, and
+    the broker creates the pods; else the server does, with its own client."""
+    if settings.effective_broker_url():
+        return BrokerPods.open(settings, watch)
+    return await ClusterPods.open(settings, watch)
 
 
 class KubernetesProvisioner(HeldForLife, SliceProvisioner):
@@ -97,16 +87,12 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
         "needs a moment). A cluster autoscaler's scale-up waits for launch_timeout instead.",
     )
 
-    _backend: KubernetesBackend | None = None
+    _pods: PodKeeper | None = None  # who makes the pods (made at the first start, kept)
     _settings: GPUShare | None = None
     _launched: bool = False
     _exit_code: int | None = None
     _deleted: bool = False
     _last_read: float = 0.0
-    _keys: ConnectionKeys | None = None  # made at the first start, kept across restarts
-    _manifests: tuple[dict[str, Any], dict[str, Any]] | None = None
-    _pod_request: PodRequest | None = None  # what the pod asks for (under DRA: its claim's spec)
-    _claim: str | None = None  # the current pod's ResourceClaim (DRA presets)
     _pod_ip: str | None = None
     _token: str | None = None  # the kernel's own-slice token (kept across restarts)
     _resized: bool = False  # gpu_memory was changed by resize_to; the start arguments are stale
@@ -121,31 +107,36 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
         return pod_name(self.kernel_id)
 
     @property
-    def secret(self) -> str:
-        return secret_name(self.kernel_id)
-
-    @property
     def has_process(self) -> bool:
         return self._launched
 
     @property
-    def backend(self) -> KubernetesBackend:
-        assert self._backend is not None, "the kernel pod is not prepared (pre_launch)"
-        return self._backend
+    def pods(self) -> PodKeeper:
+        assert self._pods is not None, "the kernel pod is not prepared (pre_launch)"
+        return self._pods
 
-    def _pod_start(self) -> PodStart:
-        asked = summary(self._pod_request) if self._pod_request is not None else ""
-        return PodStart(
-            self.backend.cluster,
-            self.kernel_id,
-            self.pod,
-            self.secret,
-            self.set_state,
-            self.log,
-            self.poll_interval,
-            self.unschedulable_grace,
-            claim=self._claim,
-            asked=asked or None,
+    async def _open_pods(self, settings: GPUShare) -> PodKeeper:
+        if self._pods is None:
+            watch = PodWatch(
+                self.kernel_id, self.set_state, self.log, self.poll_interval, self.unschedulable_grace
+            )
+            self._pods = await open_keeper(settings, watch)
+        return self._pods
+
+    def _kernel_pod(self, settings: GPUShare) -> KernelPod:
+        """The pod this start asks for, from the kernel's traits as they stand."""
+        assert self._token is not None, "pre_launch first"
+        return KernelPod(
+            kernel_id=self.kernel_id,
+            request=self._request(settings),
+            memory=self.gpu_memory,
+            mode=self.gpu_mode,
+            cores=self.gpu_cores,
+            argv=tuple(self._argv),
+            env={str(k): str(v) for k, v in (getattr(self.kernel_spec, "env", None) or {}).items()},
+            kernel_name=str(getattr(self.parent, "kernel_name", "") or ""),
+            token=self._token,
+            generation=self._generation,
         )
 
     # ---- start ---------------------------------------------------------------------------------
@@ -165,80 +156,25 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
                     setattr(self, name, value)
         kwargs.pop("gpushare_path", None)
         self._on_state = kwargs.pop("gpushare_on_state", None)
-        self.checked_request(kwargs)  # the pod's request is built from the same traits below
+        checked = self.checked_request(kwargs)  # the pod is asked for from the same traits
         self._request(settings)  # a bad request fails before anything is asked of the cluster
-        backend = self._backend = await asyncio.to_thread(kubernetes_backend, settings)
-        await asyncio.to_thread(backend.collect_orphans)
+        pods = await self._open_pods(settings)
         self._argv = [*self.kernel_spec.argv, *kwargs.pop("extra_arguments", [])]
         self._generation += 1  # every pod of this kernel gets ports of its own (see kernel_ports)
         if self._token is None:
             self._token = secrets.token_urlsafe(24)
-        pod_request = await self._build_manifests(settings)
         # Pods take no signals: the kernel manager interrupts through the control channel.
         if self.kernel_spec is not None:
             self.kernel_spec.interrupt_mode = "message"
         kwargs = await super().pre_launch(**kwargs)
         kwargs["env"] = {}  # the server's environment stays in the server; the pod has its own
         kwargs["cmd"] = self._argv
-        # Last, so nothing after it can fail and leave the claim behind (launch_kernel drops it).
-        await asyncio.to_thread(backend.claim, self.kernel_id, pod_request.memory or 0)
+        # Last: what the keeper holds for the start (a place in the quota) launch_kernel drops.
+        await pods.prepare(self._kernel_pod(settings), checked is not None)
         return kwargs
-
-    async def _build_manifests(self, settings: GPUShare) -> PodRequest:
-        """The Secret and pod of this kernel's slice as it stands (``self._manifests``)."""
-        backend = self.backend
-        request = self._request(settings)
-        facts = await asyncio.to_thread(backend.facts)
-        assert self._token is not None
-        pod, pod_request = kernel_pod(
-            settings,
-            kernel_id=self.kernel_id,
-            server_id=backend.server_id,
-            owner=backend.owner,
-            request=request,
-            cluster=facts,
-            argv=self._argv,
-            namespace=backend.cluster.namespace,
-            annotations={HOLDER_ANNOTATION: backend.holder},
-            report_url=backend.report_url(self.kernel_id),
-            kernel_env=dict(getattr(self.kernel_spec, "env", None) or {}),
-            ports=kernel_ports(self._generation),
-            generation=self._generation,
-        )
-        self._pod_request = pod_request
-        self._claim = claim_name(self.kernel_id, self._generation) if pod_request.claim is not None else None
-        secret = make_secret(
-            self.kernel_id,
-            backend.server_id,
-            backend.owner,
-            backend.cluster.namespace,
-            self._connection_file(settings),
-            self._token,
-            annotations={HOLDER_ANNOTATION: backend.holder},
-        )
-        self._manifests = (secret, pod)
-        self.log.info(
-            "Kernel %s: pod %s in namespace %s asks for %s",
-            self.kernel_id,
-            self.pod,
-            backend.cluster.namespace,
-            describe_request(pod_request) or "no GPU",
-        )
-        return pod_request
-
-    async def _rebuild(self, settings: GPUShare) -> None:
-        """Make this kernel's next pod from its slice as it stands now (after a failed resize)."""
-        await self._build_manifests(settings)
 
     def _request(self, settings: GPUShare) -> SliceRequest:
         return pod_slice_request(self.gpu_memory, self.gpu_mode, self.gpu_cores, settings)
-
-    def _connection_file(self, settings: GPUShare) -> dict[str, Any]:
-        if self._keys is None:
-            self._keys = ConnectionKeys()
-        curve = self._keys.curve_for(settings.encrypt)
-        kernel_name = str(getattr(self.parent, "kernel_name", "") or "")
-        return connection_info(kernel_ports(self._generation), self._keys.key, kernel_name, curve)
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         try:
@@ -256,9 +192,8 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
                 "Kernel %s: %s; restarting with %s", self.kernel_id, self.resize_failure, previous
             )
             self.set_state(f"resize to {wanted} failed; restarting with the previous size")
-            if self._claim is not None:
-                self._generation += 1  # a claim of its own name: the refused one may linger
-            await self._rebuild(self._settings)
+            self._generation += 1  # a pod (and claim) of its own: the refused one may linger
+            await self.pods.rebuild(self._kernel_pod(self._settings))
             try:
                 return await self._launch()
             except BaseException as second:
@@ -269,58 +204,26 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
             self._size_before_resize = None  # the resize is settled, one way or the other
 
     async def _launch(self) -> KernelConnectionInfo:
-        assert self._manifests is not None and self._settings is not None, "pre_launch first"
-        secret, pod = self._manifests
+        assert self._settings is not None, "pre_launch first"
         self._exit_code, self.ended_reason, self._deleted, self._pod_ip = None, None, False, None
-        start = self._pod_start()
-        timeout = self._settings.launch_timeout
         try:
-            await asyncio.to_thread(start.create_secret, secret)
-            created = await start.create_pod(pod, time.monotonic() + timeout)
-            self._launched = True
-            claim = self._claim_of(created)
-            if claim is not None:
-                # Made once the pod exists, owned by it: it goes with the pod whatever happens.
-                await asyncio.to_thread(start.create_claim, claim)
-            ip = await start.wait_running(timeout)
-            if claim is not None:
-                await start.say_allocated()
+            found = await self.pods.launch(self._kernel_pod(self._settings), self._settings.launch_timeout)
         except BaseException:
             self._launched = False
-            await asyncio.shield(asyncio.to_thread(self._delete_objects))
             raise
-        finally:
-            self.backend.unclaim(self.kernel_id)  # the pod, or nothing, counts from now on
-        self._pod_ip = ip
+        self._launched = True
+        self._pod_ip = str(found["ip"])
         if self._generation > 0:
             # Once this start has completed: the server's browsers must find the new pod.
             asyncio.get_running_loop().call_soon(self._tell_new_pod)
-        info: KernelConnectionInfo = json.loads(secret["stringData"][CONNECTION_FILE])
-        info["ip"] = ip
+        info: KernelConnectionInfo = found  # type: ignore[assignment]
         # Typed str, but the kernel manager compares it with its own key, which is bytes.
         info["key"] = str(info["key"]).encode()  # type: ignore[typeddict-item]
         self.connection_info = info
         return info
 
-    def _claim_of(self, pod: dict[str, Any]) -> dict[str, Any] | None:
-        """The ResourceClaim of the pod just created (None without a DRA preset)."""
-        assert self._pod_request is not None and self._settings is not None
-        metadata = pod.get("metadata") or {}
-        backend = self.backend
-        return kernel_claim(
-            self._pod_request,
-            kernel_id=self.kernel_id,
-            server_id=backend.server_id,
-            owner=backend.owner,
-            namespace=backend.cluster.namespace,
-            size=str(self._request(self._settings).size),
-            annotations={HOLDER_ANNOTATION: backend.holder},
-            generation=self._generation,
-            pod={"name": self.pod, "uid": str(metadata.get("uid") or "")},
-        )
-
     def _tell_new_pod(self) -> None:
-        told = self.backend.new_pod(self.kernel_id)
+        told = self.pods.new_pod()
         self.log.info(
             "Kernel %s: back in a new pod; %s browser connection(s) reconnect", self.kernel_id, told
         )
@@ -329,7 +232,7 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
 
     async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         """A pod's resources are fixed: the new size takes a new pod, so ``restart`` is needed."""
-        await asyncio.to_thread(self.backend.check, memory, self.gpu_mode, None, self.kernel_id)
+        await asyncio.to_thread(self.pods.check, memory, self.gpu_mode, None)
         if not restart:
             raise NeedsRestartError(NEEDS_RESTART)
         self.resize_to(memory)
@@ -366,25 +269,13 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
         if time.monotonic() - self._last_read < self.poll_interval:
             return None
         self._last_read = time.monotonic()
-        return await self._look_at_pod()
-
-    async def _look_at_pod(self) -> int | None:
-        """One look at the running pod (``poll`` limits how often): None while it runs, else
-        its kernel's exit code."""
-        try:
-            pod = await asyncio.to_thread(self.backend.cluster.read_pod, self.pod)
-        except ClusterError as error:
-            self.log.warning("Kernel %s: cannot read its pod (taken as running): %s", self.kernel_id, error)
+        end = await self.pods.look()
+        if end is None:
             return None
-        if pod is None:
-            return self._pod_gone("the kernel pod was deleted by someone else")
-        phase = (pod.get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
-            code, reason = termination(pod)
-            output = await self._pod_start().last_output() if code != 0 else ""
-            self._ended(code, reason, output)
-            return self._exit_code
-        return None
+        if end.code is None:
+            return self._pod_gone(end.reason)
+        self._ended(end.code, end.reason, end.output)
+        return self._exit_code
 
     def _pod_gone(self, reason: str) -> int | None:
         """The exit code of a kernel whose pod is gone: killed when we deleted it, else ended
@@ -448,23 +339,18 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
         await self._delete_pod(grace_period_seconds=None)
 
     async def _delete_pod(self, grace_period_seconds: int | None) -> None:
-        if self._backend is None:
+        if self._pods is None:
             return
         self._deleted = True
-        await asyncio.to_thread(self.backend.cluster.delete_pod, self.pod, grace_period_seconds)
+        await self._pods.delete_pod(grace_period_seconds)
         self._last_read = 0.0
 
     async def cleanup(self, restart: bool = False) -> None:
-        """Delete pod and Secret; a restart makes new ones from pre_launch."""
+        """Delete the pod and its objects; a restart makes new ones from pre_launch."""
         self._launched = False
-        if self._backend is not None:
-            self._backend.unclaim(self.kernel_id)
-            await asyncio.to_thread(self._delete_objects)
-
-    def _delete_objects(self) -> None:
-        self._deleted = True
-        for problem in self._pod_start().delete_objects():
-            self.log.error("Kernel %s: cleanup incomplete: %s", self.kernel_id, problem)
+        if self._pods is not None:
+            self._deleted = True
+            await self._pods.remove()
 
     # ---- persistence -----------------------------------------------------------------------------
 
@@ -472,9 +358,8 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
         info: dict[str, Any] = await super().get_provisioner_info()
         info["gpushare"] = {
             "backend": "kubernetes",
-            "namespace": self._backend.namespace if self._backend else None,
+            **(self._pods.describe() if self._pods is not None else {}),
             "pod": self.pod,
-            "secret": self.secret,
             "pod_ip": self._pod_ip,
             "state": self.state,
             "interrupt_mode": "message",
@@ -487,7 +372,7 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
         self._pod_ip = gpushare.get("pod_ip")
         self.state = gpushare.get("state") or ""
         self._settings = load_settings(self.config, reconcile=False)
-        self._backend = await asyncio.to_thread(kubernetes_backend, self._settings)
+        await self._open_pods(self._settings)
         self._launched = True
 
 

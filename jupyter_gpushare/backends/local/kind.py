@@ -41,7 +41,7 @@ KIND = BackendKind(
     make_backend=_backend,
     provisioner=_provisioner,
     broker_side="jupyter_gpushare.broker.local_side:SIDE",
-    doctor_checks="jupyter_gpushare.doctor.node:local_checks",
+    doctor_checks="jupyter_gpushare.backends.local.doctor:local_checks",
     # Kernels act on their slices through the backend (the default kernel_slice); around each
     # cell through the ledger file alone, so that a kernel probes no device before %gpu.
     cell_notes=_cell_notes,

@@ -1,5 +1,5 @@
-"""The doctor's checks of a GPU node: its GPUs (or the pool the ledger or the broker knows), the
-sharing modes it can honour, the ledger, the broker, the kernelspecs.
+"""The local kind's doctor checks (its ``doctor_checks``): the node's GPUs or the pool its ledger
+remembers, the sharing modes it can honour, the ledger.
 
 A line appears where it matters to this box: the MIG, MPS and HAMi-core lines only where the
 feature is there, configured, or the default mode needs it; otherwise one line says which modes
@@ -10,27 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
-from typing import Any
 
-from ..config import GPUShare
-from ..devices import Device, Inventory
-from ..inventory import discover
-from ..modes import MODES, NodeFacts, probe_node
-from .checks import Check, Findings
+from ...config import GPUShare
+from ...devices import Device, Inventory
+from ...findings import Check, Findings, PoolSeen, check_gpus, device_labels
+from ...inventory import discover
+from ...ledger import Ledger
+from ...modes import MODES, NodeFacts, probe_node
 
 GPU_NODE_DOCS = "docs/admins/gpu-node.md"
-
-
-@dataclasses.dataclass(frozen=True)
-class PoolSeen:
-    """The devices kernels would be placed on, and where the doctor learnt of them."""
-
-    devices: tuple[str, ...]  # "GPU0 Simulated A100-80GB"
-    simulated: bool
-    source: str  # "NVML", "simulated", "the ledger", "the broker"
-    mig_instances: int = 0
-    problem: str | None = None  # why there is none
 
 
 def seen_locally(settings: GPUShare, inventory: Inventory) -> PoolSeen:
@@ -38,20 +26,20 @@ def seen_locally(settings: GPUShare, inventory: Inventory) -> PoolSeen:
     (what ``status`` and kernels then use: after ``make demo``, its simulated pool)."""
     if inventory.devices:
         return PoolSeen(
-            _labels(inventory.devices),
+            device_labels(inventory.devices),
             inventory.simulated,
             "simulated" if inventory.simulated else "NVML",
             sum(len(device.mig) for device in inventory.devices),
         )
     remembered, simulated = _remembered(settings)
     if remembered:
-        return PoolSeen(_labels(remembered), simulated, "the ledger", sum(len(d.mig) for d in remembered))
+        return PoolSeen(
+            device_labels(remembered), simulated, "the ledger", sum(len(d.mig) for d in remembered)
+        )
     return PoolSeen((), False, "NVML", problem=inventory.problem or "no GPU found")
 
 
 def _remembered(settings: GPUShare) -> tuple[list[Device], bool]:
-    from ..ledger import Ledger
-
     path = settings.effective_ledger_path()
     if not path.exists():
         return [], False
@@ -60,48 +48,6 @@ def _remembered(settings: GPUShare) -> tuple[list[Device], bool]:
         return ledger.devices(), ledger.simulated()
     except Exception:  # the ledger check says what is wrong with it
         return [], False
-
-
-def _labels(devices: Sequence[Device]) -> tuple[str, ...]:
-    return tuple(f"{device.label} {device.name}" for device in devices)
-
-
-def check_gpus(pool: PoolSeen, driver: str = "?") -> Check:
-    names = ", ".join(pool.devices)
-    if not pool.devices:
-        return Check(
-            "GPUs",
-            "FAIL",
-            pool.problem or "no GPU found",
-            "install the NVIDIA driver (nvidia-smi must work), or set "
-            "JUPYTER_GPUSHARE_SIMULATE=1xA100-80GB to try gpushare without a GPU",
-        )
-    if pool.source == "the broker":
-        kind = "simulated pool served" if pool.simulated else "served"
-        return Check(
-            "GPUs",
-            "WARN" if pool.simulated else "OK",
-            f"{kind} by the broker: {names}",
-            "the broker runs with JUPYTER_GPUSHARE_SIMULATE: unset it where it runs on a GPU node",
-        )
-    if pool.simulated and pool.source == "the ledger":
-        return Check(
-            "GPUs",
-            "WARN",
-            f"simulated pool remembered by the ledger ({names}); no real GPU is used",
-            "a process with JUPYTER_GPUSHARE_SIMULATE (make demo) registered it; on a GPU node, "
-            "a server without it registers the real cards instead",
-        )
-    if pool.simulated:
-        return Check(
-            "GPUs",
-            "WARN",
-            f"simulated pool ({names}); no real GPU is used",
-            "unset c.GPUShare.simulate / JUPYTER_GPUSHARE_SIMULATE on a GPU node",
-        )
-    if pool.source == "the ledger":
-        return Check("GPUs", "OK", f"{len(pool.devices)} remembered by the ledger: {names}")
-    return Check("GPUs", "OK", f"{len(pool.devices)} via NVML (driver {driver}): {names}")
 
 
 def node_facts(settings: GPUShare, inventory: Inventory, pool: PoolSeen) -> NodeFacts:
@@ -187,8 +133,6 @@ def check_vgpu(settings: GPUShare) -> Check:
 
 
 def check_ledger(settings: GPUShare) -> Check:
-    from ..ledger import Ledger
-
     path = settings.effective_ledger_path()
     try:
         ledger = Ledger(path)
@@ -201,46 +145,6 @@ def check_ledger(settings: GPUShare) -> Check:
             "point c.GPUShare.ledger_path at a writable local (not NFS) directory",
         )
     return Check("ledger", "OK", f"{path} ({len(records)} slice(s) or queued request(s))")
-
-
-def check_broker(settings: GPUShare) -> tuple[Check, dict[str, Any] | None]:
-    """With ``broker_url``: the broker answers and says who it takes this user for; its pool."""
-    from ..backends.transport import BrokerClient
-    from ..errors import GPUShareError
-
-    url = settings.effective_broker_url()
-    client = BrokerClient(url)
-    try:
-        info = client.call("GET", "info")
-        pool = client.call("GET", "pool")
-    except GPUShareError as error:
-        return (
-            Check(
-                "broker",
-                "FAIL",
-                str(error),
-                "start the broker (jupyter gpushare broker, or its systemd unit / hub service), or "
-                "fix c.GPUShare.broker_url",
-            ),
-            None,
-        )
-    admin = ", an admin" if info.get("admin") else ""
-    found = Check(
-        "broker",
-        "OK",
-        f"{url}: {info.get('backend')} backend ({info.get('location')}); you are {info.get('user')}{admin}",
-    )
-    return found, pool
-
-
-def seen_through_the_broker(pool: dict[str, Any] | None) -> PoolSeen:
-    devices = (pool or {}).get("devices") or []
-    labels = tuple(
-        f"{device['node']}" if device.get("node") else f"GPU{device['id']} {device['name']}"
-        for device in devices
-    )
-    problem = (pool or {}).get("problem") or "the broker's pool has no device"
-    return PoolSeen(labels, bool((pool or {}).get("simulated")), "the broker", problem=problem)
 
 
 def local_checks(settings: GPUShare, inventory: Inventory | None) -> Findings:
@@ -258,19 +162,14 @@ def local_checks(settings: GPUShare, inventory: Inventory | None) -> Findings:
     return Findings(checks, ready=bool(pool.devices), simulated=pool.simulated)
 
 
-def check_kernelspecs() -> Check:
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    names = []
-    for name, entry in KernelSpecManager().get_all_specs().items():
-        metadata = (entry.get("spec") or {}).get("metadata") or {}
-        if (metadata.get("kernel_provisioner") or {}).get("provisioner_name") == "gpushare-provisioner":
-            names.append(name)
-    if names:
-        return Check("kernelspecs", "OK", ", ".join(sorted(names)))
-    return Check(
-        "kernelspecs",
-        "WARN",
-        "no gpushare kernelspec is installed",
-        "jupyter gpushare kernelspec install --sys-prefix",
-    )
+__all__ = [
+    "check_ledger",
+    "check_mig",
+    "check_modes",
+    "check_mps",
+    "check_vgpu",
+    "local_checks",
+    "node_facts",
+    "relevant_mode_checks",
+    "seen_locally",
+]
