@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +16,15 @@ from jupyter_gpushare.sizes import GiB
 from tests.support.polling import wait_until
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(["sleep", "60"])
+    # SIGINT as a kernel meets it: a test run started in the background by a shell (nohup …
+    # &) hands its children SIGINT ignored, and `sleep` would then survive the interrupt.
+    process = subprocess.Popen(["sleep", "60"], preexec_fn=_default_sigint)
     yield process
     process.kill()
     process.wait()
