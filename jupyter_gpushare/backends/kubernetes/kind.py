@@ -18,7 +18,7 @@ KIND = BackendKind(
     name="kubernetes",
     make_backend=kubernetes_backend,
     provisioner=_provisioner,
-    broker_side="jupyter_gpushare.broker.kubernetes_side:SIDE",
+    broker_side="jupyter_gpushare.backends.kubernetes.broker.side:SIDE",
     doctor_checks="jupyter_gpushare.backends.kubernetes.doctor:cluster_checks",
 )
 

@@ -17,7 +17,7 @@ KIND = BackendKind(
     name="local",
     make_backend=local_backend,
     provisioner=_provisioner,
-    broker_side="jupyter_gpushare.broker.local_side:SIDE",
+    broker_side="jupyter_gpushare.backends.local.broker.side:SIDE",
     doctor_checks="jupyter_gpushare.backends.local.doctor:local_checks",
 )
 
