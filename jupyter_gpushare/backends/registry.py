@@ -41,7 +41,7 @@ class BackendKind:
     # The class ``gpushare-provisioner`` builds for the settings (one kind may have several,
     # e.g. pods a server creates itself or pods a broker creates for it).
     provisioner: Callable[[GPUShare], type[SliceProvisioner]]
-    # "module:attribute" of the broker's side (a jupyter_gpushare.broker.side.BrokerSide);
+    # "module:attribute" of the broker's side (a jupyter_gpushare.backends.broker_base.side.BrokerSide);
     # empty where ``jupyter gpushare broker`` cannot hold this kind.
     broker_side: str = ""
     # "module:attribute" of the doctor's checks: a function (settings, inventory or None) ->

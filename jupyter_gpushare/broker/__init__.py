@@ -8,8 +8,10 @@ user on its Unix socket (:mod:`.identity`), the JupyterHub user of the presented
 — and answers the same service API as the backends, scoped to that caller. It is only a front
 door: the decisions are the backends' (:mod:`jupyter_gpushare.backends`), made once for everyone.
 
-Modules: :mod:`.settings` (its traits), :mod:`.identity` (who calls), :mod:`.authority` (the
-backend as each caller may use it), :mod:`.handlers` (the service API's routes), :mod:`.slices`
-(local kernels' slices), :mod:`.pods` and :mod:`.pod_routes` (kernel pods, one queue for all),
-:mod:`.app` (listening and running).
+Modules: :mod:`.settings` (where it reads its settings), :mod:`.handlers` (the routes every
+kind serves), :mod:`.usage_routes` (the accounting), :mod:`.door` (connection limits),
+:mod:`.app` (listening and running). What it builds on — who calls, the authority, the routes'
+base, a kind's side — is :mod:`jupyter_gpushare.backends.broker_base`; a kind's own routes and
+authority are in the kind's package (``backends/local/broker/``,
+``backends/kubernetes/broker/``), found through the registry.
 """

@@ -26,17 +26,17 @@ from tornado import web
 from tornado.netutil import bind_unix_socket
 
 from .. import env_names
+from ..backends.broker_base.authority import Authority
+from ..backends.broker_base.handler import BrokerState
+from ..backends.broker_base.identity import HubIdentity
+from ..backends.broker_base.side import Route, broker_side
+from ..backends.broker_base.traits import GPUShareBroker
 from ..config import GPUShare
 from ..errors import BackendUnavailableError, ConfigurationError
 from . import handlers, usage_routes
-from .authority import Authority
 from .banner import startup_lines
 from .door import BrokerServer, broker_server, raise_open_files_limit
-from .handlers import BrokerState
-from .identity import HubIdentity
 from .settings import BrokerConfiguration, names_this_broker
-from .side import Route, broker_side
-from .traits import GPUShareBroker
 
 log = logging.getLogger("jupyter_gpushare.broker")
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..backends.broker_base.traits import GPUShareBroker
 from ..config import GPUShare
 from ..payloads import PoolPayload
 from ..sizes import format_bytes
-from .settings import BrokerConfiguration, GPUShareBroker
+from .settings import BrokerConfiguration
 
 
 def startup_lines(

@@ -34,21 +34,19 @@ from typing import Any
 from tornado.httpserver import HTTPServer
 from tornado.iostream import IOStream
 
+from ..backends.broker_base.handler import DRAIN_BODY_BYTES
+from ..backends.broker_base.identity import peer_credentials, user_name
 from ..backends.transport import error_payload
 from ..errors import BackendUnavailableError
-from ..request_body import MAX_BODY_BYTES, MAX_HEADER_BYTES
-from .identity import peer_credentials, user_name
+from ..request_body import MAX_HEADER_BYTES
 
 log = logging.getLogger("jupyter_gpushare.broker")
 
 LOG_EVERY = 10.0  # seconds: one line per kind of refusal at most, with how many there were
 OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-# How much of a request too large for any route is still read, so that its sender can read the
-# 413 or 431 that says so (a client still sending finds a closed socket otherwise). Beyond these
-# the connection is closed without an answer.
-DRAIN_BODY_BYTES = 16 * 1024 * 1024
+# How much of a request's headers too large for any route is still read (the body's:
+# DRAIN_BODY_BYTES, which the routes share), so that its sender can read the 431 that says so.
 DRAIN_HEADER_BYTES = max(1024 * 1024, 4 * MAX_HEADER_BYTES)
-assert DRAIN_BODY_BYTES > MAX_BODY_BYTES
 
 
 class Throttled:

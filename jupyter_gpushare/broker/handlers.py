@@ -1,11 +1,13 @@
 """The broker's routes of the service API, under ``/api/gpushare/broker/``, for every backend.
 
-Each request is identified before anything else (:mod:`.identity`): a caller the broker cannot
-identify gets 401, a token the hub refuses 403, and nothing is read or changed. Requests are
-read by the same rules as the REST API's (:mod:`jupyter_gpushare.request_body`): headers and a
-body within their limits (431, 413: answered, the rest of a large body read and dropped), JSON
-no deeper than 32 levels, text only, names and paths without control characters, kernel ids
-that are UUIDs; then field by field. Bad input is a 4xx ``{"message", "error"}`` and changes
+Each request is identified before anything else (its base,
+:class:`~jupyter_gpushare.backends.broker_base.handler.BrokerHandler`, which every kind's routes
+share too): a caller the broker cannot identify gets 401, a token the hub refuses 403, and
+nothing is read or changed. Requests are read by the same rules as the REST API's
+(:mod:`jupyter_gpushare.request_body`): headers and a body within their limits (431, 413:
+answered, the rest of a large body read and dropped), JSON no deeper than 32 levels, text
+only, names and paths without control characters, kernel ids that are UUIDs; then field by
+field. Bad input is a 4xx ``{"message", "error"}`` and changes
 nothing. Domain errors answer with their type's status and carry their type's name, so the
 client raises the same error an embedded backend would (:mod:`jupyter_gpushare.backends.transport`).
 """
@@ -17,29 +19,22 @@ import dataclasses
 import importlib.metadata
 import json
 import logging
-import socket
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from .. import request_body
+from ..backends.broker_base.authority import require_own
+from ..backends.broker_base.handler import KERNEL, BrokerHandler, kernel_id_field, request_fields
 from ..backends.broker_feed import KEEP_ALIVE
-from ..backends.transport import HOST_HEADER, error_payload
 from ..backends.wire import server_kernels_from_json
 from ..capabilities import through_a_broker
-from ..errors import BackendUnavailableError, GPUShareError, InvalidRequestError
-from ..http_errors import answerable, answering_domain_errors, message_of
+from ..errors import GPUShareError, InvalidRequestError
+from ..http_errors import answering_domain_errors
 from ..records import UsageReport
-from .authority import Authority, require_own
-from .door import DRAIN_BODY_BYTES
-from .identity import Caller, HubIdentity, socket_caller
 
-MAX_HOST_BYTES = 253  # a DNS name: where an HTTP caller's server runs
 STREAM_TICK_MIN, STREAM_TICK_MAX = 0.1, 1.0  # seconds between looks at the marker, per stream
 log = logging.getLogger("jupyter_gpushare.broker")
 BROKER_RUN = uuid.uuid4().hex  # this broker process, in its change markers
@@ -52,157 +47,7 @@ def package_version() -> str:
         return "unknown"
 
 
-@dataclass
-class BrokerState:
-    """What every route shares: the backend as callers may use it, and how callers are known."""
-
-    authority: Authority
-    hub: HubIdentity | None = None  # None: HTTP callers are refused (a socket-only broker)
-    admin_users: frozenset[str] = frozenset()
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@web.stream_request_body
-class BrokerHandler(web.RequestHandler):
-    """A broker route: the caller is known (``self.caller``) and the request within its limits
-    before the method runs. The body is streamed in: kept up to the limit, dropped beyond it, so
-    a body too large costs no memory and still gets its answer."""
-
-    caller: Caller
-
-    def initialize(self, state: BrokerState) -> None:
-        self.state = state
-        self._body = bytearray()
-        self._body_size = 0
-
-    def check_xsrf_cookie(self) -> None:
-        return None  # no cookies: the socket's peer or the hub token is the identity
-
-    async def prepare(self) -> None:
-        try:
-            self._check_request()
-            self.caller = await self._identify()
-            kernel_id = self.path_kwargs.get("kernel_id")
-            if kernel_id is not None:
-                request_body.check_kernel_id(kernel_id, "the kernel id in the path")
-        except GPUShareError as error:
-            if not self._body_expected():
-                raise answerable(error) from None
-            # Answered once the body is in: tornado closes a connection whose body it has not
-            # read, so a client still sending it would meet a closed socket, not the answer.
-            refusal = answerable(error)
-            self._body_size = DRAIN_BODY_BYTES  # dropped as it comes (see data_received)
-
-            def refuse(*args: Any, **kwargs: Any) -> None:
-                raise refusal
-
-            setattr(self, self.request.method.lower(), refuse)  # type: ignore[union-attr]
-
-    def _body_expected(self) -> bool:
-        """Whether the client declared a body still to be read (one too large to read is not)."""
-        declared = self.request.headers.get("Content-Length", "")
-        chunked = "chunked" in self.request.headers.get("Transfer-Encoding", "").lower()
-        return chunked or (declared.isdigit() and 0 < int(declared) <= DRAIN_BODY_BYTES)
-
-    def _check_request(self) -> None:
-        request = self.request
-        line = f"{request.method} {request.uri} {request.version}"
-        request_body.check_headers(line, request.headers.get_all())
-        declared = request.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > request_body.MAX_BODY_BYTES:
-            if int(declared) > DRAIN_BODY_BYTES:  # not worth reading: answered, then closed
-                raise request_body.too_large(int(declared))
-            self._body_size = int(declared)  # refused once read (see json_body)
-
-    def data_received(self, chunk: bytes) -> None:
-        if self._body_size > request_body.MAX_BODY_BYTES:
-            return  # too large, known from its length: dropped as it comes
-        self._body_size += len(chunk)
-        if self._body_size > request_body.MAX_BODY_BYTES:
-            self._body = bytearray()  # chunked and too large: dropped from here on
-        else:
-            self._body += chunk
-
-    async def _identify(self) -> Caller:
-        stream = getattr(self.request.connection, "stream", None)
-        sock = getattr(stream, "socket", None)
-        if sock is not None and sock.family == socket.AF_UNIX:
-            return socket_caller(sock, self.state.admin_users)
-        if self.state.hub is None:
-            raise InvalidRequestError("this GPU broker serves its Unix socket only")
-        try:
-            host = request_body.check_label(
-                HOST_HEADER, self.request.headers.get(HOST_HEADER, ""), MAX_HOST_BYTES
-            )
-            return await self.state.hub.caller(self.request.headers.get("Authorization", ""), host)
-        except web.HTTPError as error:  # the hub itself cannot be asked
-            raise BackendUnavailableError(
-                f"the GPU broker cannot check tokens with the hub: {message_of(error, error.status_code)}"
-            ) from None
-
-    @property
-    def authority(self) -> Authority:
-        return self.state.authority
-
-    def scoped(self) -> Any:
-        return self.authority.as_seen_by(self.caller)
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc_info = kwargs.get("exc_info")
-        error = exc_info[1] if exc_info else None
-        payload = (
-            error_payload(error)
-            if isinstance(error, GPUShareError)
-            else {"message": message_of(error, status_code), "error": ""}
-        )
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(payload))
-
-    def json_body(self) -> dict[str, Any]:
-        """The body as a JSON object, read by the REST API's rules (a 4xx that names the limit)."""
-        if self._body_size > request_body.MAX_BODY_BYTES:
-            raise request_body.too_large(self._body_size)
-        return request_body.json_object(bytes(self._body))
-
-    def answer(self, payload: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(payload))
-
-    async def run(self, call: Callable[..., Any], *args: Any) -> Any:
-        """A backend call, off the event loop (the ledger and the API client block)."""
-        return await asyncio.to_thread(call, *args)
-
-
 # ---- checking bodies ---------------------------------------------------------------------------
-
-
-def kernel_id_field(body: dict[str, Any], *, required: bool = False) -> str:
-    """``kernel_id`` of a body: a UUID, or "" where it may be left out."""
-    value = body.get("kernel_id")
-    if value in (None, "") and not required:
-        return ""
-    return request_body.check_kernel_id(value)
-
-
-def label_field(body: dict[str, Any], name: str, max_bytes: int) -> str:
-    """A name or path to be stored and shown ("" when left out), by the REST API's rule."""
-    value = body.get(name)
-    return "" if value is None else request_body.check_label(name, value, max_bytes)
-
-
-def request_fields(body: dict[str, Any]) -> tuple[object, object, object]:
-    """``(gpu_memory, gpu_mode, gpu_cores)`` type-checked (values are the backend's to check)."""
-    memory, mode, cores = body.get("gpu_memory"), body.get("gpu_mode"), body.get("gpu_cores")
-    for name, value, kinds in (
-        ("gpu_memory", memory, (str, int)),
-        ("gpu_mode", mode, (str,)),
-        ("gpu_cores", cores, (str, int)),
-    ):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
-            what = "a string" if kinds == (str,) else "a string or a whole number"
-            raise InvalidRequestError(f"{name} must be {what}, not {json.dumps(value)}")
-    return memory, mode, cores
 
 
 def usage_report(body: dict[str, Any]) -> UsageReport:
@@ -399,8 +244,6 @@ class NotFoundHandler(BrokerHandler):
         raise web.HTTPError(404, f"the GPU broker has no route {self.request.path}")
 
 
-KERNEL = r"(?P<kernel_id>[^/]+)"
-
 ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     ("info", InfoHandler),
     ("pool", PoolHandler),
@@ -421,11 +264,6 @@ ROUTES: list[tuple[str, type[BrokerHandler]]] = [
 
 __all__ = [
     "ROUTES",
-    "BrokerHandler",
-    "BrokerState",
     "NotFoundHandler",
-    "kernel_id_field",
-    "label_field",
-    "request_fields",
     "usage_report",
 ]

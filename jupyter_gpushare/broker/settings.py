@@ -5,7 +5,8 @@ files in its own configuration directory (``/etc/jupyter-gpushare``, ``--config-
 Jupyter config path, the first winning; then ``JUPYTER_GPUSHARE_<TRAIT>`` variables; the
 command's flags (``--socket``, ``--ip``, ``--port``, ``--backend``) win over all. Root's own
 Jupyter settings must not decide for a team box: its ledger is the broker's own
-(``/var/lib/jupyter-gpushare/ledger.sqlite`` unless configured), never the runtime directory's
+(``/var/lib/jupyter-gpushare/ledger.sqlite`` unless configured: the local kind's broker side
+settles it), never the runtime directory's
 ledger a ``make demo`` of root's may have left with a simulated pool in it.
 """
 
@@ -21,13 +22,12 @@ from jupyter_core.paths import jupyter_config_path
 from traitlets import TraitError
 from traitlets.config import Config
 
+from ..backends.broker_base.side import broker_side
+from ..backends.broker_base.traits import GPUShareBroker
 from ..config import GPUShare, load_settings, read_config_files
 from ..errors import ConfigurationError
-from .side import broker_side
-from .traits import GPUShareBroker
 
 BROKER_CONFIG_DIR = "/etc/jupyter-gpushare"
-BROKER_LEDGER = "/var/lib/jupyter-gpushare/ledger.sqlite"
 SECTIONS = ("GPUShare", "GPUShareBroker")
 
 
@@ -85,7 +85,6 @@ def load_broker_settings(
 
 __all__ = [
     "BROKER_CONFIG_DIR",
-    "BROKER_LEDGER",
     "BrokerConfiguration",
     "GPUShareBroker",
     "load_broker_configuration",

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpushare.backends.local.broker.side import BROKER_LEDGER
 from jupyter_gpushare.broker.app import socket_directory
 from jupyter_gpushare.broker.banner import startup_lines
-from jupyter_gpushare.broker.settings import BROKER_LEDGER, load_broker_configuration
+from jupyter_gpushare.broker.settings import load_broker_configuration
 
 
 @pytest.fixture

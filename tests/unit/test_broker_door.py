@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from jupyter_gpushare.broker.authority import kernel_in_lineage, kernel_scope_refusal
+from jupyter_gpushare.backends.broker_base.authority import kernel_in_lineage, kernel_scope_refusal
+from jupyter_gpushare.backends.broker_base.waiting import WaitingLeases
 from jupyter_gpushare.broker.door import Door, Throttled, raise_open_files_limit
 from jupyter_gpushare.broker.settings import GPUShareBroker
-from jupyter_gpushare.broker.waiting import WaitingLeases
 from jupyter_gpushare.processes import current_process, identify, lineage
 from jupyter_gpushare.records import ProcessIdentity
 from jupyter_gpushare.terminal import printable

@@ -12,7 +12,7 @@ import kubernetes_validate
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from jupyter_gpushare.broker.pods import PodStartState
+from jupyter_gpushare.backends.kubernetes.broker.pods import PodStartState
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import DoesNotFitError
 from jupyter_gpushare.k8s.build import cluster_facts, kernel_claim, kernel_pod
@@ -108,7 +108,7 @@ def test_the_brokers_dra_rbac_example_grants_what_its_dra_calls_need_and_no_more
             for resource in rule["resources"]:
                 granted.setdefault((where, resource), set()).update(rule["verbs"])
     assert granted == {
-        # broker/pods.py: create_claim, list_claims and delete_claim (with the pod, orphans)
+        # backends/kubernetes/broker/: create_claim, list_claims, delete_claim (with the pod, orphans)
         ("jupyter-kernels", "resourceclaims"): {"create", "list", "delete"},
         # k8s/watch.py with dra=True: the pool, admission, the fallback a claim got
         ("cluster", "resourceslices"): {"list", "watch"},

@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.broker.identity import Caller, HubIdentity, peer_credentials, socket_caller, user_name
+from jupyter_gpushare.backends.broker_base.identity import (
+    Caller,
+    HubIdentity,
+    peer_credentials,
+    socket_caller,
+    user_name,
+)
 from jupyter_gpushare.errors import NotAuthenticatedError, TokenRefusedError
 from jupyter_gpushare.processes import current_process
 from jupyter_gpushare.visibility import EVERYONE

@@ -93,3 +93,16 @@ def test_a_package_importing_back_from_its_own_submodule_is_reported(package_cop
     assert "No import cycles between the modules of a package KEPT" in lines
     assert "or modules across packages BROKEN" in lines
     assert "jupyter_gpushare.doctor.common -> jupyter_gpushare.doctor" in lines
+
+
+def test_what_the_broker_sides_share_importing_a_kind_is_reported(package_copy: Path) -> None:
+    # backends/broker_base/ lies under the kinds' packages: the broker and the kinds' sides both
+    # build on it, so it may not reach back into a kind (that would put the broker over a kind).
+    handler = package_copy / "jupyter_gpushare" / "backends" / "broker_base" / "handler.py"
+    handler.write_text(handler.read_text() + "\n\ndef _local():\n    from ..local.broker import slices\n")
+    result = lint(package_copy)
+    assert result.returncode == 1
+    lines = " ".join(result.stdout.split())
+    assert "a room per kind over what the kinds share, the Protocol at the bottom BROKEN" in lines
+    backends = "jupyter_gpushare.backends"
+    assert f"{backends}.broker_base.handler -> {backends}.local.broker.slices" in lines

@@ -1,6 +1,6 @@
 """A kernel pod's objects in the cluster besides the pod — its Secret and, under a DRA preset, its
 ResourceClaim — created and deleted the same way whoever makes the pod: a server itself
-(:mod:`.cluster_pods`) or the GPU broker (:mod:`jupyter_gpushare.broker.pods`).
+(:mod:`.cluster_pods`) or the GPU broker (:mod:`.broker.pods`).
 
 The claim is built by the pure :func:`~jupyter_gpushare.k8s.build.kernel_claim` once its pod
 exists and is owned by it, so it goes with the pod; deleting it with the pod frees its devices

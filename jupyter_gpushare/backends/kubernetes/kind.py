@@ -34,7 +34,7 @@ KIND = BackendKind(
     name="kubernetes",
     make_backend=_backend,
     provisioner=_provisioner,
-    broker_side="jupyter_gpushare.broker.kubernetes_side:SIDE",
+    broker_side="jupyter_gpushare.backends.kubernetes.broker.side:SIDE",
     doctor_checks="jupyter_gpushare.backends.kubernetes.doctor:cluster_checks",
     # A kernel pod has no ledger: it asks the server that started it over HTTP.
     kernel_slice="jupyter_gpushare.kernel.pod:PodKernel",

@@ -40,7 +40,7 @@ KIND = BackendKind(
     name="local",
     make_backend=_backend,
     provisioner=_provisioner,
-    broker_side="jupyter_gpushare.broker.local_side:SIDE",
+    broker_side="jupyter_gpushare.backends.local.broker.side:SIDE",
     doctor_checks="jupyter_gpushare.backends.local.doctor:local_checks",
     # Kernels act on their slices through the backend (the default kernel_slice); around each
     # cell through the ledger file alone, so that a kernel probes no device before %gpu.

@@ -16,12 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.kubernetes import KubernetesBackend
-from ..backends.kubernetes.kernel_objects import ClaimOf, create_claim, create_secret, delete_claims
-from ..backends.kubernetes.kernel_objects import delete_objects as delete_kernel_objects
-from ..errors import ConfigurationError, GPUShareError
-from ..k8s.build import kernel_pod
-from ..k8s.manifests import (
+from ....errors import ConfigurationError, GPUShareError
+from ....k8s.build import kernel_pod
+from ....k8s.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
     claim_name,
@@ -29,8 +26,11 @@ from ..k8s.manifests import (
     kernel_ports,
     make_secret,
 )
-from ..k8s.requests import PodRequest
-from ..slice_request import make_slice_request
+from ....k8s.requests import PodRequest
+from ....slice_request import make_slice_request
+from ..backend import KubernetesBackend
+from ..kernel_objects import ClaimOf, create_claim, create_secret, delete_claims
+from ..kernel_objects import delete_objects as delete_kernel_objects
 
 ACTIVE = ("queued", "creating", "starting")
 

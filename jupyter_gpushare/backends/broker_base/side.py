@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from tornado import web
 
-from ..backends.registry import kind_for, load
-from ..config import GPUShare
-from ..errors import ConfigurationError
+from ...config import GPUShare
+from ...errors import ConfigurationError
+from ..registry import kind_for, load
 
 if TYPE_CHECKING:
     from .authority import Authority

@@ -11,12 +11,12 @@ import re
 from collections.abc import Mapping
 from typing import Any, cast
 
-from .. import request_body
-from ..errors import InvalidRequestError
-from ..http_errors import answering_domain_errors
-from ..slice_request import MAX_NAME_BYTES
+from .... import request_body
+from ....errors import InvalidRequestError
+from ....http_errors import answering_domain_errors
+from ....slice_request import MAX_NAME_BYTES
+from ...broker_base.handler import KERNEL, BrokerHandler
 from .authority import KubernetesAuthority
-from .handlers import KERNEL, BrokerHandler
 from .pods import PodAsk, PodStarts
 
 HEX_KEY = re.compile(r"[0-9a-f]{16,128}")

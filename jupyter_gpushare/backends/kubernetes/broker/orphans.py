@@ -16,9 +16,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from ..k8s.cluster import ClusterError
-from ..k8s.manifests import APP, APP_LABEL, KERNEL_ID_LABEL, label_value, pod_name
-from ..k8s.pool import read_pod
+from ....k8s.cluster import ClusterError
+from ....k8s.manifests import APP, APP_LABEL, KERNEL_ID_LABEL, label_value, pod_name
+from ....k8s.pool import read_pod
 
 if TYPE_CHECKING:
     from .pods import PodStarts

@@ -1,5 +1,5 @@
 """The broker's side of the local backend: it makes the node ledger its own and serves the
-slices' routes and the accounting's (:mod:`.slices`, :mod:`.usage_routes`)."""
+slices' routes and the kernels' reports of their cells (:mod:`.slices`, :mod:`.activity`)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,18 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import env_names
-from ..backends.local import LocalBackend
-from ..config import GPUShare
-from ..errors import ConfigurationError
-from . import slices, usage_routes
+from .... import env_names
+from ....config import GPUShare
+from ....errors import ConfigurationError
+from ...broker_base.side import Route
+from ...broker_base.traits import GPUShareBroker
+from ..backend import LocalBackend
+from . import activity, slices
 from .authority import LocalAuthority
-from .settings import BROKER_LEDGER
-from .side import Route
-from .traits import GPUShareBroker
 
+# The broker's own ledger unless configured: not root's runtime directory's, which a make demo of
+# root's may have filled with a simulated pool.
+BROKER_LEDGER = "/var/lib/jupyter-gpushare/ledger.sqlite"
 LEDGER_FILES = ("", "-wal", "-shm", ".lock")
 
 
@@ -48,10 +50,9 @@ def local_authority(settings: GPUShare, broker: GPUShareBroker | None = None) ->
 
 
 class LocalSide:
-    routes: Sequence[Route] = (*usage_routes.LOCAL_ROUTES, *slices.ROUTES)
+    routes: Sequence[Route] = (*activity.ROUTES, *slices.ROUTES)
 
     def prepare(self, settings: GPUShare) -> None:
-        # Not root's runtime directory's ledger, which a make demo of root's may have filled.
         if not settings.ledger_path and not os.environ.get(env_names.LEDGER_PATH):
             settings.ledger_path = BROKER_LEDGER
 
@@ -61,4 +62,4 @@ class LocalSide:
 
 SIDE = LocalSide()
 
-__all__ = ["SIDE", "LocalSide", "local_authority", "secure_ledger"]
+__all__ = ["BROKER_LEDGER", "SIDE", "LocalSide", "local_authority", "secure_ledger"]

@@ -1,4 +1,6 @@
-"""The broker's own traits, ``c.GPUShareBroker.<trait>`` (where it reads them: :mod:`.settings`)."""
+"""The broker's own traits, ``c.GPUShareBroker.<trait>`` (where it reads them:
+:mod:`jupyter_gpushare.broker.settings`); here, below the kinds, for what a kind's side reads of
+them (its waiting lease, its orphans' grace)."""
 
 from __future__ import annotations
 

@@ -15,16 +15,17 @@ from typing import Any, cast
 
 import psutil
 
-from ..backends.local import LocalBackend
-from ..backends.transport import TOKEN_HEADER
-from ..backends.wire import device_to_json, outcome_to_json, record_to_json
-from ..errors import GPUShareError, InvalidRequestError, NotYourSliceError
-from ..http_errors import answering_domain_errors
-from ..processes import identify
-from ..records import Placed, SliceRecord
-from ..slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
-from .authority import LocalAuthority, require_own
-from .handlers import KERNEL, BrokerHandler, kernel_id_field, label_field, request_fields
+from ....errors import GPUShareError, InvalidRequestError, NotYourSliceError
+from ....http_errors import answering_domain_errors
+from ....processes import identify
+from ....records import Placed, SliceRecord
+from ....slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
+from ...broker_base.authority import require_own
+from ...broker_base.handler import KERNEL, BrokerHandler, kernel_id_field, label_field, request_fields
+from ...transport import TOKEN_HEADER
+from ...wire import device_to_json, outcome_to_json, record_to_json
+from ..backend import LocalBackend
+from .authority import LocalAuthority
 
 TOKEN_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 START_TOLERANCE = 0.05  # seconds: psutil's start times of one process agree within 1/100 s

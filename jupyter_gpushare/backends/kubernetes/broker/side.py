@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..backends.base import ServerHooks
-from ..backends.kubernetes import KubernetesBackend
-from ..config import GPUShare
+from ....config import GPUShare
+from ...base import ServerHooks
+from ...broker_base.side import Route
+from ...broker_base.traits import GPUShareBroker
+from ..backend import KubernetesBackend
 from . import pod_routes
 from .authority import KubernetesAuthority
 from .pods import PodStarts
-from .side import Route
-from .traits import GPUShareBroker
 
 
 class KubernetesSide:
