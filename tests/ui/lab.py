@@ -400,3 +400,14 @@ def run_cell(page: Any, code: str) -> None:
             continue
     expect(editor).to_have_text(typed)
     page.keyboard.press("Shift+Enter")
+    # The key that runs it can be lost the same way: Shift+Enter makes the next cell the active
+    # one at once (before the kernel answers), so an active cell still holding the text was not
+    # run. (A cell that ran is never run twice: the check reads the notebook, not the kernel.)
+    for _ in range(5):
+        try:
+            expect(editor).not_to_have_text(typed, timeout=10_000)
+            return
+        except AssertionError:
+            editor.click()
+            page.keyboard.press("Shift+Enter")
+    expect(editor).not_to_have_text(typed)
