@@ -67,7 +67,7 @@ def kind_named(name: str) -> BackendKind:
     kind = _loaded.get(name)
     if kind is not None:
         return kind
-    entry_point = kinds.kind_entry_points().get(name)
+    entry_point = kinds.kind_entry_point(name)
     if entry_point is None:
         raise ConfigurationError(
             f"unknown backend {name!r}: the installed kinds are {', '.join(kinds.kind_names())}"

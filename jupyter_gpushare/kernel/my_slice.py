@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import env_names, kinds
-from .display import PoolStatus, TextView
+
+if TYPE_CHECKING:
+    from .display import PoolStatus, TextView
 
 WaitCallback = Callable[[int, str], None]
 

@@ -90,6 +90,30 @@ def test_a_kind_registered_elsewhere_is_a_choice_everywhere(with_test_kind: None
     assert "unit-test-kind" in backend.choices
 
 
+def test_the_package_finds_its_own_kinds_without_reading_every_distribution(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every kernel's start looks up its kind: reading every installed distribution's metadata
+    for it cost 10-20 ms of each start (benchmarks/kernel_start.py)."""
+    read: list[str] = []
+
+    def every_distribution() -> list[EntryPoint]:
+        read.append("all")
+        return []
+
+    monkeypatch.setattr(kinds, "find_entry_points", every_distribution)
+    registry.forget()
+    try:
+        assert kind_named("local").name == "local" and kind_named("kubernetes").name == "kubernetes"
+        assert read == []
+        with pytest.raises(ConfigurationError, match="unknown backend 'slurm'"):
+            kind_named("slurm")  # another kind: every distribution is read for it
+        assert read == ["all"]
+    finally:
+        monkeypatch.undo()
+        registry.forget()
+
+
 def test_an_entry_point_that_names_no_kind_is_one_sentence(with_test_kind: None) -> None:
     with pytest.raises(ConfigurationError, match="does not name a BackendKind called 'not-a-kind'"):
         kind_named("not-a-kind")
