@@ -14,6 +14,7 @@ from typing import Any
 
 from .json_http import json_call
 from .nodes import BIN, Node
+from .polling import async_wait_until
 
 
 def free_port() -> int:
@@ -166,4 +167,18 @@ async def execute(server: JupyterServer, kernel_id: str, code: str, timeout: flo
                 idle = True
     finally:
         connection.close()
+
+    # The server follows a kernel's state on its own subscription to the kernel's output, which
+    # can trail this websocket's under load: a suspend right after the cell was refused as "runs a
+    # cell" (a loaded run). What a test does next is meant for a kernel the server sees idle.
+    def server_sees() -> object:
+        model = server.request("GET", f"/api/kernels/{kernel_id}").body
+        return model.get("execution_state") if isinstance(model, dict) else model  # gone: its answer
+
+    await async_wait_until(
+        server_sees,
+        timeout,
+        message=f"the server seeing kernel {kernel_id} idle after the cell",
+        until=lambda state: state != "busy",
+    )
     return out, err
