@@ -39,7 +39,9 @@ def last_of(path: str) -> float:
 
 def test_the_usage_chart_draws_the_days_reserved_and_used_memory_in_both_themes(page: Any, lab: Lab) -> None:
     panel = open_panel(page)
-    usage = panel.locator(".jp-gpushare-usage")
+    # The day's section by its name: a kernel row's use is a .jp-gpushare-usage too, and a row
+    # of the session's previous test can still be listed while that kernel shuts down.
+    usage = panel.get_by_role("region", name="GPU usage over the last day")
     expect(usage).to_be_visible()  # (the session's other tests may have used the day already)
     start_notebook(page)
     dialog = picker_dialog(page)
