@@ -18,7 +18,7 @@ class ProcessIdentity:
     """A process as the ledger knows it: pid and start time, so a reused pid is not it."""
 
     pid: int
-    start: float  # seconds since the epoch, as psutil reports the process's creation
+    start: float  # seconds after boot that it started (processes.started): no clock change moves it
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import psutil
-
+from ..processes import same_process, started
+from ..records import ProcessIdentity
 from .driver import CUDA_ERROR_NOT_FOUND, DriverError, ProcessState
 
 SIMULATED_API = 13010  # it can restore onto another card of the same (simulated) chip
@@ -34,10 +34,10 @@ class SimulatedDriver:
         return self.state_dir / f"{pid}.json"
 
     def _start(self, pid: int) -> float:
-        try:
-            return psutil.Process(pid).create_time()
-        except psutil.Error:
-            raise DriverError(f"no process {pid}: CUDA_ERROR_NOT_FOUND", CUDA_ERROR_NOT_FOUND) from None
+        start = started(pid)
+        if start is None:
+            raise DriverError(f"no process {pid}: CUDA_ERROR_NOT_FOUND", CUDA_ERROR_NOT_FOUND)
+        return start
 
     def _read(self, pid: int) -> dict[str, object]:
         start = self._start(pid)
@@ -45,7 +45,7 @@ class SimulatedDriver:
             saved = json.loads(self._file(pid).read_text())
         except (OSError, ValueError):
             return {"state": "running", "start": start}
-        if abs(float(saved.get("start", 0)) - start) > 0.05:
+        if not same_process(ProcessIdentity(pid, float(saved.get("start", 0))), ProcessIdentity(pid, start)):
             return {"state": "running", "start": start}  # a reused pid: a process of its own
         return dict(saved)
 

@@ -17,8 +17,8 @@ import psutil
 
 from ....errors import GPUShareError, InvalidRequestError, NotYourSliceError
 from ....http_errors import answering_domain_errors
-from ....processes import identify
-from ....records import Placed, SliceRecord
+from ....processes import identify, same_process
+from ....records import Placed, ProcessIdentity, SliceRecord
 from ....slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
 from ...broker_base.authority import require_own
 from ...broker_base.handler import KERNEL, BrokerHandler, kernel_id_field, label_field, request_fields
@@ -28,7 +28,6 @@ from ..backend import LocalBackend
 from .authority import LocalAuthority
 
 TOKEN_DIGEST = re.compile(r"^[0-9a-f]{64}$")
-START_TOLERANCE = 0.05  # seconds: psutil's start times of one process agree within 1/100 s
 
 
 class NeedsSocketError(GPUShareError):
@@ -169,7 +168,7 @@ class AttachHandler(SliceHandler):
             ledger.attach_kernel(kernel_id, None)
             return
         identity = identify(pid)
-        if identity is None or start is None or abs(identity.start - start) > START_TOLERANCE:
+        if identity is None or start is None or not same_process(identity, ProcessIdentity(pid, start)):
             raise InvalidRequestError(
                 f"there is no process {pid} started at {start}: it cannot hold a GPU slice"
             )
