@@ -1,8 +1,9 @@
 """A process's identity (pid and start) does not move with the clock, and reads any command name.
 
 A live process must not look dead: a queued start or a slice whose holder 'died' is deleted
-without a word (a CI run saw a queued start leave the queue with nothing logged). psutil adds the boot time the kernel
-derives from the wall clock at each read, so an NTP adjustment moves every creation time.
+without a word (a CI run saw a queued start leave the queue with nothing logged). psutil adds
+the boot time the kernel derives from the wall clock at each read, so an NTP adjustment moves
+every creation time.
 """
 
 from __future__ import annotations
