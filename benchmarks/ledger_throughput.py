@@ -159,6 +159,7 @@ def _worker(
     seed: int,
     duration: float,
     ready: mp.synchronize.Barrier,
+    setting_up: mp.synchronize.Lock,
     results: mp.Queue[Any],
     package_root: str | None,
 ) -> None:
@@ -167,8 +168,11 @@ def _worker(
     sleep_for = _pause(variant)
     rng = random.Random(seed * 1000 + worker)
     # Every worker registers the pool (the same rows: the second and later change nothing), so
-    # the file is made by the code being measured, never by this process's.
-    _setup_ledger(path)
+    # the file is made by the code being measured, never by this process's. One at a time: an
+    # older commit's first open of a new file fails when another process opens it at once
+    # ("database is locked" setting WAL), which is not what this measures.
+    with setting_up:
+        _setup_ledger(path)
     ledger = api.Ledger(path)
     ledger.devices()  # open the connection before the clock starts
     me = api.current_process()
@@ -235,10 +239,13 @@ def run_processes(
     path = str(directory / f"ledger-{variant}-{processes}-{code}-{time.monotonic_ns()}.sqlite")
     context = mp.get_context("spawn")
     barrier = context.Barrier(processes)
+    setting_up = context.Lock()
     results: mp.Queue[Any] = context.Queue()
     root = str(revision.root) if revision is not None else None
     workers = [
-        context.Process(target=_worker, args=(i, variant, path, seed, duration, barrier, results, root))
+        context.Process(
+            target=_worker, args=(i, variant, path, seed, duration, barrier, setting_up, results, root)
+        )
         for i in range(processes)
     ]
     for process in workers:
