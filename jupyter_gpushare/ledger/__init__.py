@@ -258,8 +258,7 @@ class Ledger:
         a free pool do not wait behind each other.
         """
         with self._write() as db:
-            queue.enqueue(db, request, read_back=False)
-            return queue.place(db, request.kernel_id, policy, alive)
+            return queue.request_placed(db, request, policy, alive)
 
     @_faults_named
     def try_place(self, kernel_id: str, policy: Policy, alive: LivenessCheck = is_alive) -> Outcome:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..accounting import Keeping
 from ..accounting import store as accounts
-from ..allocator import Held, Policy, Refusal, Request, fit
+from ..allocator import Held, Placement, Policy, Refusal, Request, fit
 from ..queue_order import QueueRule, Waiter, line_up, why_waiting
 from ..records import NewRequest, Outcome, Placed, ProcessIdentity, Refused, SliceRecord, Waiting
 from ..sizes import parse_size
@@ -43,66 +43,152 @@ def held(db: sqlite3.Connection) -> list[Held]:
     return [Held(row[0], row[1], row[2], row[3], row[4], bool(row[5])) for row in rows]
 
 
-def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True) -> SliceRecord | None:
-    # What a request needs to know, in one statement (this runs in every start, under the write
-    # lock): whether the kernel has a row already, the next place in the queue, and what the
-    # kernel left when it last gave a slice back (name, path, memory its processes still hold).
-    existing, seq, *left = db.execute(
+@dataclass(frozen=True)
+class _Arrival:
+    """What a request finds in the ledger as it comes in (one statement, under the write lock)."""
+
+    existing: bool  # the kernel has a row already (a restart)
+    seq: int  # its place in the queue, if it gets a new row
+    anyone_queued: bool
+    request: NewRequest  # with what the kernel left when it last gave a slice back
+    left_something: bool  # it did give one back: that row goes when its new row comes
+    held_before: tuple[int, str | None]  # bytes its processes still hold there, and the source
+
+
+def _arrive(db: sqlite3.Connection, request: NewRequest) -> _Arrival:
+    # Whether the kernel has a row already, the next place in the queue, whether anyone waits,
+    # and what the kernel left when it last gave a slice back (name, path, memory its processes
+    # still hold): all a request needs to know, in one statement.
+    existing, seq, anyone_queued, *left = db.execute(
         """SELECT EXISTS (SELECT 1 FROM slices WHERE kernel_id = :kernel),
                   (SELECT COALESCE(MAX(seq), 0) + 1 FROM slices),
+                  EXISTS (SELECT 1 FROM slices WHERE state = 'queued'),
                   released.kernel_id, released.kernel_name, released.path, released.device_uuid,
                   released.held, released.held_source
            FROM (SELECT 1) LEFT JOIN released ON released.kernel_id = :kernel""",
         {"kernel": request.kernel_id},
     ).fetchone()
-    if existing:
+    left_id, left_name, left_path, left_device, left_held, left_source = left
+    held_before: tuple[int, str | None] = (0, None)
+    if not existing and left_id is not None:
+        # A kernel taking a slice again keeps the name and path it had (the panel's row).
+        request = dataclasses.replace(
+            request, kernel_name=request.kernel_name or left_name, path=request.path or left_path
+        )
+        if left_held > 0 and left_device is not None:
+            # Its processes still hold memory there: its new slice goes there and counts it.
+            held_before = (left_held, left_source)
+            if request.only_devices is None:
+                request = dataclasses.replace(request, only_devices=(left_device,))
+    return _Arrival(bool(existing), int(seq), bool(anyone_queued), request, left_id is not None, held_before)
+
+
+def enqueue(db: sqlite3.Connection, request: NewRequest, read_back: bool = True) -> SliceRecord | None:
+    """Add a queued request; a kernel that already has a row (a restart) keeps it."""
+    _queue(db, _arrive(db, request))
+    if not read_back:
+        return None
+    return record_of(slice_rows(db, "WHERE kernel_id = ?", (request.kernel_id,))[0])
+
+
+def request_placed(
+    db: sqlite3.Connection, request: NewRequest, policy: Policy, alive: LivenessCheck
+) -> Outcome:
+    """Queue a request and try to place it.
+
+    The common start — a new kernel, nobody waiting, room on a card — is written straight as a
+    running slice: one insert, where queueing first would insert, read the row back and update
+    it (all under the write lock, which every start on the node waits for).
+    """
+    arrival = _arrive(db, request)
+    if not arrival.existing and not arrival.anyone_queued:
+        request = arrival.request
+        devices = read_devices(db)
+        if request.only_devices is not None:
+            devices = [device for device in devices if device.uuid in request.only_devices]
+        wanted = Request(request.kernel_id, request.owner, parse_size(request.size), request.kind)
+        outcome = fit(wanted, devices, held(db), policy)
+        if isinstance(outcome, Placement):
+            return Placed(_insert(db, arrival, outcome))
+    _queue(db, arrival)
+    return place(db, request.kernel_id, policy, alive)
+
+
+def _queue(db: sqlite3.Connection, arrival: _Arrival) -> None:
+    request = arrival.request
+    if arrival.existing:
         db.execute(
             "UPDATE slices SET holder_pid = ?, holder_start = ?,"
             " token_hash = COALESCE(?, token_hash) WHERE kernel_id = ?",
             (request.holder.pid, request.holder.start, request.token_hash, request.kernel_id),
         )
     else:
-        left_id, left_name, left_path, left_device, left_held, left_source = left
-        held_before: tuple[int, str | None] = (0, None)
-        if left_id is not None:
-            # A kernel taking a slice again keeps the name and path it had (the panel's row).
-            request = dataclasses.replace(
-                request, kernel_name=request.kernel_name or left_name, path=request.path or left_path
-            )
-            if left_held > 0 and left_device is not None:
-                # Its processes still hold memory there: its new slice goes there and counts it.
-                held_before = (left_held, left_source)
-                if request.only_devices is None:
-                    request = dataclasses.replace(request, only_devices=(left_device,))
-            db.execute("DELETE FROM released WHERE kernel_id = ?", (request.kernel_id,))
-        db.execute(
-            """INSERT INTO slices (kernel_id, seq, state, owner, server_id, kernel_name,
-               path, mode, kind, size, cores, holder_pid, holder_start, requested_at,
-               token_hash, only_devices, memory_used, usage_source)
-               VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            (
-                request.kernel_id,
-                seq,
-                request.owner,
-                request.server_id,
-                request.kernel_name,
-                request.path,
-                request.mode,
-                request.kind,
-                request.size,
-                request.cores,
-                request.holder.pid,
-                request.holder.start,
-                time.time(),
-                request.token_hash,
-                None if request.only_devices is None else json.dumps(list(request.only_devices)),
-                held_before[0] or None,
-                held_before[1],
-            ),
-        )
-    if not read_back:
-        return None
-    return record_of(slice_rows(db, "WHERE kernel_id = ?", (request.kernel_id,))[0])
+        _insert(db, arrival, None)
+
+
+def _insert(db: sqlite3.Connection, arrival: _Arrival, placement: Placement | None) -> SliceRecord:
+    """A new row: queued, or (``placement``) running there; the record as written."""
+    request, (held_bytes, held_source) = arrival.request, arrival.held_before
+    if arrival.left_something:
+        db.execute("DELETE FROM released WHERE kernel_id = ?", (request.kernel_id,))
+    now = time.time()
+    record = SliceRecord(
+        kernel_id=request.kernel_id,
+        seq=arrival.seq,
+        state="queued" if placement is None else "running",
+        owner=request.owner,
+        server_id=request.server_id,
+        kernel_name=request.kernel_name,
+        path=request.path,
+        mode=request.mode,
+        kind=request.kind,
+        size=request.size,
+        cores=request.cores,
+        device_uuid=None if placement is None else placement.device_uuid,
+        unit_uuid=None if placement is None else placement.unit_uuid,
+        memory=0 if placement is None else placement.memory,
+        whole_card=placement is not None and placement.whole_card,
+        holder=request.holder,
+        kernel=None,
+        requested_at=now,
+        placed_at=None if placement is None else now,
+        token_hash=request.token_hash,
+        memory_used=held_bytes or None,
+        usage_source=held_source,
+    )
+    db.execute(
+        """INSERT INTO slices (kernel_id, seq, state, owner, server_id, kernel_name, path, mode,
+           kind, size, cores, device_uuid, unit_uuid, memory, whole_card, holder_pid,
+           holder_start, requested_at, placed_at, token_hash, only_devices, memory_used,
+           usage_source)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (
+            record.kernel_id,
+            record.seq,
+            record.state,
+            record.owner,
+            record.server_id,
+            record.kernel_name,
+            record.path,
+            record.mode,
+            record.kind,
+            record.size,
+            record.cores,
+            record.device_uuid,
+            record.unit_uuid,
+            record.memory,
+            int(record.whole_card),
+            record.holder.pid,
+            record.holder.start,
+            record.requested_at,
+            record.placed_at,
+            record.token_hash,
+            None if request.only_devices is None else json.dumps(list(request.only_devices)),
+            record.memory_used,
+            record.usage_source,
+        ),
+    )
+    return record
 
 
 def head_of_queue(db: sqlite3.Connection, before_seq: int) -> tuple[int, SliceRecord | None]:

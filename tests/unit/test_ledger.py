@@ -104,6 +104,43 @@ def reserved_on(ledger: Ledger, device_uuid: str) -> int:
 # ---- enqueue / place / release ------------------------------------------------------------------
 
 
+def test_a_request_placed_at_once_is_the_row_the_ledger_holds(ledger: Ledger) -> None:
+    """The common start is written straight as a running slice: what it answers is what is stored,
+    and the accounting has its one placement."""
+    outcome = ledger.request(request("k1", "4G"), Policy())
+    assert isinstance(outcome, Placed), outcome
+    [stored] = ledger.records()
+    assert outcome.record == stored
+    assert stored.state == "running" and stored.memory == 4 * GiB and stored.device_uuid == T4.uuid
+    assert stored.placed_at is not None and stored.placed_at >= stored.requested_at
+    events = ledger.read_with(
+        lambda db: db.execute(
+            "SELECT what, memory, requested_at FROM acct_events WHERE kernel_id = 'k1'"
+        ).fetchall()
+    )
+    assert [tuple(event) for event in events] == [("placed", 4 * GiB, stored.requested_at)]
+
+
+def test_a_request_that_fits_still_waits_behind_a_queued_one(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "one-card.sqlite")
+    ledger.register_devices(parse_simulation("1xT4-16GB").devices, simulated=True)
+    try:
+        assert isinstance(ledger.request(request("holder", "12G"), Policy()), Placed)
+        assert isinstance(ledger.request(request("large", "8G"), Policy()), Waiting)
+        small = ledger.request(request("small", "2G"), Policy())
+        assert isinstance(small, Waiting) and small.position == 2, small
+        assert {r.kernel_id: r.state for r in ledger.records()} == {
+            "holder": "running",
+            "large": "queued",
+            "small": "queued",
+        }
+        # A kernel that has a row already (a restart) keeps it.
+        again = ledger.request(request("holder", "12G"), Policy())
+        assert isinstance(again, Placed) and again.record == ledger.records()[0]
+    finally:
+        ledger.close()
+
+
 def test_enqueue_then_place_then_release(ledger: Ledger) -> None:
     queued = ledger.enqueue(request("k1", "4G"))
     assert queued.state == "queued"
