@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +74,8 @@ class Cell:
 
 async def cell(kernel: Any, code: str, timeout: float = 600) -> Cell:
     """Run ``code``; its outputs, with every JSON line of stdout parsed."""
+    first_line = next((line for line in code.strip().splitlines() if line.strip()), "")
+    print(f"    cell: {first_line[:70]}", file=sys.stderr, flush=True)  # where a hang happened
     client = kernel.client()
     client.start_channels()
     out = Cell()
@@ -151,7 +155,8 @@ class MemoryChecks:
             "release_says_held": "still holds" in released.result,
             "offered_to_the_next_kernel": offered,
             "next_kernel_on_same_card": bool(other_record and other_record.device_uuid == device),
-            "next_kernel_grew": bool(other_record and other_record.memory == offered),
+            # The resize asks for whole MiB: all of the offer but what rounding down leaves.
+            "next_kernel_grew": bool(other_record and other_record.memory == offered // 2**20 * 2**20),
             "next_kernel_error": (filled.lines or [{}])[-1].get("error")
             or filled.error
             or grown.stderr
@@ -236,10 +241,19 @@ def nvml_process_memory(pid: int) -> int:
         pynvml.nvmlShutdown()
 
 
-def verdicts(report: dict[str, Any]) -> list[str]:
-    """One PASS/FAIL line per check."""
-    lines = []
-    held = report["held"]
+def verdict(label: str, entry: Any, line: Callable[[dict[str, Any]], str]) -> str:
+    """``line(entry)``, or a FAIL that names what broke when the check recorded an error."""
+    if not isinstance(entry, dict):
+        return f"{label}: FAIL (not run)"
+    if "error" in entry and len(entry) == 1:
+        return f"{label}: FAIL ({entry['error']})"
+    try:
+        return line(entry)
+    except (KeyError, TypeError, ZeroDivisionError) as error:
+        return f"{label}: FAIL (incomplete: {type(error).__name__} {error}; see the JSON)"
+
+
+def held_line(held: dict[str, Any]) -> str:
     ok = (
         held["shrink_refused"]
         and held["held_after_release"] >= 16 * GiB
@@ -247,37 +261,40 @@ def verdicts(report: dict[str, Any]) -> list[str]:
         and not held["next_kernel_error"]
     )
     error = "with an error" if held["next_kernel_error"] else "without an error"
-    lines.append(
+    return (
         f"held memory: shrink refused {held['shrink_refused']}, {held['held_after_release'] / GiB:.1f} "
         f"GiB kept reserved after release, the next kernel offered "
         f"{held['offered_to_the_next_kernel'] / GiB:.1f} GiB allocated it {error}: {'PASS' if ok else 'FAIL'}"
     )
-    for run in report["suspend_resume"]:
-        nvml = run["nvml_used_after_suspend"]
-        ok = run["suspended"] and run["checksum_same"] and not nvml
-        lines.append(
-            f"suspend/resume {run['gib']} GiB: suspend {run['suspend_seconds']} s, resume "
-            f"{run['resume_seconds']} s, NVML after suspend {nvml if nvml is not None else 'n/a'} bytes, "
-            f"checksum {'same' if run['checksum_same'] else 'DIFFERENT'}: {'PASS' if ok else 'FAIL'}"
-            + (f" ({run['error']})" if run["error"] else "")
-        )
-    elsewhere = report["resume_elsewhere"]
+
+
+def suspend_resume_line(run: dict[str, Any]) -> str:
+    nvml = run["nvml_used_after_suspend"]
+    ok = run["suspended"] and run["checksum_same"] and not nvml
+    return (
+        f"suspend/resume {run['gib']} GiB: suspend {run['suspend_seconds']} s, resume "
+        f"{run['resume_seconds']} s, NVML after suspend {nvml if nvml is not None else 'n/a'} bytes, "
+        f"checksum {'same' if run['checksum_same'] else 'DIFFERENT'}: {'PASS' if ok else 'FAIL'}"
+        + (f" ({run['error']})" if run["error"] else "")
+    )
+
+
+def elsewhere_line(elsewhere: dict[str, Any]) -> str:
     if "skipped" in elsewhere:
-        lines.append(f"resume onto another card: skipped ({elsewhere['skipped']})")
-    else:
-        ok = elsewhere["moved"] and elsewhere["checksum_same"]
-        same = "same" if elsewhere["checksum_same"] else "DIFFERENT"
-        lines.append(
-            f"resume onto another card: {elsewhere['from']} -> {elsewhere['onto']} in "
-            f"{elsewhere['resume_seconds']} s, checksum {same}: {'PASS' if ok else 'FAIL'}"
-        )
+        return f"resume onto another card: skipped ({elsewhere['skipped']})"
+    ok = elsewhere["moved"] and elsewhere["checksum_same"]
+    same = "same" if elsewhere["checksum_same"] else "DIFFERENT"
+    return (
+        f"resume onto another card: {elsewhere['from']} -> {elsewhere['onto']} in "
+        f"{elsewhere['resume_seconds']} s, checksum {same}: {'PASS' if ok else 'FAIL'}"
+    )
+
+
+def verdicts(report: dict[str, Any]) -> list[str]:
+    """One PASS/FAIL line per check; a check that broke is a FAIL naming its error."""
+    lines = [verdict("held memory", report.get("held"), held_line)]
+    for index, run in enumerate(report.get("suspend_resume") or []):
+        label = f"suspend/resume {run.get('gib', f'#{index + 1}')} GiB"
+        lines.append(verdict(label, run, suspend_resume_line))
+    lines.append(verdict("resume onto another card", report.get("resume_elsewhere"), elsewhere_line))
     return lines
-
-
-async def run_all(kernels: Any, ledger: Any, dry_run: bool, sizes: list[int]) -> dict[str, Any]:
-    checks = MemoryChecks(kernels, ledger, dry_run)
-    return {
-        "held": await checks.held(),
-        "suspend_resume": [await checks.suspend_resume(gib) for gib in sizes],
-        "resume_elsewhere": await checks.resume_elsewhere(),
-    }

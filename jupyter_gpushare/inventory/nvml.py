@@ -50,7 +50,7 @@ def read_nvml_inventory() -> Inventory:
 
 def _read_device(nvml: Any, index: int) -> Device:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    memory_total, memory_used = usable_memory(nvml, handle)
     try:
         utilization: int | None = int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
     except nvml.NVMLError:  # not supported on MIG-enabled or some older boards
@@ -59,11 +59,27 @@ def _read_device(nvml: Any, index: int) -> Device:
         index=index,
         uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
         name=_text(nvml.nvmlDeviceGetName(handle)),
-        memory_total=int(memory.total),
-        memory_used=int(memory.used),
+        memory_total=memory_total,
+        memory_used=memory_used,
         utilization=utilization,
         mig=_read_mig(nvml, handle),
     )
+
+
+def usable_memory(nvml: Any, handle: Any) -> tuple[int, int]:
+    """(total, used) of what processes can allocate. NVML's first memory call counts what the
+    driver and firmware reserve in both (615 MiB of an H200's 143,771 MiB: offering it to
+    kernels over-commits the card); the second version reports it apart. Older drivers and
+    bindings without it give the first."""
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+            return int(memory.total) - int(memory.reserved), int(memory.used)
+        except (nvml.NVMLError, TypeError, AttributeError):
+            pass  # a driver or binding without version 2: the first version's figures
+    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    return int(memory.total), int(memory.used)
 
 
 def _read_mig(nvml: Any, handle: Any) -> tuple[MigInstance, ...]:

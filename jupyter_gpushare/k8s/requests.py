@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequestError, ModeUnavailableError
+from ..framework_budget import framework_budget
 from ..sizes import GiB, MiB, Size, format_bytes
 from .presets import ResourcePreset
 
@@ -98,9 +99,10 @@ def bytes_for(size: Size, gpu_memory: int | None, percent_resource: bool) -> int
 def soft_caps(memory: int | None, gpu_memory: int | None) -> dict[str, str]:
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
     if memory is not None:
-        env["CUPY_GPU_MEMORY_LIMIT"] = str(memory)
+        budget = framework_budget(memory)  # the slice less the process's CUDA context
+        env["CUPY_GPU_MEMORY_LIMIT"] = str(budget)
         if gpu_memory:
-            fraction = int(memory * 10_000 / gpu_memory) / 10_000
+            fraction = int(budget * 10_000 / gpu_memory) / 10_000
             env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:.4f}"
     return env
 

@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import env_names
+from ..framework_budget import framework_budget
 
 log = logging.getLogger("jupyter_gpushare.kernel")
 
@@ -45,7 +46,7 @@ def cap_torch(torch: Any, memory: int) -> CapResult:
     if not cuda.is_available():
         return CapResult("torch", False, "no CUDA device (CPU build or no GPU): nothing to cap")
     total = int(cuda.get_device_properties(0).total_memory)
-    fraction = min(1.0, memory / total)
+    fraction = min(1.0, framework_budget(memory) / total)
     cuda.set_per_process_memory_fraction(fraction, 0)
     return CapResult("torch", True, f"per-process memory fraction {fraction:.4f} of device 0")
 
@@ -56,8 +57,9 @@ def cap_cupy(cupy: Any, memory: int) -> CapResult:
             return CapResult("cupy", False, "no CUDA device: nothing to cap")
     except Exception as error:  # CuPy raises its own CUDARuntimeError without a driver
         return CapResult("cupy", False, f"no CUDA device ({type(error).__name__}): nothing to cap")
-    cupy.get_default_memory_pool().set_limit(size=memory)
-    return CapResult("cupy", True, f"default memory pool limited to {memory} bytes")
+    budget = framework_budget(memory)
+    cupy.get_default_memory_pool().set_limit(size=budget)
+    return CapResult("cupy", True, f"default memory pool limited to {budget} bytes")
 
 
 def cap_tensorflow(tf: Any, memory: int) -> CapResult:

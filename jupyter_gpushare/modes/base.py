@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from .. import env_names
 from ..allocator import PlacementKind
+from ..framework_budget import framework_budget
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,13 @@ def framework_caps(grant: Grant) -> dict[str, str]:
     pool reads its byte limit; TensorFlow grows instead of grabbing the card. PyTorch has no such
     variable: the kernel-side import hook caps it.
     """
+    budget = framework_budget(grant.memory)  # the slice less the process's CUDA context
     # Round the fraction down so JAX never gets more than the reserved bytes.
-    fraction = int(grant.memory * 10_000 / grant.unit_memory) / 10_000
+    fraction = int(budget * 10_000 / grant.unit_memory) / 10_000
     return {
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{fraction:.4f}",
-        "CUPY_GPU_MEMORY_LIMIT": str(grant.memory),
+        "CUPY_GPU_MEMORY_LIMIT": str(budget),
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
     }
 

@@ -25,8 +25,8 @@ def read_snapshot(device_uuids: Sequence[str], since: int = 0) -> NVMLSnapshot:
         processes: dict[int, ProcessUsage] = {}
         for uuid in device_uuids:
             handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
-            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-            devices[uuid] = (int(memory.used), _device_utilization(nvml, handle))
+            _, memory_used = nvml_module.usable_memory(nvml, handle)  # the driver's reserve apart
+            devices[uuid] = (memory_used, _device_utilization(nvml, handle))
             utilization = _process_utilization(nvml, handle, since)
             for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
                 used = process.usedGpuMemory or 0  # None where the driver hides it

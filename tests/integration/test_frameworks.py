@@ -46,6 +46,6 @@ async def test_torch_and_jax_import_without_failing_or_warning(node: Node) -> No
 
         status = await run_cell(kernel, "%gpu")
         assert "Cap: torch: no CUDA device (CPU build or no GPU): nothing to cap" in status.result
-        assert "Cap: jax: XLA_PYTHON_CLIENT_MEM_FRACTION=0.0500" in status.result
+        assert "Cap: jax: XLA_PYTHON_CLIENT_MEM_FRACTION=0.0406" in status.result
     finally:
         await kernels.shutdown_all(now=True)

@@ -53,6 +53,9 @@ class FakeBoard:
     mig: Sequence[FakeMig | None] | None = None  # None: board without MIG; None entries: empty slots
     as_bytes: bool = False  # older bindings return bytes for names and UUIDs
     processes: list[FakeProcess] = field(default_factory=list)  # compute processes on the board
+    # What the driver and firmware reserve, reported apart by version 2 of the memory call; None:
+    # a driver without version 2 (it answers FunctionNotFound), whose first version counts it used.
+    memory_reserved: int | None = None
     # Per-process SM samples; None: NVML answers NotSupported. An empty list also raises (NVML
     # has no sample to give), as the real binding does when no process ran recently.
     process_utilization: list[FakeProcessUtilization] | None = field(default_factory=list)
@@ -94,10 +97,17 @@ def make_fake_pynvml(
     def nvmlDeviceGetHandleByIndex(index: int) -> Any:
         return ("board", boards[index])
 
-    def nvmlDeviceGetMemoryInfo(handle: Any) -> Any:
+    def nvmlDeviceGetMemoryInfo(handle: Any, version: int | None = None) -> Any:
         kind, item = handle
         if kind == "board":
-            return SimpleNamespace(total=item.memory_total, used=item.memory_used, free=0)
+            reserved = item.memory_reserved
+            if version is not None:
+                if reserved is None:
+                    raise FakeNVMLError("Function Not Found")
+                return SimpleNamespace(
+                    total=item.memory_total, reserved=reserved, used=item.memory_used, free=0
+                )
+            return SimpleNamespace(total=item.memory_total, used=item.memory_used + (reserved or 0), free=0)
         return SimpleNamespace(total=item.memory_total, used=0, free=item.memory_total)
 
     def nvmlDeviceGetUtilizationRates(handle: Any) -> Any:
@@ -167,6 +177,7 @@ def make_fake_pynvml(
 
     module = SimpleNamespace(
         NVMLError=FakeNVMLError,
+        nvmlMemory_v2=0x02000028,
         NVML_DEVICE_MIG_ENABLE=1,
         NVML_DEVICE_MIG_DISABLE=0,
         nvmlInit=nvmlInit,

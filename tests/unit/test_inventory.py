@@ -174,6 +174,24 @@ def test_nvml_reports_two_boards(fake_nvml) -> None:
     assert state.shutdown_calls == 1
 
 
+def test_what_the_driver_reserves_is_not_offered(fake_nvml) -> None:
+    # An H200 as NVML reports it (driver 580): 143,771 MiB in all, 615 MiB of it reserved by the
+    # driver and firmware. Offering those 615 MiB over-committed the card: a kernel given all the
+    # ledger offered ran out of memory below it.
+    fake_nvml(
+        [FakeBoard("GPU-ddd", "NVIDIA H200", 143_771 * MiB, memory_used=2 * GiB, memory_reserved=615 * MiB)]
+    )
+    (device,) = read_nvml_inventory().devices
+    assert device.memory_total == 143_156 * MiB
+    assert device.memory_used == 2 * GiB  # what processes hold, without the reserve
+
+
+def test_a_driver_without_the_second_memory_call_gives_the_first(fake_nvml) -> None:
+    fake_nvml([FakeBoard("GPU-eee", "Tesla T4", 15 * GiB, memory_used=GiB, memory_reserved=None)])
+    (device,) = read_nvml_inventory().devices
+    assert (device.memory_total, device.memory_used) == (15 * GiB, GiB)
+
+
 def test_nvml_bytes_from_older_bindings_become_text(fake_nvml) -> None:
     fake_nvml([FakeBoard("GPU-ccc", "Tesla V100", 32 * GiB, as_bytes=True)])
     (device,) = read_nvml_inventory().devices

@@ -268,7 +268,7 @@ def test_the_golden_nvidia_mps_claim_field_by_field() -> None:
     # NVIDIA's driver runs MPS and enforces the limit; the kernel gets the framework caps.
     assert request.memory == 6 * GiB
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in request.env
-    assert request.env["CUPY_GPU_MEMORY_LIMIT"] == str(6 * GiB)
+    assert request.env["CUPY_GPU_MEMORY_LIMIT"] == str(6 * GiB - 768 * 2**20)
 
 
 def test_kernel_variables_follow_the_claim() -> None:
@@ -338,7 +338,7 @@ def test_fallbacks_become_first_available_and_the_allocation_says_which() -> Non
     validate(claim)
     validate(pod)
     # The kernel's caps hold it to the slice asked, whichever alternative it gets.
-    assert request.memory == 6 * GiB and request.env["CUPY_GPU_MEMORY_LIMIT"] == str(6 * GiB)
+    assert request.memory == 6 * GiB and request.env["CUPY_GPU_MEMORY_LIMIT"] == str(6 * GiB - 768 * 2**20)
     # A mode that is not among the fallbacks asks for itself alone.
     _, alone, _ = build(gpushare, "timeslice")
     assert alone is not None and "exactly" in alone["spec"]["devices"]["requests"][0]

@@ -54,7 +54,7 @@ def test_the_golden_hami_vgpu_pod() -> None:
         env={
             "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
             "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-            "CUPY_GPU_MEMORY_LIMIT": "6442450944",
+            "CUPY_GPU_MEMORY_LIMIT": "5637144576",
         },
         memory=6442450944,
     )
@@ -110,7 +110,7 @@ def test_the_golden_hami_vgpu_pod() -> None:
                         "--ext=jupyter_gpushare.kernel",
                     ],
                     "env": [
-                        {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "6442450944"},
+                        {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "5637144576"},
                         {"name": "JUPYTER_GPUSHARE_BACKEND", "value": "kubernetes"},  # its handle
                         {"name": "JUPYTER_GPUSHARE_DEFAULT_MEMORY", "value": "4G"},
                         {"name": "JUPYTER_GPUSHARE_DEFAULT_MODE", "value": "timeslice"},

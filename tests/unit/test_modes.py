@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jupyter_gpushare.devices import Device
+from jupyter_gpushare.framework_budget import framework_budget
 from jupyter_gpushare.inventory import Inventory, parse_simulation
 from jupyter_gpushare.modes import MODES, Grant, NodeFacts, UnknownModeError, get_mode, probe_node
 
@@ -47,14 +48,21 @@ def test_shared_modes_cap_the_frameworks(mode: str) -> None:
         grant(mode, memory=20 * GiB, unit_memory=80 * GiB), NodeFacts(simulated=True)
     )
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
-    assert Decimal(env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) == Decimal("0.25")
-    assert env["CUPY_GPU_MEMORY_LIMIT"] == str(20 * GiB)
+    # The 20G slice less the CUDA context allowance (NVML counts the context; the caps do not).
+    assert Decimal(env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) == Decimal("0.2406")
+    assert env["CUPY_GPU_MEMORY_LIMIT"] == str(20 * GiB - 768 * MiB)
     assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
 
 
 @pytest.mark.parametrize(
     ("memory", "unit_memory", "fraction"),
-    [(2 * GiB, 3 * GiB, "0.6666"), (GiB, 3 * GiB, "0.3333"), (80 * GiB, 80 * GiB, "1"), (MiB, 80 * GiB, "0")],
+    # Of the slice less its CUDA context allowance: 4G - 768M = 3328M, 3328/6144 = 0.54166...
+    [
+        (4 * GiB, 6 * GiB, "0.5416"),
+        (4 * GiB, 12 * GiB, "0.2708"),
+        (80 * GiB, 80 * GiB, "0.9906"),
+        (MiB, 80 * GiB, "0"),
+    ],
 )
 def test_the_jax_fraction_is_rounded_down(memory: int, unit_memory: int, fraction: str) -> None:
     env = get_mode("timeslice").kernel_env(grant("timeslice", memory, unit_memory), REAL_NODE)
@@ -72,8 +80,8 @@ def test_no_cap_ever_allows_more_than_the_slice(mode: str, unit_memory: int, dat
     fraction = Decimal(env["XLA_PYTHON_CLIENT_MEM_FRACTION"])
     assert fraction * unit_memory <= memory
     # ...and is not needlessly small: rounded down to the 4th decimal at most.
-    assert (fraction + Decimal("0.0001")) * unit_memory > memory
-    assert int(env["CUPY_GPU_MEMORY_LIMIT"]) <= memory
+    assert (fraction + Decimal("0.0001")) * unit_memory > framework_budget(memory)
+    assert int(env["CUPY_GPU_MEMORY_LIMIT"]) == framework_budget(memory) <= memory
     if mode == "mps":
         ordinal, limit = env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].split("=")
         assert ordinal == "0"

@@ -284,3 +284,56 @@ async def test_an_mps_client_the_driver_refuses_says_so(tmp_path: Path, driver: 
     with pytest.raises(CannotSuspendError, match=r"CUDA_ERROR_NOT_SUPPORTED\) \(an MPS client may not be"):
         service.suspend("k1")
     assert service.ledger.get("k1") is not None and driver.states.get(os.getpid(), "running") == "running"
+
+
+async def test_a_kernel_that_suspends_itself_never_asks_nvml_while_it_is_checkpointed(
+    tmp_path: Path, driver: FakeCheckpointDriver, fake_nvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The real driver blocks a checkpointed process's own NVML calls until its resume (an H200
+    # hung there in nvmlInit): the kernel (here, this process) must not measure itself after.
+    board = FakeBoard("GPU-aaaaaaaa-0000-0000-0000-000000000000", "NVIDIA L4", 24 * GiB)
+    board.processes = [FakeProcess(os.getpid(), 2 * GiB)]
+    fake_nvml([board])
+    service = backend(tmp_path, driver, simulate="")
+    await start(service, "k1", "8G")
+    measured_while: list[str] = []
+    measure = service.holding
+
+    def holding(record: object) -> object:
+        measured_while.append(driver.states.get(os.getpid(), "running"))
+        return measure(record)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service, "holding", holding)
+    outcome = service.suspend("k1")
+    assert driver.states[os.getpid()] == "checkpointed" and outcome.state.state_bytes == 2 * GiB
+    assert measured_while == ["running"]
+    assert outcome.held_after.memory == 0 and service.ledger.get("k1") is None
+
+
+async def test_a_server_suspending_another_process_measures_it_again_after_the_checkpoint(
+    tmp_path: Path, driver: FakeCheckpointDriver, fake_nvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        board = FakeBoard("GPU-aaaaaaaa-0000-0000-0000-000000000000", "NVIDIA L4", 24 * GiB)
+        board.processes = [FakeProcess(child.pid, 2 * GiB)]
+        fake_nvml([board])
+        service = backend(tmp_path, driver, simulate="")
+        await service.acquire("k1", service.check("8G", kernel_id="k1"))
+        service.attach_kernel("k1", child.pid)
+        measured_while: list[str] = []
+        measure = service.holding
+
+        def holding(record: object) -> object:
+            measured_while.append(driver.states.get(child.pid, "running"))
+            if measured_while[-1] == "checkpointed":
+                board.processes = []  # what NVML shows of a checkpointed process: nothing
+            return measure(record)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(service, "holding", holding)
+        outcome = service.suspend("k1")
+        assert measured_while == ["running", "checkpointed"]
+        assert outcome.held_after.memory == 0 and outcome.held_after.source == "nvml"
+    finally:
+        child.kill()
+        child.wait()

@@ -14,6 +14,7 @@ the GPU state lost.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
@@ -126,7 +127,12 @@ def suspend(
         holder=record.holder,
         checkpointed=checkpoint,
     )
-    after = node.holding(record) if holding.source == "nvml" else Holding(0, holding.source)
+    # The driver blocks every call a checkpointed process makes into it, NVML's too, until the
+    # resume (an H200 showed it: a kernel that suspended itself hung in nvmlInit), and NVML lists
+    # no checkpointed process. Only another process (the server) may look again; a kernel that
+    # suspended itself has the driver's word that nothing of it is left on the GPU.
+    measurable = holding.source == "nvml" and not (checkpoint and pid == os.getpid())
+    after = node.holding(record) if measurable else Holding(0, holding.source)
     # Only now, with the driver's word that nothing of it is on the GPU: the slice goes back.
     node.ledger.release(kernel_id, keep_claim=True, held=(after.memory, after.source), suspended=state)
     return Suspension(record, state, time.monotonic() - started, device, after)
