@@ -45,8 +45,12 @@ def _stat(pid: int) -> tuple[str, float] | None:
 
 
 def started(pid: int) -> float | None:
-    """When process ``pid`` started (seconds after boot), or None if there is no such process."""
-    found = _stat(pid)
+    """When process ``pid`` started (seconds after boot), or None if there is no such process or
+    its start cannot be read (another user's, under procfs ``hidepid``)."""
+    try:
+        found = _stat(pid)
+    except (PermissionError, psutil.AccessDenied):
+        return None  # an identity we cannot read is none: refused by name, never a crash
     return None if found is None else found[1]
 
 

@@ -18,7 +18,15 @@ import psutil
 import psutil._pslinux
 import pytest
 
-from jupyter_gpushare.processes import current_process, identify, is_alive, lineage, runs_within, same_process
+from jupyter_gpushare.processes import (
+    current_process,
+    identify,
+    is_alive,
+    lineage,
+    runs_within,
+    same_process,
+    started,
+)
 from jupyter_gpushare.records import ProcessIdentity
 from tests.support.polling import wait_until
 
@@ -71,3 +79,18 @@ def test_no_such_pid(pid: int) -> None:
     assert identify(pid) is None
     assert not is_alive(ProcessIdentity(pid, 1.0))
     assert lineage(ProcessIdentity(pid, 1.0)) == []
+
+
+def test_an_unreadable_process_has_no_identity_but_counts_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    # procfs mounted with hidepid=1: another user's /proc/<pid>/stat is unreadable. Reading an
+    # identity must not raise (a ledger fault, an error at the broker's attach), and a slice
+    # whose holder we cannot inspect is not taken for a dead process's.
+    me = current_process()
+
+    def refused(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", refused)
+    assert identify(me.pid) is None
+    assert started(me.pid) is None
+    assert is_alive(me)
