@@ -6,22 +6,24 @@ PyTorch (CUDA build) in the kernel environment, and reports:
 1. allocating past the cap fails in the kernel with an out-of-memory error, and how much each
    kernel could allocate before it did (goal: within the slice);
 2. NVML usage attributed by the monitor to the right kernel (goal: each kernel's ledger figure
-   at least what its PyTorch reserved);
+   at least what its PyTorch reserved, and inside its slice: NVML counts the CUDA context too);
 3. bf16 matmul throughput with the cap vs a plain kernel without gpushare (goal: <= 1% apart);
 4. two kernels running matmuls at once, each against its solo figure (goal: >= 45%);
 5. held memory and suspend/resume of 1, 4 and 16 GiB, and a resume onto another card
    (``gpu_memory_checks.py``: the ledger never offers memory a kernel holds; NVML shows a
    suspended kernel holding nothing; its tensors come back unchanged).
 
-Prints a table and writes gpu_check.json into $OUT (or the current directory). Needs torch with
-CUDA and pynvml in the same environment, and a driver with the CUDA 12.8 checkpoint API (13.1 to
-restore onto another card). Takes about five minutes.
+Prints one PASS/FAIL line per check and writes gpu_check.json into $OUT (or the current
+directory) after every check, so a check that breaks or hangs loses nothing of the others; a
+check that raises is recorded with its error and the next one runs. Needs torch with CUDA and
+pynvml in the same environment, and a driver with the CUDA 12.8 checkpoint API (13.1 to restore
+onto another card). Checks 1-4 took 69 s on an H200; all of it takes about five minutes.
 
-    python benchmarks/gpu_check.py [--sizes 1,4,16]
+    python benchmarks/gpu_check.py [--sizes 1,4,16] [--checks caps,speed,memory]
     python benchmarks/gpu_check.py --dry-run   # no GPU: check 5 on a simulated pool (tests)
 
 The dry run exists so the script does not rot where no GPU is at hand: its figures are not
-measurements. Nothing of check 5 has run on a GPU yet.
+measurements. Figures from an H200 are in docs/benchmarks.md ("On a GPU").
 """
 
 from __future__ import annotations

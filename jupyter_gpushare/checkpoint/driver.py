@@ -12,8 +12,9 @@ through ctypes. Both check the driver's CUDA version first and say which one is 
 * restore onto another GPU of the same chip: the CUDA 13.1 driver API, the first whose restore
   arguments carry GPU pairs (older drivers restore onto the GPU the state came from only).
 
-Nothing here has run against a real driver yet (see docs/users/suspend.md): tests substitute
-this module's drivers, as they substitute NVML.
+``CudaCoreDriver`` ran against a real driver once (an H200, driver 580.159, cuda-core 1.2:
+checkpoint and restore on the same GPU, docs/benchmarks.md); ``CtypesDriver`` and the remap have
+not. Tests substitute this module's drivers, as they substitute NVML.
 """
 
 from __future__ import annotations
