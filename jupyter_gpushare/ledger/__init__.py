@@ -17,7 +17,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -98,9 +97,6 @@ class Ledger:
     def _connection(self) -> sqlite3.Connection:
         return self._access.read()
 
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self._access.write()
-
     @_faults_named
     def change_marker(self) -> int:
         """A number that changes whenever anyone commits to the ledger (a few microseconds).
@@ -133,8 +129,7 @@ class Ledger:
     def write_with(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in one write transaction of the ledger (the accounting's fold, a
         kernel's report of its cells)."""
-        with self._write() as db:
-            return work(db)
+        return self._access.transact(work)
 
     @_faults_named
     def read_with(self, work: Callable[[sqlite3.Connection], T]) -> T:
@@ -173,8 +168,7 @@ class Ledger:
             for device in devices
         ]
         self._access.remember(devices=rows)
-        with self._write() as db:
-            replace_devices(db, rows)
+        self._access.transact(lambda db: replace_devices(db, rows))
 
     def _retry_registration(self) -> None:
         """A guard round: register the pool if an earlier attempt met a broken ledger."""
@@ -245,8 +239,7 @@ class Ledger:
     @_faults_named
     def enqueue(self, request: NewRequest) -> SliceRecord:
         """Add a queued request; a kernel that already has a row (a restart) keeps it."""
-        with self._write() as db:
-            record = queue.enqueue(db, request)
+        record = self._access.transact(lambda db: queue.enqueue(db, request))
         assert record is not None
         return record
 
@@ -257,8 +250,7 @@ class Ledger:
         A request that fits at once is never seen queued by anyone else, so concurrent starts on
         a free pool do not wait behind each other.
         """
-        with self._write() as db:
-            return queue.request_placed(db, request, policy, alive)
+        return self._access.transact(lambda db: queue.request_placed(db, request, policy, alive))
 
     @_faults_named
     def try_place(self, kernel_id: str, policy: Policy, alive: LivenessCheck = is_alive) -> Outcome:
@@ -276,17 +268,17 @@ class Ledger:
             connection.execute("COMMIT")
         if waiting is not None:
             return waiting
-        with self._write() as db:
-            return queue.place(db, kernel_id, policy, alive)
+        return self._access.transact(lambda db: queue.place(db, kernel_id, policy, alive))
 
     @_faults_named
     def attach_kernel(self, kernel_id: str, kernel: ProcessIdentity | None) -> None:
         """Tie the slice to the kernel process (None: back to the holder, e.g. during a restart)."""
-        with self._write() as db:
-            db.execute(
+        self._access.transact(
+            lambda db: db.execute(
                 "UPDATE slices SET kernel_pid = ?, kernel_start = ? WHERE kernel_id = ?",
                 (kernel.pid if kernel else None, kernel.start if kernel else None, kernel_id),
             )
+        )
 
     @_faults_named
     def resize(
@@ -304,7 +296,8 @@ class Ledger:
         (as the slice's measured use) until the sampler sees them freed.
         """
         parsed = parse_size(size)
-        with self._write() as db:
+
+        def change(db: sqlite3.Connection) -> Placement | Refusal:
             rows = slice_rows(db, "WHERE kernel_id = ?", (kernel_id,))
             record = record_of(rows[0]) if rows else None
             if record is None or record.state != "running":
@@ -331,7 +324,9 @@ class Ledger:
                     "UPDATE slices SET memory_used = ?, usage_source = ?, usage_at = ? WHERE kernel_id = ?",
                     (held, source, time.time(), kernel_id),
                 )
-        return outcome
+            return outcome
+
+        return self._access.transact(change)
 
     @_faults_named
     def release(
@@ -349,7 +344,8 @@ class Ledger:
         the slice's device, which stays reserved; ``suspended`` its checkpointed GPU state.
         Otherwise (the kernel ends) any such memory goes too.
         """
-        with self._write() as db:
+
+        def remove(db: sqlite3.Connection) -> SliceRecord | None:
             rows = slice_rows(db, "WHERE kernel_id = ?", (kernel_id,))
             if not rows and keep_claim:
                 return None  # nothing to give back: what it left when it released stays
@@ -374,13 +370,16 @@ class Ledger:
                     attached=record.kernel is not None,
                 )
                 insert_released(db, left)
-        return record
+            return record
+
+        return self._access.transact(remove)
 
     @_faults_named
     def withdraw_waiting(self, kernel_ids: Sequence[str]) -> list[SliceRecord]:
         """Remove the requests of ``kernel_ids`` that still wait in the queue (one placed
         meanwhile stays); returns those removed."""
-        with self._write() as db:
+
+        def withdraw(db: sqlite3.Connection) -> list[SliceRecord]:
             rows = [
                 db.execute(
                     "SELECT * FROM slices WHERE kernel_id = ? AND state = 'queued'", (kernel_id,)
@@ -389,24 +388,26 @@ class Ledger:
             ]
             withdrawn = [record_of(row) for row in rows if row is not None]
             db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(r.kernel_id,) for r in withdrawn])
-        return withdrawn
+            return withdrawn
+
+        return self._access.transact(withdraw)
 
     @_faults_named
     def put_released(self, released: ReleasedSlice) -> None:
         """Write back what a kernel left when it released its slice (a resume that could not
         take a slice leaves the kernel suspended as it was)."""
-        with self._write() as db:
-            insert_released(db, released)
+        self._access.transact(lambda db: insert_released(db, released))
 
     @_faults_named
     def update_held(self, held: Sequence[tuple[str, int, str | None]]) -> None:
         """What released kernels' processes hold now, ``(kernel_id, bytes, source)`` each (the
         sampler's measure, or a kernel declaring its use on a simulated pool)."""
-        with self._write() as db:
-            db.executemany(
-                "UPDATE released SET held = ?, held_source = ? WHERE kernel_id = ? AND held IS NOT ?",
-                [(max(0, used), source, kernel_id, max(0, used)) for kernel_id, used, source in held],
+        rows = [(max(0, used), source, kernel_id, max(0, used)) for kernel_id, used, source in held]
+        self._access.transact(
+            lambda db: db.executemany(
+                "UPDATE released SET held = ?, held_source = ? WHERE kernel_id = ? AND held IS NOT ?", rows
             )
+        )
 
     @_faults_named
     def reconcile(self, alive: LivenessCheck = is_alive) -> list[SliceRecord]:
@@ -414,7 +415,8 @@ class Ledger:
 
         What released kernels left behind goes with their processes too.
         """
-        with self._write() as db:
+
+        def remove_dead(db: sqlite3.Connection) -> list[SliceRecord]:
             records = [record_of(row) for row in slice_rows(db)]
             dead = [record for record in records if not alive(record.process)]
             db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(r.kernel_id,) for r in dead])
@@ -424,7 +426,9 @@ class Ledger:
                 if not alive(ProcessIdentity(row["pid"], row["start"]))
             ]
             db.executemany("DELETE FROM released WHERE kernel_id = ?", gone)
-        return dead
+            return dead
+
+        return self._access.transact(remove_dead)
 
     @_faults_named
     def record_usage(
@@ -437,14 +441,14 @@ class Ledger:
         A sample whose ``source`` is None carries warnings only: the usage stays as the kernel
         reported it, so a report made while the sampler ran is not overwritten.
         """
-        with self._write() as db:
-            usage.write_samples(db, kernel_samples, device_samples, time.time())
+        self._access.transact(lambda db: usage.write_samples(db, kernel_samples, device_samples, time.time()))
 
     @_faults_named
     def report_usage(self, kernel_id: str, memory_used: int, utilization: int | None, source: str) -> None:
         """A kernel's own report of its usage (simulated pools, or where NVML cannot see it)."""
-        with self._write() as db:
-            usage.write_report(db, kernel_id, memory_used, utilization, source, time.time())
+        self._access.transact(
+            lambda db: usage.write_report(db, kernel_id, memory_used, utilization, source, time.time())
+        )
 
     @_faults_named
     def queue_position(self, kernel_id: str) -> int | None:

@@ -28,9 +28,9 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import LedgerError
 from . import faults as ledger_faults
@@ -51,10 +51,11 @@ from .file import (
     read_note,
     write_note,
 )
-from .lock import unlock
+from .lock import Abandoned, LockTimeout, lock_blocking, run_in_writer, try_lock, unlock
 from .open_file import OpenFile
 from .schema import (
     Row,
+    finish_transaction,
     initialise,
     ledger_id_of,
     ledger_id_of_safe,
@@ -63,6 +64,8 @@ from .schema import (
     slice_dicts,
     write_transaction,
 )
+
+T = TypeVar("T")
 
 LOCK_TIMEOUT = 10.0  # seconds any ledger lock is waited for before the caller is told who holds it
 RESTORE_WAIT = 5.0  # seconds a process waits for the holders of a deleted ledger to put it back
@@ -111,29 +114,38 @@ class LedgerAccess:
         file = self._current()
         return self._threads.connection(file.generation)
 
-    @contextlib.contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction on the ledger: the file lock (bounded), then ``BEGIN IMMEDIATE``.
+    def transact(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in one write transaction and commit (roll back if it raises).
 
-        The file's identity is checked again once the write lock is held, so that no write can
-        land in a file that was deleted or replaced a moment before.
+        A free lock is taken in this thread. A held one is waited for by a writer thread that
+        then runs the whole transaction, so that the lock is held only by a running thread and
+        not by one the kernel has yet to give a CPU to; this thread waits for it up to the lock
+        timeout, and is then told which process holds the lock.
         """
-        connection, lock = self._begin()
-        try:
-            yield connection
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                connection.execute("ROLLBACK")
-            raise
-        else:
+        begun = self._begin(try_lock)
+        if begun is not None:
+            return finish_transaction(*begun, work)
+
+        def in_writer(claim: Callable[[], bool]) -> T:
+            def take(fd: int) -> bool:
+                lock_blocking(fd)
+                if not claim():
+                    unlock(fd)
+                    raise Abandoned()
+                return True
+
             try:
-                connection.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    connection.execute("ROLLBACK")
+                begun = self._begin(take)
+                assert begun is not None
+                return finish_transaction(*begun, work)
+            except (sqlite3.Error, OSError):
+                self._threads.forget()  # the writer's connections: reopened by its next job
                 raise
-        finally:
-            unlock(lock)
+
+        try:
+            return run_in_writer(in_writer, self.lock_timeout)
+        except LockTimeout:
+            raise self._threads.busy() from None
 
     def change_marker(self) -> int:
         """A number that changes whenever anyone commits to the ledger, and whenever this process
@@ -445,7 +457,9 @@ class LedgerAccess:
         if fault is not None:
             raise fault
 
-    def _begin(self) -> tuple[sqlite3.Connection, int]:
+    def _begin(self, take_lock: Callable[[int], bool]) -> tuple[sqlite3.Connection, int] | None:
+        """``BEGIN IMMEDIATE`` under the file lock, on the file at the path; None when
+        ``take_lock`` did not get the lock."""
         self._require_writable()  # before sqlite writes through a descriptor opened earlier
         # The file is checked once per transaction, once the write lock is held, so that no
         # write can land in a file that was deleted or replaced a moment before; following or
@@ -456,11 +470,8 @@ class LedgerAccess:
                 file = self._current()
             connection = self._threads.connection(file.generation)
             lock = self._threads.lock_fd(file.generation)
-            try:
-                self._threads.lock(lock)
-            except LedgerError:
-                self._threads.drop_lock()  # a waiter thread owns that descriptor now
-                raise
+            if not take_lock(lock):
+                return None
             try:
                 connection.execute("BEGIN IMMEDIATE")
             except BaseException:

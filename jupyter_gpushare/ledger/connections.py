@@ -16,6 +16,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..errors import LedgerError
 from . import faults as ledger_faults
 from .file import current_pid, lock_holders
 from .lock import LockTimeout, lock_exclusive, unlock
@@ -131,10 +132,6 @@ class ThreadConnections:
             local.lock, local.lock_key = fd, key
         return fd
 
-    def drop_lock(self) -> None:
-        """Forget this thread's lock descriptor: after a timeout its waiter owns it."""
-        self._local.lock = None
-
     def open_lock_file(self) -> int:
         # The ledger's own permissions (as sqlite does for its WAL files), so a ledger shared
         # by a group of users stays usable by all of them.
@@ -158,8 +155,11 @@ class ThreadConnections:
         try:
             lock_exclusive(fd, self.lock_timeout)
         except LockTimeout:
-            holders = lock_holders(self.lock_path)
-            raise ledger_faults.busy(self.path, self.lock_timeout, holders) from None
+            raise self.busy() from None
+
+    def busy(self) -> LedgerError:
+        """The lock was not had within the lock timeout: the fault, naming who holds it."""
+        return ledger_faults.busy(self.path, self.lock_timeout, lock_holders(self.lock_path))
 
     @contextlib.contextmanager
     def locked_note(self) -> Iterator[int]:

@@ -11,12 +11,15 @@ import functools
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from .. import accounting
 from ..devices import Device, MigInstance
 from ..records import ProcessIdentity, ReleasedSlice, SliceRecord, SuspendedState
+from .lock import unlock
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 4
 
@@ -147,6 +150,29 @@ def write_transaction(connection: sqlite3.Connection) -> Iterator[None]:
         connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")
+
+
+def finish_transaction(
+    connection: sqlite3.Connection, lock: int, work: Callable[[sqlite3.Connection], T]
+) -> T:
+    """Run ``work`` in the transaction begun on ``connection`` under the file ``lock``, commit
+    (roll back if anything raises), and let go of the lock."""
+    try:
+        result = work(connection)
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute("ROLLBACK")
+        unlock(lock)
+        raise
+    try:
+        connection.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute("ROLLBACK")
+        raise
+    finally:
+        unlock(lock)
+    return result
 
 
 def ledger_id_of_safe(db: sqlite3.Connection) -> str | None:

@@ -15,7 +15,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,9 +43,17 @@ from jupyter_gpushare.ledger.file import (
     read_note,
     write_note,
 )
-from jupyter_gpushare.ledger.lock import LockTimeout, lock_exclusive, unlock
+from jupyter_gpushare.ledger.lock import (
+    Abandoned,
+    LockTimeout,
+    lock_blocking,
+    lock_exclusive,
+    run_in_writer,
+    unlock,
+)
 from jupyter_gpushare.processes import current_process
 from jupyter_gpushare.records import NewRequest, Placed
+from tests.support.polling import wait_until
 
 GiB = 2**30
 POOL = parse_simulation("2xA100-80GB").devices
@@ -419,3 +427,90 @@ def test_a_forked_child_waits_with_helpers_of_its_own(tmp_path: Path) -> None:
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the child's contended lock timed out"
     os.close(holder)
+
+
+# ---- contended writes run whole in a writer thread ----------------------------------------------
+
+
+def held_until_timer(lock_path: Path, seconds: float) -> threading.Timer:
+    """The ledger's lock, held on a descriptor of this test's own until a timer lets go."""
+    holder = os.open(lock_path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    timer = threading.Timer(seconds, lambda: (fcntl.flock(holder, fcntl.LOCK_UN), os.close(holder)))
+    timer.start()
+    return timer
+
+
+def test_a_contended_write_runs_whole_in_a_writer_thread(path: Path, ledger: Ledger) -> None:
+    """The thread that gets a contended lock is the one that writes: the lock is never held by a
+    thread still waiting for a CPU to wake it (issue 24, four processes on two cores)."""
+    timer = held_until_timer(Path(f"{path}.lock"), 0.1)
+
+    def work(db: sqlite3.Connection) -> str:
+        db.execute("UPDATE slices SET owner = 'bob' WHERE kernel_id = 'gpu0'")
+        return threading.current_thread().name
+
+    assert ledger.write_with(work) == "gpushare-ledger-writer"
+    timer.join()
+    record = ledger.get("gpu0")
+    assert record is not None and record.owner == "bob"
+    # Free, the lock is taken in the caller's own thread.
+    assert ledger.write_with(lambda db: threading.current_thread().name) == threading.current_thread().name
+
+
+def test_an_error_in_a_contended_write_rolls_it_back_and_reaches_the_caller(
+    path: Path, ledger: Ledger
+) -> None:
+    timer = held_until_timer(Path(f"{path}.lock"), 0.1)
+
+    def work(db: sqlite3.Connection) -> None:
+        db.execute("UPDATE slices SET owner = 'bob' WHERE kernel_id = 'gpu0'")
+        raise ValueError("changed its mind")
+
+    with pytest.raises(ValueError, match="changed its mind"):
+        ledger.write_with(work)
+    timer.join()
+    record = ledger.get("gpu0")
+    assert record is not None and record.owner == "alice"
+    assert ledger.release("gpu0") is not None  # and the lock was let go
+
+
+def test_a_write_abandoned_before_it_had_the_lock_never_runs(tmp_path: Path) -> None:
+    lock_path = tmp_path / "lock"
+    holder = os.open(lock_path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    waiter = os.open(lock_path, os.O_RDWR)
+    claims: list[bool] = []
+    ran: list[str] = []
+
+    def work(claim: Callable[[], bool]) -> str:
+        lock_blocking(waiter)
+        claims.append(claim())
+        if not claims[-1]:
+            unlock(waiter)
+            raise Abandoned()
+        ran.append("ran")
+        unlock(waiter)
+        return "ran"
+
+    with pytest.raises(LockTimeout):
+        run_in_writer(work, 0.2)
+    fcntl.flock(holder, fcntl.LOCK_UN)
+    wait_until(lambda: claims == [False], timeout=10, message="the writer never got the lock")
+    assert ran == []
+    os.close(holder)
+
+
+def test_a_write_that_started_in_time_is_seen_through(tmp_path: Path) -> None:
+    """Once the writer runs the transaction, the caller's deadline no longer cuts it short: it
+    may commit, so the caller must not report it as not done."""
+    started = threading.Event()
+
+    def work(claim: Callable[[], bool]) -> int:
+        assert claim()
+        started.set()
+        time.sleep(0.5)  # a slow transaction, past the caller's 0.1 s
+        return 42
+
+    assert run_in_writer(work, 0.1) == 42
+    assert started.is_set()
