@@ -39,23 +39,20 @@ class LockTimeout(Exception):
 def lock_exclusive(fd: int, timeout: float) -> None:
     """Take an exclusive ``flock`` on ``fd`` within ``timeout`` seconds or raise LockTimeout.
 
-    After a LockTimeout the caller must neither use nor close ``fd`` again.
+    After a LockTimeout the caller must neither use nor close ``fd`` again: the kept thread
+    still waiting for it lets go as soon as it gets the lock, and closes it.
     """
-    for pause in _SHORT_WAITS:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            time.sleep(pause)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if try_lock(fd):
         return
-    except BlockingIOError:
-        pass
-    wait = _Wait(fd)
-    _Helper.take().hand(wait)
-    if not wait.settle(timeout):
-        raise LockTimeout()
+
+    def take(claim: Callable[[], bool]) -> None:
+        lock_blocking(fd)
+        if not claim():
+            unlock(fd)
+            os.close(fd)
+            raise Abandoned()
+
+    run_in_writer(take, timeout)
 
 
 def try_lock(fd: int) -> bool:
@@ -81,71 +78,6 @@ def lock_blocking(fd: int) -> None:
 
 def unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-class _Wait:
-    """One caller's wait for the lock on ``fd``, and how it ended.
-
-    Plain locks, not events: a contended write pays for this twice (the caller and the helper),
-    and a lock is the cheapest thing a thread can sleep on with a timeout.
-    """
-
-    __slots__ = ("abandoned", "acquired", "done", "fd", "mutex")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.mutex = threading.Lock()  # guards acquired/abandoned
-        self.done = threading.Lock()  # held until the helper is done with this wait
-        self.done.acquire()
-        self.acquired = False
-        self.abandoned = False
-
-    def settle(self, timeout: float) -> bool:
-        """Whether the lock was taken within ``timeout``; if not, the wait is abandoned."""
-        self.done.acquire(timeout=timeout)
-        with self.mutex:
-            if self.acquired:
-                return True
-            self.abandoned = True
-            return False
-
-
-class _Helper:
-    """A daemon thread that takes contended locks for callers, one after another."""
-
-    _idle: ClassVar[list[_Helper]] = []  # waiting for the next contended lock
-    _idle_lock: ClassVar[threading.Lock] = threading.Lock()
-
-    @classmethod
-    def take(cls) -> _Helper:
-        with cls._idle_lock:
-            if cls._idle:
-                return cls._idle.pop()
-        return cls()
-
-    def __init__(self) -> None:
-        self._waits: queue.SimpleQueue[_Wait] = queue.SimpleQueue()
-        threading.Thread(target=self._run, name="gpushare-ledger-lock", daemon=True).start()
-
-    def hand(self, wait: _Wait) -> None:
-        self._waits.put(wait)
-
-    def _run(self) -> None:
-        while True:
-            wait = self._waits.get()
-            try:
-                fcntl.flock(wait.fd, fcntl.LOCK_EX)
-                acquired = True
-            except OSError:
-                acquired = False
-            with wait.mutex:
-                if wait.abandoned and acquired:
-                    fcntl.flock(wait.fd, fcntl.LOCK_UN)
-                    os.close(wait.fd)
-                wait.acquired = acquired and not wait.abandoned
-            wait.done.release()
-            with self._idle_lock:
-                self._idle.append(self)
 
 
 class Abandoned(Exception):
@@ -201,7 +133,7 @@ def run_in_writer(work: Callable[[Callable[[], bool]], T], timeout: float) -> T:
     LockTimeout when the transaction had not started within ``timeout``.
     """
     job = _Job(work)
-    _Writer.take().hand(job)
+    _Kept.take().hand(lambda: _run_job(job))
     if not job.settle(timeout):
         raise LockTimeout()
     if job.error is not None:
@@ -209,46 +141,50 @@ def run_in_writer(work: Callable[[Callable[[], bool]], T], timeout: float) -> T:
     return job.result  # type: ignore[no-any-return]
 
 
-class _Writer:
-    """A daemon thread that runs contended transactions for callers, one after another."""
+def _run_job(job: _Job) -> None:
+    """In a kept thread: the job's transaction, its result or error kept for its caller."""
+    try:
+        job.result = job.work(job.claim)
+    except Abandoned:
+        pass
+    except BaseException as error:  # the caller raises it
+        job.error = error
+    job.done.release()
 
-    _idle: ClassVar[list[_Writer]] = []
+
+class _Kept:
+    """A daemon thread that runs what it is handed, one after another, kept for the next: with
+    several processes writing nearly every write meets a held lock, and starting a thread for
+    each would cost more than the write itself."""
+
+    _idle: ClassVar[list[_Kept]] = []  # waiting for the next contended lock
     _idle_lock: ClassVar[threading.Lock] = threading.Lock()
 
     @classmethod
-    def take(cls) -> _Writer:
+    def take(cls) -> _Kept:
         with cls._idle_lock:
             if cls._idle:
                 return cls._idle.pop()
         return cls()
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        threading.Thread(target=self._run, name="gpushare-ledger-writer", daemon=True).start()
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="gpushare-ledger-lock", daemon=True).start()
 
-    def hand(self, job: _Job) -> None:
-        self._jobs.put(job)
+    def hand(self, task: Callable[[], None]) -> None:
+        self._tasks.put(task)
 
     def _run(self) -> None:
         while True:
-            job = self._jobs.get()
-            try:
-                job.result = job.work(job.claim)
-            except Abandoned:
-                pass
-            except BaseException as error:  # the caller raises it
-                job.error = error
-            job.done.release()
+            self._tasks.get()()
             with self._idle_lock:
                 self._idle.append(self)
 
 
 def _forget_helpers() -> None:
-    # A forked child has none of its parent's threads: its helpers and writers are new ones.
-    _Helper._idle = []
-    _Helper._idle_lock = threading.Lock()
-    _Writer._idle = []
-    _Writer._idle_lock = threading.Lock()
+    # A forked child has none of its parent's threads: its kept threads are new ones.
+    _Kept._idle = []
+    _Kept._idle_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_helpers)

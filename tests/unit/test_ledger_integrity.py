@@ -450,7 +450,7 @@ def test_a_contended_write_runs_whole_in_a_writer_thread(path: Path, ledger: Led
         db.execute("UPDATE slices SET owner = 'bob' WHERE kernel_id = 'gpu0'")
         return threading.current_thread().name
 
-    assert ledger.write_with(work) == "gpushare-ledger-writer"
+    assert ledger.write_with(work) == "gpushare-ledger-lock"
     timer.join()
     record = ledger.get("gpu0")
     assert record is not None and record.owner == "bob"
