@@ -9,7 +9,8 @@ waiting for after ``timeout`` seconds:
 
 * a write transaction (:func:`run_in_writer`) runs whole in that thread, which holds the lock
   only while it runs: handing the lock back to a waiting caller kept it held while the caller
-  waited for a CPU, a fifth of the throughput with four writing processes on two cores;
+  waited for a CPU (x0.82 of e14ae77's pairs/s with four writing processes on two cores, x0.89
+  with the writer);
 * the lock file's note (:func:`lock_exclusive`) is waited for by a helper that hands the lock to
   its caller; an abandoned helper lets go as soon as it gets the lock, and closes the descriptor.
 """
@@ -26,10 +27,11 @@ from typing import Any, ClassVar, TypeVar
 
 T = TypeVar("T")
 
-# A write holds the lock for a few hundred microseconds: a contended lock is tried again a few
-# times over about a millisecond before a helper thread queues for it, which costs two thread
-# hand-offs (measured: benchmarks/ledger_throughput.py).
-_SHORT_WAITS = (0.0001, 0.0002, 0.0003, 0.0004)
+# A write holds the lock for a few hundred microseconds: a contended lock is tried again over
+# about 3 ms before a kept thread queues for it, which costs two thread hand-offs. Four writing
+# processes on two cores, against e14ae77's unbounded wait: x0.94-0.98 with these, x0.89 with
+# four waits (1 ms), x0.81 with none (benchmarks/ledger_throughput.py --against e14ae77).
+_SHORT_WAITS = (0.0001, 0.0002, 0.0003, 0.0004, 0.0005, 0.0006, 0.0008)
 
 
 class LockTimeout(Exception):
