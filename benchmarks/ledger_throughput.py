@@ -43,7 +43,7 @@ The process count sweep is sequential, so the machine's cores are shared only by
 one run (and by whatever else runs on the machine: the load average is printed before and after).
 Beyond the headline, a breakdown runs in this process: the cost of ``request``, ``try_place`` and
 ``release`` alone, the floor of an empty ``BEGIN IMMEDIATE``/``COMMIT`` on the same file and of the
-same with the ``flock`` around it (what every ``_write`` pays), the cost of a polling round as the
+same with the ``flock`` around it (what every ledger write pays), the cost of a polling round as the
 queue grows, and a cProfile of the single-process loop (always: a second or two, and a part that
 only ran on a miss could rot unseen), so that a miss can be attributed to sqlite, to the lock,
 to locking between processes, or to Python work in the ledger.
@@ -354,7 +354,7 @@ def _time_calls(directory: Path, count: int, seed: int) -> dict[str, float]:
     ledger.close()
 
     # The floors: one empty BEGIN IMMEDIATE/COMMIT with the ledger's pragmas, and the same inside
-    # the flock on <ledger>.lock that every Ledger._write takes first.
+    # the flock on <ledger>.lock that every ledger write (LedgerAccess.transact) takes first.
     connection = sqlite3.connect(path, isolation_level=None, timeout=30)
     connection.execute("PRAGMA synchronous = NORMAL")
     t0 = time.perf_counter()
@@ -662,7 +662,7 @@ def _run(
         line("= two-step pair", two, f"({1e6 / two:,.0f} pairs/s)")
         line("try_place (Waiting)", costs["try_place_read"], "(behind a live row: lock-free read + is_alive)")
         line("empty write txn", costs["empty_txn"], "(BEGIN IMMEDIATE; COMMIT)")
-        line("flock + write txn", costs["flock_txn"], "(what every Ledger._write pays; 2 per pair)")
+        line("flock + write txn", costs["flock_txn"], "(what every ledger write pays; 2 per pair)")
         line("new connection + txn", costs["fresh_connection_txn"], "(connections are reused: not paid)")
         line("is_alive (psutil)", costs["is_alive"], "(once per poll behind a live row; not paid")
         print(f"{pad}by request/release when nothing is queued)")
