@@ -38,10 +38,24 @@ def _stat(pid: int) -> tuple[str, float] | None:
     try:
         text = (_PROC / str(pid) / "stat").read_bytes()
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        _hidden_or_gone(pid)
         return None
     # The command name in parentheses may hold spaces and parentheses: the fields follow the last ")".
     fields = text[text.rindex(b")") + 2 :].split()
     return fields[0].decode("ascii", "replace"), int(fields[19]) / _CLOCK_TICKS
+
+
+def _hidden_or_gone(pid: int) -> None:
+    """Raise PermissionError when ``pid`` runs but procfs hides it (``hidepid=2``: another
+    user's processes are not listed at all); return when there is no such process. Without
+    this a live server or kernel of another user looked dead, and its slice was deleted."""
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        raise PermissionError(f"process {pid} is another user's, hidden by procfs") from None
+    # Ours to signal yet not listed: it ended between the two looks.
 
 
 def started(pid: int) -> float | None:

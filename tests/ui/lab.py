@@ -383,8 +383,24 @@ def change_kernel(page: Any, label: str) -> None:
     select.get_by_role("button", name="Select Kernel").click()
 
 
-def run_cell(page: Any, code: str) -> None:
-    """Type code in the current notebook's active cell and run it."""
+# The current notebook's kernel, connected and idle: a cell run before the notebook is
+# connected to its kernel is not run at all (its text moves on, nothing executes).
+_KERNEL_READY = """() => {
+    const kernel = window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel;
+    return kernel?.connectionStatus === 'connected' && kernel?.status === 'idle';
+}"""
+
+
+def wait_for_kernel(page: Any, timeout: float = 120_000) -> None:
+    """Wait until the current notebook is connected to its kernel and the kernel is idle."""
+    page.wait_for_function(_KERNEL_READY, timeout=timeout)
+
+
+def run_cell(page: Any, code: str, *, wait_for_kernel_first: bool = True) -> None:
+    """Type code in the current notebook's active cell and run it, once the notebook's kernel
+    is connected and idle (``wait_for_kernel_first=False``: at once, for a start still waiting)."""
+    if wait_for_kernel_first:
+        wait_for_kernel(page)
     editor = page.locator(".jp-NotebookPanel:visible .jp-Cell.jp-mod-active .cm-content")
     typed = code.replace("\n", "")  # the editor's text: its lines' text run together
     # On a loaded machine a click can land before the editor takes keys, and the text is lost

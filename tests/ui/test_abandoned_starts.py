@@ -106,7 +106,7 @@ def test_a_notebook_closed_while_its_start_waits_withdraws_the_start(page: Any, 
 def test_running_a_cell_while_the_start_waits_offers_no_second_kernel(page: Any, lab: Lab) -> None:
     """Failed before: "Select Kernel" opened, preset to start a second kernel."""
     holders, queued = queue_a_start(page, lab)
-    run_cell(page, "print('hello')")
+    run_cell(page, "print('hello')", wait_for_kernel_first=False)
     expect(page.locator(".jp-toast-message", has_text="still starting")).to_be_visible()
     expect(page.locator(".jp-Dialog")).to_have_count(0)
     assert [record.kernel_id for record in lab.records() if record.state == "queued"] == [queued]

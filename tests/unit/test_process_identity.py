@@ -94,3 +94,29 @@ def test_an_unreadable_process_has_no_identity_but_counts_alive(monkeypatch: pyt
     assert identify(me.pid) is None
     assert started(me.pid) is None
     assert is_alive(me)
+
+
+def test_a_process_procfs_hides_counts_alive_and_a_gone_one_dead(monkeypatch: pytest.MonkeyPatch) -> None:
+    # procfs mounted with hidepid=2: another user's process has no /proc/<pid> at all, as if
+    # it did not exist, while the kernel still says it does (kill(pid, 0) is refused). Failed
+    # before: is_alive answered False, and the ledger deleted a live server's or kernel's slice.
+    me = current_process()
+
+    def not_listed(self: Path) -> bytes:
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+
+    def someone_elses(pid: int, signal: int) -> None:
+        assert signal == 0  # never a real signal
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(Path, "read_bytes", not_listed)
+    monkeypatch.setattr(os, "kill", someone_elses)
+    assert is_alive(me)
+    assert identify(me.pid) is None and started(me.pid) is None
+
+    def no_such_process(pid: int, signal: int) -> None:
+        raise ProcessLookupError(3, "No such process")
+
+    monkeypatch.setattr(os, "kill", no_such_process)
+    assert not is_alive(me)
+    assert identify(me.pid) is None
