@@ -273,12 +273,14 @@ class Ledger:
     @_faults_named
     def attach_kernel(self, kernel_id: str, kernel: ProcessIdentity | None) -> None:
         """Tie the slice to the kernel process (None: back to the holder, e.g. during a restart)."""
-        self._access.transact(
-            lambda db: db.execute(
+
+        def tie(db: sqlite3.Connection) -> None:
+            db.execute(
                 "UPDATE slices SET kernel_pid = ?, kernel_start = ? WHERE kernel_id = ?",
                 (kernel.pid if kernel else None, kernel.start if kernel else None, kernel_id),
             )
-        )
+
+        self._access.transact(tie)
 
     @_faults_named
     def resize(

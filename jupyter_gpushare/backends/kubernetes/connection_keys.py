@@ -20,16 +20,21 @@ class ConnectionKeys:
         if not encrypt:
             self.curve = None
         elif self.curve is None:
-            import zmq  # only where encryption is on
-
-            if not zmq.has("curve"):
-                raise ConfigurationError(
-                    "c.GPUShare.encrypt is on but this pyzmq has no CurveZMQ support (libzmq built "
-                    "without libsodium): install a pyzmq wheel with it, or set c.GPUShare.encrypt = False"
-                )
-            public, secret = zmq.curve_keypair()
-            self.curve = (public.decode("ascii"), secret.decode("ascii"))
+            self.curve = new_curve_keypair()
         return self.curve
 
 
-__all__ = ["ConnectionKeys"]
+def new_curve_keypair() -> tuple[str, str]:
+    """A new CurveZMQ (public, secret) pair, Z85; a clear error where pyzmq cannot make one."""
+    import zmq  # only where encryption is on
+
+    if not zmq.has("curve"):
+        raise ConfigurationError(
+            "c.GPUShare.encrypt is on but this pyzmq has no CurveZMQ support (libzmq built "
+            "without libsodium): install a pyzmq wheel with it, or set c.GPUShare.encrypt = False"
+        )
+    public, secret = zmq.curve_keypair()
+    return public.decode("ascii"), secret.decode("ascii")
+
+
+__all__ = ["ConnectionKeys", "new_curve_keypair"]

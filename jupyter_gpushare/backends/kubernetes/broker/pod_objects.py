@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ....errors import ConfigurationError, GPUShareError
+from ....errors import GPUShareError
 from ....k8s.build import kernel_pod
 from ....k8s.manifests import (
     CONNECTION_FILE,
@@ -29,6 +29,7 @@ from ....k8s.manifests import (
 from ....k8s.requests import PodRequest
 from ....slice_request import make_slice_request
 from ..backend import KubernetesBackend
+from ..connection_keys import new_curve_keypair
 from ..kernel_objects import ClaimOf, create_claim, create_secret, delete_claims
 from ..kernel_objects import delete_objects as delete_kernel_objects
 
@@ -104,7 +105,7 @@ def new_start(backend: KubernetesBackend, owner: str, server_id: str, ask: PodAs
     key = ask.key or secrets.token_hex(32)
     curve = ask.curve if settings.encrypt else None
     if settings.encrypt and curve is None:
-        curve = _curve_keypair()
+        curve = new_curve_keypair()
     ports = kernel_ports(ask.generation)
     namespace = backend.cluster.namespace
     pod, pod_request = kernel_pod(
@@ -172,18 +173,6 @@ def connection_of(start: PodStartState) -> dict[str, Any]:
     info: dict[str, Any] = json.loads(start.secret["stringData"][CONNECTION_FILE])
     info["ip"] = start.ip
     return info
-
-
-def _curve_keypair() -> tuple[str, str]:
-    import zmq
-
-    if not zmq.has("curve"):
-        raise ConfigurationError(
-            "c.GPUShare.encrypt is on but the broker's pyzmq has no CurveZMQ support: install a "
-            "pyzmq wheel with it, or set c.GPUShare.encrypt = False"
-        )
-    public, secret = zmq.curve_keypair()
-    return public.decode("ascii"), secret.decode("ascii")
 
 
 __all__ = [
