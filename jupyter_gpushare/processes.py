@@ -6,6 +6,10 @@ count plus the boot time the kernel derives from the wall clock at each read, so
 adjustment of the clock moves every process's creation time by a second at once: a live
 server's queued request, or a live kernel's slice, then looked like a dead process's and was
 deleted without a word.
+
+Both figures count from boot, so a process of the next boot can have the pid and start of one
+of the last: the ledger forgets the processes of an earlier boot when it is first opened after a
+restart (``boot_id``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,15 @@ def _stat(pid: int) -> tuple[str, float] | None:
     # The command name in parentheses may hold spaces and parentheses: the fields follow the last ")".
     fields = text[text.rindex(b")") + 2 :].split()
     return fields[0].decode("ascii", "replace"), int(fields[19]) / _CLOCK_TICKS
+
+
+def boot_id() -> str | None:
+    """This boot of the machine (``/proc/sys/kernel/random/boot_id``: new at every boot, the same
+    in every container of the host), or None where there is none to read."""
+    try:
+        return (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _hidden_or_gone(pid: int) -> None:

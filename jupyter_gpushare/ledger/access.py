@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import LedgerError
+from ..processes import boot_id
 from . import faults as ledger_faults
 from .connections import ThreadConnections
 from .file import (
@@ -56,6 +57,7 @@ from .open_file import OpenFile
 from .schema import (
     Row,
     finish_transaction,
+    forget_an_earlier_boot,
     initialise,
     ledger_id_of,
     ledger_id_of_safe,
@@ -328,6 +330,9 @@ class LedgerAccess:
                 if overwritten and holders(files=[now]):
                     raise ledger_faults.damaged(self.path, "another ledger was copied over it")
                 file.ledger_id = initialise(file.writer, note.ledger_id if ours and note else new_ledger_id())
+                gone = forget_an_earlier_boot(file.writer, boot_id())
+            if gone:
+                log.warning("jupyter_gpushare: %s: released %d slice(s) of the last boot", self.path, gone)
         except BaseException:
             file.close()
             raise
@@ -341,6 +346,7 @@ class LedgerAccess:
         try:
             with write_transaction(source):
                 initialise(source, ledger_id)
+                forget_an_earlier_boot(source, boot_id())  # notes this boot: there is nothing yet
                 # The pool this process knows: a server registers it only when it starts.
                 replace_devices(source, self._devices)
                 if descends_from is not None:

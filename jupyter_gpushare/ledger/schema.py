@@ -134,6 +134,27 @@ def initialise(db: sqlite3.Connection, ledger_id: str | None) -> str:
     return ledger_id
 
 
+def forget_an_earlier_boot(db: sqlite3.Connection, boot_id: str | None) -> int:
+    """Drop every slice, queued request and released kernel of the machine's previous boot,
+    inside the caller's transaction, and note this boot; how many slices and requests went.
+
+    Processes are named by pid and start, both counted from boot: after a restart a new process
+    can carry the very identity of one that held a slice, which would then stay held for as long
+    as that stranger runs. No process of an earlier boot runs any more. (A ledger that never
+    noted a boot, from an older release, is left to the usual liveness checks.)"""
+    if boot_id is None:
+        return 0
+    row = db.execute("SELECT value FROM meta WHERE key = 'boot_id'").fetchone()
+    if row is not None and row[0] == boot_id:
+        return 0
+    gone = 0
+    if row is not None:
+        gone = db.execute("DELETE FROM slices").rowcount
+        db.execute("DELETE FROM released")
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('boot_id', ?)", (boot_id,))
+    return gone
+
+
 def ledger_id_of(db: sqlite3.Connection) -> str | None:
     row = db.execute("SELECT value FROM meta WHERE key = 'ledger_id'").fetchone()
     return str(row[0]) if row else None

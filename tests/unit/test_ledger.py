@@ -17,7 +17,7 @@ import pytest
 from jupyter_gpushare.allocator import Placement, Policy, Refusal
 from jupyter_gpushare.inventory import parse_simulation
 from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.processes import current_process, identify, is_alive
+from jupyter_gpushare.processes import boot_id, current_process, identify, is_alive
 from jupyter_gpushare.records import (
     DeviceSample,
     KernelSample,
@@ -602,3 +602,48 @@ def test_sizes_are_stored_in_their_canonical_spelling(ledger: Ledger) -> None:
     ledger.resize("k1", "3072MiB", Policy())
     record = ledger.get("k1")
     assert record is not None and (record.size, record.memory) == ("3G", 3 * GiB)
+
+
+def test_a_ledger_opened_after_a_restart_forgets_the_earlier_boots_processes(tmp_path: Path) -> None:
+    """Pids and starts count from boot, so a process after a restart can carry the identity of
+    one that held a slice (here: this very process stands for that stranger). Failed before: the
+    slice stayed held for as long as the stranger ran."""
+    path = tmp_path / "ledger.sqlite"
+    before = Ledger(path)
+    before.register_devices(POOL.devices, simulated=True)
+    place(before, "k1", "4G")
+    place(before, "k2", "4G", holder=ME)
+    before.release("k2", keep_claim=True)  # a released kernel's claim goes with its boot too
+    assert before.read_with(lambda db: db.execute("SELECT COUNT(*) FROM released").fetchone()[0]) == 1
+    before.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'boot_id'").fetchone()[0] == boot_id()
+        db.execute("UPDATE meta SET value = 'the-boot-before' WHERE key = 'boot_id'")
+    db.close()
+
+    after = Ledger(path)
+    try:
+        assert after.records() == []
+        assert after.read_with(lambda db: db.execute("SELECT COUNT(*) FROM released").fetchone()[0]) == 0
+        assert (
+            after.read_with(
+                lambda db: db.execute("SELECT value FROM meta WHERE key = 'boot_id'").fetchone()[0]
+            )
+            == boot_id()
+        )
+        place(after, "k3", "4G")  # and the ledger goes on as usual
+    finally:
+        after.close()
+
+
+def test_a_ledger_opened_again_in_the_same_boot_keeps_its_slices(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    before = Ledger(path)
+    before.register_devices(POOL.devices, simulated=True)
+    place(before, "k1", "4G")
+    before.close()
+    again = Ledger(path)
+    try:
+        assert [record.kernel_id for record in again.records()] == ["k1"]
+    finally:
+        again.close()
