@@ -64,7 +64,7 @@ def _hidden_or_gone(pid: int) -> None:
     this a live server or kernel of another user looked dead, and its slice was deleted."""
     try:
         os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such process; a pid beyond any pid_t
         return
     except PermissionError:
         raise PermissionError(f"process {pid} is another user's, hidden by procfs") from None

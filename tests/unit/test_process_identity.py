@@ -74,7 +74,7 @@ def test_a_reused_pid_an_ended_process_and_a_zombie_are_not_alive(child: subproc
     assert not is_alive(identity) and identify(child.pid) is None
 
 
-@pytest.mark.parametrize("pid", [0, -1, 2**22 + 12345])
+@pytest.mark.parametrize("pid", [0, -1, 2**22 + 12345, 2**40, 2**63])  # past any pid_t: no error
 def test_no_such_pid(pid: int) -> None:
     assert identify(pid) is None
     assert not is_alive(ProcessIdentity(pid, 1.0))
