@@ -49,6 +49,7 @@ from .file import (
     identity_of,
     link_into_place,
     new_ledger_id,
+    new_ledger_mode,
     read_note,
     write_note,
 )
@@ -354,7 +355,7 @@ class LedgerAccess:
                         "INSERT INTO meta (key, value) VALUES ('descends_from', ?)", (descends_from,)
                     )
                     record_again(source, [row for row in slices if self._alive(row)])
-            identity = link_into_place(source, self.path, None)
+            identity = link_into_place(source, self.path, new_ledger_mode(self.path))
         finally:
             source.close()
         write_note(lock, Note(ledger_id, identity, descends_from))

@@ -9,8 +9,10 @@ processes start an empty one — and hand out a card twice. Three things prevent
   a process that opens the path can tell a fresh node from a file that is not the one the
   others use;
 * the *holders*: live processes with the file open, as ``/proc/<pid>/fd`` shows them (a deleted
-  file reads ``<path> (deleted)``), so nobody starts an empty ledger while one of them still
-  holds the previous one;
+  file reads ``<path> (deleted)``) and, since another user's descriptors cannot be read,
+  ``/proc/locks``: sqlite holds a shared lock on a database it has open in WAL mode, listed there
+  for every user. So nobody starts an empty ledger while one of them still holds the previous
+  one;
 * *restoration*: a holder copies its open database with sqlite's online backup into a temporary
   file and links it into place (``link`` never overwrites, so two restorers cannot both win).
 
@@ -24,6 +26,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import stat
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -151,18 +154,23 @@ def command_of(pid: int) -> str:
 def holders(names: Iterable[str] = (), files: Iterable[FileIdentity] = ()) -> list[Holder]:
     """Other live processes with an open descriptor on one of ``files`` (by device and inode,
     wherever the file now is, deleted or moved) or whose ``/proc`` link reads one of ``names``
-    (a deleted file's link is ``"<path> (deleted)"``). Only processes this one may inspect."""
+    (a deleted file's link is ``"<path> (deleted)"``).
+
+    Descriptors are seen only of the processes this one may inspect (its user's, and none under
+    ``hidepid``); a process of another user that has one of ``files`` open as an sqlite database
+    is found by the lock sqlite holds on it (``/proc/locks`` lists every user's). Its command
+    may then read ``""``."""
     wanted_names, wanted_files = set(names), set(files)
-    found: list[Holder] = []
     own = os.getpid()
     try:
         pids = [int(name) for name in os.listdir(_PROC) if name.isdigit()]
     except OSError:
-        return []
-    for pid in pids:
-        if pid != own and _holds(_PROC / str(pid) / "fd", wanted_names, wanted_files):
-            found.append(Holder(pid, command_of(pid)))
-    return found
+        pids = []
+    found = [
+        pid for pid in pids if pid != own and _holds(_PROC / str(pid) / "fd", wanted_names, wanted_files)
+    ]
+    found += [pid for pid in _locking_pids(wanted_files, waiters=True) if pid not in found]
+    return [Holder(pid, command_of(pid)) for pid in found]
 
 
 def _holds(directory: Path, names: set[str], files: set[FileIdentity]) -> bool:
@@ -192,25 +200,52 @@ def deleted(path: str | os.PathLike[str]) -> str:
 def lock_holders(path: str | os.PathLike[str]) -> list[Holder]:
     """Processes holding a lock (flock or POSIX) on the file at ``path``, from ``/proc/locks``."""
     try:
-        status = os.stat(path)
+        identity = identity_of(path)
+    except OSError:
+        return []
+    if identity is None:
+        return []
+    return [Holder(pid, command_of(pid)) for pid in _locking_pids({identity}, waiters=False)]
+
+
+def _locking_pids(files: set[FileIdentity], waiters: bool) -> list[int]:
+    """Other processes with a lock on one of ``files`` (``waiters``: or waiting for one), in the
+    order ``/proc/locks`` lists them."""
+    if not files:
+        return []
+    try:
         lines = (_PROC / "locks").read_text().splitlines()
     except OSError:
         return []
-    device = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    wanted = {f"{os.major(device):02x}:{os.minor(device):02x}:{inode}" for device, inode in files}
     pids: list[int] = []
     for line in lines:
-        fields = line.split()
         # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF" (a waiter's line has "->" in front)
+        fields = line.split()
         if "->" in fields:
-            continue
-        if len(fields) >= 6 and fields[5] == device and fields[4].isdigit():
+            if not waiters:
+                continue
+            fields.remove("->")
+        if len(fields) >= 6 and fields[5] in wanted and fields[4].isdigit():
             pid = int(fields[4])
             if pid not in pids and pid != os.getpid():
                 pids.append(pid)
-    return [Holder(pid, command_of(pid)) for pid in pids]
+    return pids
 
 
 # ---- putting a ledger in place -------------------------------------------------------------
+
+
+def new_ledger_mode(path: Path) -> int | None:
+    """The mode of a ledger started afresh at ``path`` (its holders' copy keeps the old one):
+    read and write for the group where the directory is shared through one (the setgid bit, as
+    on a team box), so that every member may write what any member starts; else None, the
+    umask's (which would leave the others a read-only ledger)."""
+    try:
+        shared = bool(os.stat(path.parent).st_mode & stat.S_ISGID)
+    except OSError:
+        return None
+    return 0o660 if shared else None
 
 
 def link_into_place(source: sqlite3.Connection, path: Path, mode: int | None) -> FileIdentity:

@@ -29,6 +29,7 @@ import re
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import textwrap
@@ -231,6 +232,38 @@ class Box:
         assert done.returncode == 0, done.stderr
         return list(json.loads(done.stdout.strip().splitlines()[-1]))
 
+    def hold_kernel(self, user: OSUser, size: str) -> subprocess.Popen[str]:
+        """``user``'s process holding one "Python 3 (GPU)" kernel of ``size`` (and the ledger)
+        until it is killed; returned once the kernel started."""
+        code = f"""
+            import asyncio, time
+            from jupyter_client.manager import AsyncKernelManager
+
+            async def main():
+                manager = AsyncKernelManager(kernel_name="python3-gpu")
+                await manager.start_kernel(gpu_memory={size!r})
+                print("started", flush=True)
+                while True:
+                    await asyncio.sleep(1)
+
+            asyncio.run(main())
+        """
+        holder = subprocess.Popen(
+            [str(self.python), "-c", textwrap.dedent(code)],
+            env=self.env(user.home, USER=user.name, LOGNAME=user.name),
+            stdout=subprocess.PIPE,
+            text=True,
+            user=user.uid,
+            group=user.gid,
+            extra_groups=os.getgrouplist(user.name, user.gid),
+            cwd=user.home,
+        )
+        assert holder.stdout is not None
+        if holder.stdout.readline().strip() != "started":
+            holder.kill()
+            pytest.fail(f"{user.name}'s kernel did not start (exit {holder.wait(timeout=60)})")
+        return holder
+
 
 @contextlib.contextmanager
 def a_fresh_box() -> Iterator[Box]:
@@ -314,6 +347,39 @@ def test_the_team_box_with_one_shared_ledger_as_the_page_writes_it() -> None:
         assert [path.stat().st_gid for path in ledger.parent.iterdir()] == [group] * len(
             list(ledger.parent.iterdir())
         )
+        a_deleted_ledger_is_not_started_afresh_beside_another_users_holder(box, ledger)
+
+
+def a_deleted_ledger_is_not_started_afresh_beside_another_users_holder(box: Box, ledger: Path) -> None:
+    """Ben cannot read the descriptors of Ann's processes (nor anyone's under hidepid): he finds
+    her process holding the deleted ledger by the lock sqlite keeps on it, and waits for it
+    instead of starting an empty ledger in which her 8G would be free. Failed before: his
+    `status` started a new, empty ledger."""
+    ann, ben = box.users
+    holder = box.hold_kernel(ann, "8G")
+    try:
+        os.kill(holder.pid, signal.SIGSTOP)  # hung: it cannot put the file back
+        ledger.unlink()
+        refused = box.as_user(ben, "jupyter gpushare status")
+        assert refused.returncode != 0, refused
+        assert f"process {holder.pid}" in refused.stderr and "was deleted" in refused.stderr, refused.stderr
+        assert not ledger.exists()
+        os.kill(holder.pid, signal.SIGCONT)  # it puts the file back within a sampling round
+        seen = box.as_user(ben, "jupyter gpushare status --json")
+        assert seen.returncode == 0, seen
+        [device] = json.loads(seen.stdout)["pool"]["devices"]
+        assert device["memory_reserved"] >= 8 * 2**30, device
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait(timeout=60)
+    # Nobody holds it now: deleted with its lock file, it is started afresh by whoever comes
+    # first, writable by the group (failed before: Ann was told it is read-only for her).
+    for leftover in ledger.parent.glob(f"{ledger.name}*"):
+        leftover.unlink()
+    assert box.as_user(ben, "jupyter gpushare status").returncode == 0
+    assert box.start_kernels(ann, ["8G"]) == ["started"]
 
 
 def test_the_steps_are_read_from_the_page() -> None:

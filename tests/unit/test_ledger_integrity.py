@@ -31,6 +31,7 @@ from jupyter_gpushare.errors import (
 )
 from jupyter_gpushare.inventory import parse_simulation
 from jupyter_gpushare.ledger import Ledger
+from jupyter_gpushare.ledger import file as ledger_file
 from jupyter_gpushare.ledger.faults import classify
 from jupyter_gpushare.ledger.file import (
     Note,
@@ -374,6 +375,74 @@ def test_a_bounded_lock_times_out_and_its_abandoned_waiter_lets_go(tmp_path: Pat
     unlock(fresh)
     os.close(fresh)
     os.close(holder)
+
+
+def test_a_ledger_started_in_a_directory_shared_through_a_group_is_group_writable(tmp_path: Path) -> None:
+    """A team box shares the ledger's directory through a group (setgid): a ledger any member's
+    process starts there afresh must be writable by the others, whatever that member's umask."""
+    shared, own = tmp_path / "team", tmp_path / "own"
+    shared.mkdir(mode=0o700)
+    own.mkdir(mode=0o700)
+    os.chmod(shared, 0o2770)
+    umask = os.umask(0o022)
+    try:
+        for directory, expected in ((shared, 0o660), (own, 0o644)):
+            ledger = Ledger(directory / "ledger.sqlite")
+            ledger.register_devices(POOL, True)
+            ledger.close()
+            for name in ("ledger.sqlite", "ledger.sqlite.lock"):
+                assert (directory / name).stat().st_mode & 0o777 == expected, (directory, name)
+    finally:
+        os.umask(umask)
+
+
+HOLD_DATABASE = (
+    "import sqlite3, sys, time; db = sqlite3.connect(sys.argv[1]); db.execute('PRAGMA journal_mode = WAL');"
+    " db.execute('SELECT 1 FROM sqlite_master').fetchall(); print('open', flush=True); time.sleep(60)"
+)
+
+
+def test_a_process_holding_the_database_is_found_by_sqlites_lock_without_its_descriptors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user's descriptors cannot be read (nor anyone's under hidepid): here no process's
+    can, and the holder is still found, by the shared lock sqlite keeps on a WAL database."""
+    database = tmp_path / "ledger.sqlite"
+    sqlite3.connect(database).close()
+    identity = identity_of(database)
+    assert identity is not None
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD_DATABASE, str(database)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "open"
+        monkeypatch.setattr(ledger_file, "_holds", lambda *unreadable: False)  # no descriptor readable
+        database.unlink()  # deleted: only the lock, by device and inode, still names the file
+        assert [holder.pid for holder in holders(files=[identity])] == [child.pid]
+        assert holders(files=[(identity[0], identity[1] + 1)]) == []
+    finally:
+        child.kill()
+        child.wait()
+    assert holders(files=[identity]) == []
+
+
+def test_proc_locks_lines_name_holders_and_waiters_of_the_wanted_file_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wanted = (os.makedev(0xFE, 1), 5678)
+    (tmp_path / "locks").write_text(
+        "1: POSIX  ADVISORY  READ 101 fe:01:5678 1073741826 1073742335\n"
+        "2: FLOCK  ADVISORY  WRITE 102 fe:01:5678 0 EOF\n"
+        "2: -> FLOCK  ADVISORY  WRITE 103 fe:01:5678 0 EOF\n"
+        "3: POSIX  ADVISORY  READ 104 fe:01:56789 128 128\n"
+        "4: POSIX  ADVISORY  READ 105 fe:02:5678 128 128\n"
+        f"5: POSIX  ADVISORY  READ {os.getpid()} fe:01:5678 128 128\n"
+        "6: POSIX  ADVISORY  READ 101 fe:01:5678 128 128\n"
+        "7: garbage\n"
+    )
+    monkeypatch.setattr(ledger_file, "_PROC", tmp_path)  # no pid directories: locks only
+    assert [holder.pid for holder in holders(files=[wanted])] == [101, 102, 103]
+    assert holders() == []
 
 
 def contended_lock(lock_path: Path, holder: int) -> None:
