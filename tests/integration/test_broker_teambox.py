@@ -190,6 +190,12 @@ def test_users_see_and_act_on_their_own_kernels_only(box: TeamBox) -> None:
             ("free", lambda: broker.free({bobs!r})),
             ("usage", lambda: broker.client.call("POST", "slices/{bobs}/usage", {{"memory_used": 1}})),
             ("attach bob's pid", lambda: broker.attach_kernel({mine!r}, {record.kernel.pid})),
+            *(
+                (f"attach pid {{pid}} at {{start}}", lambda pid=pid, start=start: broker.client.call(
+                    "PUT", "slices/{mine}/kernel", {{"pid": pid, "start": start}}
+                ))
+                for pid, start in ((2**40, 1.0), (2**63, 1.0), (2**64, 1.0), (1, float("nan")), (1, float("inf")))
+            ),
         ):
             try:
                 call()
@@ -204,6 +210,10 @@ def test_users_see_and_act_on_their_own_kernels_only(box: TeamBox) -> None:
         assert answers[name][0] == 404, (name, answers)
     status, message = answers["attach bob's pid"]
     assert status == 403 and f"process {record.kernel.pid} is not {ALICE}'s" in message
+    # Her own slice, a process id past any pid_t or a start that is no time: a 400 that says so.
+    hostile = {name: answer for name, answer in answers.items() if name.startswith("attach pid")}
+    assert len(hostile) == 5 and all(answer[0] == 400 for answer in hostile.values()), hostile
+    assert "there is no process 1099511627776" in hostile["attach pid 1099511627776 at 1.0"][1]
     after = Ledger(box.ledger).get(bobs)
     assert after is not None and after.memory == 4 * GiB and after.kernel == record.kernel
     mine_after = Ledger(box.ledger).get(mine)
