@@ -9,7 +9,7 @@ refuses comes back as the same domain error an embedded backend raises.
 
 Besides the service API (:class:`~.base.Backend`) it offers what local kernels' starts and the
 kernels themselves use (:class:`~.base.NodeSlices`); kernel pods are the broker's business
-(:mod:`jupyter_gpushare.backends.kubernetes.broker_pods`).
+(:mod:`jupyter_gpushare.backends.kubernetes.pods_from_broker`).
 """
 
 from __future__ import annotations

@@ -194,7 +194,9 @@ def test_users_see_and_act_on_their_own_kernels_only(box: TeamBox) -> None:
                 (f"attach pid {{pid}} at {{start}}", lambda pid=pid, start=start: broker.client.call(
                     "PUT", "slices/{mine}/kernel", {{"pid": pid, "start": start}}
                 ))
-                for pid, start in ((2**40, 1.0), (2**63, 1.0), (2**64, 1.0), (1, float("nan")), (1, float("inf")))
+                for pid, start in (
+                    (2**40, 1.0), (2**63, 1.0), (2**64, 1.0), (1, float("nan")), (1, float("inf"))
+                )
             ),
         ):
             try:

@@ -3,7 +3,7 @@
 
 Two keepers, chosen from the settings by the provisioner: the server's own Kubernetes client
 (:class:`~.cluster_pods.ClusterPods`), or the GPU broker over its socket
-(:class:`~.broker_pods.BrokerPods`, ``c.GPUShare.broker_url``: the server holds no cluster
+(:class:`~.pods_from_broker.BrokerPods`, ``c.GPUShare.broker_url``: the server holds no cluster
 credentials). Everything about the kernel itself — its request, token, restarts with a new size,
 polls, signals — is the provisioner's, the same for both.
 """

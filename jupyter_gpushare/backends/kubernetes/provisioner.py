@@ -5,7 +5,7 @@ cluster's GPU sharing layer understands (:mod:`jupyter_gpushare.k8s.build`, the 
 ``jupyter gpushare render-pod``), waits honestly, connects securely and cleans up. Who creates,
 looks at and deletes the pod is its :class:`~.pod_keeper.PodKeeper`, chosen from the settings:
 the server itself with its own Kubernetes client (:mod:`.cluster_pods`), or the GPU broker over
-its socket (:mod:`.broker_pods`, ``c.GPUShare.broker_url``); everything below is the same for both.
+its socket (:mod:`.pods_from_broker`, ``c.GPUShare.broker_url``); everything below is the same for both.
 
 Lifecycle (the kernel manager calls these in this order):
 
@@ -48,11 +48,11 @@ from ...errors import DoesNotFitError, NeedsRestartError
 from ...k8s.manifests import pod_name
 from ...slice_request import SliceRequest
 from ..provisioning import REQUEST_TRAITS, SliceProvisioner
-from .broker_pods import BrokerPods
 from .cluster_pods import ClusterPods
 from .held_for_life import HeldForLife
 from .pod_keeper import KernelPod, PodKeeper, PodWatch
 from .pod_start import KernelPodError
+from .pods_from_broker import BrokerPods
 from .slice_requests import pod_slice_request
 
 NEEDS_RESTART = (
