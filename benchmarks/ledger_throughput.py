@@ -39,6 +39,9 @@ Correctness is checked at the end of every run: the ledger must hold no row, and
 must have seen each of its requests placed and then released exactly once (``release`` returning
 the running row).
 
+Each run also reports what its workers wrote per pair (``/proc/self/io``): the write-ahead log's
+frames and the checkpoints' copies, nearly all of it set by the ledger's page size.
+
 The process count sweep is sequential, so the machine's cores are shared only by the processes of
 one run (and by whatever else runs on the machine: the load average is printed before and after).
 Beyond the headline, a breakdown runs in this process: the cost of ``request``, ``try_place`` and
@@ -119,6 +122,18 @@ def _load() -> str:
         return "unknown"
 
 
+def _written() -> int:
+    """Bytes this process has written so far (``wchar`` of ``/proc/self/io``: the write-ahead
+    log's frames and the checkpoints' copies, whether or not they reached the disk yet); -1
+    where the file is missing (not Linux)."""
+    try:
+        with open("/proc/self/io") as counters:
+            fields = dict(line.split(": ", 1) for line in counters.read().splitlines() if ": " in line)
+        return int(fields["wchar"])
+    except (OSError, KeyError, ValueError):
+        return -1
+
+
 def _api() -> SimpleNamespace:
     """The package's names the measurement uses, wherever the measured commit keeps them.
 
@@ -182,6 +197,7 @@ def _worker(
     ready.wait()
     start = time.perf_counter()
     cpu_start = time.process_time()  # the worker's threads, lock helpers included
+    written_start = _written()
     deadline = start + duration
     now = start
     while now < deadline:
@@ -222,8 +238,10 @@ def _worker(
         pairs += 1
         now = time.perf_counter()
         latencies.append(now - t0)
+    written = _written() - written_start  # before close: a last checkpoint is not the loop's
     ledger.close()
-    results.put((worker, pairs, waits, queued, now - start, latencies, time.process_time() - cpu_start))
+    cpu = time.process_time() - cpu_start
+    results.put((worker, pairs, waits, queued, now - start, latencies, cpu, written))
 
 
 def run_processes(
@@ -288,6 +306,10 @@ def run_processes(
         # CPU per pair, all workers together: steadier than pairs/s on a busy machine, and it
         # counts what waiting for the lock costs the waiters.
         "cpu_us": 1e6 * sum(item[6] for item in collected) / max(1, pairs),
+        # What a pair writes (the page size decides most of it), or -1 where it cannot be read.
+        "kib": sum(item[7] for item in collected) / 1024 / max(1, pairs)
+        if all(item[7] >= 0 for item in collected)
+        else -1.0,
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         "max_ms": 1000 * latencies[-1],
@@ -579,23 +601,27 @@ def _run(
 
         header = (
             f"{'code':<10} {'variant':<9} {'procs':>5} {'pairs':>7} {'pairs/s':>8} {'queued':>7} "
-            f"{'waits':>7} {'p50 ms':>7} {'p99 ms':>8} {'max ms':>8} {'CPU us':>7} {'empty':>5} {'goal':>5}"
+            f"{'waits':>7} {'p50 ms':>7} {'p99 ms':>8} {'max ms':>8} {'CPU us':>7} {'KiB w':>6} {'empty':>5} "
+            f"{'goal':>5}"
         )
         print(header)
         print("-" * len(header))
         for row in rows:
             judged = row["variant"] == "backoff" and row["code"] == "ours"
             verdict = ("ok" if row["rate"] >= GOAL_PAIRS_PER_S else "MISS") if judged else "-"
+            written = f"{row['kib']:.1f}" if row["kib"] >= 0 else "?"
             print(
                 f"{row['code']:<10} {row['variant']:<9} {row['processes']:>5} {row['pairs']:>7} "
                 f"{row['rate']:>8.0f} {row['queued']:>7} {row['waits']:>7} {row['p50_ms']:>7.2f} "
                 f"{row['p99_ms']:>8.2f} {row['max_ms']:>8.1f} {row['cpu_us']:>7.0f} "
+                f"{written:>6} "
                 f"{'yes' if row['empty'] else 'NO':>5} "
                 f"{verdict:>5}"
             )
         print("(queued: requests whose first attempt answered Waiting although the pool had room -")
         print(" strict FIFO behind another process's row that was queued at that moment; waits: all")
-        print(" Waiting answers, polls included; CPU us: the workers' CPU time per pair)")
+        print(" Waiting answers, polls included; CPU us: the workers' CPU time per pair; KiB w: what")
+        print(" the workers wrote per pair, the write-ahead log's frames and the checkpoints)")
         print()
 
         ours = [row for row in rows if row["code"] == "ours"]

@@ -62,6 +62,7 @@ from .schema import (
     initialise,
     ledger_id_of,
     ledger_id_of_safe,
+    new_database,
     record_again,
     replace_devices,
     slice_dicts,
@@ -343,7 +344,7 @@ class LedgerAccess:
     def _create(self, lock: int, descends_from: str | None, slices: Sequence[Row]) -> OpenFile:
         """Start a ledger at the (free) path: empty, or with the rows of a damaged one."""
         ledger_id = new_ledger_id()
-        source = sqlite3.connect(":memory:", isolation_level=None)
+        source = new_database()
         try:
             with write_transaction(source):
                 initialise(source, ledger_id)

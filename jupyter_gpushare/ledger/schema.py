@@ -113,6 +113,22 @@ DEVICE_COLUMNS = ("uuid", "idx", "name", "memory_total", "mig", "simulated")
 Row = Mapping[str, Any]
 
 
+# A ledger's rows are small, and a kernel's start or end changes five to seven pages (a slice,
+# its three indexes, an accounting event, at times the header): each is a whole frame in the
+# write-ahead log, so 1 KiB pages write a quarter of what sqlite's default 4 KiB pages do, and
+# a checkpoint has a quarter as much to sync. Reading a hundred or a thousand slices costs the
+# same either way (benchmarks/ledger_throughput.py, docs/benchmarks.md).
+PAGE_SIZE = 1024
+
+
+def new_database() -> sqlite3.Connection:
+    """An empty database in memory, in the ledger's page size, for a ledger started afresh (it
+    is copied to the file whole, page size included)."""
+    database = sqlite3.connect(":memory:", isolation_level=None)
+    database.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # before anything is written: it then stays
+    return database
+
+
 def initialise(db: sqlite3.Connection, ledger_id: str | None) -> str:
     """Create what is missing (tables, columns, the ledger's id) inside the caller's
     transaction; returns the ledger's id (the file's own when it has one)."""

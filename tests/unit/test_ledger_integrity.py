@@ -6,6 +6,7 @@ another holder; nothing is faked.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import os
@@ -133,6 +134,31 @@ def test_a_deleted_ledger_is_put_back_from_the_open_copy(path: Path, ledger: Led
     # The card stays held: a second whole card goes to GPU1, a third waits.
     assert isinstance(ledger.request(whole("gpu1"), Policy()), Placed)
     assert not isinstance(ledger.request(whole("third"), Policy()), Placed)
+
+
+def test_a_ledger_is_written_in_small_pages_new_or_put_back(path: Path, ledger: Ledger) -> None:
+    """1 KiB pages: a kernel's start and end write a quarter of what 4 KiB pages would to the
+    write-ahead log (every changed page is a whole frame there); a ledger put back keeps them."""
+
+    def page_size() -> int:
+        with contextlib.closing(sqlite3.connect(path)) as database:
+            return int(database.execute("PRAGMA page_size").fetchone()[0])
+
+    def log_bytes_of_a_start_and_end() -> int:
+        with contextlib.closing(sqlite3.connect(path)) as database:
+            assert database.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # not busy
+        assert os.path.getsize(f"{path}-wal") == 0
+        request = NewRequest("small", "alice", "s", "timeslice", "shared", "1G", None, ME, "k", "n.ipynb")
+        assert isinstance(ledger.request(request, Policy()), Placed)
+        assert ledger.release("small") is not None
+        return os.path.getsize(f"{path}-wal")
+
+    assert page_size() == 1024
+    assert 0 < log_bytes_of_a_start_and_end() < 16 * 1024  # 4 KiB pages: about 41 KiB
+    remove_all(path)
+    assert ledger.check() is None
+    assert page_size() == 1024
+    assert 0 < log_bytes_of_a_start_and_end() < 16 * 1024
 
 
 def test_a_write_after_the_delete_lands_in_the_restored_file(path: Path, ledger: Ledger) -> None:
