@@ -19,11 +19,14 @@ Latency (:mod:`http_load`): 20 closed-loop clients on loopback, one kept-alive c
 ``--quick``) to one route. The baseline is jupyter_server's own ``GET /api/status`` -
 authenticated and authorized like our routes, with a trivial body - measured the same way in
 the same run. The routes alternate over two rounds (order reversed in the second) so that a
-drift in machine load hits them alike. Reported per route: p50, p90, p99, max, requests/s, and
-the server process's CPU time per request (over the measured phase only; it does not depend on
-how many clients queue behind each other and is the steadiest figure on a busy machine); then
-the same with one client, and a Little's-law line (with N closed-loop clients and one event loop,
-a request waits for about N requests' worth of server work).
+drift in machine load hits them alike. The whole latency part runs ``--repeat`` times (3; 1 with
+``--quick``) and the goal is judged on the median of the repeats' ratios: one p99 of 2,000
+requests is the 20th slowest, which one stall of the machine can move by half. Reported per
+route: p50, p90, p99, max, requests/s, and the server process's CPU time per request (over the
+measured phase only; it does not depend on how many clients queue behind each other and is the
+steadiest figure on a busy machine); then the same with one client, and a Little's-law line
+(with N closed-loop clients and one event loop, a request waits for about N requests' worth of
+server work).
 
 Stream fan-out: three windows of the same length (10 s; 5 s with ``--quick``) with 0, 1 and 20
 subscribers to ``GET /api/gpushare/stream``: the server's CPU over each window as a share of one
@@ -386,20 +389,31 @@ def print_little(rows: list[Summary], clients: int) -> None:
         )
 
 
-def latency_verdict(rows: list[Summary], slices: int) -> bool:
-    """The goal: each of our routes' p99 and server CPU per request <= GOAL_RATIO x the baseline's."""
+def goal_ratios(rows: list[Summary]) -> dict[str, float]:
+    """Each of our routes' p99 and server CPU per request over the baseline's (``rows[0]``)."""
     base = rows[0]
-    misses = [
-        f"{row.label} {name} x{ours / theirs:.2f}"
+    return {
+        f"{row.label} {name}": ours / theirs
         for row in rows[1:]
         for name, ours, theirs in (("p99", row.p99, base.p99), ("CPU/request", row.server_ms, base.server_ms))
-        if ours > GOAL_RATIO * theirs
-    ]
-    worst = max(max(row.p99 / base.p99, row.server_ms / base.server_ms) for row in rows[1:])
+    }
+
+
+def latency_verdict(repeats: list[list[Summary]], slices: int) -> bool:
+    """The goal: each of our routes' p99 and server CPU per request <= GOAL_RATIO x the baseline's,
+    judged on the median over the repeats. One p99 of 2,000 requests is the 20th slowest, and on
+    two shared cores the baseline's own p99 moved between 11.0 and 18.3 ms from one run to the
+    next (2026-12-05): a single run's ratio says whether a stall fell into a route's rounds."""
+    each = [goal_ratios(rows) for rows in repeats]
+    medians = {name: statistics.median(ratios[name] for ratios in each) for name in each[0]}
+    misses = [f"{name} x{ratio:.2f}" for name, ratio in medians.items() if ratio > GOAL_RATIO]
+    if len(repeats) > 1:
+        print(f"worst ratio of each repeat: {', '.join(f'x{max(ratios.values()):.2f}' for ratios in each)}")
     print(
         f"VERDICT: GET pool and GET kernels with {slices} slices: p99 and server CPU per request <= "
-        f"x{GOAL_RATIO:.2f} of GET /api/status: {'MET' if not misses else 'MISSED'} (worst x{worst:.2f}"
-        + (f"; over: {', '.join(misses)})" if misses else ")")
+        f"x{GOAL_RATIO:.2f} of GET /api/status (median of {len(repeats)} repeat"
+        f"{'s' if len(repeats) > 1 else ''}): {'MET' if not misses else 'MISSED'} "
+        f"(worst x{max(medians.values()):.2f}" + (f"; over: {', '.join(misses)})" if misses else ")")
     )
     return not misses
 
@@ -649,6 +663,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=100, help="timed requests per client per route")
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument(
+        "--repeat", type=int, default=3, help="latency runs per slice count, judged on their median"
+    )
+    parser.add_argument(
         "--slices", default=None, help="comma-separated slice counts (default 100,1000; --quick: 100)"
     )
     parser.add_argument("--subscribers", type=int, default=20)
@@ -658,7 +675,7 @@ def main() -> int:
         "--client", choices=sorted(CLIENTS), default="raw", help="HTTP client of the latency runs"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="100 slices, 20 requests per client, 5 s stream windows"
+        "--quick", action="store_true", help="100 slices, one repeat, 20 requests per client, 5 s windows"
     )
     parser.add_argument(
         "--against",
@@ -668,13 +685,15 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.requests = min(args.requests, 20)
+        args.repeat = 1
         args.window = min(args.window, 5.0)
     try:
         counts = [int(item) for item in (args.slices or ("100" if args.quick else "100,1000")).split(",")]
     except ValueError:
         parser.error(f"--slices takes whole numbers separated by commas, not {args.slices!r}")
-    if args.requests < ROUNDS or min(args.clients, args.subscribers, *counts) < 1 or args.window <= 0:
-        parser.error("--requests >= 2; --clients, --slices, --subscribers, --window > 0")
+    too_few = min(args.clients, args.subscribers, args.repeat, *counts) < 1
+    if args.requests < ROUNDS or too_few or args.window <= 0:
+        parser.error("--requests >= 2; --clients, --repeat, --slices, --subscribers, --window > 0")
     try:
         with contextlib.ExitStack() as stack:
             revision = stack.enter_context(checkout(args.against)) if args.against else None
@@ -715,22 +734,26 @@ def run(args: argparse.Namespace, counts: list[int], revision: Revision | None) 
                     f"{reserved / 2**30:.0f} GiB reserved; GET pool {pool_bytes / 1024:.1f} KiB, "
                     f"GET kernels {kernels_bytes / 1024:.1f} KiB ({sent / 1024:.1f} KiB as sent with gzip)"
                 )
-            loaded, single = asyncio.run(latency_runs(sides, args.clients, args.requests, args.client))
-            for side in sides:
+            repeats = []
+            for repeat in range(args.repeat):
+                loaded, single = asyncio.run(latency_runs(sides, args.clients, args.requests, args.client))
+                repeats.append(loaded["ours"])
+                for side in sides:
+                    print()
+                    print_latency_table(
+                        f"{side.label}: {args.clients} concurrent clients ({args.client} client, closed "
+                        f"loop, {ROUNDS} alternating rounds), repeat {repeat + 1} of {args.repeat}:",
+                        loaded[side.label],
+                    )
+                    print_latency_table(f"{side.label}: 1 client (no queueing):", single[side.label])
+                    print_ratios(side.label, loaded[side.label], args.clients)
                 print()
-                print_latency_table(
-                    f"{side.label}: {args.clients} concurrent clients ({args.client} client, closed loop, "
-                    f"{ROUNDS} alternating rounds):",
-                    loaded[side.label],
-                )
-                print_latency_table(f"{side.label}: 1 client (no queueing):", single[side.label])
-                print_ratios(side.label, loaded[side.label], args.clients)
+                print_little(loaded["ours"], args.clients)
+                if revision is not None:
+                    print_against(loaded["ours"], loaded[revision.short], revision.short)
             print()
-            print_little(loaded["ours"], args.clients)
-            if revision is not None:
-                print_against(loaded["ours"], loaded[revision.short], revision.short)
             if count == GOAL_SLICES:
-                latency_verdict(loaded["ours"], count)
+                latency_verdict(repeats, count)
             else:
                 print(f"(with {count} slices: reported, no goal)")
 
