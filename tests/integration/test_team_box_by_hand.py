@@ -368,10 +368,11 @@ def a_deleted_ledger_is_not_started_afresh_beside_another_users_holder(box: Box,
         os.kill(holder.pid, signal.SIGCONT)  # it puts the file back within a sampling round
         # (on a loaded machine maybe later than one status waits: asked again until it did)
         seen = wait_until(
-            lambda: (lambda done: done if done.returncode == 0 else None)(
-                box.as_user(ben, "jupyter gpushare status --json")
-            ),
+            lambda: box.as_user(ben, "jupyter gpushare status --json"),
             timeout=120,
+            interval=0.5,
+            until=lambda done: done.returncode == 0,
+            message="Ben's status once the holder put the ledger back",
         )
         [device] = json.loads(seen.stdout)["pool"]["devices"]
         assert device["memory_reserved"] >= 8 * 2**30, device
