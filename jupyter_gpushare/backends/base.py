@@ -96,6 +96,11 @@ class Backend(Protocol):
     def change_marker(self) -> Hashable:
         """Changes whenever ``pool`` or ``kernels`` could answer differently (render caches)."""
 
+    def change_marker_at_once(self) -> Hashable | None:
+        """``change_marker`` if it can be told without waiting — from memory, or a local file in
+        microseconds — so that an event loop may ask; None when it would wait for a lock, a
+        process or the network, or fail: then ``change_marker`` is asked in a worker thread."""
+
     def modes(self) -> list[str]:
         """The sharing modes this pool can honour now."""
 

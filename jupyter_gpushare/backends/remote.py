@@ -153,6 +153,10 @@ class RemoteBackend:
         state = self.feed.latest() if self.feed is not None else None
         return state.marker if state is not None else str(self.client.call("GET", "marker")["marker"])
 
+    def change_marker_at_once(self) -> Hashable | None:
+        state = self.feed.latest() if self.feed is not None else None  # else: ask the broker
+        return state.marker if state is not None else None
+
     def modes(self) -> list[str]:
         return [str(mode) for mode in self.client.call("GET", "modes")]
 

@@ -109,6 +109,17 @@ class Ledger:
         read_only = ledger_faults.not_writable(self.path) is not None
         return (self._access.change_marker() << 1) + read_only
 
+    def change_marker_at_once(self) -> int | None:
+        """``change_marker`` when it takes a stat, an access check and a read of sqlite's shared
+        memory (microseconds: an event loop may ask); None when it would wait for something, or
+        fail: then ``change_marker`` is asked, in a worker thread, and says what is wrong."""
+        try:
+            marker = self._access.change_marker_at_once()
+            read_only = ledger_faults.not_writable(self.path) is not None
+        except (LedgerError, sqlite3.Error, OSError):
+            return None
+        return None if marker is None else (marker << 1) + read_only
+
     def guard(self, interval: float) -> None:
         """Check the file every ``interval`` seconds (a daemon thread): a deleted ledger is put
         back within one round, and a fault is logged once with its fix."""

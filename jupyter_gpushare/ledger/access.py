@@ -53,6 +53,7 @@ from .file import (
     read_note,
     write_note,
 )
+from .guard import Guard
 from .lock import Abandoned, LockTimeout, lock_blocking, run_in_writer, try_lock, unlock
 from .open_file import OpenFile
 from .schema import (
@@ -100,10 +101,8 @@ class LedgerAccess:
         # What this process last saw, to start a damaged ledger afresh without losing a slice.
         self._devices: list[dict[str, Any]] = []
         self._slice_rows: Sequence[Sequence[Any]] = ()  # as read, in SLICE_COLUMNS order
-        self._guard_pid: int | None = None
-        self._guard_interval = 1.0
-        self._reported: str | None = None
         self._failed = False  # the last attempt to open or follow the file failed
+        self._guard = Guard(path, self.check, lambda: self._file is not None or self._failed)
         self.on_check: Callable[[], None] | None = None  # the ledger's own round (devices)
 
     # ---- what the ledger uses --------------------------------------------------------------
@@ -154,7 +153,20 @@ class LedgerAccess:
     def change_marker(self) -> int:
         """A number that changes whenever anyone commits to the ledger, and whenever this process
         moves to another file or opens a new watching connection (whose count starts afresh)."""
-        opened, version = self._threads.data_version(self._current().generation)
+        marker = self._marker(self._current(), wait=True)
+        assert marker is not None
+        return marker
+
+    def change_marker_at_once(self) -> int | None:
+        """The same if it takes no more than a stat and a read of sqlite's shared memory; None
+        if the file is to be opened, followed or put back, or the watching connection is busy."""
+        return self._marker(self._unchanged_file(), wait=False)
+
+    def _marker(self, file: OpenFile | None, wait: bool) -> int | None:
+        counted = None if file is None else self._threads.data_version(file.generation, wait)
+        if counted is None:
+            return None
+        opened, version = counted
         return (((self._generation << 24) + opened) << 40) + version
 
     def forget_thread_connections(self) -> None:
@@ -179,23 +191,7 @@ class LedgerAccess:
 
     def guard(self, interval: float) -> None:
         """Check the file every ``interval`` seconds in a daemon thread (one per process)."""
-        self._guard_interval = max(0.1, interval or 1.0)
-        if self._guard_pid == os.getpid():
-            return
-        self._guard_pid = os.getpid()
-        threading.Thread(target=self._guard_loop, name="gpushare-ledger-guard", daemon=True).start()
-
-    def _guard_loop(self) -> None:
-        while True:
-            time.sleep(self._guard_interval)
-            if self._file is None and not self._failed:
-                continue  # nothing held and nothing asked for: never create a ledger from here
-            fault = self.check()
-            if fault is not None and str(fault) != self._reported:
-                log.error("jupyter_gpushare: %s", fault)  # once per fault, with its fix
-            elif fault is None and self._reported is not None:
-                log.warning("jupyter_gpushare: the GPU ledger %s is usable again", self.path)
-            self._reported = None if fault is None else str(fault)
+        self._guard.start(interval)
 
     def check(self) -> LedgerError | None:
         """Follow or put back the file and retry what failed; the fault now, or None."""
@@ -225,8 +221,8 @@ class LedgerAccess:
     # ---- the current file --------------------------------------------------------------------
 
     def _current(self) -> OpenFile:
-        file = self._file
-        if file is not None and file.pid == current_pid() and self._still_at_path(file):
+        file = self._unchanged_file()
+        if file is not None:
             return file
         with self._state:
             try:
@@ -236,6 +232,11 @@ class LedgerAccess:
                 raise
             self._failed = False
             return settled
+
+    def _unchanged_file(self) -> OpenFile | None:
+        """The file this process opened, if it is still the one at the path (a stat)."""
+        file = self._file
+        return file if file is not None and file.pid == current_pid() and self._still_at_path(file) else None
 
     def _still_at_path(self, file: OpenFile) -> bool:
         """Whether ``file`` is still the file at the path (one stat; its header is read again

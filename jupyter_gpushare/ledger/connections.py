@@ -60,16 +60,23 @@ class ThreadConnections:
             local.connection_key = (key[0], None)
         return connection
 
-    def data_version(self, generation: int) -> tuple[int, int]:
+    def data_version(self, generation: int, wait: bool = True) -> tuple[int, int] | None:
         """``PRAGMA data_version`` on the process's connection that never writes (it counts every
         commit, by other processes and by this process's other connections alike), and how many
         such connections this process has opened: a new one counts from 1 again.
 
         One connection for all threads, used under a lock: each connection counts from its own
-        start, so figures read on two connections could repeat each other across a change."""
+        start, so figures read on two connections could repeat each other across a change.
+        Without ``wait``, None instead of waiting for another thread or for a connection to be
+        opened: the pragma then reads sqlite's shared memory only (write-ahead log mode), which
+        a writer holds for microseconds (recovering a log after a crash: milliseconds)."""
         key = (current_pid(), generation)
-        with self._watcher_lock:
+        if not self._watcher_lock.acquire(blocking=wait):
+            return None
+        try:
             if self._watcher is None or self._watcher[0] != key:
+                if not wait:
+                    return None
                 if self._watcher is not None and self._watcher[0][0] == key[0]:
                     with contextlib.suppress(sqlite3.Error):
                         self._watcher[1].close()
@@ -77,6 +84,8 @@ class ThreadConnections:
                 self._watchers_opened += 1
             version = int(self._watcher[1].execute("PRAGMA data_version").fetchone()[0])
             return self._watchers_opened, version
+        finally:
+            self._watcher_lock.release()
 
     def _replace(
         self, name: str, key: tuple[int, int], make: Callable[[], sqlite3.Connection]

@@ -59,7 +59,13 @@ class GPUShareContext:
     unused: Callable[[], dict[str, str]] = field(default=dict)
 
     def __post_init__(self) -> None:
-        self.snapshots = Snapshots(self._backend_marker, self._own_kernels, self.pool, self.server_kernels)
+        self.snapshots = Snapshots(
+            self._backend_marker,
+            self._own_kernels,
+            self.pool,
+            self.server_kernels,
+            lambda: self.backend.change_marker_at_once(),
+        )
         self.hub = StreamHub(self.stream_event, lambda: self.backend.settings.sample_interval)
 
     # ---- this server's kernels -----------------------------------------------------------

@@ -94,16 +94,22 @@ def answer_of(build: Callable[[], Any], render: Callable[[Any], Body] = Body.of)
 
 
 class SharedReads:
-    """Reads of a value in a worker thread (the backend's change marker, which may block),
-    shared by the requests that arrive while none is under way.
+    """Reads of a value (the backend's change marker), shared by the requests that arrive while
+    none is under way.
 
     Every request gets a value read after it arrived, so it sees every change made before it
-    (a client reads its own writes); but twenty requests arriving together cost one read and
-    one thread hop, not twenty.
+    (a client reads its own writes); but twenty requests arriving together cost one read, not
+    twenty. A value ``read_at_once`` can tell (from memory, or a local file in microseconds) is
+    read on the event loop, in the loop's next round, for every request that arrived before it;
+    otherwise (None) ``read`` is run in a worker thread, since it may block — a hop that costs
+    the requests waiting for it far more than such a read.
     """
 
-    def __init__(self, read: Callable[[], Hashable]) -> None:
+    def __init__(
+        self, read: Callable[[], Hashable], read_at_once: Callable[[], Hashable | None] = lambda: None
+    ) -> None:
         self._read = read
+        self._read_at_once = read_at_once
         self._next: asyncio.Future[Hashable] | None = None  # the read the next round makes
         self._rounds: asyncio.Task[None] | None = None
 
@@ -120,7 +126,8 @@ class SharedReads:
             # Requests arriving from now on wait for the round after this one.
             answer, self._next = self._next, None
             try:
-                answer.set_result(await asyncio.to_thread(self._read))
+                value = self._read_at_once()
+                answer.set_result(await asyncio.to_thread(self._read) if value is None else value)
             except asyncio.CancelledError:
                 answer.cancel()
                 raise
@@ -130,7 +137,7 @@ class SharedReads:
 
 class Snapshots:
     """The latest snapshot, renewed when the marker changes: the backend's change marker (read
-    in a worker thread, see :class:`SharedReads`) and this server's own state of its kernels
+    at once or in a worker thread, see :class:`SharedReads`) and this server's own state of its kernels
     (read on the event loop). ``pool`` and ``kernels`` build the two payloads in a worker thread.
     """
 
@@ -140,8 +147,9 @@ class Snapshots:
         server_marker: Callable[[], Hashable],
         pool: Callable[[], Any],
         kernels: Callable[[], Any],
+        backend_marker_at_once: Callable[[], Hashable | None] = lambda: None,
     ) -> None:
-        self._backend_marker = SharedReads(backend_marker)
+        self._backend_marker = SharedReads(backend_marker, backend_marker_at_once)
         self._server_marker = server_marker
         self._pool = pool
         self._kernels = kernels

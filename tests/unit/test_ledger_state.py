@@ -106,3 +106,48 @@ def test_each_watching_connection_is_counted(tmp_path: Path) -> None:
     assert (opened, version) == (first[0] + 1, first[1]), "a fresh connection counts from the start"
     assert threads.data_version(2)[0] == opened + 1, "a new file generation opens a new one too"
     threads.close()
+
+
+def test_the_marker_told_at_once_agrees_with_the_waiting_one_and_moves_with_every_commit(
+    ledger: Ledger,
+) -> None:
+    """What an event loop reads without a thread hop is the marker a worker thread reads, and it
+    moves with a commit of this process's and with one of another process's."""
+    first = ledger.change_marker()
+    assert ledger.change_marker_at_once() == first
+    ledger.report_usage("k-0", 3 * 2**20, 10, "simulated")
+    second = ledger.change_marker_at_once()
+    assert second not in (None, first) and second == ledger.change_marker()
+    script = f"from jupyter_gpushare.ledger import Ledger; Ledger({str(ledger.path)!r}).release('k-3')"
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    third = ledger.change_marker_at_once()
+    assert third not in (None, first, second) and third == ledger.change_marker()
+
+
+def test_the_marker_is_not_told_at_once_where_telling_it_means_opening_or_mending_the_file(
+    tmp_path: Path,
+) -> None:
+    """Opening the file, or putting back a deleted one, is a waiting read's work (a worker
+    thread's): the read at once says None and leaves the file alone."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    assert ledger.change_marker_at_once() is None
+    assert not ledger.path.exists(), "the read at once created nothing"
+    ledger.register_devices(POOL.devices, simulated=True)
+    marker = ledger.change_marker()
+    assert ledger.change_marker_at_once() == marker
+    ledger.path.unlink()
+    assert ledger.change_marker_at_once() is None
+    assert not ledger.path.exists(), "the read at once put nothing back"
+    restored = ledger.change_marker()
+    assert ledger.path.exists() and ledger.change_marker_at_once() == restored != marker
+    ledger.close()
+
+
+def test_a_watching_connection_not_yet_opened_is_not_opened_by_a_read_at_once(tmp_path: Path) -> None:
+    Ledger(tmp_path / "ledger.sqlite").register_devices(POOL.devices, simulated=True)
+    threads = ThreadConnections(tmp_path / "ledger.sqlite", 5.0)
+    assert threads.data_version(1, wait=False) is None
+    counted = threads.data_version(1)
+    assert threads.data_version(1, wait=False) == counted
+    assert threads.data_version(2, wait=False) is None, "another file generation: a new connection"
+    threads.close()

@@ -155,6 +155,33 @@ async def test_a_failed_read_reaches_every_waiter_and_the_next_request_reads_aga
     assert await shared.value() == "marker-2"
 
 
+async def test_a_marker_told_at_once_is_read_on_the_loop_once_for_the_requests_before_it() -> None:
+    """No thread hop where the backend can tell its marker at once: the requests that arrived
+    together share one read made after the last of them arrived, and a later request gets a
+    read of its own; the worker thread's read is only for a marker that cannot be told so."""
+    state = {"version": 1}
+    at_once: list[int] = []
+    waited: list[threading.Thread] = []
+
+    def read_at_once() -> int | None:
+        at_once.append(state["version"])
+        return None if state["version"] == 3 else state["version"]
+
+    def read() -> int:
+        waited.append(threading.current_thread())
+        return state["version"]
+
+    shared = SharedReads(read, read_at_once)
+    together = [asyncio.ensure_future(shared.value()) for _ in range(19)]
+    state["version"] = 2  # a change made before the last request arrives: it must be seen
+    together.append(asyncio.ensure_future(shared.value()))
+    assert await asyncio.gather(*together) == [2] * 20
+    assert at_once == [2] and waited == []
+    state["version"] = 3  # a marker the backend cannot tell at once: read in a worker thread
+    assert await shared.value() == 3
+    assert at_once == [2, 3] and len(waited) == 1 and waited[0] is not threading.main_thread()
+
+
 def test_a_slice_that_did_not_change_keeps_its_view_and_only_the_changed_one_is_made_again(
     backend: LocalBackend,
 ) -> None:

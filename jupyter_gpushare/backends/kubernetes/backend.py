@@ -297,6 +297,9 @@ class KubernetesBackend(WithoutAccounting):
         watch_version = shared.watch().version if shared is not None and shared.watching else -1
         return (watch_version, self._usage.version, self._problem)
 
+    def change_marker_at_once(self) -> Hashable | None:
+        return None  # the watch may be starting, or waiting for its first list
+
     def modes(self) -> list[str]:
         offered = {mode for node in self.nodes() for mode in node_modes(node, self.preset)}
         return [name for name in MODES if name in offered]

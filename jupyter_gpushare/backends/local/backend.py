@@ -439,6 +439,9 @@ class LocalBackend(KernelGrants, KeepsAccounts):
     def change_marker(self) -> Hashable:
         return self.ledger.change_marker()
 
+    def change_marker_at_once(self) -> Hashable | None:
+        return self.ledger.change_marker_at_once()
+
     def modes(self) -> list[str]:
         return [name for name, mode in MODES.items() if mode.unavailable_reason(self.facts) is None]
 
