@@ -57,6 +57,14 @@ class SharedCluster:
     def watching(self) -> bool:
         return self._watch is not None
 
+    def synced_watch(self) -> ClusterWatch | None:
+        """The watch if it runs and has listed everything once; None where ``watch()`` would
+        wait (for the lock, or for a first listing). Never starts one; an event loop may ask."""
+        watch = self._watch  # one read: stop() may clear it meanwhile
+        if watch is None or not watch.synced:
+            return None
+        return watch
+
     def kernel_pods(self) -> list[dict[str, object]]:
         """Every kernel pod of jupyter-gpushare in the namespace: from the watch where it runs,
         else listed now (a command asks once)."""

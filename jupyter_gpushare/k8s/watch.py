@@ -4,7 +4,7 @@ A server on the Kubernetes backend shows the cluster as its pool. Listing nodes 
 would cost an API call per panel refresh; instead one thread per kind lists once, then watches
 from that list's ``resourceVersion`` and applies each event, re-listing when the watch expires
 (410 Gone) or breaks. Readers get a copy of the latest state at no API cost, and ``version``
-changes whenever anything did (the server's render cache keys on it).
+changes whenever anything did, the view's problem included (the server's render cache keys on it).
 """
 
 from __future__ import annotations
@@ -129,7 +129,10 @@ class Watched:
             return
         if problem != self.problem:
             log.warning("GPU pool view: %s (retrying every %g s)", problem, self._retry)
-        self.problem = problem
+            self.problem = problem
+            # The view now carries a problem (the panel's banner): a change for every cache
+            # keyed on the version, as the objects' own changes are.
+            self._on_change()
         self._stop.wait(self._retry)
 
     def _describe(self, error: ApiException) -> str:
@@ -230,6 +233,11 @@ class ClusterWatch:
 
     def wait_synced(self, timeout: float) -> bool:
         return all(watched.synced.wait(timeout) for watched in self._all)
+
+    @property
+    def synced(self) -> bool:
+        """Whether every kind has been listed once (``wait_synced`` would not wait)."""
+        return all(watched.synced.is_set() for watched in self._all)
 
     @property
     def problem(self) -> str | None:

@@ -185,6 +185,29 @@ def test_a_restarted_api_server_is_relisted_and_nothing_is_counted_twice_or_lost
     stop_kernels(setup, [first, second])
 
 
+def alices_pool_problem(setup: Setup, until: Any) -> str | None:
+    """The ``problem`` of the pool alice's server shows (from the broker), once ``until`` holds."""
+
+    def problem() -> str | None:
+        status, pool = call(setup, "alice", "GET", "pool")
+        assert status == 200, pool
+        return pool.get("problem")
+
+    return wait_until(problem, timeout=60, message="the pool's problem", until=until)
+
+
+def test_while_the_api_server_is_gone_the_pool_says_why_through_the_broker(
+    setup: Setup, control_plane: ControlPlane
+) -> None:
+    """No kernel runs: only the broker's watch noticing the API gone can move the marker that
+    the broker's stream and alice's server cache the pool on."""
+    assert alices_pool_problem(setup, until=lambda problem: True) is None
+    with api_server_down(control_plane):
+        problem = alices_pool_problem(setup, until=lambda problem: problem is not None)
+        assert str(problem).startswith("cannot reach the Kubernetes API to watch "), problem
+    alices_pool_problem(setup, until=lambda problem: problem is None)
+
+
 def through(setup: Setup, fault: AbstractContextManager[float], why: str) -> None:
     """A running kernel through ``fault``: a start meanwhile fails in time with one sentence
     (the API ``why`` unreachable), the kernel runs code throughout and is listed and counted

@@ -5,7 +5,8 @@ for 20 s.
 This module runs its own control plane (:mod:`.faults`, shared with test_broker_faults.py), so
 it can take it down and bring it back without disturbing other modules. A Jupyter server on the
 Kubernetes backend holds kernel pods through each fault: it must relist and go on, count nothing
-twice, lose no kernel, and while the API is gone refuse a start with one sentence.
+twice, lose no kernel, and while the API is gone refuse a start with one sentence and say in its
+pool why the view may be stale.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import re
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,11 @@ def kernel_ids(server: JupyterServer) -> list[str]:
     return listed
 
 
+def pool_problem(server: JupyterServer, until: Callable[[str | None], bool]) -> str | None:
+    """The pool's ``problem`` once ``until`` holds for it (None: the pool is current)."""
+    return wait_until(lambda: get(server, "pool").get("problem"), 60, POLL, "the pool's problem", until=until)
+
+
 async def stop_kernels(server: JupyterServer, kube: KubeCluster, kernel_ids: list[str]) -> None:
     for kernel_id in kernel_ids:
         stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
@@ -115,6 +121,18 @@ async def test_while_the_api_server_is_gone_starts_fail_with_one_sentence_and_ke
     after = await asyncio.to_thread(start_kernel, server)
     assert kernel_ids(server) == sorted([running, after])
     await stop_kernels(server, kube, [running, after])
+
+
+async def test_while_the_api_server_is_gone_the_pool_says_why_though_nothing_in_it_changed(
+    control_plane: ControlPlane, server: JupyterServer
+) -> None:
+    """No kernel runs, so no usage report moves the pool's change marker: only the watch's
+    own problem can tell the server's cached pool that it is stale (the panel's banner)."""
+    assert "problem" not in await asyncio.to_thread(get, server, "pool")
+    with api_server_down(control_plane):
+        problem = await asyncio.to_thread(pool_problem, server, lambda problem: problem is not None)
+        assert str(problem).startswith("cannot reach the Kubernetes API to watch "), problem
+    await asyncio.to_thread(pool_problem, server, lambda problem: problem is None)
 
 
 def test_a_watch_answered_410_gone_relists_and_goes_on(

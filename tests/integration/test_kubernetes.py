@@ -25,10 +25,13 @@ from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from jupyter_client.session import Session
 from traitlets.config import Config
 
+from jupyter_gpushare.backends.base import ServerHooks
+from jupyter_gpushare.backends.kubernetes import kubernetes_backend
 from jupyter_gpushare.backends.kubernetes.backend import server_identity
 from jupyter_gpushare.backends.kubernetes.provisioner import KernelPodError, KubernetesProvisioner
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import DoesNotFitError
+from jupyter_gpushare.k8s.clients import forget_shared_clusters, shared_cluster
 from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
 from jupyter_gpushare.k8s.manifests import (
     HOLDER_ANNOTATION,
@@ -42,10 +45,10 @@ from jupyter_gpushare.k8s.manifests import (
 from jupyter_gpushare.processes import current_process, identify
 from jupyter_gpushare.provisioners import GPUShareProvisioner, SliceProvisioner
 
-from ..cluster import EVENTS, PODS, SECRETS, KubeCluster
+from ..cluster import EVENTS, NODES, PODS, SECRETS, KubeCluster
 from ..support.kernels import kernel_manager, run_cell
 from ..support.nodes import BROKEN_IMAGE, IMAGE, Node
-from ..support.polling import async_wait_until
+from ..support.polling import async_wait_until, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -190,6 +193,37 @@ def test_the_cluster_client_gets_the_api_servers_answers(kube: KubeCluster) -> N
         }
     finally:
         api.close()
+
+
+def test_the_marker_told_at_once_agrees_with_the_waiting_one_and_moves_with_the_watch(
+    kube: KubeCluster,
+) -> None:
+    """The pool's change marker from the watch's memory (a server's event loop asks it): the
+    same as ``change_marker`` before any watch and once the watch listed, moving with a change
+    the watch sees (a node labelled). Asking it never starts a watch."""
+    forget_shared_clusters()  # this test's own client and watch, not an earlier test's
+    backend = kubernetes_backend(GPUShare(backend="kubernetes", resource_preset="hami"))
+
+    def both_agreeing(beyond: object) -> Any:
+        """Both markers read back to back, once they agree and differ from ``beyond`` (the
+        cluster may change between two reads: a Node's status, a Lease-driven taint)."""
+        return wait_until(
+            lambda: (backend.change_marker_at_once(), backend.change_marker()),
+            30,
+            message=f"both markers agreeing, past {beyond}",
+            until=lambda pair: pair[0] == pair[1] and pair[0] != beyond,
+        )[0]
+
+    try:
+        unwatched = both_agreeing(beyond=None)
+        assert not shared_cluster().watching  # the process's one client, as the backend's
+        backend.attach_server(ServerHooks())  # a server shows the pool: the watch starts
+        listed = both_agreeing(beyond=unwatched)
+        kube.patch(NODES, "gpu-node-1", {"metadata": {"labels": {"gpushare-test": "marker"}}})
+        both_agreeing(beyond=listed)
+    finally:
+        backend.stop()
+        forget_shared_clusters()
 
 
 # ---- a kernel in a pod ---------------------------------------------------------------------------

@@ -298,7 +298,13 @@ class KubernetesBackend(WithoutAccounting):
         return (watch_version, self._usage.version, self._problem)
 
     def change_marker_at_once(self) -> Hashable | None:
-        return None  # the watch may be starting, or waiting for its first list
+        """From memory once the watch has listed everything; None while it may still wait for
+        its first listing (then ``change_marker`` waits in a worker thread)."""
+        shared = self._shared
+        if shared is None or not shared.watching:
+            return (-1, self._usage.version, self._problem)
+        watch = shared.synced_watch()
+        return None if watch is None else (watch.version, self._usage.version, self._problem)
 
     def modes(self) -> list[str]:
         offered = {mode for node in self.nodes() for mode in node_modes(node, self.preset)}
