@@ -201,7 +201,7 @@ def test_while_the_api_server_is_gone_the_pool_says_why_through_the_broker(
 ) -> None:
     """No kernel runs: only the broker's watch noticing the API gone can move the marker that
     the broker's stream and alice's server cache the pool on."""
-    assert alices_pool_problem(setup, until=lambda problem: True) is None
+    alices_pool_problem(setup, until=lambda problem: problem is None)  # current before the fault
     with api_server_down(control_plane):
         problem = alices_pool_problem(setup, until=lambda problem: problem is not None)
         assert str(problem).startswith("cannot reach the Kubernetes API to watch "), problem

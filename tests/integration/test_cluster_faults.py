@@ -128,7 +128,7 @@ async def test_while_the_api_server_is_gone_the_pool_says_why_though_nothing_in_
 ) -> None:
     """No kernel runs, so no usage report moves the pool's change marker: only the watch's
     own problem can tell the server's cached pool that it is stale (the panel's banner)."""
-    assert "problem" not in await asyncio.to_thread(get, server, "pool")
+    await asyncio.to_thread(pool_problem, server, lambda problem: problem is None)  # current before the fault
     with api_server_down(control_plane):
         problem = await asyncio.to_thread(pool_problem, server, lambda problem: problem is not None)
         assert str(problem).startswith("cannot reach the Kubernetes API to watch "), problem
