@@ -152,10 +152,11 @@ def measure(streams: int, seconds: float, changes: int, root: Path) -> list[Figu
         for _ in range(streams):
             opened.append(Stream(address.connection(60), address.path("stream")))
         settled(opened, client)
-        before = [len(stream.events) for stream in opened]
+        before = sum(len(stream.events) for stream in opened)
         with_streams = cpu_share(broker.pid, seconds)
-        if [len(stream.events) for stream in opened] != before:
-            raise RuntimeError("a stream had an event while nothing changed in the pool")
+        # Nothing is changed meanwhile; a late commit of the broker's own (its housekeeping on a
+        # busy machine) would be sent to every stream, and its cost is then in the figure.
+        unasked = sum(len(stream.events) for stream in opened) - before
         looks_per_second = streams / TICK_S
         per_look_us = max(with_streams - idle, 0.0) / looks_per_second * 1e6
 
@@ -183,6 +184,8 @@ def measure(streams: int, seconds: float, changes: int, root: Path) -> list[Figu
     print(f"{'':<36}{'broker CPU, % of a core':>24}")
     print(f"{'idle broker (baseline)':<36}{100 * idle:>24.2f}")
     print(f"{f'{streams} idle streams':<36}{100 * with_streams:>24.2f}")
+    if unasked:
+        print(f"(the broker committed during that phase: {unasked} events sent, their cost included)")
     print(
         f"one look at the marker by one stream: {per_look_us:.1f} µs of broker CPU ({looks_per_second:.0f}/s)"
     )

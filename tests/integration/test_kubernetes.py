@@ -209,7 +209,7 @@ def test_the_marker_told_at_once_agrees_with_the_waiting_one_and_moves_with_the_
         cluster may change between two reads: a Node's status, a Lease-driven taint)."""
         return wait_until(
             lambda: (backend.change_marker_at_once(), backend.change_marker()),
-            30,
+            90,  # a first listing on a busy machine
             message=f"both markers agreeing, past {beyond}",
             until=lambda pair: pair[0] == pair[1] and pair[0] != beyond,
         )[0]

@@ -51,6 +51,7 @@ from ...k8s.pool import (
 from ...k8s.presets import resolve_preset
 from ...k8s.preview import preview_pod
 from ...k8s.requests import ClusterFacts
+from ...k8s.watch import ClusterWatch
 from ...modes import MODES
 from ...payloads import KernelPayload, PoolPayload
 from ...preview import Preview
@@ -294,17 +295,20 @@ class KubernetesBackend(WithoutAccounting):
 
     def change_marker(self) -> Hashable:
         shared = self._shared
-        watch_version = shared.watch().version if shared is not None and shared.watching else -1
-        return (watch_version, self._usage.version, self._problem)
+        return self._marker(shared.watch() if shared is not None and shared.watching else None)
 
     def change_marker_at_once(self) -> Hashable | None:
         """From memory once the watch has listed everything; None while it may still wait for
         its first listing (then ``change_marker`` waits in a worker thread)."""
         shared = self._shared
         if shared is None or not shared.watching:
-            return (-1, self._usage.version, self._problem)
+            return self._marker(None)
         watch = shared.synced_watch()
-        return None if watch is None else (watch.version, self._usage.version, self._problem)
+        return None if watch is None else self._marker(watch)
+
+    def _marker(self, watch: ClusterWatch | None) -> Hashable:
+        """The watch's version (-1 without a watch), the usage reports' and the cluster's problem."""
+        return (-1 if watch is None else watch.version, self._usage.version, self._problem)
 
     def modes(self) -> list[str]:
         offered = {mode for node in self.nodes() for mode in node_modes(node, self.preset)}
