@@ -12,7 +12,7 @@ from typing import Any
 from . import __version__
 from .backends import backend_for
 from .broker.settings import BROKER_CONFIG_DIR
-from .config import load_settings
+from .config import GPUShare, load_settings, unreported_warnings
 from .errors import BackendUnavailableError, GPUShareError
 from .inventory import SimulationSpecError
 from .k8s.presets import DRA_PRESETS, PRESETS, PresetError
@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments.command == "doctor":
             from .doctor import report, run_checks
 
-            checks = run_checks(load_settings(), kernel=not arguments.no_kernel)
+            checks = run_checks(_settings(), kernel=not arguments.no_kernel)
             print(printable(report(checks, arguments.json)))
             return 1 if any(check.status == "FAIL" for check in checks) else 0
     except BackendUnavailableError as error:
@@ -163,6 +163,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2  # pragma: no cover - parser.error exits
 
 
+def _settings() -> GPUShare:
+    """The settings every command uses; a user's setting an administrator's file overrules is
+    said on stderr, not applied silently."""
+    settings = load_settings()
+    for sentence in unreported_warnings(settings):
+        print(f"jupyter gpushare: warning: {printable(sentence)}", file=sys.stderr)
+    return settings
+
+
 def _broker(arguments: argparse.Namespace) -> int:
     from .broker.app import run
     from .broker.settings import load_broker_configuration
@@ -175,7 +184,7 @@ def _broker(arguments: argparse.Namespace) -> int:
 def _status(as_json: bool) -> int:
     # The local backend reconciles the ledger as it opens it (a broker's client asks the broker
     # to); the Kubernetes one lists the cluster.
-    backend = backend_for(load_settings())
+    backend = backend_for(_settings())
     backend.check_access()  # a pool that cannot be read at all: one sentence, exit status 1
     status: StatusPayload = {"pool": backend.pool(), "kernels": backend.all_kernels()}
     if as_json:
@@ -194,7 +203,7 @@ def _report(since: str, by: str, form: str) -> int:
         raise CommandError(f"--{error}") from None
     if form not in REPORT_FORMATS:
         raise CommandError(f"--format takes one of {', '.join(REPORT_FORMATS)}, not {form!r}")
-    payload = backend_for(load_settings()).usage(seconds, by)
+    payload = backend_for(_settings()).usage(seconds, by)
     if form == "json":
         print(json.dumps(payload, indent=2))
     else:
@@ -244,7 +253,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     from .k8s.claims import whole_card_warning
     from .slice_request import make_slice_request
 
-    settings = load_settings()
+    settings = _settings()
     if arguments.preset:
         settings.resource_preset = arguments.preset
     argv: tuple[str, ...] = DEFAULT_ARGV
@@ -301,7 +310,7 @@ def _profiles(arguments: argparse.Namespace) -> int:
 
     from .hub import claim_templates, static_profiles
 
-    settings = load_settings()
+    settings = _settings()
     sizes = _sizes(arguments.sizes, settings.sizes)
     mig = [profile.strip() for profile in arguments.mig_profiles.split(",")] if arguments.mig_profiles else []
     options: dict[str, Any] = {"preset": arguments.preset, "mig_profiles": mig}
@@ -336,7 +345,7 @@ def _sizes(text: str | None, default: list[str]) -> list[str]:
 
 
 def _install(arguments: argparse.Namespace) -> int:
-    settings = load_settings()
+    settings = _settings()
     sizes = _sizes(arguments.sizes, []) if arguments.sizes is not None else []
     prefix = sys.prefix if arguments.sys_prefix else arguments.prefix
     installed = install_kernelspecs(

@@ -46,6 +46,9 @@ class PoolSeen:
     source: str  # "NVML", "simulated", "the ledger", "the broker"
     mig_instances: int = 0
     problem: str | None = None  # why there is none
+    # Where this process's simulated pool was asked for: a config file, "$JUPYTER_GPUSHARE_SIMULATE",
+    # "the command line" (config.Settled.origin), so that the fix names the place to change.
+    simulate_origin: str = ""
 
 
 def device_labels(devices: Sequence[Device]) -> tuple[str, ...]:
@@ -76,19 +79,31 @@ def check_gpus(pool: PoolSeen, driver: str = "?") -> Check:
             "GPUs",
             "WARN",
             f"simulated pool remembered by the ledger ({names}); no real GPU is used",
-            "a process with JUPYTER_GPUSHARE_SIMULATE (make demo) registered it; on a GPU node, "
-            "a server without it registers the real cards instead",
+            "a process with c.GPUShare.simulate or $JUPYTER_GPUSHARE_SIMULATE (make demo does "
+            "this) registered it; on a GPU node, a server without either registers the real cards "
+            "instead",
         )
     if pool.simulated:
         return Check(
             "GPUs",
             "WARN",
             f"simulated pool ({names}); no real GPU is used",
-            "unset c.GPUShare.simulate / JUPYTER_GPUSHARE_SIMULATE on a GPU node",
+            f"{stop_simulating(pool.simulate_origin)} on a GPU node",
         )
     if pool.source == "the ledger":
         return Check("GPUs", "OK", f"{len(pool.devices)} remembered by the ledger: {names}")
     return Check("GPUs", "OK", f"{len(pool.devices)} via NVML (driver {driver}): {names}")
 
 
-__all__ = ["Check", "Findings", "PoolSeen", "Status", "check_gpus", "device_labels"]
+def stop_simulating(origin: str) -> str:
+    """What to change so that a simulated pool, asked for at ``origin``, is no longer simulated."""
+    if origin.startswith("$"):
+        return f"unset {origin}"
+    if origin.startswith("/"):
+        return f"remove c.GPUShare.simulate from {origin}"
+    if origin and origin != "default":
+        return f"remove GPUShare.simulate from {origin}"
+    return "unset c.GPUShare.simulate / $JUPYTER_GPUSHARE_SIMULATE"
+
+
+__all__ = ["Check", "Findings", "PoolSeen", "Status", "check_gpus", "device_labels", "stop_simulating"]

@@ -8,6 +8,8 @@ Moving a module means changing an import path in a page, never rewriting its tex
 * ``gpushare-metrics [MODULE:NAME]`` — the Prometheus series the collector declares (its gauges,
   or the definitions named, e.g. its counters).
 * ``gpushare-presets`` — the resource names of every Kubernetes preset.
+* ``gpushare-settings-layers`` — where ``GPUShare`` settings come from, in precedence order, and
+  the settings an administrator's file decides for every user.
 * ``gpushare-literal MODULE:NAME`` — a string constant shown as a literal block (the ``%gpu``
   usage text, the accepted size forms).
 * ``gpushare-command jupyter gpushare ...`` — what a (pure) CLI command prints, run at build time.
@@ -132,6 +134,26 @@ class PresetsDirective(SphinxDirective):
 
 def _value(value: object) -> nodes.Node:
     return nodes.Text("—") if value is None else nodes.literal(text=str(value))
+
+
+class SettingsLayersDirective(SphinxDirective):
+    """``gpushare-settings-layers``: where ``GPUShare`` settings come from, lowest precedence
+    first (``jupyter_gpushare.config.layers``), and the administered settings."""
+
+    def run(self) -> list[nodes.Node]:
+        from jupyter_gpushare.config.layers import KINDS, WHERE
+        from jupyter_gpushare.config.loading import administered_traits
+
+        rows = [
+            [nodes.Text(str(rank)), nodes.Text(kind), nodes.Text(WHERE[kind])]
+            for rank, kind in enumerate(KINDS, start=1)
+        ]
+        administered = nodes.paragraph()
+        administered += nodes.Text(
+            "Administered settings (an administrator's file decides them for every user): "
+        )
+        administered += _literals(tuple(sorted(administered_traits())))
+        return [_table(["precedence", "source", "where"], rows), administered]
 
 
 class LiteralDirective(SphinxDirective):
@@ -261,6 +283,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("gpushare-metrics", MetricsDirective)
     app.add_directive("gpushare-presets", PresetsDirective)
     app.add_directive("gpushare-literal", LiteralDirective)
+    app.add_directive("gpushare-settings-layers", SettingsLayersDirective)
     app.add_directive("gpushare-openapi-info", OpenAPIInfoDirective)
     app.add_directive("gpushare-command", CommandDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

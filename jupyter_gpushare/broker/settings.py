@@ -1,9 +1,10 @@
 """The broker's own traits, ``c.GPUShareBroker.<trait>``, and where the broker finds its settings.
 
-The broker reads the ``GPUShare`` and ``GPUShareBroker`` sections of the ``jupyter_server_config``
-files in its own configuration directory (``/etc/jupyter-gpushare``, ``--config-dir``) and on its
-Jupyter config path, the first winning; then ``JUPYTER_GPUSHARE_<TRAIT>`` variables; the
-command's flags (``--socket``, ``--ip``, ``--port``, ``--backend``) win over all. Root's own
+The broker reads the ``GPUShare`` and ``GPUShareBroker`` sections of the config files on its
+Jupyter config path and in its own configuration directory (``/etc/jupyter-gpushare``,
+``--config-dir``), which wins over them, merged per trait over the ``JUPYTER_GPUSHARE_<TRAIT>``
+variables, as every process does (:mod:`jupyter_gpushare.config.layers`); the command's flags
+(``--socket``, ``--ip``, ``--port``, ``--backend``) win over all. Root's own
 Jupyter settings must not decide for a team box: its ledger is the broker's own
 (``/var/lib/jupyter-gpushare/ledger.sqlite`` unless configured: the local kind's broker side
 settles it), never the runtime directory's
@@ -18,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jupyter_core.paths import jupyter_config_path
 from traitlets import TraitError
 from traitlets.config import Config
 
 from ..backends.broker_base.side import broker_side
 from ..backends.broker_base.traits import GPUShareBroker
-from ..config import GPUShare, load_settings, read_config_files
+from ..config import GPUShare, load_settings
+from ..config.layers import Kind
+from ..config.loading import config_directories, config_files
 from ..errors import ConfigurationError
 
 BROKER_CONFIG_DIR = "/etc/jupyter-gpushare"
@@ -33,7 +35,8 @@ SECTIONS = ("GPUShare", "GPUShareBroker")
 
 def names_this_broker(url: str, broker: GPUShareBroker) -> bool:
     """Whether the clients' ``broker_url`` is this broker's own address: its socket, or its
-    HTTP port. Read from the files every user reads (``/etc/jupyter``) or from
+    HTTP port. Read from the files every user reads (``/etc/jupyter``, the shared
+    installation's ``etc/jupyter``) or from
     ``/etc/environment``, it reaches the broker too, and is no setting of the broker's."""
     if url.startswith("unix:"):
         return bool(broker.socket) and os.path.realpath(url.removeprefix("unix:")) == os.path.realpath(
@@ -60,9 +63,14 @@ def load_broker_configuration(
 ) -> BrokerConfiguration:
     """The broker's settings: its configuration directory's files, then those of the Jupyter
     config path, the environment, and ``overrides`` (the command's flags)."""
-    searched = (config_dir, *jupyter_config_path())
-    config, files = read_config_files(SECTIONS, list(searched))
-    settings = load_settings(Config({"GPUShare": dict(config.get("GPUShare", {}))}))
+    own: list[tuple[str, Kind]] = [(config_dir, "system file")] if config_dir else []
+    found = config_files(own)  # least specific first
+    config = Config()
+    for _, _, loaded in found:
+        config.merge(Config({section: loaded[section] for section in SECTIONS if section in loaded}))
+    files = [path for path, _, loaded in reversed(found) if any(section in loaded for section in SECTIONS)]
+    searched = tuple(directory for directory, _ in reversed(config_directories(own)))
+    settings = load_settings(directories=own)
     if backend:
         settings.backend = backend
     broker_side(settings).prepare(settings)

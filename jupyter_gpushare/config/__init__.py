@@ -1,14 +1,18 @@
-"""The ``c.GPUShare`` traits (:mod:`.traits`) and how any process finds them (:mod:`.loading`)."""
+"""The ``c.GPUShare`` traits (:mod:`.traits`), where each setting comes from (:mod:`.layers`) and
+how any process finds them (:mod:`.loading`)."""
 
-from .loading import config_from_files, load_settings, read_config_files, settings_env
+from .layers import Ignored, Layer, Settled
+from .loading import load_settings, settings_env, unreported_warnings
 from .traits import LEDGER_FILENAME, GPUShare, broker_address_problem
 
 __all__ = [
     "LEDGER_FILENAME",
     "GPUShare",
+    "Ignored",
+    "Layer",
+    "Settled",
     "broker_address_problem",
-    "config_from_files",
     "load_settings",
-    "read_config_files",
     "settings_env",
+    "unreported_warnings",
 ]

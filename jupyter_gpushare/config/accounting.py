@@ -28,7 +28,7 @@ class AccountingTraits(HasTraits):
         "each counting half as much every fair_share_half_life) goes first, a user's own requests "
         "in the order they were made, and none is held back longer than queue_age_bound. Either "
         "way the first in line waits until it fits (nobody skips past it).",
-    )
+    ).tag(administered=True)
     fair_share_half_life = Float(
         DAY,
         config=True,

@@ -1,50 +1,97 @@
-"""How any process finds its ``GPUShare`` settings.
+"""How any process finds its ``GPUShare`` settings: the layers of :mod:`.layers`, read from disk.
 
-A server reads them from its own config. A kernel provisioner started by ``jupyter console``,
-nbclient or papermill has no server config, so :func:`load_settings` also reads the
-``GPUShare`` section of the ``jupyter_server_config`` files on the Jupyter config path. Any
-trait the config leaves unset can come from ``JUPYTER_GPUSHARE_<TRAIT>`` in the environment
-(``JUPYTER_GPUSHARE_SIMULATE``, ``JUPYTER_GPUSHARE_LEDGER_PATH``…), which is how a JupyterHub
-spawner, a test or a CI job points every process at one pool, and how a kernel learns the
-settings of the process that started it.
+Every process reads the same files, whatever application it is: a server, a kernel provisioner
+started by ``jupyter console``, nbconvert or papermill, ``jupyter gpushare status``. Each reads the
+``GPUShare`` section of the ``jupyter_config`` and ``jupyter_server_config`` files on the Jupyter
+config path, merged per trait with the ``JUPYTER_GPUSHARE_<TRAIT>`` variables below them and the
+application's own configuration (its command line) above them, so that one ``c.GPUShare`` line in a
+user's own file changes that one setting and nothing else. A kernel gets its settings from the
+process that started it (:func:`settings_env`) and reads no file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
-from jupyter_core.paths import jupyter_config_path
+from jupyter_core.paths import ENV_CONFIG_PATH, SYSTEM_CONFIG_PATH, jupyter_config_path
 from traitlets import Dict, List, TraitError
-from traitlets.config import Config
+from traitlets.config import Application, Config
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 from .. import env_names
 from ..errors import ConfigurationError
+from .layers import ADMINISTERED, Kind, Layer, Settled, settle
 from .traits import GPUShare
 
-CONFIG_FILES = ("jupyter_server_config.json", "jupyter_server_config.py")
+# In each directory, the files every Jupyter application reads, then the server's: a server's
+# own file wins over the common one, and .json over .py, as traitlets loads them.
+CONFIG_FILES = (
+    "jupyter_config.py",
+    "jupyter_config.json",
+    "jupyter_server_config.py",
+    "jupyter_server_config.json",
+)
+
+COMMAND_LINE = "the command line"
+APPLICATION = "the application's own configuration"
+
+
+def administered_traits() -> frozenset[str]:
+    """The traits an administrator's file decides for every user (tagged ``administered``)."""
+    return frozenset(GPUShare.class_trait_names(config=True, **{ADMINISTERED: True}))
 
 
 def load_settings(
-    config: Config | None = None, *, from_files: bool = True, reconcile: bool = True
+    config: Config | None = None,
+    *,
+    from_files: bool = True,
+    reconcile: bool = True,
+    directories: Sequence[tuple[str, Kind]] = (),
 ) -> GPUShare:
-    """The ``GPUShare`` settings for this process.
+    """The ``GPUShare`` settings for this process, with where each came from (``settled``).
 
-    ``config`` is the caller's traitlets config (a server passes its own). When it has no
-    ``GPUShare`` section, the ``jupyter_server_config.{json,py}`` files on the Jupyter config
-    path are read for one, so a kernel started outside a server follows the same settings.
+    ``config`` is the caller's traitlets config (a server's, a kernel manager's): what it sets
+    that no config file on the path explains is the application's own (its command line, its own
+    config file) and wins over the files. Without ``from_files`` (a kernel) only the environment
+    and ``config`` count. ``directories`` are read above the Jupyter config path (the broker's
+    own configuration directory).
     """
-    if config is None or "GPUShare" not in config:
-        config = config_from_files() if from_files else Config()
+    layers = environment_layers()
+    files: list[Layer] = []
+    if from_files:
+        files = [file_layer(path, kind, loaded) for path, kind, loaded in config_files(directories)]
+        layers += files
+    layers += application_layers(config, files)
+    settled = settle(layers, administered_traits())
+    section = Config(settled.values)
     if not reconcile:
-        config = Config(config)
-        config.GPUShare.reconcile_on_start = False
+        section.reconcile_on_start = False
     try:
-        return GPUShare(config=_with_environment(config))
+        settings = GPUShare(config=Config({"GPUShare": section}))
     except (TraitError, ValueError) as error:
         raise ConfigurationError(f"invalid GPUShare configuration: {error}") from None
+    settings.settled = settled
+    return settings
+
+
+_reported: set[str] = set()
+_reported_lock = threading.Lock()
+
+
+def unreported_warnings(settings: GPUShare) -> list[str]:
+    """The sentences about ``settings`` (a user's value an administrator's file overrules) that
+    this process has not told yet: a provisioner loads its settings at every start, and says each
+    once."""
+    sentences = [ignored.sentence() for ignored in (settings.settled.ignored if settings.settled else ())]
+    with _reported_lock:
+        new = [sentence for sentence in sentences if sentence not in _reported]
+        _reported.update(new)
+    return new
 
 
 def settings_env(settings: GPUShare) -> dict[str, str]:
@@ -70,13 +117,15 @@ def settings_env(settings: GPUShare) -> dict[str, str]:
     return env
 
 
-def _with_environment(config: Config) -> Config:
-    """Fill settings the config leaves unset from ``JUPYTER_GPUSHARE_<TRAIT>`` variables."""
-    section = config.get("GPUShare", {})
-    from_env = Config()
+# ---- the layers --------------------------------------------------------------------------------
+
+
+def environment_layers() -> list[Layer]:
+    """One layer per ``JUPYTER_GPUSHARE_<TRAIT>`` variable that is set."""
+    layers = []
     for name, trait in GPUShare.class_traits(config=True).items():
         variable = env_names.trait_variable(name)
-        if name in section or variable not in os.environ:
+        if variable not in os.environ:
             continue
         text = os.environ[variable]
         try:
@@ -87,37 +136,118 @@ def _with_environment(config: Config) -> Config:
                 value = json.loads(text) if text.lstrip().startswith("[") else text.split(",")
             else:
                 value = trait.from_string(text)
-            from_env.GPUShare[name] = value
         except (TraitError, ValueError) as error:
             raise ConfigurationError(f"invalid ${variable}: {error}") from None
-    merged = Config()
-    merged.merge(config)
-    merged.merge(from_env)
-    return merged
+        layers.append(Layer(f"${variable}", "environment variable", {name: value}))
+    return layers
 
 
-def read_config_files(
-    sections: tuple[str, ...] = ("GPUShare",), directories: list[str] | None = None
-) -> tuple[Config, list[Path]]:
-    """The ``sections`` of the ``jupyter_server_config`` files in ``directories`` (by default
-    the Jupyter config path, most specific first: it wins), and the files that had any of them
-    (the winning first)."""
-    merged = Config()
-    read: list[Path] = []
-    for directory in reversed(jupyter_config_path() if directories is None else directories):
+def file_layer(path: Path, kind: Kind, loaded: Config) -> Layer:
+    return Layer(str(path), kind, dict(loaded.get("GPUShare", {})), administrator=administrator_file(path))
+
+
+def application_layers(config: Config | None, files: Iterable[Layer]) -> list[Layer]:
+    """What ``config`` (an application's merged configuration) sets that no config file explains,
+    and its command line: the application's own settings, above every file."""
+    section = dict((config or Config()).get("GPUShare", {}))
+    if not section:
+        return []
+    application = Application.instance() if Application.initialized() else None
+    command_line = dict(getattr(application, "cli_config", Config()).get("GPUShare", {}))
+    from_files: dict[str, list[Any]] = {}
+    for layer in files:
+        for trait, value in layer.values.items():
+            from_files.setdefault(trait, []).append(value)
+    own = {
+        trait: value
+        for trait, value in section.items()
+        if trait not in command_line and not _among(value, from_files.get(trait, []))
+    }
+    given = {trait: value for trait, value in section.items() if trait in command_line}
+    return [Layer(APPLICATION, "application", own), Layer(COMMAND_LINE, "application", given)]
+
+
+def _among(value: Any, values: list[Any]) -> bool:
+    try:
+        return any(value == other for other in values)
+    except Exception:  # a lazy value (c.GPUShare.sizes.append(...)) compares with nothing
+        return False
+
+
+def config_directories(extra: Sequence[tuple[str, Kind]] = ()) -> list[tuple[str, Kind]]:
+    """The Jupyter config path, least specific first, each directory with its kind, and ``extra``
+    directories above them all."""
+    system = {os.path.realpath(directory) for directory in SYSTEM_CONFIG_PATH}
+    environment = {os.path.realpath(directory) for directory in ENV_CONFIG_PATH}
+    seen: set[str] = set()
+    directories: list[tuple[str, Kind]] = []
+    # jupyter_config_path() is most specific first; a directory named twice counts where it is
+    # most specific.
+    for directory in [*(d for d, _ in reversed(extra)), *jupyter_config_path()]:
+        real = os.path.realpath(directory)
+        if real in seen:
+            continue
+        seen.add(real)
+        kind: Kind = dict(extra).get(directory) or (
+            "system file" if real in system else "environment file" if real in environment else "user file"
+        )
+        directories.insert(0, (directory, kind))
+    return directories
+
+
+def config_files(extra: Sequence[tuple[str, Kind]] = ()) -> list[tuple[Path, Kind, Config]]:
+    """Every config file on the path (and in ``extra``), least specific first, as loaded."""
+    found = []
+    for directory, kind in config_directories(extra):
         for filename in CONFIG_FILES:
-            if not os.path.isfile(os.path.join(directory, filename)):
-                continue
-            loader_class = JSONFileConfigLoader if filename.endswith(".json") else PyFileConfigLoader
-            loaded = loader_class(filename, path=directory).load_config()
-            found = [section for section in sections if section in loaded]
-            for section in found:
-                merged.merge(Config({section: loaded[section]}))
-            if found:
-                read.insert(0, Path(directory) / filename)
-    return merged, read
+            path = Path(directory) / filename
+            if path.is_file():
+                found.append((path, kind, load_file(path)))
+    return found
 
 
-def config_from_files(sections: tuple[str, ...] = ("GPUShare",)) -> Config:
-    """The ``sections`` of the ``jupyter_server_config`` files on the Jupyter config path."""
-    return read_config_files(sections)[0]
+_loaded: dict[Path, tuple[tuple[int, int, int], Config]] = {}
+_loaded_lock = threading.Lock()
+
+
+def load_file(path: Path) -> Config:
+    """One config file, as traitlets reads it; read again only when it changed (a provisioner
+    loads its settings at every kernel start)."""
+    try:
+        stat = path.stat()
+    except OSError as error:
+        raise ConfigurationError(f"cannot read the config file {path}: {error.strerror}") from None
+    key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    with _loaded_lock:
+        cached = _loaded.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    loader_class = JSONFileConfigLoader if path.suffix == ".json" else PyFileConfigLoader
+    try:
+        loaded = loader_class(path.name, path=str(path.parent)).load_config()
+    except Exception as error:  # a config file is code: whatever it raises is its author's fault
+        raise ConfigurationError(f"cannot read the config file {path}: {error}") from None
+    with _loaded_lock:
+        _loaded[path] = (key, loaded)
+    return loaded
+
+
+def administrator_file(path: Path) -> bool:
+    """Whether the user running this process can neither write ``path`` nor replace it."""
+    return not (os.access(path, os.W_OK) or os.access(path.parent, os.W_OK))
+
+
+__all__ = [
+    "APPLICATION",
+    "COMMAND_LINE",
+    "CONFIG_FILES",
+    "Settled",
+    "administered_traits",
+    "administrator_file",
+    "config_directories",
+    "config_files",
+    "environment_layers",
+    "load_settings",
+    "settings_env",
+    "unreported_warnings",
+]

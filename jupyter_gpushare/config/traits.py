@@ -20,6 +20,7 @@ from .. import env_names, kinds
 from ..modes import MODES, get_mode
 from ..sizes import SizeError, parse_size
 from .accounting import AccountingTraits
+from .layers import Settled
 
 LEDGER_FILENAME = "gpushare-ledger.sqlite"
 
@@ -28,18 +29,22 @@ class GPUShare(Configurable, AccountingTraits):
     """Fractional GPUs for Jupyter kernels (the queue's order and the accounting's traits are
     defined in ``jupyter_gpushare/config/accounting.py``)."""
 
+    # Where each setting came from, when :func:`~jupyter_gpushare.config.load_settings` made
+    # these settings (None for settings built in code).
+    settled: Settled | None = None
+
     backend = Unicode(
         kinds.DEFAULT_KIND,
         config=True,
         help="Where kernels run: 'local' processes on this node, or 'kubernetes' pods; or a kind "
         f"another package registers under the entry-point group {kinds.GROUP}.",
-    )
+    ).tag(administered=True)
     simulate = Unicode(
         "",
         config=True,
         help="Simulated pool such as '2xA100-80GB,1xT4-16GB' (no GPU needed). "
         f"Also read from ${env_names.SIMULATE}.",
-    )
+    ).tag(administered=True)
     default_memory = Unicode("4G", config=True, help="Slice size when a request names none.")
     default_mode = Enum(
         list(MODES), default_value="timeslice", config=True, help="Sharing mode when a request names none."
@@ -50,20 +55,22 @@ class GPUShare(Configurable, AccountingTraits):
         config=True,
         help="Size presets offered in the UI, kernelspecs and profiles.",
     )
-    overcommit = Float(1.0, config=True, help="Reserved memory may reach capacity x this (>= 1.0).")
+    overcommit = Float(1.0, config=True, help="Reserved memory may reach capacity x this (>= 1.0).").tag(
+        administered=True
+    )
     max_memory_per_kernel = Unicode(
         None, allow_none=True, config=True, help="Largest slice one kernel may hold, e.g. '16G'."
-    )
+    ).tag(administered=True)
     max_memory_per_user = Unicode(
         None, allow_none=True, config=True, help="Most memory one user's kernels may hold together."
-    )
+    ).tag(administered=True)
     min_memory = Unicode(
         "256M",
         config=True,
         help="The smallest slice a kernel may hold, e.g. '256M': a CUDA context alone takes "
         "about that much, so a smaller slice cannot run anything. Also applies to a share of "
         "a small card ('1%').",
-    )
+    ).tag(administered=True)
     when_full = Enum(
         ["queue", "fail"],
         default_value="queue",
@@ -118,7 +125,7 @@ class GPUShare(Configurable, AccountingTraits):
         config=True,
         help="The node ledger (sqlite). Point several servers at one file to "
         f"share a node. Default: the Jupyter runtime dir. Also ${env_names.LEDGER_PATH}.",
-    )
+    ).tag(administered=True)
     sample_interval = Float(
         1.0,
         config=True,
@@ -284,7 +291,7 @@ class GPUShare(Configurable, AccountingTraits):
         "itself: 'unix:/run/jupyter-gpushare/broker.sock' (a team box) or "
         "'http://gpushare-broker:8765/' (a JupyterHub service). Identity and limits then come from "
         f"the broker. Empty (default): everything runs embedded, for one user. Also ${env_names.BROKER_URL}.",
-    )
+    ).tag(administered=True)
 
     reconcile_on_start = Bool(
         True, config=True, help="Release slices of dead kernels when the pool is first opened."

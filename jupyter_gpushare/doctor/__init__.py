@@ -25,7 +25,7 @@ from ..backends.registry import kind_for, load
 from ..config import GPUShare
 from ..findings import Check, Findings, Status, check_gpus
 from ..inventory import Inventory
-from .common import check_broker, check_kernelspecs, seen_through_the_broker
+from .common import check_broker, check_kernelspecs, check_settings, seen_through_the_broker
 from .kernel import check_test_kernel
 
 
@@ -47,7 +47,7 @@ def run_checks(settings: GPUShare, *, kernel: bool = True, inventory: Inventory 
         checks, ready, simulated = [*findings.checks, check_kernelspecs()], findings.ready, findings.simulated
     if kernel:
         checks.append(check_test_kernel(ready, simulated))
-    return checks
+    return [check_settings(settings), *checks]
 
 
 def report(checks: list[Check], as_json: bool) -> str:

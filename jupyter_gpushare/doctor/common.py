@@ -49,6 +49,23 @@ def seen_through_the_broker(pool: dict[str, Any] | None) -> PoolSeen:
     return PoolSeen(labels, bool((pool or {}).get("simulated")), "the broker", problem=problem)
 
 
+def check_settings(settings: GPUShare) -> Check:
+    """Which config files were read and where each setting came from; a user's setting that an
+    administrator's file overrules."""
+    settled = settings.settled
+    if settled is None:
+        return Check("settings", "OK", "given by the caller")
+    if settled.ignored:
+        return Check(
+            "settings",
+            "WARN",
+            "; ".join(ignored.sentence() for ignored in settled.ignored),
+            "remove those lines from your own configuration (the administrator's value is used "
+            "either way), or ask the administrator to change theirs",
+        )
+    return Check("settings", "OK", settled.summary())
+
+
 def check_kernelspecs() -> Check:
     from jupyter_client.kernelspec import KernelSpecManager
 
@@ -67,4 +84,4 @@ def check_kernelspecs() -> Check:
     )
 
 
-__all__ = ["check_broker", "check_kernelspecs", "seen_through_the_broker"]
+__all__ = ["check_broker", "check_kernelspecs", "check_settings", "seen_through_the_broker"]

@@ -9,16 +9,22 @@ a :class:`~jupyter_gpushare.backends.provisioning.SliceProvisioner`.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..backends.provisioning import SliceProvisioner
 from ..backends.registry import kind_for
-from ..config import load_settings
+from ..config import load_settings, unreported_warnings
 
 
 def backend_class(parent: Any) -> type[SliceProvisioner]:
     """The provisioner class of the configured backend, as its kind in the registry names it."""
     settings = load_settings(getattr(parent, "config", None), reconcile=False)
+    # A user's setting an administrator's file overrules: said once per process, in the log of
+    # whatever starts the kernel (a server, jupyter console, nbconvert).
+    log = getattr(parent, "log", None) or logging.getLogger("jupyter_gpushare")
+    for sentence in unreported_warnings(settings):
+        log.warning("jupyter_gpushare: %s", sentence)
     return kind_for(settings).provisioner(settings)
 
 

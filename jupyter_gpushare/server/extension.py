@@ -9,7 +9,7 @@ from jupyter_server.utils import url_path_join
 
 from .. import refusals
 from ..backends import ServerHooks, backend_for
-from ..config import GPUShare, load_settings
+from ..config import GPUShare, load_settings, unreported_warnings
 from . import handlers, kernel_routes, metrics, usage_handlers
 from .context import GPUShareContext
 from .lifecycle import Reclaimer, settle_before_shutdown
@@ -82,6 +82,10 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
     )
     metrics.register(context.metrics_snapshot, backend.usage_totals)
     serverapp.log.info("jupyter_gpushare: %s backend, %s", backend.name, backend.location())
+    if settings.settled is not None:
+        serverapp.log.info("jupyter_gpushare: settings: %s", settings.settled.summary())
+    for sentence in unreported_warnings(settings):
+        serverapp.log.warning("jupyter_gpushare: %s", sentence)
     problem = backend.problem()
     if problem:
         serverapp.log.warning("jupyter_gpushare: %s", problem)

@@ -47,6 +47,7 @@ def container_process(
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
         "JUPYTER_PLATFORM_DIRS": "1",
+        "XDG_CONFIG_DIRS": str(home / ".system-config"),  # the image's /etc/jupyter: none
         "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
         "JUPYTER_DATA_DIR": str(home / ".local/share/jupyter"),
         "JUPYTER_RUNTIME_DIR": str(home / ".local/share/jupyter/runtime"),

@@ -14,7 +14,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from jupyter_gpushare.backends.local import LocalBackend
-from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.config import GPUShare, load_settings
 from jupyter_gpushare.doctor import report, run_checks
 from jupyter_gpushare.inventory import nvml
 from jupyter_gpushare.kernelspec import install_kernelspecs
@@ -64,7 +64,7 @@ def assert_shown(index: int, generated: str) -> None:
 
 
 def test_the_sample_of_a_machine_without_a_gpu(home: Path) -> None:
-    generated = report(run_checks(GPUShare(), kernel=True), as_json=False)
+    generated = report(run_checks(load_settings(), kernel=True), as_json=False)
     assert_shown(0, as_on_a_home_machine(generated, home))
 
 
@@ -72,5 +72,5 @@ def test_the_sample_after_make_demo(home: Path) -> None:
     """The demo's JupyterLab had the simulated pool; the terminal the doctor runs in has not:
     the pool is the one the ledger remembers, and a kernel starts on it."""
     LocalBackend(GPUShare(simulate=DEMO_POOL)).ledger.close()
-    generated = report(run_checks(GPUShare(), kernel=True), as_json=False)
+    generated = report(run_checks(load_settings(), kernel=True), as_json=False)
     assert_shown(1, as_on_a_home_machine(generated, home))

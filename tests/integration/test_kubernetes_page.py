@@ -134,6 +134,8 @@ def server_environment(home: Path, kubeconfig: Path, path: str) -> dict[str, str
         "PATH": path,
         "HOME": str(home),
         "KUBECONFIG": str(kubeconfig),
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "XDG_CONFIG_DIRS": str(home / ".system-config"),  # not the machine's /etc/jupyter
         "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
         "JUPYTER_DATA_DIR": str(home / ".local" / "share" / "jupyter"),
         "JUPYTER_RUNTIME_DIR": str(home / ".local" / "share" / "jupyter" / "runtime"),

@@ -54,8 +54,9 @@ USERS = (f"gpu-ann-{RUN}", f"gpu-ben-{RUN}")
 GROUP = f"gpu-users-{RUN}"
 SIMULATE = "1xA100-80GB"
 NOT_RUN = re.compile(r"^(python3 -m venv |\S*pip install |systemctl |install -m 0644 examples/systemd)")
+# A path the page names, not the tail of another (/opt/jupyter/etc/jupyter is /opt/jupyter's).
 ABSOLUTE = re.compile(
-    r"(/etc/jupyter-gpushare|/etc/jupyter|/run/jupyter-gpushare|/var/lib/jupyter-gpushare|"
+    r"(?<![\w.-])(/etc/jupyter-gpushare|/etc/jupyter|/run/jupyter-gpushare|/var/lib/jupyter-gpushare|"
     r"/var/lib/gpushare-team|/opt/jupyter)(?=/|\b|$)"
 )
 INSTALL = "Install it for every user"
@@ -129,8 +130,10 @@ class Box:
             "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
             "IPYTHONDIR": str(home / "ipython"),
             "JUPYTER_PLATFORM_DIRS": "1",
-            # What a system-wide installation puts on everyone's Jupyter paths.
-            "JUPYTER_CONFIG_PATH": f"{self.root}/etc/jupyter",
+            "XDG_CONFIG_DIRS": f"{self.root}/etc/xdg",  # not the machine's /etc/xdg/jupyter
+            # What a system-wide installation puts on everyone's Jupyter paths: its own
+            # etc/jupyter (this run's Python is not the page's /opt/jupyter), then /etc/jupyter.
+            "JUPYTER_CONFIG_PATH": f"{self.root}/opt/jupyter/etc/jupyter:{self.root}/etc/jupyter",
             "JUPYTER_PATH": f"{self.root}/opt/jupyter/share/jupyter",
             "JUPYTER_GPUSHARE_SIMULATE": SIMULATE,
             **extra,
@@ -314,6 +317,10 @@ def test_the_team_box_with_the_broker_as_the_page_writes_it() -> None:
             assert "0 FAIL" in report.splitlines()[-1], report
             assert f"OK    broker: unix:{box.root}/run/jupyter-gpushare/broker.sock" in report
             assert f"you are {user.name}" in report and "OK    test kernel:" in report
+            # The page's file names the broker, and is root's: an administrator's for the user.
+            admins = f"{box.root}/opt/jupyter/etc/jupyter/jupyter_server_config.py"
+            assert f"OK    settings: config files: {admins} (administrator);" in report, report
+            assert f"broker_url from {admins}" in report, report
         # The limits hold for each user, whatever their own configuration says.
         ann, ben = box.users
         said = box.start_kernels(ann, ["16G", "20G", "16G"])
@@ -393,7 +400,7 @@ def test_the_steps_are_read_from_the_page() -> None:
     broker = steps("With the GPU broker")
     assert [step.path for step in broker if step.who == "file"] == [
         "/etc/jupyter-gpushare/jupyter_server_config.py",
-        "/etc/jupyter/jupyter_server_config.py",
+        "/opt/jupyter/etc/jupyter/jupyter_server_config.py",
     ]
     kinds = [
         "broker"
@@ -401,7 +408,7 @@ def test_the_steps_are_read_from_the_page() -> None:
         else "limits"
         if step.path.startswith("/etc/jupyter-gpushare/")
         else "users"
-        if step.path.startswith("/etc/jupyter/")
+        if step.path.startswith("/opt/jupyter/etc/jupyter/")
         else step.who
         for step in broker
     ]

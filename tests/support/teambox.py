@@ -139,6 +139,12 @@ class TeamBox:
     def broker_url(self) -> str:
         return f"unix:{self.socket}"
 
+    @property
+    def system_config(self) -> Path:
+        """The box's system-wide Jupyter config directory (what /etc/jupyter is on a real box),
+        root's, read by every process of the box."""
+        return self.root / "etc" / "xdg" / "jupyter"
+
     # ---- the broker ------------------------------------------------------------------------------
 
     def start_broker(self) -> None:
@@ -200,6 +206,9 @@ class TeamBox:
             # What this environment enables (the gpushare server extension), whatever Python runs.
             "JUPYTER_CONFIG_PATH": str(Path(sys.prefix) / "etc" / "jupyter"),
             "JUPYTER_PLATFORM_DIRS": "1",
+            # The box's system-wide config directory (its /etc/jupyter): empty unless a test
+            # writes an administrator's file there; never the machine's.
+            "XDG_CONFIG_DIRS": str(self.system_config.parent),
             "JUPYTER_GPUSHARE_BROKER_URL": self.broker_url,
             "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
             "JUPYTER_GPUSHARE_QUEUE_POLL_INTERVAL": "0.1",
@@ -276,6 +285,7 @@ def team_box(
         "JUPYTER_RUNTIME_DIR": str(broker_dir / "runtime"),
         "JUPYTER_DATA_DIR": str(broker_dir / "data"),
         "JUPYTER_PLATFORM_DIRS": "1",
+        "XDG_CONFIG_DIRS": str(root / "etc" / "xdg"),
         "JUPYTER_GPUSHARE_SIMULATE": SIMULATE,
         "JUPYTER_GPUSHARE_LEDGER_PATH": str(broker_dir / "ledger" / "ledger.sqlite"),
         "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",

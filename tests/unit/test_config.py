@@ -132,13 +132,27 @@ def test_json_config_file_on_the_jupyter_path_is_read() -> None:
     assert settings.when_full == "fail"
 
 
-def test_python_config_file_is_read_and_wins_over_json_in_the_same_directory() -> None:
+def test_in_one_directory_json_wins_over_python_and_the_servers_file_over_the_common_one_as_in_a_server() -> (
+    None
+):
+    from jupyter_server.serverapp import ServerApp
+
     write_json_config(config_dir(), {"overcommit": 1.5, "default_memory": "2G"})
     write_py_config(config_dir(), "c.GPUShare.overcommit = 1.25\nc.GPUShare.max_memory_per_user = '24G'\n")
+    (config_dir() / "jupyter_config.py").write_text(
+        "c.GPUShare.max_memory_per_user = '8G'\nc.GPUShare.sample_interval = 2.0\n"
+    )
     settings = load_settings()
-    assert settings.overcommit == 1.25
+    assert settings.overcommit == 1.5
     assert settings.default_memory == "2G"
     assert settings.max_memory_per_user == "24G"
+    assert settings.sample_interval == 2.0
+    # What a real server makes of the same files (traitlets' own order).
+    server = ServerApp()
+    assert server.config_file_paths[0] == str(config_dir())
+    server.load_config_file()
+    for trait in ("overcommit", "default_memory", "max_memory_per_user", "sample_interval"):
+        assert getattr(settings, trait) == server.config.GPUShare[trait], trait
 
 
 def test_the_most_specific_config_directory_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,13 +184,16 @@ def test_an_invalid_config_file_value_is_reported() -> None:
     assert "1.0" in str(caught.value)  # the limit it must respect
 
 
-def test_a_callers_config_with_a_gpushare_section_is_used_as_is() -> None:
-    write_json_config(config_dir(), {"overcommit": 1.5})
+def test_a_callers_config_wins_per_trait_and_the_files_still_count() -> None:
+    write_json_config(config_dir(), {"overcommit": 1.5, "default_memory": "2G"})
     config = Config()
     config.GPUShare.default_memory = "6G"
     settings = load_settings(config)
     assert settings.default_memory == "6G"
-    assert settings.overcommit == 1.0  # the file on disk is not mixed in
+    assert settings.overcommit == 1.5  # merged per trait: one section never replaces the other
+    assert settings.settled is not None
+    assert settings.settled.origin("default_memory") == "the application's own configuration"
+    assert settings.settled.origin("overcommit") == str(config_dir() / "jupyter_server_config.json")
 
 
 def test_a_callers_config_without_a_section_falls_back_to_the_files() -> None:

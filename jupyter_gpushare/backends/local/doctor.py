@@ -30,6 +30,7 @@ def seen_locally(settings: GPUShare, inventory: Inventory) -> PoolSeen:
             inventory.simulated,
             "simulated" if inventory.simulated else "NVML",
             sum(len(device.mig) for device in inventory.devices),
+            simulate_origin=settings.settled.origin("simulate") if settings.settled else "",
         )
     remembered, simulated = _remembered(settings)
     if remembered:
