@@ -13,15 +13,46 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 KERNEL = {"name": "python3-gpu", "display_name": "Python 3 (GPU)", "language": "python"}
 
 # PyTorch is large (the CUDA build is gigabytes): `make demo` leaves it out, and the PyTorch
-# notebook installs it into its kernel's environment the first time it runs, if it is missing.
-TORCH_IF_MISSING = """# PyTorch is not part of `make demo` (it is large): installed here, once, if it is missing.
+# notebook installs it into its kernel's environment the first time it runs, if it is missing,
+# from the index pip is set up to use. Where it cannot be had, the notebook says so in one line
+# and skips its training loop instead of failing on `import torch`.
+TORCH_IF_MISSING = """# PyTorch is not part of `make demo` (it is large): installed here, once, if it is missing,
+# from the package index pip uses (PyPI unless pip is configured otherwise).
+import importlib
 import importlib.util
-import shutil
+import subprocess
+import sys
 
 if importlib.util.find_spec("torch") is None:
-    # The CPU build (about 200 MB) where there is no NVIDIA GPU, else the CUDA build.
-    index = "" if shutil.which("nvidia-smi") else "--index-url https://download.pytorch.org/whl/cpu"
-    %pip install --quiet torch {index}"""
+    print("Installing PyTorch into this kernel's environment (once; it is large)...", flush=True)
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-color", "torch"],
+        capture_output=True,
+        text=True,
+    )
+    importlib.invalidate_caches()
+have_torch = importlib.util.find_spec("torch") is not None
+if not have_torch:
+    why = (pip.stderr.strip().splitlines() or [f"pip exited with status {pip.returncode}"])[-1]
+    print(f"PyTorch could not be installed ({why.removeprefix('ERROR: ')}): the training loop below is skipped.")"""
+
+TRAINING_LOOP = """if have_torch:
+    import torch
+
+    device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    torch.manual_seed(0)
+    x = torch.randn(512, 8, device=device)
+    true_w = torch.arange(8, dtype=torch.float32, device=device)
+    y = x @ true_w + 0.01 * torch.randn(512, device=device)
+    model = torch.nn.Linear(8, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(200):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
+        loss.backward()
+        optimizer.step()
+    print(f'device={device} final loss={loss.item():.4f}')
+    assert loss.item() < 0.01"""
 
 NOTEBOOKS = {
     "01-choose-a-size.ipynb": [
@@ -66,26 +97,11 @@ NOTEBOOKS = {
             "capped to the slice (`torch.cuda.set_per_process_memory_fraction`). On a machine without a "
             "GPU (or on a simulated pool) the same loop runs on the CPU.\n\n"
             "`make demo` does not install PyTorch; the first cell installs it into this kernel's "
-            "environment if it is missing (once; restart the kernel afterwards if it says so)."
+            "environment from your package index if it is missing (once), and where it cannot be "
+            "had says so and the training loop is skipped."
         ),
         new_code_cell(TORCH_IF_MISSING),
-        new_code_cell(
-            "import torch\n"
-            "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
-            "torch.manual_seed(0)\n"
-            "x = torch.randn(512, 8, device=device)\n"
-            "true_w = torch.arange(8, dtype=torch.float32, device=device)\n"
-            "y = x @ true_w + 0.01 * torch.randn(512, device=device)\n"
-            "model = torch.nn.Linear(8, 1).to(device)\n"
-            "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-            "for _ in range(200):\n"
-            "    optimizer.zero_grad()\n"
-            "    loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)\n"
-            "    loss.backward()\n"
-            "    optimizer.step()\n"
-            "print(f'device={device} final loss={loss.item():.4f}')\n"
-            "assert loss.item() < 0.01"
-        ),
+        new_code_cell(TRAINING_LOOP),
         new_markdown_cell("`%gpu` lists the cap applied to PyTorch (or why none was needed):"),
         new_code_cell("%gpu"),
     ],

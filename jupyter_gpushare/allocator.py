@@ -96,10 +96,12 @@ def fit(
     """
     if not devices:
         return Refusal("no GPU in the pool", retry=False)
+    held = list(held)
     others = [slice_ for slice_ in held if slice_.kernel_id != request.kernel_id]
     if request.kind == "mig":
         return _fit_mig(request, devices, others, policy)
-    return _fit_card(request, devices, others, policy)
+    own = [slice_ for slice_ in held if slice_.kernel_id == request.kernel_id]
+    return _fit_card(request, devices, others, policy, own)
 
 
 def fit_on_device(
@@ -148,7 +150,7 @@ def _larger_than_the_pool(request: Request, devices: Sequence[Device]) -> Refusa
 
 
 def _fit_card(
-    request: Request, devices: Sequence[Device], held: list[Held], policy: Policy
+    request: Request, devices: Sequence[Device], held: list[Held], policy: Policy, own: list[Held]
 ) -> Placement | Refusal:
     whole_card = request.kind == "exclusive" or request.size.is_whole
     usable = [device for device in devices if not device.mig_enabled]
@@ -200,7 +202,7 @@ def _fit_card(
     if len(quota_refusals) + len(too_small) == len(usable):
         # Quotas do not change by waiting for other users' kernels to end: fail now.
         return quota_refusals[0]
-    return Refusal(_does_not_fit(request, usable, held, policy, whole_card), retry=True, code=NO_ROOM)
+    return Refusal(_does_not_fit(request, usable, held, policy, whole_card, own), retry=True, code=NO_ROOM)
 
 
 def _fit_mig(
@@ -277,7 +279,8 @@ def user_limit_refusal(
 
 
 def free_memory(device: Device, held: Iterable[Held], overcommit: float) -> int:
-    """Bytes still reservable on ``device``: zero when a whole-card slice holds it."""
+    """Bytes still reservable on ``device`` (what "free" means everywhere: memory no slice in
+    ``held`` has reserved, under the overcommit): zero when a whole-card slice holds it."""
     on_device = [slice_ for slice_ in held if slice_.device_uuid == device.uuid]
     if any(slice_.whole_card for slice_ in on_device):
         return 0
@@ -288,16 +291,26 @@ def free_memory(device: Device, held: Iterable[Held], overcommit: float) -> int:
 def _does_not_fit(
     request: Request,
     usable: Sequence[Device],
-    held: list[Held],
+    others: list[Held],
     policy: Policy,
     whole_card: bool,
+    own: list[Held],
 ) -> str:
     if whole_card:
         busy = ", ".join(device.label for device in usable)
         return f"{request.size} does not fit: no GPU is free of other slices ({busy} in use)"
+    # Free counts this kernel's own slice as taken, as everywhere else; where it holds one (a
+    # resize), what it could grow to is said beside it: that slice plus what is free.
+    everyone = [*others, *own]
     frees = sorted(
-        ((free_memory(device, held, policy.overcommit), device) for device in usable),
+        ((free_memory(device, everyone, policy.overcommit), device) for device in usable),
         key=lambda pair: (-pair[0], pair[1].index),
     )
-    shown = [f"{format_bytes(free)} free on {device.label}" for free, device in frees[:4]]
-    return f"{request.size} does not fit: " + ", ".join(shown)
+    shown = []
+    for free, device in frees[:4]:
+        text = f"{format_bytes(free)} free on {device.label}"
+        if any(slice_.device_uuid == device.uuid for slice_ in own):
+            room = min(device.memory_total, free_memory(device, others, policy.overcommit))
+            text += f", so this kernel can grow to {format_bytes(room)}"
+        shown.append(text)
+    return f"{request.size} does not fit: " + ("; " if own else ", ").join(shown)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import platform
 import re
 import tempfile
 from importlib import resources
@@ -24,6 +25,9 @@ LOGO = "logo-svg.svg"  # the launcher's card icon (JupyterLab reads a kernelspec
 # padded " 8G" comes before "16G". A hair space is all but invisible.
 SORT_SPACE = "\u200a"
 SIZE_DIGITS = 3
+# debugpy (ipykernel's debugger) warns at every CPython start where frozen modules are on; the
+# kernelspec ipykernel installs turns them off with this option, and so does ours.
+PYTHON_ARGUMENTS = ["-Xfrozen_modules=off"] if platform.python_implementation() == "CPython" else []
 
 
 def _resource(name: str) -> str:
@@ -68,6 +72,7 @@ def build_kernelspec(size: str | None, mode: str = DEFAULT_MODE, cores: int | No
     if mode != DEFAULT_MODE:
         label = f"{label}, {mode}"
     spec["display_name"] = spec["display_name"].replace("{label}", label)
+    spec["argv"][1:1] = PYTHON_ARGUMENTS
     config = spec["metadata"]["kernel_provisioner"]["config"]
     config["gpu_memory"] = memory
     config["gpu_mode"] = mode

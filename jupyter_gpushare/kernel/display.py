@@ -15,6 +15,12 @@ def _percent(part: int | None, whole: int) -> str:
     return "" if part is None or whole <= 0 else f" ({100 * part / whole:.0f}%)"
 
 
+def free_on(device: dict[str, Any], overcommit: float) -> int:
+    """What no kernel has reserved on a ``GET pool`` device, under the overcommit: "free" as
+    placement counts it (a kernel's own slice is taken too; the panel says it the same way)."""
+    return max(0, int(device["memory_total"] * overcommit) - int(device["memory_reserved"]))
+
+
 def _bar(used: int, reserved: int, total: int) -> str:
     """An HTML bar: used, the rest of the reservation, free."""
     if total <= 0:
@@ -52,7 +58,8 @@ class SliceStatus(TextView):
     kernel_id: str
     record: SliceRecord | None
     device: str = ""
-    free_on_device: int | None = None
+    device_short: str = ""  # "GPU2", where free memory is named
+    free_on_device: int | None = None  # what no kernel has reserved there, this one included
     simulated: bool = False
     caps: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -86,7 +93,10 @@ class SliceStatus(TextView):
                 "keeps it reserved until it is freed"
             )
         if self.free_on_device is not None:
-            lines.append(f"Free on the device: {format_bytes(self.free_on_device)}")
+            lines.append(
+                f"Free on {self.device_short or 'the device'}: {format_bytes(self.free_on_device)}"
+                " (reserved by no kernel)"
+            )
         if record.cores is not None:
             lines.append(f"Compute share: {record.cores}% of the SMs")
         lines.extend(f"Cap: {cap}" for cap in self.caps)
@@ -195,7 +205,7 @@ class PoolStatus(TextView):
         if pool.get("problem"):
             lines.append(f"Warning: {pool['problem']}")
         for device in pool["devices"]:
-            free = max(0, int(device["memory_total"] * pool["overcommit"]) - device["memory_reserved"])
+            free = free_on(device, pool["overcommit"])
             lines.append(
                 f"GPU{device['id']} {device['name']}: reserved {format_bytes(device['memory_reserved'])}"
                 f" of {format_bytes(device['memory_total'])}, free {format_bytes(free)}, used "

@@ -49,6 +49,10 @@ def mistake(words: list[str], error: str) -> str:
     if words and words[0] not in COMMANDS:
         return f"%gpu: there is no command {words[0]!r}; the commands: {', '.join(COMMANDS)} (%gpu help)"
     where = f"%gpu {words[0]}" if words else "%gpu"
+    if _spaced_size(words):
+        # "%gpu resize 4 G": the parser sees a stray "G"; the person meant a size.
+        size = f"{words[1]} {words[2]}"
+        error = f"GPU size {size!r} has a space inside; write {words[1]}{words[2]}"
     return f"{where}: {error} (%gpu help shows the usage)"
 
 
@@ -71,6 +75,16 @@ def _parser() -> _Parser:
     commands.add_parser("watch")
     commands.add_parser("help")
     return parser
+
+
+def _spaced_size(words: list[str]) -> bool:
+    """Whether a size was written with a space before its unit (``4 G``, ``0.5 GiB``, ``25 %``)."""
+    return (
+        len(words) >= 3
+        and words[0] in ("request", "resize")
+        and re.fullmatch(r"[0-9]*\.?[0-9]+", words[1]) is not None
+        and re.fullmatch(r"(?i:g|gb|gib|m|mb|mib)|%", words[2]) is not None
+    )
 
 
 def _sizes_last(words: list[str]) -> list[str]:

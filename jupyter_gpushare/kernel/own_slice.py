@@ -36,7 +36,7 @@ from ..processes import current_process
 from ..records import Holding, ReleasedSlice, SliceRecord, Suspension, UsageReport
 from ..sizes import format_bytes, parse_size
 from . import caps
-from .display import PoolStatus, SliceStatus
+from .display import PoolStatus, SliceStatus, free_on
 
 if TYPE_CHECKING:
     from ..backends.base import CellNotes, NodeSlices
@@ -167,11 +167,12 @@ class OwnSlice:
             notes.note_activity(self.kernel_id, self._token, busy, at, idle_after, action)
 
     def free_on_device(self, record: SliceRecord) -> int | None:
+        """What no kernel has reserved on this kernel's device (its own slice counts as taken):
+        "free" as the pool, the panel and a refusal say it."""
         pool = self.backend.pool()
         for device in pool["devices"]:
             if device["uuid"] == record.device_uuid:
-                capacity = int(device["memory_total"] * pool["overcommit"])
-                return max(0, capacity - int(device["memory_reserved"]))
+                return free_on(dict(device), pool["overcommit"])
         return None
 
     def status(
@@ -186,6 +187,7 @@ class OwnSlice:
             record=record,
             released=left,
             device=self.device_label(where) if where else "",
+            device_short=self.device_label(record, short=True) if record else "",
             free_on_device=self.free_on_device(record) if record else None,
             simulated=backend.simulated(),
             caps=caps.descriptions(),

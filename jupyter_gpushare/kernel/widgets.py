@@ -1,10 +1,11 @@
-"""``%gpu watch``: a live ipywidgets view of this kernel's slice."""
+"""``%gpu watch``: a live ipywidgets view of this kernel's slice, and a text view of it for
+front ends that show no widgets (a terminal)."""
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Protocol
+from typing import Any, Protocol
 
 import ipywidgets as widgets
 
@@ -12,6 +13,12 @@ from ..records import SliceRecord
 from ..sizes import format_bytes
 
 HISTORY = 60  # samples in the sparkline: one minute at the default 1 s interval
+# A front end that shows no widgets (``jupyter console``) shows the text view instead: it says why
+# it does not move.
+NO_WIDGETS = (
+    "(a snapshot: the live view needs a front end that shows widgets, such as JupyterLab; "
+    "%gpu status shows the slice again)"
+)
 
 
 def sparkline(values: list[int | None], width: int = 180, height: int = 28) -> str:
@@ -50,6 +57,7 @@ class SliceWatch(widgets.VBox):  # type: ignore[misc]
         self.spark = widgets.HTML()
         self.warnings = widgets.HTML()
         self.history: deque[int | None] = deque(maxlen=HISTORY)
+        self.text: list[str] = []  # the same view in plain text, from the same refresh
         super().__init__([self.title, widgets.HBox([self.bar, self.used]), self.spark, self.warnings])
         self._stop = threading.Event()
         self.refresh()
@@ -63,13 +71,12 @@ class SliceWatch(widgets.VBox):  # type: ignore[misc]
             self.bar.value = 0.0
             self.used.value = ""
             self.history.append(None)
+            self.text = ["No GPU slice — take one with %gpu request 4G"]
         else:
             used = record.memory_used or 0
             share = 100 * used / record.memory if record.memory else 0.0
-            self.title.value = (
-                f"<b>GPU slice {format_bytes(record.memory)}</b> ({record.mode}) on "
-                f"{self.own.device_label(record)}"
-            )
+            where = f"({record.mode}) on {self.own.device_label(record)}"
+            self.title.value = f"<b>GPU slice {format_bytes(record.memory)}</b> {where}"
             self.bar.value = min(100.0, share)
             self.bar.bar_style = "danger" if share > 100 else "warning" if share >= 90 else "success"
             self.used.value = (
@@ -79,7 +86,20 @@ class SliceWatch(widgets.VBox):  # type: ignore[misc]
             )
             self.history.append(record.utilization)
             self.warnings.value = "".join(f"<div>&#9888; {warning}</div>" for warning in record.warnings)
+            self.text = [
+                f"GPU slice {format_bytes(record.memory)} {where}",
+                f"Used: {self.used.value}"
+                + (f", utilization {record.utilization}%" if record.utilization is not None else ""),
+                *(f"Warning: {warning}" for warning in record.warnings),
+            ]
         self.spark.value = sparkline(list(self.history))
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """The widget, with the text view as its plain text: a front end that cannot show the
+        widget shows the text (ipywidgets' own is the widget's repr)."""
+        bundle: dict[str, Any] = super()._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = "\n".join([*self.text, NO_WIDGETS])
+        return bundle
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

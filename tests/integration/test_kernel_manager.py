@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
@@ -17,7 +18,7 @@ from jupyter_gpushare.errors import (
 )
 from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
-from ..support.kernels import kernel_manager, run_code, write_kernelspec
+from ..support.kernels import kernel_manager, run_cell, run_code, write_kernelspec
 from ..support.nodes import Node
 from ..support.polling import async_wait_until
 
@@ -210,3 +211,26 @@ async def test_a_start_the_server_checked_is_not_checked_again_but_a_restart_is(
         assert [record.kernel_id for record in node.running()] == [kernel_id]
     finally:
         await kernels.shutdown_all()
+
+
+async def test_a_gpu_kernel_starts_without_debugpys_frozen_modules_warning(
+    node: Node, tmp_path: Path
+) -> None:
+    """debugpy, which ipykernel imports at start, warns on CPython unless frozen modules are off;
+    a terminal (``jupyter console``) shows it at the first prompt. The kernel echoes what it
+    writes to its own stderr here (``quiet`` off), as a terminal shows it."""
+    kernels = manager()
+    with (tmp_path / "stderr").open("w+") as stderr:
+        kernel_id = await kernels.start_kernel(
+            kernel_name="python3-gpu-4g", stderr=stderr, extra_arguments=["--IPKernelApp.quiet=False"]
+        )
+        try:
+            cell = await run_cell(
+                kernels.get_kernel(kernel_id), "import sys; print('echoed', file=sys.stderr)"
+            )
+        finally:
+            await kernels.shutdown_kernel(kernel_id, now=True)
+        stderr.seek(0)
+        said = stderr.read()
+    assert cell.stderr == "echoed\n" and "echoed" in said, (cell, said)  # what the kernel writes is here
+    assert "frozen modules" not in said, said

@@ -27,7 +27,8 @@ async def test_status_shows_the_slice(node: Node, kernels: AsyncMultiKernelManag
     kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-16g")
     cell = await run_cell(kernels.get_kernel(kernel_id), "%gpu")
     assert "GPU slice: 16G (timeslice) on GPU0 (Simulated A100-80GB) — simulated pool" in cell.result
-    assert "Free on the device: 64G" in cell.result
+    # Free: what no kernel has reserved, this one's 16G counted as taken (as the pool says it).
+    assert "Free on GPU0: 64G (reserved by no kernel)" in cell.result
     assert 'class="jp-gpushare-status"' in cell.html  # the rich view in a notebook
     # Nothing measured yet: no bar (a full one beside "not measured yet" said the opposite).
     assert "Used: not measured yet" in cell.result and 'title="used"' not in cell.html
@@ -83,7 +84,11 @@ async def test_a_resize_that_does_not_fit_says_how_much_is_free(
     mine = await kernels.start_kernel(kernel_name="python3-gpu-16g")
     await kernels.start_kernel(kernel_name="python3-gpu-30g")
     cell = await run_cell(kernels.get_kernel(mine), "%gpu resize 60G")
-    assert "60G does not fit: 50G free on GPU0" in cell.stderr
+    # One meaning of free (what no kernel has reserved: 80G less 16G and 30G), and what this
+    # kernel could grow to, said apart.
+    assert "60G does not fit: 34G free on GPU0, so this kernel can grow to 50G" in cell.stderr
+    status = await run_cell(kernels.get_kernel(mine), "%gpu")
+    assert "Free on GPU0: 34G" in status.result, status
     record = node.ledger.get(mine)
     assert record is not None and record.memory == 16 * GiB
 
@@ -145,6 +150,12 @@ async def test_a_kernel_cannot_act_on_another_kernels_slice(
         ("%gpu request 4G --cores ٥٠", "%gpu request: argument --cores: a whole number in the digits 0-9"),
         ("%gpu request 4G --mode x", "%gpu request: argument --mode: invalid choice: 'x'"),
         ('%gpu resize "4G', "%gpu: No closing quotation"),
+        # A space before the unit: the size, not a stray argument, is what is wrong.
+        ("%gpu resize 4 G", "%gpu resize: GPU size '4 G' has a space inside; write 4G"),
+        (
+            "%gpu request 0.5 GiB --mode timeslice",
+            "%gpu request: GPU size '0.5 GiB' has a space inside; write 0.5GiB",
+        ),
     ],
 )
 async def test_a_mistyped_magic_says_what_is_wrong_in_one_line(
@@ -190,6 +201,29 @@ async def test_watch_updates_live(node: Node, kernels: AsyncMultiKernelManager) 
         "print(w.used.value, w.bar.value, w.bar.bar_style, 'polyline' in w.spark.value)",
     )
     assert cell.stdout.strip() == "2G of 4G (50%) 50.0 success True", cell
+
+
+async def test_watch_in_a_front_end_without_widgets_is_text(
+    node: Node, kernels: AsyncMultiKernelManager
+) -> None:
+    """``jupyter console`` shows an output's text/plain: the watch's is a readable view, while the
+    widget itself still goes to a front end that shows widgets."""
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
+    kernel = kernels.get_kernel(kernel_id)
+    await run_cell(kernel, "from jupyter_gpushare import kernel as gpu\ngpu.simulate_usage('1G', 30)")
+    await async_wait_until(
+        lambda: (record := node.ledger.get(kernel_id)) is not None and record.memory_used == GiB,
+        message="the declared use in the ledger",
+    )
+    shown = await run_cell(kernel, "%gpu watch")
+    assert shown.error is None, shown
+    assert "application/vnd.jupyter.widget-view+json" in shown.mimetypes, shown
+    assert shown.result.splitlines() == [
+        "GPU slice 4G (timeslice) on GPU0 (Simulated A100-80GB)",
+        "Used: 1G of 4G (25%), utilization 30%",
+        "(a snapshot: the live view needs a front end that shows widgets, such as JupyterLab; "
+        "%gpu status shows the slice again)",
+    ], shown
 
 
 async def test_resize_with_jax_imported_needs_restart(node: Node, kernels: AsyncMultiKernelManager) -> None:

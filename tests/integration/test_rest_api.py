@@ -187,7 +187,7 @@ def test_bad_resizes_and_unknown_kernels(node: Node, server: JupyterServer) -> N
         ({"gpu_memory": {"size": 4}}, 400, "gpu_memory must be"),
         ({}, 400, 'send {"gpu_memory": SIZE}'),
         ({"gpu_memory": "8G", "gpu_mode": "mps"}, 400, "only gpu_memory can be changed"),
-        ({"gpu_memory": "60G"}, 409, "60G does not fit: 50G free on GPU0"),
+        ({"gpu_memory": "60G"}, 409, "60G does not fit: 34G free on GPU0, so this kernel can grow to 50G"),
         ({"gpu_memory": "1000G"}, 409, "larger than any GPU"),
     ]:
         answer = server.request("PATCH", f"{API}/kernels/{kernel_id}", body)

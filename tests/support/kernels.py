@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ class Cell:
     result: str = ""  # text/plain of execute_result and display_data
     html: str = ""
     error: str | None = None  # exception name when the cell raised
+    mimetypes: list[str] = field(default_factory=list)  # of each execute_result and display_data
 
 
 async def run_cell(kernel: AsyncKernelManager, code: str, timeout: float = 60) -> Cell:
@@ -62,6 +63,7 @@ async def run_cell(kernel: AsyncKernelManager, code: str, timeout: float = 60) -
             elif kind in ("execute_result", "display_data"):
                 cell.result += content["data"].get("text/plain", "")
                 cell.html += content["data"].get("text/html", "")
+                cell.mimetypes.extend(content["data"])
             elif kind == "error":
                 cell.error = content["ename"]
 

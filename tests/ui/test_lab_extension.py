@@ -8,6 +8,9 @@ holding real slices in the server's ledger, which the tests read to check what t
 from __future__ import annotations
 
 import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +20,12 @@ from jupyter_gpushare.sizes import GiB
 from .lab import (
     Lab,
     call,
+    lab_page,
     open_lab,
     open_panel,
     picker_dialog,
     run_cell,
+    start_lab,
     start_notebook,
     start_other_user,
     wait_for,
@@ -230,9 +235,12 @@ def test_suspend_from_the_panel_and_the_next_cell_resumes(page: Any, lab: Lab) -
 
 def test_an_over_limit_kernel_warns_in_its_row_and_the_status_bar(page: Any, lab: Lab) -> None:
     panel = open_panel(page)
-    notebook_with_pick(page, lab)
+    kernel_id = notebook_with_pick(page, lab)
+    code, view = lab.request("GET", f"api/gpushare/kernels/{kernel_id}")
+    assert code == 200 and view["state"] == "running", view
     status = page.locator(".jp-gpushare-status")
-    expect(status).to_have_text("GPU 0 / 4 GiB")
+    # The device, then the use ("GPU 0 / 4 GiB" read like device 0).
+    expect(status).to_have_text(f"GPU{view['device']} · 0 of 4 GiB used")
     expect(status).not_to_have_class(re.compile(r"jp-mod-(warn|over)"))
     run_cell(page, "from jupyter_gpushare import kernel as gpu; gpu.simulate_usage('5G')")
     row = panel.locator(ROW)
@@ -241,7 +249,7 @@ def test_an_over_limit_kernel_warns_in_its_row_and_the_status_bar(page: Any, lab
     )
     expect(row).to_have_class(re.compile(r"\bjp-mod-over\b"))
     expect(row.locator(".jp-gpushare-usage")).to_have_text("5 / 4 GiB")
-    expect(status).to_have_text("GPU 5 / 4 GiB")
+    expect(status).to_have_text(f"GPU{view['device']} · 5 of 4 GiB used")
     expect(status).to_have_class(re.compile(r"\bjp-mod-over\b"))
     expect(status).to_have_attribute("title", re.compile("above its slice"))
     # The status bar item is a keyboard-reachable button that opens the panel.
@@ -297,3 +305,27 @@ def test_a_broken_ledger_shows_as_a_banner_until_it_is_mended(page: Any, lab: La
     lab.ledger_path.rename(lab.ledger_path.with_name("damaged-ledger.sqlite"))  # the fix
     expect(banner).to_be_hidden(timeout=10_000)
     expect(panel.locator(".jp-gpushare-device")).to_have_count(2)
+
+
+@pytest.fixture(scope="module")
+def overcommitted_lab(extension: Path) -> Iterator[Lab]:
+    root = Path(tempfile.mkdtemp(prefix="gpushare-ui-overcommit-"))
+    server = start_lab(root, gpushare={"overcommit": 1.5})
+    yield server
+    server.stop()
+
+
+def test_the_panel_counts_free_memory_as_placement_does_under_an_overcommit(
+    browser: Any, overcommitted_lab: Lab
+) -> None:
+    """Free is what no kernel has reserved of what a device offers: 80G × 1.5 less an 8G slice,
+    as %gpu pool and a refusal count it (the panel said 72G)."""
+    lab = overcommitted_lab
+    lab.reset()
+    code, started = lab.request("POST", "api/gpushare/kernels", {"name": "python3-gpu-8g"})
+    assert code == 201, started
+    with lab_page(browser, lab) as page:
+        devices = open_panel(page).locator(".jp-gpushare-device")
+        expect(devices.nth(0)).to_contain_text("free 112G of 80G ×1.5")
+        expect(devices.nth(1)).to_contain_text("free 120G of 80G ×1.5")
+    lab.reset()

@@ -333,7 +333,18 @@ def test_fit_on_device_refuses_when_others_leave_too_little() -> None:
     held = [hold("k", pool[1], 8), hold("other", pool[1], 4)]
     refusal = refused(fit_on_device(ask("14G", kernel_id="k"), pool[1].uuid, pool, held))
     assert refusal.retry
-    assert "12G free on GPU1" in refusal.reason
+    # Free is what nobody has reserved, the kernel's own 8G included (as %gpu status and the pool
+    # say it); what the kernel could grow to is said beside it.
+    assert refusal.reason == "14G does not fit: 4G free on GPU1, so this kernel can grow to 12G"
+
+
+def test_a_refusal_for_a_kernel_holding_slices_lists_each_device_apart() -> None:
+    pool = cards(16, 16)
+    held = [hold("k", pool[1], 8), hold("other", pool[1], 4), hold("other", pool[0], 10)]
+    refusal = refused(fit(ask("14G", kernel_id="k"), pool, held))
+    assert refusal.reason == (
+        "14G does not fit: 6G free on GPU0; 4G free on GPU1, so this kernel can grow to 12G"
+    )
 
 
 def test_fit_on_device_for_a_device_that_left_the_pool() -> None:

@@ -84,12 +84,14 @@ def test_render_pod_follows_the_server_config_and_the_preset_flag(
 def test_render_pod_takes_the_request_and_argv_from_a_kernelspec(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    [(name, _)] = install_kernelspecs(["8G"], "mps", user=True)
+    [(name, directory)] = install_kernelspecs(["8G"], "mps", user=True)
+    argv = json.loads((Path(directory) / "kernel.json").read_text())["argv"]
+    assert argv != list(DEFAULT_ARGV)  # (its Python options: frozen modules off)
     pod = rendered(capsys, "--kernelspec", name)
-    assert pod == expected_render("8G", "mps")
+    assert pod == expected_render("8G", "mps", argv=argv)
     assert env_of(pod)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
     # Flags win over the kernelspec.
-    assert rendered(capsys, "--kernelspec", name, "--memory", "2G") == expected_render("2G", "mps")
+    assert rendered(capsys, "--kernelspec", name, "--memory", "2G") == expected_render("2G", "mps", argv=argv)
 
 
 @pytest.mark.parametrize(

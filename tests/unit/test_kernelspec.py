@@ -36,7 +36,15 @@ def test_the_spec_example() -> None:
     # (Two hair spaces pad the number, so that the launcher orders sizes by size.)
     assert spec["display_name"] == "Python 3 (GPU \u200a\u200a4G)"
     assert spec["display_name"].replace("\u200a", "") == "Python 3 (GPU 4G)"
-    assert spec["argv"] == ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    # Frozen modules off, as in ipykernel's own kernelspec: else debugpy warns at every start.
+    assert spec["argv"] == [
+        "python",
+        "-Xfrozen_modules=off",
+        "-m",
+        "ipykernel_launcher",
+        "-f",
+        "{connection_file}",
+    ]
     assert provisioner(spec)["config"] == {"gpu_memory": "4G", "gpu_mode": "timeslice", "gpu_cores": None}
 
 

@@ -366,7 +366,7 @@ def test_resize_that_does_not_fit_says_how_much_is_free_and_changes_nothing(ledg
     outcome = ledger.resize("k1", "12G", Policy())
     assert isinstance(outcome, Refusal)
     assert "12G does not fit" in outcome.reason
-    assert "7.5G free on GPU0" in outcome.reason
+    assert "3.5G free on GPU0, so this kernel can grow to 7.5G" in outcome.reason
     record = ledger.get("k1")
     assert (record.memory, record.size) == (4 * GiB, "4G")
 

@@ -28,6 +28,8 @@ export interface IDeviceFigures {
   yours: number;
   /** Bytes reserved by everyone else (anonymous). */
   others: number;
+  /** The pool's overcommit: what a device offers is its memory times this. */
+  overcommit: number;
   /** Utilisation samples of the last minute. */
   history: ISample[];
 }
@@ -57,7 +59,17 @@ export class DeviceCard {
   update(figures: IDeviceFigures): void {
     const { device, yours, others } = figures;
     const total = device.memory_total;
-    const free = Math.max(0, total - device.memory_reserved);
+    // Free as everywhere (magics, refusals, the picker): what no kernel has reserved of what
+    // the device offers, yours included.
+    const free = Math.max(
+      0,
+      Math.floor(total * figures.overcommit) - device.memory_reserved
+    );
+    // Under an overcommit free can exceed the card: say what it is out of.
+    const offered =
+      figures.overcommit === 1
+        ? short(total)
+        : `${short(total)} ×${figures.overcommit}`;
     this.node.dataset.uuid = device.uuid;
     // On Kubernetes a device is a GPU node, named "2× NVIDIA A100 on gpu-node-1".
     setText(
@@ -74,7 +86,7 @@ export class DeviceCard {
     this._used.style.width = percentOf(device.memory_used, total);
     const summary =
       `yours ${formatBytes(yours)}, others ${formatBytes(others)}, ` +
-      `free ${formatBytes(free)} of ${formatBytes(total)}`;
+      `free ${formatBytes(free)} of ${offered}`;
     setAttr(
       this._bar,
       'aria-label',
@@ -91,7 +103,7 @@ export class DeviceCard {
     setText(this._legendOthers, short(others));
     setText(this._legendFree, short(free));
     setText(this._legendUsed, short(device.memory_used));
-    setText(this._legendTotal, short(total));
+    setText(this._legendTotal, offered);
     this._drawSparkline(figures.history);
   }
 

@@ -106,6 +106,7 @@ export class GPUSharePanel extends Widget {
         device,
         yours: Math.min(yours, device.memory_reserved),
         others: model.othersReserved(device),
+        overcommit: pool?.overcommit ?? 1,
         history: model.history(device)
       });
       if (this._devices.children[index] !== card.node) {

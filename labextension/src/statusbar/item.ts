@@ -1,5 +1,6 @@
 /**
- * The status bar item of the current notebook's GPU kernel: `GPU 2.1 / 4 GiB`, in the
+ * The status bar item of the current notebook's GPU kernel: `GPU2 · 2.1 of 4 GiB used` (the
+ * device first, then the use: "GPU 0 / 4 GiB" read like device 0), in the
  * warning colour above 90% of the slice or with a warning; a click (or Enter) opens the panel.
  * It shows only while the current notebook runs a gpushare kernel, and holds the model (so
  * the stream runs) only then.
@@ -98,7 +99,13 @@ export class GPUStatusItem extends Widget {
     if (kernel) {
       let text: string;
       if (kernel.state === 'running') {
-        text = `GPU ${formatGiB(kernel.memory_used)} / ${formatGiB(kernel.memory_request ?? 0)} GiB`;
+        // On Kubernetes the kernel runs on a GPU node, named.
+        const where =
+          kernel.node ??
+          (kernel.device !== null ? `GPU${kernel.device}` : 'GPU');
+        text =
+          `${where} · ${formatGiB(kernel.memory_used)} of ` +
+          `${formatGiB(kernel.memory_request ?? 0)} GiB used`;
       } else if (kernel.state === 'queued') {
         const wait = waitOf(kernel);
         text =
@@ -113,8 +120,13 @@ export class GPUStatusItem extends Widget {
       const level = usageLevel(kernel);
       this.toggleClass('jp-mod-warn', level !== 'ok');
       this.toggleClass('jp-mod-over', level === 'over');
+      // A running kernel's text names its device already.
+      const device =
+        kernel.device !== null && kernel.state !== 'running'
+          ? ` on GPU${kernel.device}`
+          : '';
       const details = [
-        `${text} (${kernel.size ?? 'no slice'}${kernel.device !== null ? ` on GPU${kernel.device}` : ''})`,
+        `${text} (${kernel.size ?? 'no slice'}${device})`,
         ...kernel.warnings
       ];
       setAttr(
