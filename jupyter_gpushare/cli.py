@@ -46,10 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     usage = commands.add_parser(
         "report",
         help="what kernels reserved and used (GiB·hours), their busy, idle and suspended hours and "
-        "queue waits: yours, or every user's for a broker's admin",
+        "queue waits: yours, or every user's for a broker's admin (the doctor's test kernels apart)",
     )
     usage.add_argument("--since", default="7d", help="how far back: 7d (default), 24h, 90m, 2w")
-    usage.add_argument("--by", default="user", help="user (default), group (JupyterHub groups) or kernel")
+    usage.add_argument(
+        "--by",
+        default="user",
+        help="user (default), group (JupyterHub groups) or kernel (each kernel: its short id, owner, "
+        "start and notebook)",
+    )
     usage.add_argument("--format", default="table", help="table (default), csv or json")
 
     render = commands.add_parser(

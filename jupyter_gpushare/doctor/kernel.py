@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..findings import Check
+from ..tally import TEST_KERNEL_NAME
 
 # Which devices the kernel was given: CUDA_VISIBLE_DEVICES on a node we place on; in a kernel
 # pod, the device plugin (or a DRA driver's CDI edits) names them in NVIDIA_VISIBLE_DEVICES for
@@ -83,11 +84,13 @@ async def _run_test_kernel(size: str) -> dict[str, Any]:
     from ..kernelspec import build_kernelspec
 
     with tempfile.TemporaryDirectory() as directory:
-        spec_dir = Path(directory) / "kernels" / "gpushare-doctor"
+        # Its kernelspec's name is the mark the accounting knows it by: the slice is held and
+        # accounted like any other, but kept out of the user's figures (tally.TEST_KERNEL_NAME).
+        spec_dir = Path(directory) / "kernels" / TEST_KERNEL_NAME
         spec_dir.mkdir(parents=True)
         (spec_dir / "kernel.json").write_text(json.dumps(build_kernelspec(size)))
         manager = AsyncKernelManager(
-            kernel_name="gpushare-doctor",
+            kernel_name=TEST_KERNEL_NAME,
             kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(Path(directory) / "kernels")]),
         )
         await manager.start_kernel()
