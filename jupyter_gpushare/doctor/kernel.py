@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,19 @@ print(json.dumps(seen))
 """
 
 
-def check_test_kernel(has_devices: bool, simulated: bool, size: str = "512M") -> Check:
+def check_test_kernel(
+    has_devices: bool, simulated: bool, size: str = "512M", printed: Sequence[Check] = ()
+) -> Check:
     """Start a real gpushare kernel with a small slice and ask what it sees (``has_devices``:
     whether the pool the kernel would be placed in has any; ``simulated``: whether it is a
-    simulated one, where no framework can use a GPU)."""
+    simulated one, where no framework can use a GPU). ``printed``: the checks above it, the
+    only ones its fix may refer to."""
     if not has_devices:
-        return Check("test kernel", "FAIL", "not started: no GPU in the pool", "fix the GPUs check first")
+        failed = next((check.name for check in printed if check.status == "FAIL"), None)
+        if failed is None:
+            return Check("test kernel", "FAIL", "not started: no GPU in the pool", "see the checks above")
+        why = "no GPU in the pool" if failed == "GPUs" else f"the {failed} check failed"
+        return Check("test kernel", "FAIL", f"not started: {why}", f"fix the {failed} check first")
     try:
         seen = asyncio.run(_run_test_kernel(size))
     except Exception as error:
