@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -16,7 +17,7 @@ from .config import GPUShare, load_settings, unreported_warnings
 from .errors import BackendUnavailableError, GPUShareError
 from .inventory import SimulationSpecError
 from .k8s.presets import DRA_PRESETS, PRESETS, PresetError
-from .kernelspec import install_kernelspecs
+from .kernelspec import hidden_by, install_kernelspecs, kernels_directory, kernelspec_name
 from .kinds import kind_names
 from .modes import MODES
 from .payloads import KernelPayload, PoolPayload, StatusPayload
@@ -46,10 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
     usage = commands.add_parser(
         "report",
         help="what kernels reserved and used (GiB·hours), their busy, idle and suspended hours and "
-        "queue waits: yours, or every user's for a broker's admin",
+        "queue waits: yours, or every user's for a broker's admin (the doctor's test kernels apart)",
     )
     usage.add_argument("--since", default="7d", help="how far back: 7d (default), 24h, 90m, 2w")
-    usage.add_argument("--by", default="user", help="user (default), group (JupyterHub groups) or kernel")
+    usage.add_argument(
+        "--by",
+        default="user",
+        help="user (default), group (JupyterHub groups) or kernel (each kernel: its short id, owner, "
+        "start and notebook)",
+    )
     usage.add_argument("--format", default="table", help="table (default), csv or json")
 
     render = commands.add_parser(
@@ -120,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     install.add_argument("--sizes", help="comma-separated fixed sizes, e.g. 2G,4G,whole")
     install.add_argument("--mode", choices=list(MODES), help="sharing mode (default: GPUShare.default_mode)")
+    install.add_argument(
+        "--picker",
+        action="store_true",
+        help='with --sizes, install "Python 3 (GPU)" (python3-gpu) even where it would hide one '
+        "installed elsewhere, such as the administrator's (without --sizes it is always installed)",
+    )
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user")
     where.add_argument("--sys-prefix", action="store_true", help="install into sys.prefix (a venv/conda env)")
@@ -348,12 +360,34 @@ def _install(arguments: argparse.Namespace) -> int:
     settings = _settings()
     sizes = _sizes(arguments.sizes, []) if arguments.sizes is not None else []
     prefix = sys.prefix if arguments.sys_prefix else arguments.prefix
-    installed = install_kernelspecs(
-        sizes, arguments.mode or settings.default_mode, user=arguments.user, prefix=prefix, asking=True
-    )
-    for name, directory in installed:
-        print(f"Installed kernelspec {name} in {directory}")
+    mode = arguments.mode or settings.default_mode
+    directory = kernels_directory(arguments.user, prefix)
+    picker = kernelspec_name(None, mode)
+    # "Python 3 (GPU)" comes with the sizes unless a copy here would hide one installed where
+    # Jupyter looks later (a user's over the administrator's: then the administrator's updates
+    # and settings never reach that user); asked for alone, or with --picker, it is installed.
+    hidden = hidden_by(picker, directory)
+    asking = not sizes or arguments.picker or not hidden
+    installed = install_kernelspecs(sizes, mode, user=arguments.user, prefix=prefix, asking=asking)
+    for name, place in installed:
+        hides = hidden_by(name, Path(place).parent)
+        also = f", hiding {_listed(hides)}" if hides else ""
+        print(f"Installed kernelspec {name} in {place}{also}")
+    if not asking:
+        mine = directory / picker
+        if (mine / "kernel.json").is_file():
+            print(
+                f"Not installed: {picker}: the one already in {mine} hides {_listed(hidden)}; "
+                f"`jupyter kernelspec remove {picker}` removes it (--picker installs it anew)"
+            )
+        else:
+            in_use = f"{_listed(hidden)} is in use"
+            print(f"Not installed: {picker}: {in_use} (--picker installs one here, hiding it)")
     return 0
+
+
+def _listed(paths: Sequence[Path]) -> str:
+    return " and ".join(f"the one in {path}" for path in paths)
 
 
 if __name__ == "__main__":  # pragma: no cover

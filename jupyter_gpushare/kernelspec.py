@@ -85,6 +85,31 @@ def _padded(text: str) -> str:
     return SORT_SPACE * max(0, SIZE_DIGITS - whole) + text if whole else text
 
 
+PICKER_NAME = "python3-gpu"  # "Python 3 (GPU)" in the default mode: its size picked at each start
+
+
+def kernels_directory(user: bool = False, prefix: str | None = None) -> Path:
+    """Where ``install_kernel_spec`` puts kernelspecs for these options (as jupyter_client does)."""
+    if user:
+        return Path(KernelSpecManager().user_kernel_dir)
+    if prefix:
+        return Path(prefix).absolute() / "share" / "jupyter" / "kernels"
+    from jupyter_core.paths import SYSTEM_JUPYTER_PATH
+
+    return Path(SYSTEM_JUPYTER_PATH[0]) / "kernels"
+
+
+def hidden_by(name: str, directory: Path) -> list[Path]:
+    """The kernelspecs named ``name`` that one in ``directory`` hides from this user: those in
+    the directories Jupyter looks in after it (none where it is not on Jupyter's path at all)."""
+    searched = [Path(entry).resolve() for entry in KernelSpecManager().kernel_dirs]
+    here = directory.resolve()
+    if here not in searched:
+        return []
+    later = searched[searched.index(here) + 1 :]
+    return [entry / name for entry in later if (entry / name / "kernel.json").is_file()]
+
+
 def install_kernelspecs(
     sizes: list[str],
     mode: str = DEFAULT_MODE,

@@ -121,6 +121,12 @@ class UsageRowPayload(TypedDict):
 
     key: str
     label: str
+    # A kernel's row (``by=kernel``): whose it is, when it first asked for a slice (ISO 8601),
+    # its notebook (null: not started from one) and kernelspec; null in other rows.
+    owner: str | None
+    started: str | None
+    notebook: str | None
+    kernelspec: str | None
     kernels: int
     reserved_gib_hours: float
     used_gib_hours: float
@@ -129,7 +135,7 @@ class UsageRowPayload(TypedDict):
     idle_hours: float  # holding a slice with no cell running
     suspended_hours: float
     queue_wait_hours: float  # every request's time in the queue
-    starts: int  # slices placed (resumes included)
+    starts: int  # slices placed: each kernel's first, and every one after (restarts, resumes)
     mean_start_wait_seconds: float | None
     suspends: int
     resumes: int
@@ -150,12 +156,13 @@ class UsageSeriesPayload(TypedDict):
 class UsagePayload(TypedDict):
     """``GET usage`` and ``jupyter gpushare report --format json``."""
 
-    since: float
-    until: float
+    since: str  # ISO 8601
+    until: str
     by: Literal["user", "group", "kernel"]
     scope: Literal["self", "everyone"]  # a user sees themself; an admin everyone
     rows: list[UsageRowPayload]
     total: UsageRowPayload
+    test_kernels: UsageRowPayload  # the doctor's test kernels: in no row, nor in the total
     series: UsageSeriesPayload
 
 

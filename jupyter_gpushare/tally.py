@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 DETAIL_SECONDS = 900.0  # the width of a bucket kept per kernel
+# The kernelspec ``jupyter gpushare doctor`` starts its test kernel with (doctor/kernel.py): its
+# slice is still held and accounted, but the reports and counters keep it out of users' figures.
+TEST_KERNEL_NAME = "gpushare-doctor"
 ROLLED_SECONDS = 3600.0  # the width of a bucket kept per user, once older than the retention
 
 EVENT_KINDS = (
@@ -53,10 +56,11 @@ class Event:
     what: str  # one of EVENT_KINDS
     memory: int | None = None  # bytes reserved (placed, resized)
     used: int | None = None  # bytes in use (placed, used)
-    label: str = ""  # the kernel's notebook path, else its kernelspec (queued, placed)
+    path: str = ""  # the kernel's notebook ("" without one: not started from a notebook)
     # When the request was made (placed, withdrawn): the ledger records no event when a request
     # is queued, so a start pays for two records, not three; its wait is known from this.
     requested_at: float | None = None
+    kernel_name: str = ""  # its kernelspec (queued, placed, ended, suspended)
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class KernelAccount:
 
     kernel_id: str
     owner: str
-    label: str
+    path: str  # its notebook, "" without one
     phase: Phase
     since: float
     memory: int = 0  # bytes reserved while running
@@ -75,6 +79,12 @@ class KernelAccount:
     placed_at: float | None = None  # when the current hold began
     resuming: bool = False  # its request follows a suspension: placing it is a resume
     released: bool = False  # it just gave its slice back: a suspension now is a new one
+    kernel_name: str = ""  # its kernelspec
+    started_at: float | None = None  # when its first request was made (the report's "started")
+
+    @property
+    def test(self) -> bool:
+        return is_test_kernel(self.kernel_name)
 
 
 @dataclass
@@ -132,6 +142,12 @@ class Folded:
     buckets: dict[BucketKey, Figures] = field(default_factory=dict)
     holds: list[Hold] = field(default_factory=list)
     spans: list[tuple[str, float, float, int]] = field(default_factory=list)  # (owner, start, end, bytes)
+
+
+def is_test_kernel(kernel_name: str) -> bool:
+    """Whether a kernel of this kernelspec is the doctor's test kernel, which is nobody's use:
+    its slice is held and counts in fair share, but it stays out of users' figures."""
+    return kernel_name == TEST_KERNEL_NAME
 
 
 def bucket_of(at: float, width: float = DETAIL_SECONDS) -> float:
@@ -203,22 +219,34 @@ def _waited(folded: Folded, event: Event, start: float, end: float) -> None:
         folded.buckets.setdefault((bucket, event.kernel_id, event.owner), Figures()).queued += seconds
 
 
+def _identity(account: KernelAccount | None, event: Event, at: float) -> tuple[str, float]:
+    """What a kernel's new account keeps of who it is: its kernelspec, and when it first asked."""
+    if account is not None and account.started_at is not None:
+        started = account.started_at
+    else:
+        started = event.requested_at if event.requested_at is not None else at
+    return event.kernel_name or (account.kernel_name if account else ""), started
+
+
 def _apply(account: KernelAccount | None, event: Event, at: float, folded: Folded) -> KernelAccount | None:
     """The account after ``event`` (None: unchanged)."""
     what = event.what
     phase = account.phase if account is not None else None
+    kernel_name, started = _identity(account, event, at)
     if what == "queued":
         if phase not in (None, "gone"):
             return None  # a restart keeps its row: the request already waits or runs
         return KernelAccount(
             event.kernel_id,
             event.owner,
-            event.label or (account.label if account else ""),
+            event.path or (account.path if account else ""),
             "queued",
             at,
             busy=account.busy if account else False,
             queued_at=at,
             resuming=account.resuming if account else False,
+            kernel_name=kernel_name,
+            started_at=started,
         )
     if what == "placed":
         figures = _count(folded, account, event, at)
@@ -237,13 +265,15 @@ def _apply(account: KernelAccount | None, event: Event, at: float, folded: Folde
         return KernelAccount(
             event.kernel_id,
             event.owner,
-            event.label or (account.label if account else ""),
+            event.path or (account.path if account else ""),
             "running",
             at,
             memory=event.memory or 0,
             used=event.used or 0,
             busy=account.busy if account else False,
             placed_at=at,
+            kernel_name=kernel_name,
+            started_at=started,
         )
     if what == "withdrawn":  # a request that ended unplaced: timed out, cancelled, a failed resume
         if phase == "queued":
@@ -256,7 +286,15 @@ def _apply(account: KernelAccount | None, event: Event, at: float, folded: Folde
     if account is None:
         if what == "suspended":  # accounting began while the kernel was running
             _count(folded, account, event, at).suspends += 1
-            return KernelAccount(event.kernel_id, event.owner, event.label, "suspended", at)
+            return KernelAccount(
+                event.kernel_id,
+                event.owner,
+                event.path,
+                "suspended",
+                at,
+                kernel_name=kernel_name,
+                started_at=started,
+            )
         return None
     if what == "resized" and phase == "running":
         return dataclasses.replace(account, memory=event.memory or 0)
@@ -334,6 +372,7 @@ __all__ = [
     "EVENT_KINDS",
     "FIGURES",
     "ROLLED_SECONDS",
+    "TEST_KERNEL_NAME",
     "Event",
     "Figures",
     "Folded",
@@ -343,6 +382,7 @@ __all__ = [
     "bucket_of",
     "decayed",
     "fold",
+    "is_test_kernel",
     "open_figures",
     "pieces",
     "recent_use",

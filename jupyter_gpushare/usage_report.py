@@ -4,11 +4,13 @@ and the reserved-vs-used series the panel's chart draws. Pure.
 The same payload answers ``GET api/gpushare/usage``, ``jupyter gpushare report`` and the
 Prometheus counters, so the three cannot disagree. Figures are sums over whole buckets (15
 minutes per kernel; an hour per user once older than ``GPUShare.accounting_retention``):
-``since`` is rounded down to the bucket it falls in.
+``since`` is rounded down to the bucket it falls in. The doctor's test kernels are summed
+apart (``test_kernels``), never in a user's figures.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,13 +20,16 @@ from typing import Literal
 from .errors import InvalidRequestError
 from .payloads import UsagePayload, UsageRowPayload, UsageSeriesPayload
 from .queue_order import HOUR, gib_hours
-from .tally import DETAIL_SECONDS, ROLLED_SECONDS, Figures, bucket_of
+from .tally import DETAIL_SECONDS, ROLLED_SECONDS, Figures, bucket_of, is_test_kernel
 
 By = Literal["user", "group", "kernel"]
 Scope = Literal["self", "everyone"]
 BY: tuple[By, ...] = ("user", "group", "kernel")
 NO_GROUP = "(no group)"
 OLDER_KERNELS = "(older kernels)"  # kernels of buckets rolled up by user and hour
+ROLLED_TESTS = "(test kernels)"  # the kernel id of the doctor's test kernels rolled up by hour
+NO_NOTEBOOK = "no notebook"
+SHORT_ID = 8  # characters of a kernel id that tell kernels apart in a table
 SERIES_POINTS = 96  # about how many points a chart gets
 _UNITS = {"s": 1, "m": 60, "min": 60, "h": HOUR, "d": 24 * HOUR, "w": 7 * 24 * HOUR}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)\s*$")
@@ -75,11 +80,42 @@ class Bucket:
     figures: Figures
 
 
-def row(key: str, label: str, figures: Figures, kernels: int) -> UsageRowPayload:
+@dataclass(frozen=True)
+class KernelInfo:
+    """What tells one kernel from another in a report."""
+
+    path: str = ""  # its notebook ("" when it was not started from one)
+    kernel_name: str = ""  # its kernelspec
+    started_at: float | None = None  # when it first asked for a slice
+
+    @property
+    def test(self) -> bool:
+        return is_test_kernel(self.kernel_name)
+
+
+def iso_time(seconds: float) -> str:
+    """Seconds since the epoch as ISO 8601 in UTC, to the second (``2026-12-01T14:03:05Z``)."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def row(
+    key: str,
+    label: str,
+    figures: Figures,
+    kernels: int,
+    owner: str | None = None,
+    kernel: KernelInfo | None = None,
+) -> UsageRowPayload:
+    """One row; ``owner`` and ``kernel`` for a kernel's row (``--by kernel``)."""
     starts = figures.starts
     return {
         "key": key,
         "label": label,
+        "owner": owner,
+        "started": iso_time(kernel.started_at) if kernel is not None and kernel.started_at else None,
+        "notebook": (kernel.path or None) if kernel is not None else None,
+        "kernelspec": (kernel.kernel_name or None) if kernel is not None else None,
         "kernels": kernels,
         "reserved_gib_hours": gib_hours(figures.reserved),
         "used_gib_hours": gib_hours(figures.used),
@@ -102,48 +138,83 @@ def report(
     until: float,
     by: str,
     scope: Scope,
-    labels: Mapping[str, str],
+    kernels: Mapping[str, KernelInfo],
     groups: Mapping[str, Sequence[str]],
 ) -> UsagePayload:
-    """The report of ``buckets`` from ``since`` to ``until`` by ``by``, with each user's series."""
+    """The report of ``buckets`` from ``since`` to ``until`` by ``by``, with each user's series;
+    the doctor's test kernels summed apart."""
     by = check_by(by)
-    chosen = [bucket for bucket in buckets if bucket.start + bucket.width > since and bucket.start < until]
+    chosen: list[Bucket] = []
+    tests: list[Bucket] = []
+    for bucket in buckets:
+        if bucket.start + bucket.width > since and bucket.start < until:
+            test = bucket.kernel_id == ROLLED_TESTS or _info(kernels, bucket.kernel_id).test
+            (tests if test else chosen).append(bucket)
     sums: dict[str, Figures] = {}
-    names: dict[str, str] = {}
-    kernels: dict[str, set[str]] = {}
+    made: dict[str, tuple[str, str | None, KernelInfo | None]] = {}  # key: (label, owner, kernel)
+    counted: dict[str, set[str]] = {}
     total = Figures()
     for bucket in chosen:
         total.add(bucket.figures)
-        for key, label in _keys(bucket, by, labels, groups):
+        for key, described in _keys(bucket, by, kernels, groups):
             sums.setdefault(key, Figures()).add(bucket.figures)
-            names[key] = label
+            made[key] = described
             if bucket.kernel_id:
-                kernels.setdefault(key, set()).add(bucket.kernel_id)
-    rows = [row(key, names[key], figures, len(kernels.get(key, ()))) for key, figures in sums.items()]
+                counted.setdefault(key, set()).add(bucket.kernel_id)
+    rows = []
+    for key, figures in sums.items():
+        label, owner, kernel = made[key]
+        rows.append(row(key, label, figures, len(counted.get(key, ())), owner, kernel))
     rows.sort(key=lambda entry: (-entry["reserved_gib_hours"], entry["key"]))
     every = {bucket.kernel_id for bucket in chosen if bucket.kernel_id}
+    tested = Figures()
+    for bucket in tests:
+        tested.add(bucket.figures)
     return {
-        "since": since,
-        "until": until,
+        "since": iso_time(since),
+        "until": iso_time(until),
         "by": by,
         "scope": scope,
         "rows": rows,
         "total": row("total", "total", total, len(every)),
+        "test_kernels": row(
+            "test_kernels",
+            "jupyter gpushare doctor's test kernels",
+            tested,
+            len({bucket.kernel_id for bucket in tests if bucket.kernel_id != ROLLED_TESTS}),
+        ),
         "series": series(chosen, since, until),
     }
 
 
+def _info(kernels: Mapping[str, KernelInfo], kernel_id: str) -> KernelInfo:
+    return kernels.get(kernel_id) or KernelInfo()
+
+
 def _keys(
-    bucket: Bucket, by: str, labels: Mapping[str, str], groups: Mapping[str, Sequence[str]]
-) -> list[tuple[str, str]]:
+    bucket: Bucket, by: str, kernels: Mapping[str, KernelInfo], groups: Mapping[str, Sequence[str]]
+) -> list[tuple[str, tuple[str, str | None, KernelInfo | None]]]:
+    """The rows ``bucket`` counts in: each one's key, and its label, owner and kernel."""
     if by == "user":
-        return [(bucket.owner, bucket.owner)]
+        return [(bucket.owner, (bucket.owner, None, None))]
     if by == "group":
-        return [(group, group) for group in groups.get(bucket.owner) or [NO_GROUP]]
+        return [(group, (group, None, None)) for group in groups.get(bucket.owner) or [NO_GROUP]]
     if not bucket.kernel_id:
-        return [(f"{bucket.owner}/{OLDER_KERNELS}", f"{bucket.owner}: {OLDER_KERNELS}")]
-    label = labels.get(bucket.kernel_id, "")
-    return [(bucket.kernel_id, f"{bucket.owner}: {label}" if label else bucket.owner)]
+        key = f"{bucket.owner}/{OLDER_KERNELS}"
+        return [(key, (f"{bucket.owner}: {OLDER_KERNELS}", bucket.owner, None))]
+    kernel = _info(kernels, bucket.kernel_id)
+    return [(bucket.kernel_id, (kernel_label(bucket.owner, bucket.kernel_id, kernel), bucket.owner, kernel))]
+
+
+def kernel_label(owner: str, kernel_id: str, kernel: KernelInfo) -> str:
+    """``alice: 3f2a9c1e a.ipynb``, ``alice: 3f2a9c1e no notebook (python3-gpu)``: one kernel's,
+    told apart from its owner's other kernels by its short id even without a notebook."""
+    return f"{owner}: {kernel_id[:SHORT_ID]} {notebook_words(kernel.path, kernel.kernel_name)}"
+
+
+def notebook_words(path: str | None, kernelspec: str | None) -> str:
+    """A kernel's notebook, or ``no notebook (python3-gpu)`` for one started without one."""
+    return path or NO_NOTEBOOK + (f" ({kernelspec})" if kernelspec else "")
 
 
 def series_step(since: float, until: float, rolled_before: float | None = None) -> float:
@@ -192,10 +263,17 @@ COLUMNS = (
     ("idle_hours", "idle h", "{:.2f}"),
     ("suspended_hours", "suspended h", "{:.2f}"),
     ("queue_wait_hours", "queue wait h", "{:.2f}"),
+    ("kernels", "kernels", "{}"),
     ("starts", "starts", "{}"),
     ("mean_start_wait_seconds", "mean wait s", "{:.0f}"),
     ("suspends", "suspends", "{}"),
     ("resumes", "resumes", "{}"),
+)
+# What a kernel's row says of the kernel, before its figures (``--by kernel``).
+KERNEL_COLUMNS = ("kernel", "owner", "started", "notebook")
+LEGEND = (
+    "kernels: how many kernels held a slice; starts: slices placed, each kernel's first and every "
+    "one after it (a restart, a resume, a slice asked for again after it was given back)."
 )
 
 
@@ -204,23 +282,63 @@ def _cell(entry: UsageRowPayload, field: str, form: str) -> str:
     return "-" if value is None else form.format(value)
 
 
+def _kernel_cells(entry: UsageRowPayload) -> list[str]:
+    """The kernel, owner, start and notebook of a kernel's row (the total's: blank)."""
+    if entry["owner"] is None:
+        return [entry["label"], "", "", ""]
+    if entry["key"].endswith(f"/{OLDER_KERNELS}"):
+        return [OLDER_KERNELS, entry["owner"], "-", "-"]
+    notebook = notebook_words(entry["notebook"], entry["kernelspec"])
+    return [entry["key"][:SHORT_ID], entry["owner"], local_time(entry["started"]), notebook]
+
+
+def local_time(text: str | None) -> str:
+    """An ISO 8601 time of the payload as this machine's local time, to the minute."""
+    if text is None:
+        return "-"
+    moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
 def as_table(payload: UsagePayload) -> str:
-    """The report as aligned columns, a total last."""
-    heading = [payload["by"], *(title for _, title, _ in COLUMNS)]
+    """The report as aligned columns, a total last, then what the counts mean (and the doctor's
+    test kernels, left out of the figures, where there were any)."""
+    by_kernel = payload["by"] == "kernel"
+    leading = list(KERNEL_COLUMNS) if by_kernel else [payload["by"]]
+    heading = [*leading, *(title for _, title, _ in COLUMNS)]
     lines = [
-        [entry["label"], *(_cell(entry, field, form) for field, _, form in COLUMNS)]
+        [
+            *(_kernel_cells(entry) if by_kernel else [entry["label"]]),
+            *(_cell(entry, field, form) for field, _, form in COLUMNS),
+        ]
         for entry in [*payload["rows"], payload["total"]]
     ]
     widths = [max(len(line[i]) for line in [heading, *lines]) for i in range(len(heading))]
+    texts = len(leading)
 
     def render(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
         return "  ".join(
-            [first, *(cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))]
+            cell.ljust(width) if i < texts else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
         )
 
     rule = "-" * len(render(heading))
-    return "\n".join([render(heading), rule, *(render(line) for line in lines[:-1]), rule, render(lines[-1])])
+    table = [
+        render(heading),
+        rule,
+        *(render(line) for line in lines[:-1]),
+        rule,
+        render(lines[-1]),
+        "",
+        LEGEND,
+    ]
+    tests = payload["test_kernels"]
+    if tests["starts"]:  # (test kernels rolled up by the hour are no longer told apart: their starts)
+        table.append(
+            f"Not in the figures above: the test kernels of jupyter gpushare doctor, {tests['starts']} "
+            f"start(s), {tests['reserved_gib_hours']:.2f} GiB·h reserved."
+        )
+    return "\n".join(table)
 
 
 def as_csv(payload: UsagePayload) -> str:
@@ -240,12 +358,18 @@ def as_csv(payload: UsagePayload) -> str:
 __all__ = [
     "BY",
     "NO_GROUP",
+    "ROLLED_TESTS",
     "SINCE_FORMS",
     "Bucket",
+    "KernelInfo",
     "ReportError",
     "as_csv",
     "as_table",
     "check_by",
+    "iso_time",
+    "kernel_label",
+    "local_time",
+    "notebook_words",
     "parse_since",
     "report",
     "row",

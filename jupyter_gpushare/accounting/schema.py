@@ -13,8 +13,10 @@ import sqlite3
 
 # Seconds since the epoch, as sqlite tells the time (to the millisecond).
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
-_LABEL = "COALESCE(NULLIF({row}.path, ''), {row}.kernel_name)"
-_EVENT = "INSERT INTO acct_events (at, kernel_id, owner, what, memory, used, label, requested_at) VALUES"
+_EVENT = (
+    "INSERT INTO acct_events (at, kernel_id, owner, what, memory, used, path, requested_at, kernel_name)"
+    " VALUES"
+)
 
 FIGURE_COLUMNS = (
     "reserved",
@@ -39,14 +41,15 @@ CREATE TABLE IF NOT EXISTS acct_events (
     what TEXT NOT NULL,
     memory INTEGER,
     used INTEGER,
-    label TEXT NOT NULL DEFAULT '',
-    requested_at REAL
+    path TEXT NOT NULL DEFAULT '',
+    requested_at REAL,
+    kernel_name TEXT NOT NULL DEFAULT ''
 );
 -- What each kernel is doing now, accounted up to ``since`` (tally.KernelAccount).
 CREATE TABLE IF NOT EXISTS acct_kernels (
     kernel_id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
-    label TEXT NOT NULL,
+    path TEXT NOT NULL,
     phase TEXT NOT NULL,
     since REAL NOT NULL,
     memory INTEGER NOT NULL,
@@ -55,7 +58,9 @@ CREATE TABLE IF NOT EXISTS acct_kernels (
     queued_at REAL,
     placed_at REAL,
     resuming INTEGER NOT NULL,
-    released INTEGER NOT NULL
+    released INTEGER NOT NULL,
+    kernel_name TEXT NOT NULL DEFAULT '',
+    started_at REAL
 );
 -- Figures per kernel and 15 minutes; per user and hour (kernel_id '') after the retention.
 CREATE TABLE IF NOT EXISTS acct_usage (
@@ -109,45 +114,70 @@ TRIGGERS = f"""
 CREATE TRIGGER IF NOT EXISTS acct_slice_inserted AFTER INSERT ON slices
 WHEN new.state = 'running' BEGIN
     {_EVENT} (COALESCE(new.placed_at, {NOW}), new.kernel_id, new.owner, 'placed', new.memory,
-              new.memory_used, {_LABEL.format(row="new")}, new.requested_at);
+              new.memory_used, new.path, new.requested_at, new.kernel_name);
 END;
 CREATE TRIGGER IF NOT EXISTS acct_slice_placed AFTER UPDATE OF state ON slices
 WHEN old.state = 'queued' AND new.state = 'running' BEGIN
     {_EVENT} (COALESCE(new.placed_at, {NOW}), new.kernel_id, new.owner, 'placed', new.memory,
-              new.memory_used, {_LABEL.format(row="new")}, new.requested_at);
+              new.memory_used, new.path, new.requested_at, new.kernel_name);
 END;
 CREATE TRIGGER IF NOT EXISTS acct_slice_resized AFTER UPDATE OF memory ON slices
 WHEN old.state = 'running' AND new.state = 'running' AND new.memory IS NOT old.memory BEGIN
-    {_EVENT} ({NOW}, new.kernel_id, new.owner, 'resized', new.memory, NULL, '', NULL);
+    {_EVENT} ({NOW}, new.kernel_id, new.owner, 'resized', new.memory, NULL, '', NULL, '');
 END;
 CREATE TRIGGER IF NOT EXISTS acct_slice_used AFTER UPDATE OF memory_used ON slices
 WHEN new.state = 'running' AND new.memory_used IS NOT old.memory_used BEGIN
     {_EVENT} (COALESCE(new.usage_at, {NOW}), new.kernel_id, new.owner, 'used', NULL,
-              COALESCE(new.memory_used, 0), '', NULL);
+              COALESCE(new.memory_used, 0), '', NULL, '');
 END;
 CREATE TRIGGER IF NOT EXISTS acct_slice_ended AFTER DELETE ON slices BEGIN
     {_EVENT} ({NOW}, old.kernel_id, old.owner,
               CASE old.state WHEN 'running' THEN 'ended' ELSE 'withdrawn' END, old.memory, NULL,
-              {_LABEL.format(row="old")}, old.requested_at);
+              old.path, old.requested_at, old.kernel_name);
 END;
 CREATE TRIGGER IF NOT EXISTS acct_suspended AFTER INSERT ON released
 WHEN new.suspended IS NOT NULL BEGIN
-    {_EVENT} ({NOW}, new.kernel_id, new.owner, 'suspended', NULL, NULL, {_LABEL.format(row="new")}, NULL);
+    {_EVENT} ({NOW}, new.kernel_id, new.owner, 'suspended', NULL, NULL, new.path, NULL, new.kernel_name);
 END;
 CREATE TRIGGER IF NOT EXISTS acct_unsuspended AFTER DELETE ON released
 WHEN old.suspended IS NOT NULL BEGIN
-    {_EVENT} ({NOW}, old.kernel_id, old.owner, 'unsuspended', NULL, NULL, '', NULL);
+    {_EVENT} ({NOW}, old.kernel_id, old.owner, 'unsuspended', NULL, NULL, '', NULL, '');
 END;
 """
 
 
+# Columns a ledger file made by an earlier version lacks: (table, old name or None, name, type).
+CHANGED_COLUMNS = (
+    ("acct_events", "label", "path", "TEXT NOT NULL DEFAULT ''"),
+    ("acct_events", None, "kernel_name", "TEXT NOT NULL DEFAULT ''"),
+    ("acct_kernels", "label", "path", "TEXT NOT NULL DEFAULT ''"),
+    ("acct_kernels", None, "kernel_name", "TEXT NOT NULL DEFAULT ''"),
+    ("acct_kernels", None, "started_at", "REAL"),
+)
+
+
 def create(db: sqlite3.Connection) -> None:
-    """Create the accounting's tables and triggers where missing (inside the caller's transaction,
-    after the ledger's own tables: the triggers are on them; not ``executescript``, which would
-    commit that transaction)."""
+    """Create the accounting's tables and triggers where missing, and bring those of an earlier
+    version up to date (inside the caller's transaction, after the ledger's own tables: the
+    triggers are on them; not ``executescript``, which would commit that transaction)."""
     for statement in _statements(TABLES):
         db.execute(statement)
+    for table, old, name, declaration in CHANGED_COLUMNS:
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if name in present:
+            continue
+        if old in present:
+            db.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {name}")
+        else:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
     for statement in _statements(TRIGGERS, separator="END;"):
+        # A trigger of an earlier version is replaced; an unchanged one is left alone (dropping
+        # it would change the schema, which every other connection to the file then reloads).
+        name = statement.split()[5]
+        stored = db.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?", (name,))
+        row = stored.fetchone()
+        if row is not None and row[0] != statement.replace(" IF NOT EXISTS", "", 1).removesuffix(";"):
+            db.execute(f"DROP TRIGGER {name}")
         db.execute(statement)
 
 
@@ -158,4 +188,4 @@ def _statements(script: str, separator: str = ";") -> list[str]:
     return [part.strip() + " END;" for part in script.split(separator) if part.strip()]
 
 
-__all__ = ["FIGURE_COLUMNS", "NOW", "TABLES", "TRIGGERS", "create"]
+__all__ = ["CHANGED_COLUMNS", "FIGURE_COLUMNS", "NOW", "TABLES", "TRIGGERS", "create"]

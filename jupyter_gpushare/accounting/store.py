@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..tally import (
     DETAIL_SECONDS,
     ROLLED_SECONDS,
+    TEST_KERNEL_NAME,
     Event,
     Figures,
     KernelAccount,
@@ -27,7 +28,7 @@ from ..tally import (
     recent_use,
     span_weight,
 )
-from ..usage_report import Bucket
+from ..usage_report import ROLLED_TESTS, Bucket, KernelInfo
 from ..wait_estimate import History
 from .schema import FIGURE_COLUMNS
 
@@ -37,7 +38,7 @@ ROLL_UP_EVERY = 600.0  # seconds between roll-ups of buckets older than the rete
 _ACCOUNT_COLUMNS = (
     "kernel_id",
     "owner",
-    "label",
+    "path",
     "phase",
     "since",
     "memory",
@@ -47,6 +48,8 @@ _ACCOUNT_COLUMNS = (
     "placed_at",
     "resuming",
     "released",
+    "kernel_name",
+    "started_at",
 )
 _ADD_FIGURES = ", ".join(f"{name} = {name} + excluded.{name}" for name in FIGURE_COLUMNS)
 _FIGURE_LIST = ", ".join(FIGURE_COLUMNS)
@@ -94,7 +97,9 @@ def fold_events(db: sqlite3.Connection, now: float, keeping: Keeping, roll_up_to
                 row["what"],
                 row["memory"],
                 row["used"],
-                row["label"],
+                row["path"],
+                row["requested_at"],
+                row["kernel_name"],
             )
             for row in rows
         ]
@@ -111,7 +116,8 @@ def fold_events(db: sqlite3.Connection, now: float, keeping: Keeping, roll_up_to
             ],
         )
         _add_buckets(db, folded.buckets, DETAIL_SECONDS)
-        _add_totals(db, folded.buckets)
+        tests = {kernel_id for kernel_id, account in folded.accounts.items() if account.test}
+        _add_totals(db, {key: figures for key, figures in folded.buckets.items() if key[1] not in tests})
         _add_spans(db, folded.spans, keeping.half_life, now)
         db.executemany(
             "INSERT INTO acct_holds (ended_at, owner, memory, seconds) VALUES (?, ?, ?, ?)",
@@ -140,7 +146,7 @@ def _account_of(row: sqlite3.Row) -> KernelAccount:
     return KernelAccount(
         kernel_id=row["kernel_id"],
         owner=row["owner"],
-        label=row["label"],
+        path=row["path"],
         phase=row["phase"],
         since=row["since"],
         memory=row["memory"],
@@ -150,6 +156,8 @@ def _account_of(row: sqlite3.Row) -> KernelAccount:
         placed_at=row["placed_at"],
         resuming=bool(row["resuming"]),
         released=bool(row["released"]),
+        kernel_name=row["kernel_name"],
+        started_at=row["started_at"],
     )
 
 
@@ -157,7 +165,7 @@ def _account_values(account: KernelAccount) -> tuple[object, ...]:
     return (
         account.kernel_id,
         account.owner,
-        account.label,
+        account.path,
         account.phase,
         account.since,
         account.memory,
@@ -167,6 +175,8 @@ def _account_values(account: KernelAccount) -> tuple[object, ...]:
         account.placed_at,
         int(account.resuming),
         int(account.released),
+        account.kernel_name,
+        account.started_at,
     )
 
 
@@ -236,13 +246,16 @@ def roll_up(db: sqlite3.Connection, now: float, keeping: Keeping) -> None:
     history, and forget the accounts and reports of kernels gone that long."""
     cutoff = bucket_of(now - keeping.retention, ROLLED_SECONDS)
     sums = ", ".join(f"SUM({name})" for name in FIGURE_COLUMNS)
+    # The doctor's test kernels are rolled up apart from their owner's kernels (ROLLED_TESTS),
+    # so that they stay out of users' figures once their own accounts are forgotten.
     db.execute(
         f"INSERT INTO acct_usage (start, width, kernel_id, owner, {_FIGURE_LIST}) "
-        f"SELECT CAST(start / {ROLLED_SECONDS} AS INTEGER) * {ROLLED_SECONDS}, {ROLLED_SECONDS}, '', "
-        f"owner, {sums} "
-        "FROM acct_usage WHERE width < ? AND start < ? GROUP BY 1, owner "
+        f"SELECT CAST(start / {ROLLED_SECONDS} AS INTEGER) * {ROLLED_SECONDS}, {ROLLED_SECONDS}, "
+        "CASE WHEN kernel_id IN (SELECT kernel_id FROM acct_kernels WHERE kernel_name = ?) "
+        f"THEN ? ELSE '' END, owner, {sums} "
+        "FROM acct_usage WHERE width < ? AND start < ? GROUP BY 1, 3, owner "
         f"ON CONFLICT (start, kernel_id, owner) DO UPDATE SET {_ADD_FIGURES}",
-        (ROLLED_SECONDS, cutoff),
+        (TEST_KERNEL_NAME, ROLLED_TESTS, ROLLED_SECONDS, cutoff),
     )
     db.execute("DELETE FROM acct_usage WHERE width < ? AND start < ?", (ROLLED_SECONDS, cutoff))
     if keeping.history > 0:
@@ -320,9 +333,9 @@ def recent(db: sqlite3.Connection, now: float, half_life: float) -> dict[str, fl
 
 def buckets(
     db: sqlite3.Connection, since: float, now: float, owners: Iterable[str] | None = None
-) -> tuple[list[Bucket], dict[str, str]]:
-    """Stored and open buckets from ``since`` on (of ``owners``, or everyone's), and each
-    kernel's label."""
+) -> tuple[list[Bucket], dict[str, KernelInfo]]:
+    """Stored and open buckets from ``since`` on (of ``owners``, or everyone's), and what
+    identifies each kernel (its notebook, kernelspec and start)."""
     wanted = None if owners is None else set(owners)
     found = [
         Bucket(
@@ -339,21 +352,24 @@ def buckets(
     for (start, kernel_id, owner), figures in open_figures(accounts.values(), now).items():
         if wanted is None or owner in wanted:
             found.append(Bucket(start, DETAIL_SECONDS, kernel_id, owner, figures))
-    labels = {
-        row["kernel_id"]: row["label"] for row in db.execute("SELECT kernel_id, label FROM acct_kernels")
+    kernels = {
+        row["kernel_id"]: KernelInfo(row["path"], row["kernel_name"], row["started_at"])
+        for row in db.execute("SELECT kernel_id, path, kernel_name, started_at FROM acct_kernels")
     }
-    return found, labels
+    return found, kernels
 
 
 def totals(db: sqlite3.Connection, now: float, owners: Iterable[str] | None = None) -> dict[str, Figures]:
-    """Every user's figures since accounting began (and what open accounts accrued up to now)."""
+    """Every user's figures since accounting began (and what open accounts accrued up to now),
+    the doctor's test kernels left out."""
     wanted = None if owners is None else set(owners)
     found = {
         row["owner"]: Figures.of(row[name] for name in FIGURE_COLUMNS)
         for row in db.execute("SELECT * FROM acct_totals")
         if wanted is None or row["owner"] in wanted
     }
-    for (_, _, owner), figures in open_figures(_accounts(db).values(), now).items():
+    counted = (account for account in _accounts(db).values() if not account.test)
+    for (_, _, owner), figures in open_figures(counted, now).items():
         if wanted is None or owner in wanted:
             found.setdefault(owner, Figures()).add(figures)
     return found

@@ -85,14 +85,14 @@ class Accounts:
         owners = None if viewer == EVERYONE else [viewer]
 
         def read(db: object) -> UsagePayload:
-            buckets, labels = store.buckets(db, now - since, now, owners)  # type: ignore[arg-type]
+            buckets, kernels = store.buckets(db, now - since, now, owners)  # type: ignore[arg-type]
             return report(
                 buckets,
                 since=now - since,
                 until=now,
                 by=by,
                 scope="everyone" if owners is None else "self",
-                labels=labels,
+                kernels=kernels,
                 groups=store.groups(db),  # type: ignore[arg-type]
             )
 

@@ -115,23 +115,60 @@ class _UnixConnection(http.client.HTTPConnection):
             return
 
 
-def socket_refusal(path: str) -> str | None:
-    """What on the way to the broker's socket refuses this process: the first directory it may
-    not pass through, a socket it may not write to, or no socket at all (None: nothing found)."""
+@dataclass(frozen=True)
+class SocketRefusal:
+    """What on the way to the broker's socket refuses this process: a directory it may not pass
+    through, a socket it may not write to (``denied``), or no socket at all."""
+
+    path: Path
+    denied: bool
+    mode: int = 0
+    owner: str = ""
+    group: str = ""
+
+    @property
+    def directory(self) -> bool:
+        return self.path.is_dir()
+
+    @property
+    def group_may(self) -> bool:
+        """Whether the members of its group may pass (a directory) or connect (the socket)."""
+        return bool(self.mode & (stat.S_IXGRP if self.directory else stat.S_IWGRP))
+
+    def attributes(self) -> str:
+        return f"mode {self.mode:04o}, owner {self.owner}, group {self.group}"
+
+    def sentence(self) -> str:
+        if not self.denied:
+            return (
+                f"there is no socket at {self.path}: is the broker running "
+                f"(jupyter gpushare broker --socket {self.path})?"
+            )
+        if self.directory:
+            return f"{self.path} does not let you through ({self.attributes()})"
+        return f"the socket {self.path} does not let you connect ({self.attributes()})"
+
+
+def refusal_on_the_way(path: str) -> SocketRefusal | None:
+    """What on the way to the broker's socket at ``path`` refuses this process (None: nothing)."""
     for directory in reversed(Path(path).parents):
         if directory.exists() and not os.access(directory, os.X_OK):
-            return f"{directory} does not let you through ({_owner_and_mode(directory)})"
+            return _denied(directory)
     socket_file = Path(path)
     if not socket_file.exists():
-        return (
-            f"there is no socket at {path}: is the broker running (jupyter gpushare broker --socket {path})?"
-        )
+        return SocketRefusal(socket_file, denied=False)
     if not os.access(socket_file, os.W_OK):
-        return f"the socket {path} does not let you connect ({_owner_and_mode(socket_file)})"
+        return _denied(socket_file)
     return None
 
 
-def _owner_and_mode(path: Path) -> str:
+def socket_refusal(path: str) -> str | None:
+    """The sentence of :func:`refusal_on_the_way` (None: nothing found)."""
+    refusal = refusal_on_the_way(path)
+    return refusal.sentence() if refusal is not None else None
+
+
+def _denied(path: Path) -> SocketRefusal:
     import grp
     import pwd
 
@@ -144,7 +181,7 @@ def _owner_and_mode(path: Path) -> str:
         group = grp.getgrgid(info.st_gid).gr_name
     except KeyError:
         group = str(info.st_gid)
-    return f"mode {stat.S_IMODE(info.st_mode):04o}, owner {owner}, group {group}"
+    return SocketRefusal(path, denied=True, mode=stat.S_IMODE(info.st_mode), owner=owner, group=group)
 
 
 @dataclass(frozen=True)
@@ -282,7 +319,10 @@ __all__ = [
     "BrokerAddress",
     "BrokerClient",
     "BrokerUnreachableError",
+    "SocketRefusal",
     "error_from",
     "error_payload",
+    "refusal_on_the_way",
     "register_error",
+    "socket_refusal",
 ]

@@ -15,6 +15,7 @@ import contextlib
 import grp
 import logging
 import os
+import pwd
 import signal
 import stat
 import time
@@ -34,7 +35,7 @@ from ..backends.broker_base.traits import GPUShareBroker
 from ..config import GPUShare
 from ..errors import BackendUnavailableError, ConfigurationError
 from . import handlers, usage_routes
-from .banner import startup_lines
+from .banner import startup_lines, unknown_admins
 from .door import BrokerServer, broker_server, raise_open_files_limit
 from .settings import BrokerConfiguration, names_this_broker
 
@@ -130,6 +131,9 @@ class Broker:
             self.configuration,
         ):
             log.info("%s", line)
+        warning = unknown_admins(self.broker, is_user)
+        if warning:
+            log.warning("%s", warning)
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -155,6 +159,15 @@ class Broker:
             with contextlib.suppress(OSError):
                 os.unlink(self.broker.socket)
         log.info("GPU broker stopped")
+
+
+def is_user(name: str) -> bool:
+    """Whether ``name`` is a user of this machine (the passwd database: local, LDAP, …)."""
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def socket_directory(directory: Path) -> None:

@@ -7,7 +7,7 @@ it holds, and whether its pool is real, simulated, or one a ledger remembers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..backends.broker_base.traits import GPUShareBroker
 from ..config import GPUShare
@@ -68,6 +68,23 @@ def limit_words(settings: GPUShare, broker: GPUShareBroker) -> str:
     return f"{', '.join(words)}; admin_users: {admins}"
 
 
+def unknown_admins(broker: GPUShareBroker, is_user: Callable[[str], bool]) -> str | None:
+    """The warning for names in ``admin_users`` that are no user of this machine (``is_user``)
+    where the broker serves its Unix socket, whose callers are the machine's users: a typo would
+    otherwise leave the administrator without the admin's view, and say nothing. (Over HTTP the
+    callers are the hub's users, which only the hub knows.)"""
+    if not broker.socket:
+        return None
+    unknown = [name for name in broker.admin_users if not is_user(name)]
+    if not unknown:
+        return None
+    hub = "; over HTTP they are hub users' names, which still count" if broker.ip else ""
+    return (
+        f"GPUShareBroker.admin_users names no user of this machine: {', '.join(unknown)} "
+        f"(on the Unix socket callers are this machine's users{hub})"
+    )
+
+
 def configuration_words(configuration: BrokerConfiguration | None) -> str:
     if configuration is None:
         return "given by the caller"
@@ -79,4 +96,4 @@ def configuration_words(configuration: BrokerConfiguration | None) -> str:
     )
 
 
-__all__ = ["configuration_words", "limit_words", "pool_words", "startup_lines"]
+__all__ = ["configuration_words", "limit_words", "pool_words", "startup_lines", "unknown_admins"]

@@ -46,7 +46,7 @@ def run_checks(settings: GPUShare, *, kernel: bool = True, inventory: Inventory 
         findings = find(settings, inventory)
         checks, ready, simulated = [*findings.checks, check_kernelspecs()], findings.ready, findings.simulated
     if kernel:
-        checks.append(check_test_kernel(ready, simulated))
+        checks.append(check_test_kernel(ready, simulated, printed=checks))
     return [check_settings(settings), *checks]
 
 

@@ -3,15 +3,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import socket
+from typing import TYPE_CHECKING, Any
 
 from ..config import GPUShare
 from ..findings import Check, PoolSeen
 
+if TYPE_CHECKING:
+    from ..backends.transport import SocketRefusal
+
+
+START_THE_BROKER = (
+    "start the broker (jupyter gpushare broker, or its systemd unit / hub service), or fix "
+    "c.GPUShare.broker_url"
+)
+
 
 def check_broker(settings: GPUShare) -> tuple[Check, dict[str, Any] | None]:
     """With ``broker_url``: the broker answers and says who it takes this user for; its pool."""
-    from ..backends.transport import BrokerClient
+    from ..backends.transport import BrokerClient, BrokerUnreachableError
     from ..errors import GPUShareError
 
     url = settings.effective_broker_url()
@@ -20,16 +31,11 @@ def check_broker(settings: GPUShare) -> tuple[Check, dict[str, Any] | None]:
         info = client.call("GET", "info")
         pool = client.call("GET", "pool")
     except GPUShareError as error:
-        return (
-            Check(
-                "broker",
-                "FAIL",
-                str(error),
-                "start the broker (jupyter gpushare broker, or its systemd unit / hub service), or "
-                "fix c.GPUShare.broker_url",
-            ),
-            None,
+        path = client.address.socket_path
+        fix = (
+            unreachable_fix(path) if path and isinstance(error, BrokerUnreachableError) else START_THE_BROKER
         )
+        return Check("broker", "FAIL", str(error), fix), None
     admin = ", an admin" if info.get("admin") else ""
     found = Check(
         "broker",
@@ -37,6 +43,70 @@ def check_broker(settings: GPUShare) -> tuple[Check, dict[str, Any] | None]:
         f"{url}: {info.get('backend')} backend ({info.get('location')}); you are {info.get('user')}{admin}",
     )
     return found, pool
+
+
+def unreachable_fix(path: str) -> str:
+    """The fix for a broker whose socket at ``path`` does not answer: a broker that is not
+    running is started; one this user may not reach is the administrator's to open to them."""
+    from ..backends.transport import refusal_on_the_way
+
+    refusal = refusal_on_the_way(path)
+    if refusal is None:
+        if _nothing_listens(path):
+            return f"nothing listens on {path}: the broker is not running; {START_THE_BROKER}"
+        return START_THE_BROKER
+    if not refusal.denied:
+        return START_THE_BROKER
+    where = f"permission denied on {refusal.path} ({refusal.attributes()})"
+    return f"the broker may well be running, but you may not reach it: {where}; {_ask(refusal)}"
+
+
+def _ask(refusal: SocketRefusal) -> str:
+    """Who can let this user through, and how."""
+    if refusal.group_may:
+        if _member_of(refusal.group):
+            return (
+                f"you are in group {refusal.group}, but this session started before you were: "
+                f"log out and in again (or run newgrp {refusal.group})"
+            )
+        return f"ask the administrator to add you to group {refusal.group} (then log in again)"
+    if refusal.directory:
+        return (
+            f"its mode lets only {refusal.owner} through: ask the administrator to chmod 755 "
+            f"{refusal.path} (or 750 and a group of its users)"
+        )
+    return (
+        "ask the administrator to let you connect (c.GPUShareBroker.socket_mode 0o666, or 0o660 "
+        "with a socket_group you are in)"
+    )
+
+
+def _member_of(group: str) -> bool:
+    """Whether this user is in ``group`` as the system's group database says (whatever groups
+    this process was started with)."""
+    import grp
+    import pwd
+
+    try:
+        entry = grp.getgrnam(group)
+        me = pwd.getpwuid(os.getuid())
+    except KeyError:
+        return False
+    return me.pw_name in entry.gr_mem or me.pw_gid == entry.gr_gid
+
+
+def _nothing_listens(path: str) -> bool:
+    """Whether a socket file is there with no process listening on it (a broker that stopped
+    without removing it)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+    return False
 
 
 def seen_through_the_broker(pool: dict[str, Any] | None) -> PoolSeen:
@@ -84,4 +154,4 @@ def check_kernelspecs() -> Check:
     )
 
 
-__all__ = ["check_broker", "check_kernelspecs", "check_settings", "seen_through_the_broker"]
+__all__ = ["check_broker", "check_kernelspecs", "check_settings", "seen_through_the_broker", "unreachable_fix"]

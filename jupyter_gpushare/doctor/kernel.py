@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..findings import Check
+from ..tally import TEST_KERNEL_NAME
 
 # Which devices the kernel was given: CUDA_VISIBLE_DEVICES on a node we place on; in a kernel
 # pod, the device plugin (or a DRA driver's CDI edits) names them in NVIDIA_VISIBLE_DEVICES for
@@ -35,12 +37,19 @@ print(json.dumps(seen))
 """
 
 
-def check_test_kernel(has_devices: bool, simulated: bool, size: str = "512M") -> Check:
+def check_test_kernel(
+    has_devices: bool, simulated: bool, size: str = "512M", printed: Sequence[Check] = ()
+) -> Check:
     """Start a real gpushare kernel with a small slice and ask what it sees (``has_devices``:
     whether the pool the kernel would be placed in has any; ``simulated``: whether it is a
-    simulated one, where no framework can use a GPU)."""
+    simulated one, where no framework can use a GPU). ``printed``: the checks above it, the
+    only ones its fix may refer to."""
     if not has_devices:
-        return Check("test kernel", "FAIL", "not started: no GPU in the pool", "fix the GPUs check first")
+        failed = next((check.name for check in printed if check.status == "FAIL"), None)
+        if failed is None:
+            return Check("test kernel", "FAIL", "not started: no GPU in the pool", "see the checks above")
+        why = "no GPU in the pool" if failed == "GPUs" else f"the {failed} check failed"
+        return Check("test kernel", "FAIL", f"not started: {why}", f"fix the {failed} check first")
     try:
         seen = asyncio.run(_run_test_kernel(size))
     except Exception as error:
@@ -83,11 +92,13 @@ async def _run_test_kernel(size: str) -> dict[str, Any]:
     from ..kernelspec import build_kernelspec
 
     with tempfile.TemporaryDirectory() as directory:
-        spec_dir = Path(directory) / "kernels" / "gpushare-doctor"
+        # Its kernelspec's name is the mark the accounting knows it by: the slice is held and
+        # accounted like any other, but kept out of the user's figures (tally.TEST_KERNEL_NAME).
+        spec_dir = Path(directory) / "kernels" / TEST_KERNEL_NAME
         spec_dir.mkdir(parents=True)
         (spec_dir / "kernel.json").write_text(json.dumps(build_kernelspec(size)))
         manager = AsyncKernelManager(
-            kernel_name="gpushare-doctor",
+            kernel_name=TEST_KERNEL_NAME,
             kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(Path(directory) / "kernels")]),
         )
         await manager.start_kernel()

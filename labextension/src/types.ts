@@ -195,6 +195,10 @@ export interface IFit {
 export interface IUsageRow {
   key: string;
   label: string;
+  owner: string | null;
+  started: string | null;
+  notebook: string | null;
+  kernelspec: string | null;
   kernels: number;
   reserved_gib_hours: number;
   used_gib_hours: number;
@@ -237,12 +241,13 @@ export interface IUsageSeries {
  * @schema Usage
  */
 export interface IUsage {
-  since: number;
-  until: number;
+  since: string;
+  until: string;
   by: 'user' | 'group' | 'kernel';
   scope: 'self' | 'everyone';
   rows: IUsageRow[];
   total: IUsageRow;
+  test_kernels: IUsageRow;
   series: IUsageSeries;
 }
 

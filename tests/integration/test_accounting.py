@@ -15,10 +15,13 @@ import time
 import pytest
 
 from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.usage_report import local_time
 
+from ..support.kernels import kernel_manager
 from ..support.nodes import BIN, Node
 from ..support.polling import wait_until
 from ..support.servers import JupyterServer, execute, start_server
+from .test_openapi import Contract, load_document
 
 pytestmark = pytest.mark.integration
 
@@ -92,8 +95,11 @@ async def test_a_scripted_session_is_accounted_and_report_rest_and_metrics_agree
         usage = server.request("GET", f"{API}/usage?since=1h&by=kernel")
         assert usage.status == 200, usage
         assert usage.body["scope"] == "self"
+        contract = Contract(load_document()).component("Usage")  # the OpenAPI document's shape
+        assert list(contract.iter_errors(usage.body)) == []
         [row] = usage.body["rows"]
-        assert row["key"] == kernel_id and row["label"].endswith(": a.ipynb")
+        assert row["key"] == kernel_id and row["label"] == f"{row['owner']}: {kernel_id[:8]} a.ipynb"
+        assert (row["notebook"], row["kernelspec"]) == ("a.ipynb", "python3-gpu-4g")
         slack = SAMPLE  # to the sampling interval
         reserved = row["reserved_gib_hours"] * 3600  # GiB x seconds
         low = 4 * (resize_before - placed) + 6 * (end_before - resize_after)
@@ -113,6 +119,7 @@ async def test_a_scripted_session_is_accounted_and_report_rest_and_metrics_agree
         assert done.returncode == 0, done.stderr
         [from_cli] = json.loads(done.stdout)["rows"]
         assert from_cli == by_user
+        assert list(contract.iter_errors(json.loads(done.stdout))) == []
         metrics = counters(server)
         assert metrics["jupyter_gpushare_reserved_byte_seconds_total"] == pytest.approx(
             by_user["reserved_gib_hours"] * GiB * 3600, rel=1e-9
@@ -150,3 +157,46 @@ def test_bad_report_arguments_are_one_sentence_and_read_nothing(node: Node) -> N
         assert done.stderr.strip().splitlines() == [f"jupyter gpushare: error: {sentence}"] or (
             sentence in done.stderr and len(done.stderr.strip().splitlines()) == 1
         ), done.stderr
+
+
+async def test_the_report_by_kernel_tells_each_kernel_apart_and_leaves_the_doctor_out(node: Node) -> None:
+    """Kernels started outside JupyterLab (nbclient, papermill, a script) have no notebook: their
+    rows said ``alice: python3-gpu-4g`` each, alike; the doctor's test kernel counted as a start."""
+    kernels = kernel_manager()
+    started = []
+    try:
+        for _ in range(3):
+            kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
+            started.append(kernel_id)
+            await kernels.shutdown_kernel(kernel_id, now=True)
+    finally:
+        await kernels.shutdown_all(now=True)
+    doctor = subprocess.run(
+        [str(BIN / "jupyter-gpushare"), "doctor"], env=node.env, capture_output=True, text=True, timeout=300
+    )
+    assert "OK    test kernel:" in doctor.stdout, doctor.stdout + doctor.stderr
+
+    done = cli_report(node, "--since", "1h", "--by", "kernel", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert list(Contract(load_document()).component("Usage").iter_errors(payload)) == []
+    assert sorted(row["key"] for row in payload["rows"]) == sorted(started)  # no doctor's kernel
+    assert len({row["label"] for row in payload["rows"]}) == 3
+    for row in payload["rows"]:
+        assert row["label"] == f"{row['owner']}: {row['key'][:8]} no notebook (python3-gpu-4g)"
+        assert (row["notebook"], row["kernelspec"], row["starts"]) == (None, "python3-gpu-4g", 1)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row["started"]), row
+    assert (payload["total"]["kernels"], payload["total"]["starts"]) == (3, 3)
+    assert (payload["test_kernels"]["kernels"], payload["test_kernels"]["starts"]) == (1, 1)
+    for moment in (payload["since"], payload["until"]):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", moment), moment
+
+    table = cli_report(node, "--since", "1h", "--by", "kernel")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:5] == ["kernel", "owner", "started", "notebook", "reserved"]
+    for row in payload["rows"]:
+        [line] = [line for line in lines if line.startswith(row["key"][:8])]
+        assert local_time(row["started"]) in line and "no notebook (python3-gpu-4g)" in line
+    assert "starts: slices placed" in table.stdout
+    assert "Not in the figures above: the test kernels of jupyter gpushare doctor, 1 start(s)" in table.stdout

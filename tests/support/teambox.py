@@ -58,22 +58,30 @@ def user_python(root: Path) -> Path:
     own = Path(sys.executable)
     if reachable_by_everyone(own):
         return own
+    return environment_python(root / "python")
+
+
+def environment_python(directory: Path) -> Path:
+    """A virtual environment of its own at ``directory``, made from the system's Python of this
+    version, that loads this environment's site-packages (.pth files and all): every user can
+    run it, and its ``sys.prefix`` (``--sys-prefix``) is the test's own."""
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     system = next(
         (Path(d) / version for d in ("/usr/bin", "/usr/local/bin") if (Path(d) / version).exists()), None
     )
     if system is None or not reachable_by_everyone(system):
         pytest.fail(
-            f"the team-box tests run processes as other users, who cannot run {own}; install "
-            f"{version} system-wide (apt-get install {version})",
+            f"the team-box tests run processes as other users, who cannot run {sys.executable}; "
+            f"install {version} system-wide (apt-get install {version})",
             pytrace=False,
         )
-    bridge = root / "python"
-    subprocess.run([str(system), "-m", "venv", "--without-pip", str(bridge)], check=True, capture_output=True)
-    [site_packages] = (bridge / "lib").glob("python*/site-packages")
+    subprocess.run(
+        [str(system), "-m", "venv", "--without-pip", str(directory)], check=True, capture_output=True
+    )
+    [site_packages] = (directory / "lib").glob("python*/site-packages")
     [ours] = (Path(sys.prefix) / "lib").glob("python*/site-packages")
     (site_packages / "gpushare-tests.pth").write_text(f"import site; site.addsitedir({str(ours)!r})\n")
-    return bridge / "bin" / "python"
+    return directory / "bin" / "python"
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ turns them into figures, old figures are rolled up, and fair share orders the qu
 
 from __future__ import annotations
 
+import datetime
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ from jupyter_gpushare.ledger import Ledger
 from jupyter_gpushare.processes import current_process
 from jupyter_gpushare.queue_order import QueueRule
 from jupyter_gpushare.records import NewRequest, Placed, SuspendedState, Waiting
-from jupyter_gpushare.tally import DETAIL_SECONDS, ROLLED_SECONDS, Figures
+from jupyter_gpushare.tally import DETAIL_SECONDS, ROLLED_SECONDS, TEST_KERNEL_NAME, Figures
+from jupyter_gpushare.usage_report import ROLLED_TESTS, report
 from jupyter_gpushare.visibility import EVERYONE
 
 GiB = 2**30
@@ -42,10 +44,11 @@ def accounts(ledger: Ledger) -> Accounts:
     return Accounts(ledger, lambda: GPUShare())
 
 
-def request(kernel_id: str, size: str, owner: str = "alice") -> NewRequest:
-    return NewRequest(
-        kernel_id, owner, "server-1", "timeslice", "shared", size, None, ME, "python3", f"{kernel_id}.ipynb"
-    )
+def request(
+    kernel_id: str, size: str, owner: str = "alice", name: str = "python3", path: str | None = None
+) -> NewRequest:
+    notebook = f"{kernel_id}.ipynb" if path is None else path
+    return NewRequest(kernel_id, owner, "server-1", "timeslice", "shared", size, None, ME, name, notebook)
 
 
 def events(ledger: Ledger) -> list[tuple[str, str, int | None, int | None]]:
@@ -131,6 +134,111 @@ def test_old_figures_roll_up_by_user_and_hour_and_totals_stay(ledger: Ledger) ->
     assert [tuple(row) for row in rows] == [(old, ROLLED_SECONDS, "", "alice", 3 * GiB * 900.0)]
     ledger.write_with(lambda db: store.roll_up(db, now + 500 * 86400, store.Keeping(history=400 * 86400)))
     assert ledger.read_with(lambda db: db.execute("SELECT COUNT(*) FROM acct_usage").fetchone()[0]) == 0
+
+
+def test_a_kernel_row_names_the_kernelspec_and_start_of_a_kernel_without_a_notebook(
+    ledger: Ledger, accounts: Accounts
+) -> None:
+    before = time.time()
+    ledger.request(request("k1", "2G", name="python3-gpu", path=""), Policy())
+    ledger.request(request("k2", "2G", name="python3-gpu", path=""), Policy())
+    after = time.time()
+    rows = {row["key"]: row for row in accounts.report(3600, "kernel", EVERYONE)["rows"]}
+    assert rows["k1"]["label"] == "alice: k1 no notebook (python3-gpu)"
+    assert (rows["k1"]["notebook"], rows["k1"]["kernelspec"]) == (None, "python3-gpu")
+    started = datetime.datetime.fromisoformat(rows["k1"]["started"].replace("Z", "+00:00")).timestamp()
+    assert int(before) <= started <= after
+    ledger.release("k1")
+    ledger.request(request("k1", "2G", name="python3-gpu", path=""), Policy())  # asked again
+    again = accounts.report(3600, "kernel", EVERYONE)["rows"]
+    assert {row["key"]: row["started"] for row in again}["k1"] == rows["k1"]["started"]
+    assert {row["key"]: row["starts"] for row in again}["k1"] == 2
+
+
+def test_a_starts_wait_in_the_queue_is_accounted(ledger: Ledger, accounts: Accounts) -> None:
+    """The placement's event carries when the request was made. Failed before: the fold never
+    read it, and every wait counted 0."""
+    ledger.request(request("blocker", "80G", owner="bob"), Policy())
+    assert isinstance(ledger.request(request("k1", "8G"), Policy()), Waiting)
+    time.sleep(0.5)
+    ledger.release("blocker")
+    assert isinstance(ledger.try_place("k1", Policy()), Placed)
+    [alice] = accounts.report(3600, "user", "alice")["rows"]
+    assert alice["mean_start_wait_seconds"] >= 0.5
+    assert alice["queue_wait_hours"] * 3600 == pytest.approx(alice["mean_start_wait_seconds"], abs=0.01)
+
+
+def test_the_doctors_test_kernel_is_held_but_kept_out_of_users_figures(
+    ledger: Ledger, accounts: Accounts
+) -> None:
+    ledger.request(request("k1", "4G"), Policy())
+    ledger.request(request("doctor", "512M", name=TEST_KERNEL_NAME, path=""), FAIR)
+    assert ledger.held()  # it holds its slice like any kernel
+    time.sleep(0.1)
+    ledger.release("doctor")
+    for by in ("user", "kernel"):
+        payload = accounts.report(3600, by, EVERYONE)
+        assert payload["total"]["starts"] == 1 and payload["total"]["kernels"] == 1, by
+        assert "doctor" not in {row["key"] for row in payload["rows"]}
+        assert (payload["test_kernels"]["kernels"], payload["test_kernels"]["starts"]) == (1, 1)
+    assert accounts.totals(EVERYONE)["alice"].starts == 1  # the counters too
+    # Fair share still counts what it held: nobody gets a slice for free by its name.
+    assert ledger.read_with(lambda db: store.recent(db, time.time(), 3600))["alice"] > 0
+
+
+def test_the_doctors_test_kernels_roll_up_apart_from_their_owners(ledger: Ledger) -> None:
+    ledger.request(request("doctor", "512M", name=TEST_KERNEL_NAME, path=""), Policy())
+    ledger.release("doctor")
+    Accounts(ledger, lambda: GPUShare()).fold()
+    now = time.time() + 10 * 86400
+    ledger.write_with(lambda db: store.roll_up(db, now, store.Keeping(retention=7 * 86400)))
+    rows = ledger.read_with(
+        lambda db: db.execute("SELECT kernel_id, owner, starts FROM acct_usage").fetchall()
+    )
+    assert [tuple(row) for row in rows] == [(ROLLED_TESTS, "alice", 1)]
+    buckets, kernels = ledger.read_with(lambda db: store.buckets(db, now - 30 * 86400, now))
+    payload = report(
+        buckets, since=now - 30 * 86400, until=now, by="user", scope="everyone", kernels=kernels, groups={}
+    )
+    assert payload["rows"] == [] and payload["test_kernels"]["starts"] == 1
+
+
+def test_a_ledger_of_the_earlier_accounting_is_brought_up_to_date(tmp_path: Path) -> None:
+    """A file whose accounting tables name the notebook ``label`` and know no kernelspec (and
+    whose triggers write them so) gets the new columns and triggers when it is opened again."""
+    path = tmp_path / "ledger.sqlite"
+    earlier = Ledger(path)
+    earlier.register_devices(POOL.devices, simulated=True)
+    earlier.close()
+    db = sqlite3.connect(path)
+    for table in ("acct_events", "acct_kernels"):
+        db.execute(f"ALTER TABLE {table} RENAME COLUMN path TO label")
+        db.execute(f"ALTER TABLE {table} DROP COLUMN kernel_name")
+    db.execute("ALTER TABLE acct_kernels DROP COLUMN started_at")
+    db.execute("DROP TRIGGER acct_slice_inserted")
+    db.execute(
+        "CREATE TRIGGER acct_slice_inserted AFTER INSERT ON slices WHEN new.state = 'running' BEGIN "
+        "INSERT INTO acct_events (at, kernel_id, owner, what, memory, used, label, requested_at) VALUES "
+        "(new.placed_at, new.kernel_id, new.owner, 'placed', new.memory, new.memory_used, "
+        "COALESCE(NULLIF(new.path, ''), new.kernel_name), new.requested_at); END"
+    )
+    db.commit()
+    db.close()
+    ledger = Ledger(path)
+    try:
+        ledger.request(request("k1", "2G", name="python3-gpu", path=""), Policy())
+        [row] = Accounts(ledger, lambda: GPUShare()).report(3600, "kernel", EVERYONE)["rows"]
+        assert (row["notebook"], row["kernelspec"]) == (None, "python3-gpu")
+        version = ledger.read_with(lambda db: db.execute("PRAGMA schema_version").fetchone()[0])
+    finally:
+        ledger.close()
+    # Up to date, it is left alone: opening it again changes no trigger (every other
+    # connection would have to reload the schema).
+    again = Ledger(path)
+    try:
+        assert again.read_with(lambda db: db.execute("PRAGMA schema_version").fetchone()[0]) == version
+    finally:
+        again.close()
 
 
 def test_activity_of_a_kernel_the_ledger_does_not_know_is_not_recorded(

@@ -138,3 +138,37 @@ def test_a_kernel_pods_devices_are_the_device_plugins_not_cuda_visible_devices()
         "NVIDIA_VISIBLE_DEVICES=GPU-1, slice 512 MiB (PyTorch not installed: framework check skipped)",
     )
     assert kernel_verdict({**seen, "visible": None, "visible_from": None}, simulated=False).status == "FAIL"
+
+
+def test_the_test_kernel_refers_only_to_checks_that_were_printed(
+    no_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a broker that does not answer no GPUs line is printed. Failed before: the test
+    kernel said "fix the GPUs check first"."""
+    monkeypatch.setenv("JUPYTER_GPUSHARE_LEDGER_PATH", str(tmp_path / "ledger.sqlite"))
+    checks = run_checks(GPUShare(broker_url=f"unix:{tmp_path}/broker.sock"), kernel=True)
+    names = [check.name for check in checks]
+    assert "GPUs" not in names
+    test_kernel = checks[-1]
+    assert (test_kernel.name, test_kernel.status) == ("test kernel", "FAIL")
+    assert test_kernel.fix == "fix the broker check first", test_kernel
+    # Without a GPU on a node the GPUs line is printed, and named.
+    monkeypatch.delenv("JUPYTER_GPUSHARE_SIMULATE", raising=False)
+    local = run_checks(GPUShare(ledger_path=str(tmp_path / "l.sqlite")), kernel=True)
+    assert local[0].name == "GPUs" and local[-1].fix == "fix the GPUs check first"
+
+
+def test_a_socket_nobody_listens_on_is_a_broker_that_is_not_running(
+    no_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    path = tmp_path / "broker.sock"
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(str(path))  # as a broker killed with -9 leaves it: a file, nothing listening
+    try:
+        [broker] = run_checks(GPUShare(broker_url=f"unix:{path}"), kernel=False)[:1]
+    finally:
+        left.close()
+    assert broker.status == "FAIL"
+    assert broker.fix.startswith(f"nothing listens on {path}: the broker is not running; start the broker")

@@ -37,7 +37,7 @@ def total(buckets: dict[tuple[float, str, str], Figures]) -> Figures:
 
 def test_a_session_queued_placed_resized_used_busy_suspended_resumed_and_ended() -> None:
     events = [
-        event(0, "queued", label="a.ipynb"),
+        event(0, "queued", path="a.ipynb", kernel_name="python3-gpu"),
         event(10, "placed", memory=4 * GiB, used=0),
         event(20, "busy"),
         event(30, "used", used=2 * GiB),
@@ -62,7 +62,8 @@ def test_a_session_queued_placed_resized_used_busy_suspended_resumed_and_ended()
     assert figures.wait == pytest.approx(15)
     assert [(h.memory, h.seconds) for h in folded.holds] == [(8 * GiB, 90), (8 * GiB, 595)]
     assert folded.accounts["k1"].phase == "gone"
-    assert folded.accounts["k1"].label == "a.ipynb"
+    assert folded.accounts["k1"].path == "a.ipynb"
+    assert (folded.accounts["k1"].kernel_name, folded.accounts["k1"].started_at) == ("python3-gpu", T0)
 
 
 def test_a_placement_or_withdrawal_carries_its_wait_without_a_queued_event() -> None:

@@ -22,7 +22,7 @@ from ...http_errors import answerable, message_of
 from ...request_body import MAX_BODY_BYTES
 from ..transport import HOST_HEADER, error_payload
 from .authority import Authority
-from .identity import Caller, HubIdentity, socket_caller
+from .identity import Caller, HubIdentity, peer_credentials, socket_caller, user_name
 
 MAX_HOST_BYTES = 253  # a DNS name: where an HTTP caller's server runs
 # How much of a request too large for any route is still read, so that its sender can read the
@@ -55,6 +55,26 @@ class BrokerHandler(web.RequestHandler):
         self.state = state
         self._body = bytearray()
         self._body_size = 0
+        self._peer = _socket_peer(self.request)  # (pid, uid) over the Unix socket, else None
+
+    def _request_summary(self) -> str:
+        # tornado's access and error log lines name a caller by its address, which on the Unix
+        # socket says nothing ("0.0.0.0"): they name who the broker took the caller for.
+        return f"{self.request.method} {self.request.uri} ({self.who()})"
+
+    def who(self) -> str:
+        """The caller as the log names it: ``user alice, uid 1001, pid 4242`` on the socket,
+        ``hub user alice, 10.0.0.7`` over HTTP (``, admin`` for an admin); an HTTP caller not
+        (yet) identified by its address only."""
+        caller: Caller | None = getattr(self, "caller", None)
+        admin = ", admin" if caller is not None and caller.admin else ""
+        if self._peer is not None:
+            pid, uid = self._peer
+            name = caller.user if caller is not None else user_name(uid)
+            return f"user {name}, uid {uid}, pid {pid}{admin}"
+        if caller is not None:
+            return f"hub user {caller.user}, {self.request.remote_ip}{admin}"
+        return f"{self.request.remote_ip}, not identified"
 
     def check_xsrf_cookie(self) -> None:
         return None  # no cookies: the socket's peer or the hub token is the identity
@@ -153,6 +173,18 @@ class BrokerHandler(web.RequestHandler):
     async def run(self, call: Callable[..., Any], *args: Any) -> Any:
         """A backend call, off the event loop (the ledger and the API client block)."""
         return await asyncio.to_thread(call, *args)
+
+
+def _socket_peer(request: Any) -> tuple[int, int] | None:
+    stream = getattr(request.connection, "stream", None)
+    sock = getattr(stream, "socket", None)
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        pid, uid, _ = peer_credentials(sock)
+    except OSError:
+        return None
+    return pid, uid
 
 
 def kernel_id_field(body: dict[str, Any], *, required: bool = False) -> str:

@@ -40,7 +40,8 @@ class GPUShareBroker(Configurable):
         Unicode(),
         config=True,
         help="Users who see and act on every user's kernels, besides root and the broker's own "
-        "user (socket) and hub admins (HTTP).",
+        "user (socket) and hub admins (HTTP). On the Unix socket callers are the machine's users: "
+        "a name that is no user of the machine is warned of when the broker starts.",
     )
     orphan_grace = Float(
         30.0,
