@@ -154,4 +154,10 @@ def check_kernelspecs() -> Check:
     )
 
 
-__all__ = ["check_broker", "check_kernelspecs", "check_settings", "seen_through_the_broker", "unreachable_fix"]
+__all__ = [
+    "check_broker",
+    "check_kernelspecs",
+    "check_settings",
+    "seen_through_the_broker",
+    "unreachable_fix",
+]
