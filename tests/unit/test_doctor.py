@@ -155,7 +155,7 @@ def test_the_test_kernel_refers_only_to_checks_that_were_printed(
     # Without a GPU on a node the GPUs line is printed, and named.
     monkeypatch.delenv("JUPYTER_GPUSHARE_SIMULATE", raising=False)
     local = run_checks(GPUShare(ledger_path=str(tmp_path / "l.sqlite")), kernel=True)
-    assert local[0].name == "GPUs" and local[-1].fix == "fix the GPUs check first"
+    assert local[1].name == "GPUs" and local[-1].fix == "fix the GPUs check first"
 
 
 def test_a_socket_nobody_listens_on_is_a_broker_that_is_not_running(
@@ -167,7 +167,7 @@ def test_a_socket_nobody_listens_on_is_a_broker_that_is_not_running(
     left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     left.bind(str(path))  # as a broker killed with -9 leaves it: a file, nothing listening
     try:
-        [broker] = run_checks(GPUShare(broker_url=f"unix:{path}"), kernel=False)[:1]
+        [broker] = run_checks(GPUShare(broker_url=f"unix:{path}"), kernel=False)[1:2]
     finally:
         left.close()
     assert broker.status == "FAIL"
