@@ -30,7 +30,8 @@ def pending_kernel_starts(multi_kernel_manager: Any) -> dict[str, Any]:
     jupyter_client (checked: 8.10.0) keeps them in ``MultiKernelManager._pending_kernels`` and
     ``list_kernel_ids()`` leaves them out; jupyter_server's ``shutdown_all`` then asks to shut
     each down and fails with 404 for it ("Kernel does not exist"), leaving the start to finish
-    after the shutdown. A copy; empty where the attribute is missing (another manager).
+    after the shutdown. While a server stops, the kernels' shutdowns are kept there too. A copy;
+    empty where the attribute is missing (another manager).
     """
     pending = getattr(multi_kernel_manager, "_pending_kernels", None)
     return dict(pending) if isinstance(pending, dict) else {}

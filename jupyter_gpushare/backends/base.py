@@ -20,6 +20,7 @@ from typing import Protocol
 from ..capabilities import Capabilities
 from ..config import GPUShare
 from ..devices import Device
+from ..errors import BackendUnavailableError
 from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from ..preview import Preview
 from ..records import (
@@ -198,6 +199,10 @@ class NodeSlices(Backend, CellNotes, Protocol):
     def free(self, kernel_id: str, keep_claim: bool = False) -> SliceRecord | None:
         """Remove the kernel's slice or queued request, if any (a shutdown, a failed start);
         ``keep_claim`` while its kernel runs on (it may take a slice again under its id)."""
+
+    def report_fault(self, fault: BackendUnavailableError) -> None:
+        """Log why the ledger or the broker could not be used, once: not again while it is the
+        fault this process logged last (a server stopping with many kernels says it once)."""
 
     def check_claim(self, kernel_id: str, token: str | None, caller: ProcessIdentity) -> None:
         """Refuse a kernel's own request for a slice under ``kernel_id`` unless it is the kernel

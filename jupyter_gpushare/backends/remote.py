@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import logging
 import os
 import secrets
 import threading
@@ -29,7 +30,7 @@ from .. import env_names
 from ..capabilities import Capabilities, offline
 from ..config import GPUShare, settings_env
 from ..devices import Device
-from ..errors import GPUShareError, NoSliceError, NotOfferedError, NotYourSliceError
+from ..errors import BackendUnavailableError, GPUShareError, NoSliceError, NotOfferedError, NotYourSliceError
 from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from ..preview import Preview
 from ..processes import identify
@@ -58,6 +59,8 @@ from .wire import (
     usage_to_json,
 )
 
+log = logging.getLogger("jupyter_gpushare")
+
 # Seconds: a waiting start asks the broker after its place at least this often, well within the
 # broker's GPUShareBroker.waiting_lease (after which it drops a request nobody asks after).
 MAX_POLL_INTERVAL = 2.0
@@ -76,6 +79,8 @@ class RemoteBackend:
         self._envs: dict[str, dict[str, str]] = {}  # the slice variables the broker gave each
         self.feed: BrokerFeed | None = None  # a server follows the broker's stream
         self._kernels_cache: tuple[str, str, list[KernelPayload]] | None = None
+        self._reported = ""  # the fault report_fault logged last
+        self._reporting = threading.Lock()  # kernels' cleanups report from worker threads
         if settings.reconcile_on_start:
             # As a local backend reconciles the ledger it opens: dead kernels' slices go first.
             with contextlib.suppress(GPUShareError):
@@ -288,6 +293,12 @@ class RemoteBackend:
         answer = self.client.call("DELETE", f"slices/{kernel_id}" + ("?keep_claim=1" if keep_claim else ""))
         self._envs.pop(kernel_id, None)
         return record_from_json(answer["record"]) if answer and answer.get("record") else None
+
+    def report_fault(self, fault: BackendUnavailableError) -> None:
+        with self._reporting:
+            said, self._reported = self._reported, str(fault)
+        if said != str(fault):
+            log.warning("jupyter_gpushare: %s", fault)
 
     def check_claim(self, kernel_id: str, token: str | None, caller: ProcessIdentity) -> None:
         """Checked by the broker with the calling process it sees (``caller`` is ours: the

@@ -22,7 +22,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from ..allocator import Held, Placement, Policy, Refusal, Request, fit_on_device
 from ..devices import Device
-from ..errors import LedgerError
+from ..errors import BackendUnavailableError, LedgerError
 from ..holding import shrink_refusal
 from ..processes import is_alive
 from ..records import (
@@ -123,11 +123,16 @@ class Ledger:
     def guard(self, interval: float) -> None:
         """Check the file every ``interval`` seconds (a daemon thread): a deleted ledger is put
         back within one round, and a fault is logged once with its fix."""
-        self._access.guard(interval)
+        self._access.guard.start(interval)
 
     def check(self) -> LedgerError | None:
         """The ledger's fault now (after trying to mend it), or None when it is usable."""
         return self._access.check()
+
+    def report_fault(self, fault: BackendUnavailableError) -> None:
+        """Log ``fault`` once: not again while it is the fault last logged by anyone in this
+        process (the guard's rounds, a kernel's cleanup, a broker's housekeeping)."""
+        self._access.guard.report_fault(fault)
 
     def write_fault(self) -> LedgerError | None:
         """Why this process may not write the ledger now (read-only), or None."""

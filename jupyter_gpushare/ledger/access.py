@@ -102,7 +102,9 @@ class LedgerAccess:
         self._devices: list[dict[str, Any]] = []
         self._slice_rows: Sequence[Sequence[Any]] = ()  # as read, in SLICE_COLUMNS order
         self._failed = False  # the last attempt to open or follow the file failed
-        self._guard = Guard(path, self.check, lambda: self._file is not None or self._failed)
+        # Checks the file every round once started (a daemon thread, one per process), and
+        # logs each fault once, whoever meets it.
+        self.guard = Guard(path, self.check, lambda: self._file is not None or self._failed)
         self.on_check: Callable[[], None] | None = None  # the ledger's own round (devices)
 
     # ---- what the ledger uses --------------------------------------------------------------
@@ -187,11 +189,7 @@ class LedgerAccess:
     def fault(self, error: BaseException) -> LedgerError:
         return ledger_faults.classify(error, self.path, self.lock_timeout)
 
-    # ---- the guard ---------------------------------------------------------------------------
-
-    def guard(self, interval: float) -> None:
-        """Check the file every ``interval`` seconds in a daemon thread (one per process)."""
-        self._guard.start(interval)
+    # ---- the guard's round ---------------------------------------------------------------------
 
     def check(self) -> LedgerError | None:
         """Follow or put back the file and retry what failed; the fault now, or None."""

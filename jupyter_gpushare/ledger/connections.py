@@ -13,13 +13,21 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from ..errors import LedgerError
 from . import faults as ledger_faults
 from .file import current_pid, lock_holders
 from .lock import LockTimeout, lock_exclusive, unlock
+
+T = TypeVar("T")
+Key = tuple[int, int | None]  # (pid, generation) a thread's connection or descriptor is for
+# What a thread holds, with its key, in one attribute: a connection that failed to open leaves
+# the thread holding nothing rather than an old handle under no key (a shutdown then crashed
+# with a TypeError on the next error's cleanup, and never ended).
+Held = tuple[Key, T]
 
 
 class ThreadConnections:
@@ -49,15 +57,17 @@ class ThreadConnections:
     def connection(self, generation: int) -> sqlite3.Connection:
         """This thread's connection to the file of ``generation``."""
         local = self._local
-        key = (current_pid(), generation)
-        if getattr(local, "connection_key", None) == key:
-            connection: sqlite3.Connection = local.connection
-            return connection
-        connection = self._replace("connection", key, self.connect)
+        key: Key = (current_pid(), generation)
+        held: Held[sqlite3.Connection] | None = getattr(local, "connection", None)
+        if held is not None and held[0] == key:
+            return held[1]
+        self._drop_connection()
+        connection = self.connect()  # if it raises, this thread holds none: the next call opens one
         if ledger_faults.not_writable(self.path) is not None:
             # sqlite opened it read-only (mode=rw falls back so): used for this call only, so
             # that the file's fix reaches this thread's next write.
-            local.connection_key = (key[0], None)
+            key = (key[0], None)
+        local.connection = (key, connection)
         return connection
 
     def data_version(self, generation: int, wait: bool = True) -> tuple[int, int] | None:
@@ -87,19 +97,12 @@ class ThreadConnections:
         finally:
             self._watcher_lock.release()
 
-    def _replace(
-        self, name: str, key: tuple[int, int], make: Callable[[], sqlite3.Connection]
-    ) -> sqlite3.Connection:
-        local = self._local
-        old: sqlite3.Connection | None = getattr(local, name, None)
-        if old is not None and getattr(local, f"{name}_key", (None,))[0] == key[0]:
+    def _drop_connection(self) -> None:
+        held: Held[sqlite3.Connection] | None = getattr(self._local, "connection", None)
+        self._local.connection = None
+        if held is not None and held[0][0] == current_pid():  # a forked child leaves its parent's
             with contextlib.suppress(sqlite3.Error):
-                old.close()
-        setattr(local, f"{name}_key", None)
-        connection = make()
-        setattr(local, name, connection)
-        setattr(local, f"{name}_key", key)
-        return connection
+                held[1].close()
 
     def forget(self) -> None:
         """Close this thread's connections; the next call opens new ones."""
@@ -108,38 +111,33 @@ class ThreadConnections:
                 with contextlib.suppress(sqlite3.Error):
                     self._watcher[1].close()
             self._watcher = None
-        local = self._local
-        for name in ("connection", "watcher"):
-            connection = getattr(local, name, None)
-            if connection is not None and getattr(local, f"{name}_key", (None,))[0] == current_pid():
-                with contextlib.suppress(sqlite3.Error):
-                    connection.close()
-            setattr(local, name, None)
-            setattr(local, f"{name}_key", None)
+        self._drop_connection()
 
     def close(self) -> None:
         """Close this thread's connections and lock file (other threads' go with their objects)."""
         self.forget()
-        lock = getattr(self._local, "lock", None)
-        if lock is not None and getattr(self._local, "lock_key", (None,))[0] == os.getpid():
-            with contextlib.suppress(OSError):
-                os.close(lock)
+        self._drop_lock_fd()
         self._local = threading.local()
 
     # ---- the lock file -------------------------------------------------------------------------
 
     def lock_fd(self, generation: int) -> int:
         """This thread's descriptor of the lock file (reopened with each generation)."""
-        local = self._local
-        key = (current_pid(), generation)
-        fd: int | None = getattr(local, "lock", None)
-        if fd is None or getattr(local, "lock_key", None) != key:
-            if fd is not None and getattr(local, "lock_key", (None,))[0] == os.getpid():
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            fd = self.open_lock_file()
-            local.lock, local.lock_key = fd, key
+        key: Key = (current_pid(), generation)
+        held: Held[int] | None = getattr(self._local, "lock", None)
+        if held is not None and held[0] == key:
+            return held[1]
+        self._drop_lock_fd()
+        fd = self.open_lock_file()
+        self._local.lock = (key, fd)
         return fd
+
+    def _drop_lock_fd(self) -> None:
+        held: Held[int] | None = getattr(self._local, "lock", None)
+        self._local.lock = None
+        if held is not None and held[0][0] == current_pid():
+            with contextlib.suppress(OSError):
+                os.close(held[1])
 
     def open_lock_file(self) -> int:
         # The ledger's own permissions (as sqlite does for its WAL files), so a ledger shared

@@ -1,6 +1,10 @@
 """The ledger's guard: a daemon thread (one per process) that checks the file every round, so
 that a deleted ledger is put back within one round even while nobody places a kernel, and a
-fault is logged once with its fix, and once more when it is mended."""
+fault is logged once with its fix, and once more when it is mended.
+
+Whoever else meets a fault in the background (a kernel's cleanup as a server stops, a broker's
+housekeeping) reports it here too (:meth:`Guard.report_fault`), so that it is logged once between
+them, not once per kernel or per round."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import LedgerError
+from ..errors import BackendUnavailableError, LedgerError
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -27,7 +31,8 @@ class Guard:
         self._wanted = wanted
         self._interval = 1.0
         self._pid: int | None = None
-        self._reported: str | None = None
+        self._reported: str | None = None  # the fault last logged
+        self._reporting = threading.Lock()
 
     def start(self, interval: float) -> None:
         """Check every ``interval`` seconds (a second call only changes the interval)."""
@@ -45,8 +50,18 @@ class Guard:
 
     def round(self) -> None:
         fault = self._check()
-        if fault is not None and str(fault) != self._reported:
-            log.error("jupyter_gpushare: %s", fault)
-        elif fault is None and self._reported is not None:
+        if fault is not None:
+            self.report_fault(fault)
+            return
+        with self._reporting:
+            mended, self._reported = self._reported is not None, None
+        if mended:
             log.warning("jupyter_gpushare: the GPU ledger %s is usable again", self._path)
-        self._reported = None if fault is None else str(fault)
+
+    def report_fault(self, fault: BackendUnavailableError) -> None:
+        """Log ``fault`` unless it is the fault logged last (and not mended since)."""
+        with self._reporting:
+            if str(fault) == self._reported:
+                return
+            self._reported = str(fault)
+        log.error("jupyter_gpushare: %s", fault)

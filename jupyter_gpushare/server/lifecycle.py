@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..compat import open_kernel_websockets, pending_kernel_starts
+from ..errors import BackendUnavailableError
 from .context import GPUShareContext
 
 SWEEP_EVERY = 2.0  # seconds between looks at the server's starts and kernels
@@ -173,7 +174,7 @@ class Reclaimer:
             return
         self.log.info("jupyter_gpushare: settling %d kernel start(s) before shutting down", len(tasks))
         for kernel_id, task in tasks.items():
-            if await asyncio.to_thread(context.backend.is_waiting, kernel_id):
+            if await self._may_wait(kernel_id):
                 context.cancel_start(kernel_id)
                 task.cancel()
         _, still = await asyncio.wait(tasks.values(), timeout=within)
@@ -184,6 +185,14 @@ class Reclaimer:
         for kernel_id, task in tasks.items():
             if task.done() and kernel_id not in manager.list_kernel_ids():
                 context.forget_start(kernel_id)
+
+    async def _may_wait(self, kernel_id: str) -> bool:
+        """Whether a start may still wait for its slice: so too where the ledger or the broker
+        cannot say (a start that cannot be placed now must not be placed after the shutdown)."""
+        try:
+            return await asyncio.to_thread(self.context.backend.is_waiting, kernel_id)
+        except BackendUnavailableError:
+            return True
 
 
 def settle_before_shutdown(kernel_manager: Any, reclaimer: Reclaimer) -> None:
@@ -200,8 +209,18 @@ def settle_before_shutdown(kernel_manager: Any, reclaimer: Reclaimer) -> None:
             await reclaimer.settle_starts()
         except Exception:  # the kernels must be shut down whatever happened here
             reclaimer.log.exception("jupyter_gpushare: settling the kernel starts failed")
-        result = shutdown_all(now=now)
-        if asyncio.isfuture(result) or asyncio.iscoroutine(result):
-            await result
+        try:
+            result = shutdown_all(now=now)
+            if asyncio.isfuture(result) or asyncio.iscoroutine(result):
+                await result
+        except Exception as error:
+            # jupyter_server stops its event loop only once this returns: had it raised, the
+            # server would run on after SIGTERM for ever. jupyter_client's shutdown_all ends at
+            # the first kernel whose shutdown raised (it logged why) while the others' go on:
+            # let those end too.
+            reclaimer.log.error("jupyter_gpushare: a kernel's shutdown failed (%s); stopping anyway", error)
+            under_way = [task for task in pending_kernel_starts(kernel_manager).values() if not task.done()]
+            if under_way:
+                await asyncio.wait(under_way, timeout=SETTLE_WITHIN)
 
     kernel_manager.shutdown_all = settled_shutdown_all

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
+import logging
 import os
 import sqlite3
 import subprocess
@@ -228,6 +229,51 @@ def test_a_damaged_ledger_is_refused_then_started_afresh_with_the_slices_last_se
     assert [device.uuid for device in ledger.devices()] == [device.uuid for device in POOL]
     second = ledger.request(whole("gpu1"), Policy())
     assert isinstance(second, Placed) and second.record.device_uuid == POOL[1].uuid
+
+
+def test_a_ledger_damaged_after_it_was_put_back_is_its_fault_in_every_thread(
+    path: Path, ledger: Ledger
+) -> None:
+    """Issue 37's report: put back by another thread (the guard's), the file is new to this one,
+    whose next call opens a connection to it; one that cannot be opened (the file is garbage by
+    then) leaves this thread none. The fault, every time: not a TypeError from the connection it
+    held before, which stopped a server's shutdown."""
+    remove_all(path)
+    found: list[LedgerError | None] = []
+    mender = threading.Thread(target=lambda: found.append(ledger.check()))
+    mender.start()
+    mender.join()
+    assert found == [None] and path.exists()
+    path.write_bytes(os.urandom(40_000))
+    for _ in range(2):
+        with pytest.raises(LedgerDamagedError, match="file is not a database"):
+            ledger.release("gpu0")
+    path.rename(f"{path}.broken")  # the fix the sentence names: this thread goes on
+    assert ledger.check() is None
+    assert ledger.release("gpu0") is not None
+
+
+def test_a_fault_is_logged_once_whoever_meets_it(
+    path: Path, ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    os.truncate(path, 0)
+    fault = ledger.check()
+    assert isinstance(fault, LedgerDamagedError)
+    with caplog.at_level(logging.WARNING, logger="jupyter_gpushare"):
+        ledger.report_fault(fault)  # a kernel's cleanup
+        ledger.report_fault(fault)  # another's
+        ledger._access.guard.round()  # the guard's round, which meets it too
+        assert [record.getMessage() for record in caplog.records] == [f"jupyter_gpushare: {fault}"]
+        path.rename(f"{path}.broken")
+        ledger._access.guard.round()  # mended: said once, and the fault is new again next time
+        os.truncate(path, 0)
+        ledger._access.guard.round()
+    assert [record.getMessage() for record in caplog.records][1:] == [
+        f"jupyter_gpushare: the damaged GPU ledger {path} was moved away; started afresh with the 1 "
+        "slice(s) this process last saw",
+        f"jupyter_gpushare: the GPU ledger {path} is usable again",
+        f"jupyter_gpushare: {ledger.check()}",
+    ]
 
 
 def test_a_holder_that_did_not_start_afresh_records_its_slices_again(path: Path, ledger: Ledger) -> None:

@@ -21,6 +21,7 @@ from ...capabilities import NODE_LEDGER, Capabilities
 from ...checkpoint import HelperRunner, Runner
 from ...config import GPUShare
 from ...errors import (
+    BackendUnavailableError,
     DoesNotFitError,
     LedgerError,
     NoSliceError,
@@ -269,6 +270,9 @@ class LocalBackend(KernelGrants, KeepsAccounts):
         """Remove the kernel's slice or queued request, if any (a shutdown, a failed start);
         ``keep_claim`` while its kernel runs on (see ``Ledger.release``)."""
         return self.ledger.release(kernel_id, keep_claim=keep_claim)
+
+    def report_fault(self, fault: BackendUnavailableError) -> None:
+        self.ledger.report_fault(fault)  # with the guard's: once between them
 
     def check_claim(self, kernel_id: str, token: str | None, caller: ProcessIdentity) -> None:
         """Refuse a kernel's own request for a slice under ``kernel_id`` unless it is that kernel.

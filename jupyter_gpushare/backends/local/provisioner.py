@@ -146,27 +146,33 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
 
     async def cleanup(self, restart: bool = False) -> None:
         await super().cleanup(restart=restart)
+        # In a worker thread: a ledger that waits (a held lock, a file being put back) holds
+        # neither the server's event loop nor the other kernels' shutdowns.
         if restart:
             # Between the old process and the new one, the slice follows this process.
-            self._quietly(lambda: self.backend.attach_kernel(self.kernel_id, None))
+            await asyncio.to_thread(self._quietly, lambda: self.backend.attach_kernel(self.kernel_id, None))
         else:
-            self._free_quietly()
+            await asyncio.to_thread(self._free_quietly)
 
     def _free_quietly(self) -> None:
         self._quietly(lambda: self.backend.free(self.kernel_id))
 
     def _quietly(self, change: Callable[[], object]) -> None:
-        # A shutdown must end even when the ledger cannot be written (a server stopping on
-        # SIGTERM above all) or the broker is away: the slice's process is gone, so
-        # reconciliation frees it once the ledger (or the broker) is back.
+        # Never raises: a shutdown must end whatever the ledger or the broker does (a server
+        # stopping on SIGTERM above all; jupyter_server never stops its event loop once a
+        # kernel's shutdown raised). The slice's process is gone, so reconciliation frees the
+        # slice once the ledger (or the broker) is back.
         try:
             change()
-        except BackendUnavailableError as error:
+        except BackendUnavailableError as fault:
+            self.backend.report_fault(fault)  # the fault once, however many kernels meet it
             self.log.warning(
-                "Kernel %s: its GPU slice stays until the ledger or the broker is back: %s",
+                "Kernel %s: its GPU slice stays recorded until the ledger or the broker is usable "
+                "again, which then frees it",
                 self.kernel_id,
-                error,
             )
+        except Exception:
+            self.log.exception("Kernel %s: its GPU slice could not be freed", self.kernel_id)
 
     # ---- what a server asks of every gpushare kernel ---------------------------------------
 

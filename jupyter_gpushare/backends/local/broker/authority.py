@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from ....errors import LedgerError
 from ....processes import lineage
 from ...broker_base.authority import kernel_in_lineage
 from ...broker_base.identity import Caller
@@ -46,9 +47,12 @@ class LocalAuthority:
         return kernel_in_lineage(lineage(caller.process), kernels)
 
     def housekeeping(self) -> None:
-        self.local.reconcile()
-        self.local.accounts.fold()
-        self.drop_abandoned()
+        try:
+            self.local.reconcile()
+            self.local.accounts.fold()
+            self.drop_abandoned()
+        except LedgerError as fault:  # the guard's to log, once: not a line every round
+            self.local.report_fault(fault)
 
     def drop_abandoned(self) -> None:
         """Drop the waiting requests nobody asked after for the lease (see
