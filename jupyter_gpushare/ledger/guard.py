@@ -31,7 +31,9 @@ class Guard:
         self._wanted = wanted
         self._interval = 1.0
         self._pid: int | None = None
-        self._reported: str | None = None  # the fault last logged
+        # The kind of fault last logged: a file truncated while it is read is "damaged" in one
+        # sentence, then in another, and is one fault to the person reading the log.
+        self._reported: type[BaseException] | None = None
         self._reporting = threading.Lock()
 
     def start(self, interval: float) -> None:
@@ -59,9 +61,9 @@ class Guard:
             log.warning("jupyter_gpushare: the GPU ledger %s is usable again", self._path)
 
     def report_fault(self, fault: BackendUnavailableError) -> None:
-        """Log ``fault`` unless it is the fault logged last (and not mended since)."""
+        """Log ``fault`` unless a fault of its kind was logged last (and not mended since)."""
         with self._reporting:
-            if str(fault) == self._reported:
+            if type(fault) is self._reported:
                 return
-            self._reported = str(fault)
+            self._reported = type(fault)
         log.error("jupyter_gpushare: %s", fault)

@@ -263,6 +263,9 @@ def test_a_fault_is_logged_once_whoever_meets_it(
         ledger.report_fault(fault)  # a kernel's cleanup
         ledger.report_fault(fault)  # another's
         ledger._access.guard.round()  # the guard's round, which meets it too
+        # The same fault in other words (a file truncated while sqlite read it: "no such table"
+        # first, then "the file is empty"): still one fault.
+        ledger.report_fault(LedgerDamagedError(f"The GPU ledger {path} is damaged (no such table: devices)"))
         assert [record.getMessage() for record in caplog.records] == [f"jupyter_gpushare: {fault}"]
         path.rename(f"{path}.broken")
         ledger._access.guard.round()  # mended: said once, and the fault is new again next time
