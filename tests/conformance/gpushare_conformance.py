@@ -85,7 +85,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The suite's project, from its unpacked sdist's name (<project>-<version>).
     listed = NOT_APPLICABLE.get(config.rootpath.name.rpartition("-")[0], {})
     missing = sorted(set(listed) - {item.nodeid for item in items})
-    if missing and not config.getoption("keyword") and not config.getoption("markexpr"):
+    if missing and not selected(config):
         raise pytest.UsageError(f"NOT_APPLICABLE names tests that were not collected: {missing}")
     for item in items:
         reason = listed.get(item.nodeid)
@@ -100,12 +100,23 @@ def _gpushare_current_test(request: pytest.FixtureRequest) -> Iterator[None]:
     STARTS.current = ""
 
 
+def ran_tests(config: pytest.Config, session: pytest.Session | None = None) -> bool:
+    return not config.option.collectonly and (session is None or session.testscollected > 0)
+
+
+def selected(config: pytest.Config) -> bool:
+    """Whether -k or -m chose some tests (which may start no kernel of the default kernelspec)."""
+    return bool(config.getoption("keyword") or config.getoption("markexpr"))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if STARTS.kernels == 0 and session.testscollected:
+    if STARTS.kernels == 0 and ran_tests(session.config, session) and not selected(session.config):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if not ran_tests(config):
+        return
     terminalreporter.write_line(
         f"gpushare-provisioner started {STARTS.kernels} kernels in {len(STARTS.tests)} tests "
         f"(kernelspec {NATIVE_KERNEL_NAME}, pool {os.environ.get('JUPYTER_GPUSHARE_SIMULATE')})"
