@@ -10,7 +10,7 @@ SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
 PORT ?= 8888
 HEADLESS ?=
 
-.PHONY: demo test install install-test lint bench bench-quick docs controlplane controlplane-newest cluster cluster-newest test-newest
+.PHONY: demo test conformance install install-test lint bench bench-quick docs controlplane controlplane-newest cluster cluster-newest test-newest
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,13 @@ docs: $(DOCS_STAMP)
 
 test: lint docs controlplane
 	$(BIN)/pytest
+	$(BIN)/python tests/conformance/run.py
+
+# jupyter_server's and jupyter_client's own kernel tests, from the sdists of the installed
+# versions (fetched into build/conformance once per version), with gpushare-provisioner as the
+# default kernelspec's provisioner: a release that changes the kernel lifecycle fails here.
+conformance: install-test
+	$(BIN)/python tests/conformance/run.py
 
 # The test cluster's control plane: Kubernetes' own kube-apiserver, kube-scheduler and
 # kube-controller-manager in one Go program (tests/cluster/controlplane), built once per version

@@ -193,11 +193,12 @@ class GPUShare(Configurable, AccountingTraits):
         True,
         config=True,
         help="CurveZMQ encryption of kernel traffic. Kernel pods: always, the keys in their "
-        "Secret. Local kernels: whenever their kernelspec says the kernel reads CurveZMQ keys "
-        "(gpushare's do, with ipykernel >= 7.4) and pyzmq has CurveZMQ; required — a kernel "
-        "that cannot encrypt does not start — wherever other users share the node (a broker, or "
-        "a ledger file other users may write). False: no encryption (ipykernel then warns that "
-        "it runs over TCP without it). Other kernelspecs: c.KernelManager.transport_encryption.",
+        "Secret. Local kernels: required — a kernel that cannot encrypt does not start — wherever "
+        "other users share the node (a broker, or a ledger file other users may write), and a "
+        "start is refused where the server's c.MappingKernelManager.transport_encryption (or "
+        "c.KernelManager's) is set to 'disabled' there; where nobody else shares the node, that "
+        "policy decides, as for every kernelspec ('auto' encrypts gpushare's kernels). False: "
+        "local kernels follow that policy everywhere.",
     )
     node_selector = Dict(config=True, help="nodeSelector of kernel pods.")
     tolerations = List(Dict(), config=True, help="tolerations of kernel pods.")

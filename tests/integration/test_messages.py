@@ -1,10 +1,8 @@
 """What a newcomer reads (issue 25): a refused start under nbclient ends with its sentence, not a
-traceback; a local kernel's traffic is encrypted as its environment says, with no warning."""
+traceback. (Whether a local kernel's traffic is encrypted: test_kernel_encryption.py.)"""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import subprocess
 from pathlib import Path
 
@@ -12,8 +10,6 @@ import nbformat
 import pytest
 
 from ..support.nodes import BIN, Node
-from ..support.polling import wait_until
-from ..support.servers import execute, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -40,29 +36,3 @@ def test_a_limit_refusal_under_nbclient_ends_with_its_sentence(node: Node, tmp_p
     assert lines[-1] == "No kernel was started: 4G is above the per-kernel limit of 2G", lines
     assert len(lines) <= 3, lines  # the app's "Executing", the logged sentence, the last word
     assert node.ledger.records() == []
-
-
-def connection(node: Node, kernel_id: str) -> dict[str, object]:
-    path = Path(node.env["JUPYTER_RUNTIME_DIR"]) / f"kernel-{kernel_id}.json"
-    return dict(json.loads(wait_until(lambda: path.is_file() and path.read_text(), 60, message=str(path))))
-
-
-@pytest.mark.parametrize("encrypt", [True, False])
-def test_a_local_kernels_traffic_is_encrypted_as_its_environment_says(node: Node, encrypt: bool) -> None:
-    """Failed before: on one user's machine the kernel's environment said encrypt=True while its
-    traffic was plain, and ipykernel warned about it at every start."""
-    node.write_server_config({"encrypt": encrypt})
-    server = start_server(node)
-    try:
-        started = server.request("POST", "/api/gpushare/kernels", {"name": "python3-gpu-4g"})
-        assert started.status == 201, started.body
-        kernel_id = started.body["kernel_id"]
-        keys = connection(node, kernel_id)
-        assert bool(keys.get("curve_publickey")) is encrypt
-        out, _ = asyncio.run(
-            execute(server, kernel_id, "import os; print(os.environ['JUPYTER_GPUSHARE_ENCRYPT'])")
-        )
-        assert out.strip() == str(encrypt)
-        assert ("running over TCP without encryption" in server.log()) is not encrypt
-    finally:
-        server.stop()

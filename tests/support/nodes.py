@@ -45,9 +45,11 @@ class Node:
     def reserved(self) -> int:
         return sum(record.memory for record in self.running())
 
-    def write_server_config(self, gpushare: dict[str, object]) -> None:
+    def write_server_config(self, gpushare: dict[str, object], **sections: dict[str, object]) -> None:
+        """The servers' config file: ``c.GPUShare``, and other classes' sections by name."""
         config_dir = Path(self.env["JUPYTER_CONFIG_DIR"])
-        (config_dir / "jupyter_server_config.json").write_text(json.dumps({"GPUShare": gpushare}))
+        config = {"GPUShare": gpushare, **sections}
+        (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
 
 
 def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:

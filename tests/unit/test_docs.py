@@ -235,12 +235,18 @@ def test_the_docs_validate_at_least_one_kubernetes_manifest() -> None:
 
 
 def external_configurables() -> dict[str, type[Configurable]]:
-    """Config sections of other projects that the docs configure (JupyterHub's)."""
+    """Config sections of other projects that the docs configure (JupyterHub's, jupyter_server's)."""
+    from jupyter_server.services.kernels.kernelmanager import MappingKernelManager
     from jupyterhub.app import JupyterHub
     from jupyterhub.spawner import Spawner
     from kubespawner import KubeSpawner
 
-    return {"JupyterHub": JupyterHub, "Spawner": Spawner, "KubeSpawner": KubeSpawner}
+    return {
+        "JupyterHub": JupyterHub,
+        "Spawner": Spawner,
+        "KubeSpawner": KubeSpawner,
+        "MappingKernelManager": MappingKernelManager,
+    }
 
 
 def load_config_block(block: Block, tmp_path: Path) -> Config:

@@ -14,6 +14,7 @@ import pytest
 from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.errors import (
+    ConfigurationError,
     DoesNotFitError,
     LedgerDamagedError,
     ModeUnavailableError,
@@ -233,7 +234,7 @@ async def test_a_waiting_request_is_refused_once_the_queue_timeout_passed(tmp_pa
 def test_local_kernels_are_encrypted_where_other_users_share_the_node(tmp_path: Path) -> None:
     import os
 
-    from jupyter_gpushare.backends.local.provisioner import encrypts_local_kernels
+    from jupyter_gpushare.backends.local.encryption import encrypts_local_kernels
 
     ledger = tmp_path / "ledger.sqlite"
     alone = GPUShare(ledger_path=str(ledger))
@@ -245,6 +246,39 @@ def test_local_kernels_are_encrypted_where_other_users_share_the_node(tmp_path: 
     assert encrypts_local_kernels(alone)
     assert not encrypts_local_kernels(GPUShare(ledger_path=str(ledger), encrypt=False))
     assert encrypts_local_kernels(GPUShare(broker_url="unix:/run/broker.sock"))
+
+
+def test_a_disabled_policy_counts_only_where_the_configuration_sets_it(tmp_path: Path) -> None:
+    """The node's requirement (a shared ledger) wins over jupyter_client's default "disabled",
+    and gives way to nothing but a refusal where a configuration section says "disabled"."""
+    from jupyter_client.ioloop import AsyncIOLoopKernelManager
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+    from traitlets.config import Config
+
+    from jupyter_gpushare.backends.local.encryption import local_encryption, policy_setting
+
+    ledger = tmp_path / "ledger.sqlite"
+    ledger.touch()
+    os.chmod(ledger, 0o660)
+    shared = GPUShare(ledger_path=str(ledger))
+
+    def manager(config: dict[str, dict[str, str]], **traits: str) -> AsyncIOLoopKernelManager:
+        server = AsyncMappingKernelManager(config=Config(config))
+        return AsyncIOLoopKernelManager(parent=server, **traits)
+
+    unset = manager({})
+    assert policy_setting(unset) is None
+    assert local_encryption(shared, unset) == "required"
+    assert local_encryption(GPUShare(ledger_path=str(tmp_path / "alone.sqlite")), unset) is None
+    assert local_encryption(shared, manager({}, transport_encryption="auto")) == "required"
+    for section in ("KernelManager", "AsyncIOLoopKernelManager", "MappingKernelManager"):
+        disabled = manager({section: {"transport_encryption": "disabled"}})
+        assert policy_setting(disabled) == f"c.{section}.transport_encryption"
+        with pytest.raises(
+            ConfigurationError, match=rf"c\.GPUShare\.encrypt .* c\.{section}\.transport_encryption"
+        ):
+            local_encryption(shared, disabled)
+        assert local_encryption(GPUShare(ledger_path=str(ledger), encrypt=False), disabled) is None
 
 
 async def test_only_the_kernel_that_gave_a_slice_back_may_claim_its_id_again(

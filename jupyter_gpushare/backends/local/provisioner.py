@@ -11,9 +11,9 @@ Lifecycle (the kernel manager calls these in this order):
 
 The slice comes from the node ledger in this process, or — with ``c.GPUShare.broker_url`` — from
 the GPU broker, which checks that the kernel process belongs to the caller before it attaches it.
-The kernel's traffic is encrypted with CurveZMQ (``c.GPUShare.encrypt``), and must be wherever
-other users share the node (a broker, or a ledger file other users may write), so no one else
-on the box can read it off the loopback ports.
+The kernel's traffic is encrypted with CurveZMQ wherever other users share the node (a broker, or
+a ledger file other users may write); elsewhere the kernel manager's own policy decides
+(:mod:`.encryption`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import zmq
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Any as AnyTrait
@@ -34,6 +33,7 @@ from ...config import GPUShare, load_settings
 from ...errors import BackendUnavailableError
 from ..base import NodeSlices
 from ..provisioning import REQUEST_TRAITS, SliceProvisioner
+from .encryption import local_encryption
 from .node_slices import node_slices_for
 
 # Held memory and suspend/resume need the node ledger itself; a broker does not offer them yet.
@@ -85,6 +85,7 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
             "JPY_SESSION_NAME", ""
         )
         try:
+            encryption = local_encryption(self.settings, self.parent)
             request = checked or backend.check(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
             record = await backend.acquire(
                 self.kernel_id,
@@ -96,7 +97,6 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
         except BaseException as error:
             raise self.failed_start(error) from None
         try:
-            encryption = local_encryption(self.settings)
             if encryption:
                 # jupyter_client (>= 8.10) makes CurveZMQ keys, writes them in the connection file
                 # (the kernel's own, mode 0600) and gives them to the manager's clients.
@@ -206,30 +206,3 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
         info: dict[str, Any] = await super().get_provisioner_info()
         info["gpushare"] = {"slices": self.backend.location(), "pid": os.getpid()}
         return info
-
-
-def encrypts_local_kernels(settings: GPUShare) -> bool:
-    """Whether local kernels' traffic must be encrypted: ``encrypt`` is on and other users share
-    the node — through a broker, or a ledger file other users may write (group- or
-    world-writable, as a ledger shared without a broker must be)."""
-    if not settings.encrypt:
-        return False
-    if settings.effective_broker_url():
-        return True
-    try:
-        return bool(os.stat(settings.effective_ledger_path()).st_mode & 0o022)
-    except OSError:
-        return False
-
-
-def local_encryption(settings: GPUShare) -> str | None:
-    """jupyter_client's ``transport_encryption`` for a local kernel: ``"required"`` where other
-    users share the node (a kernel that cannot encrypt does not start); else, with ``encrypt``
-    on, ``"auto"``: encrypted whenever the kernelspec says its kernel reads CurveZMQ keys (ours
-    do) and pyzmq has CurveZMQ; None with ``encrypt`` off (ipykernel then warns that it runs
-    over TCP without encryption)."""
-    if encrypts_local_kernels(settings):
-        return "required"
-    if settings.encrypt and zmq.has("curve"):
-        return "auto"
-    return None
