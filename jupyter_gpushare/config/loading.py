@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jupyter_core.paths import ENV_CONFIG_PATH, SYSTEM_CONFIG_PATH, jupyter_config_path
+from jupyter_core import paths as jupyter_paths
 from traitlets import Dict, List, TraitError
 from traitlets.config import Application, Config
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
@@ -177,13 +177,14 @@ def _among(value: Any, values: list[Any]) -> bool:
 def config_directories(extra: Sequence[tuple[str, Kind]] = ()) -> list[tuple[str, Kind]]:
     """The Jupyter config path, least specific first, each directory with its kind, and ``extra``
     directories above them all."""
-    system = {os.path.realpath(directory) for directory in SYSTEM_CONFIG_PATH}
-    environment = {os.path.realpath(directory) for directory in ENV_CONFIG_PATH}
+    # Read when asked, not when imported: a test harness may point jupyter_core elsewhere.
+    system = {os.path.realpath(directory) for directory in jupyter_paths.SYSTEM_CONFIG_PATH}
+    environment = {os.path.realpath(directory) for directory in jupyter_paths.ENV_CONFIG_PATH}
     seen: set[str] = set()
     directories: list[tuple[str, Kind]] = []
     # jupyter_config_path() is most specific first; a directory named twice counts where it is
     # most specific.
-    for directory in [*(d for d, _ in reversed(extra)), *jupyter_config_path()]:
+    for directory in [*(d for d, _ in reversed(extra)), *jupyter_paths.jupyter_config_path()]:
         real = os.path.realpath(directory)
         if real in seen:
             continue

@@ -92,6 +92,10 @@ def environment(home: Path) -> dict[str, str]:
     env["JUPYTER_GPUSHARE_LEDGER_PATH"] = str(home / "ledger.sqlite")
     for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR"):
         env[name] = str(home / name.lower())
+    # Nor the machine's system-wide config (/etc/jupyter naming a broker, on a team box): with
+    # platform directories jupyter_core's system config path is $XDG_CONFIG_DIRS/jupyter.
+    env["JUPYTER_PLATFORM_DIRS"] = "1"
+    env["XDG_CONFIG_DIRS"] = str(home / "system-config")
     return env
 
 
