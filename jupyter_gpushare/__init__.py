@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 def load_ipython_extension(shell: Any) -> None:
     """``%load_ext jupyter_gpushare``: the ``%gpu`` magics and framework caps in any kernel."""
-    from .kernel import load_ipython_extension as load
+    from jupyter_gpushare.kernel import load_ipython_extension as load
 
     load(shell)
 

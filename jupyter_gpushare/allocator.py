@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .devices import Device
-from .queue_order import FIFO, QueueRule
-from .sizes import Size, format_bytes
+from jupyter_gpushare.devices import Device
+from jupyter_gpushare.queue_order import FIFO, QueueRule
+from jupyter_gpushare.sizes import Size, format_bytes
 
 # How a mode uses a device: many slices sharing its memory, the whole card, or one MIG instance.
 PlacementKind = Literal["shared", "exclusive", "mig"]

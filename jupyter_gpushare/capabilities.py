@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import POD_HOLDS_ITS_GPU, GPUShareError, NotOfferedError
-from .payloads import CapabilitiesPayload
+from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, GPUShareError, NotOfferedError
+from jupyter_gpushare.payloads import CapabilitiesPayload
 
 FLAGS = ("can_request", "can_release", "can_suspend", "can_force_shrink", "resize_restarts")
 

@@ -10,20 +10,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .backends import backend_for
-from .broker.settings import BROKER_CONFIG_DIR
-from .config import GPUShare, load_settings, unreported_warnings
-from .errors import BackendUnavailableError, GPUShareError
-from .inventory import SimulationSpecError
-from .k8s.presets import DRA_PRESETS, PRESETS, PresetError
-from .kernelspec import hidden_by, install_kernelspecs, kernels_directory, kernelspec_name
-from .kinds import kind_names
-from .modes import MODES
-from .payloads import KernelPayload, PoolPayload, StatusPayload
-from .sizes import SizeError, format_bytes, parse_size
-from .terminal import printable
-from .usage_report import ReportError, as_csv, as_table, check_by, parse_since
+from jupyter_gpushare import __version__
+from jupyter_gpushare.backends import backend_for
+from jupyter_gpushare.broker.settings import BROKER_CONFIG_DIR
+from jupyter_gpushare.config import GPUShare, load_settings, unreported_warnings
+from jupyter_gpushare.errors import BackendUnavailableError, GPUShareError
+from jupyter_gpushare.inventory import SimulationSpecError
+from jupyter_gpushare.k8s.presets import DRA_PRESETS, PRESETS, PresetError
+from jupyter_gpushare.kernelspec import hidden_by, install_kernelspecs, kernels_directory, kernelspec_name
+from jupyter_gpushare.kinds import kind_names
+from jupyter_gpushare.modes import MODES
+from jupyter_gpushare.payloads import KernelPayload, PoolPayload, StatusPayload
+from jupyter_gpushare.sizes import SizeError, format_bytes, parse_size
+from jupyter_gpushare.terminal import printable
+from jupyter_gpushare.usage_report import ReportError, as_csv, as_table, check_by, parse_since
 
 
 class CommandError(Exception):
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments.command == "broker":
             return _broker(arguments)
         if arguments.command == "doctor":
-            from .doctor import report, run_checks
+            from jupyter_gpushare.doctor import report, run_checks
 
             checks = run_checks(_settings(), kernel=not arguments.no_kernel)
             print(printable(report(checks, arguments.json)))
@@ -185,8 +185,8 @@ def _settings() -> GPUShare:
 
 
 def _broker(arguments: argparse.Namespace) -> int:
-    from .broker.app import run
-    from .broker.settings import load_broker_configuration
+    from jupyter_gpushare.broker.app import run
+    from jupyter_gpushare.broker.settings import load_broker_configuration
 
     flags = {"socket": arguments.socket, "ip": arguments.ip, "port": arguments.port}
     run(load_broker_configuration(arguments.config_dir, flags, arguments.backend))
@@ -261,9 +261,9 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     import yaml
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-    from .k8s.build import DEFAULT_ARGV, cluster_facts, kernel_claim, kernel_pod
-    from .k8s.claims import whole_card_warning
-    from .slice_request import make_slice_request
+    from jupyter_gpushare.k8s.build import DEFAULT_ARGV, cluster_facts, kernel_claim, kernel_pod
+    from jupyter_gpushare.k8s.claims import whole_card_warning
+    from jupyter_gpushare.slice_request import make_slice_request
 
     settings = _settings()
     if arguments.preset:
@@ -320,7 +320,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
 def _profiles(arguments: argparse.Namespace) -> int:
     import yaml
 
-    from .hub import claim_templates, static_profiles
+    from jupyter_gpushare.hub import claim_templates, static_profiles
 
     settings = _settings()
     sizes = _sizes(arguments.sizes, settings.sizes)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .devices import Device
+from jupyter_gpushare.devices import Device
 
 Status = Literal["OK", "WARN", "FAIL"]
 

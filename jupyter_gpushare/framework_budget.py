@@ -12,7 +12,7 @@ Pure code: no I/O.
 
 from __future__ import annotations
 
-from .sizes import MiB
+from jupyter_gpushare.sizes import MiB
 
 # Above the 518 MiB measured for PyTorch's context with nothing allocated: cuBLAS, cuDNN and
 # lazily loaded kernels add some as a notebook runs.

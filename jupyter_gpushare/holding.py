@@ -8,7 +8,7 @@ ledger, the backend, ``%gpu``, REST and the panel all show the same ones.
 
 from __future__ import annotations
 
-from .sizes import format_bytes
+from jupyter_gpushare.sizes import format_bytes
 
 FREE_IT = "del the tensors, then torch.cuda.empty_cache() (PyTorch) or free_all_blocks() (CuPy)"
 

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from tornado.web import HTTPError
 
-from .compat import ExactLogMessage
-from .errors import GPUShareError
+from jupyter_gpushare.compat import ExactLogMessage
+from jupyter_gpushare.errors import GPUShareError
 
 _answerable: dict[type[GPUShareError], type[GPUShareError]] = {}
 _lock = threading.Lock()

@@ -14,8 +14,8 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpecManager
 
-from .modes import get_mode
-from .sizes import parse_size
+from jupyter_gpushare.modes import get_mode
+from jupyter_gpushare.sizes import parse_size
 
 TEMPLATE_DIRECTORY = "python3-gpu"
 DEFAULT_MODE = "timeslice"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .allocator import (
+from jupyter_gpushare.allocator import (
     KERNEL_LIMIT,
     TOO_LARGE,
     USER_LIMIT,
@@ -25,9 +25,9 @@ from .allocator import (
     fit,
     free_memory,
 )
-from .devices import Device
-from .sizes import format_bytes
-from .wait_estimate import describe
+from jupyter_gpushare.devices import Device
+from jupyter_gpushare.sizes import format_bytes
+from jupyter_gpushare.wait_estimate import describe
 
 # now: it would start at once; queue: it would wait (position given); full: no room now and this
 # server does not queue (``when_full = "fail"``); never: waiting cannot help.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from .records import ProcessIdentity
+from jupyter_gpushare.records import ProcessIdentity
 
 _PROC = Path("/proc")
 _HAS_PROC = (_PROC / "self" / "stat").is_file()

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .sizes import GiB
+from jupyter_gpushare.sizes import GiB
 
 QueuePolicy = Literal["fifo", "fair"]
 QUEUE_POLICIES: tuple[QueuePolicy, ...] = ("fifo", "fair")

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .allocator import Held, PlacementKind
-from .devices import Device
+from jupyter_gpushare.allocator import Held, PlacementKind
+from jupyter_gpushare.devices import Device
 
 
 @dataclass(frozen=True)

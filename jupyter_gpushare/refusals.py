@@ -16,7 +16,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
-from .errors import GPUShareError
+from jupyter_gpushare.errors import GPUShareError
 
 
 class SentenceOnly(logging.Filter):

@@ -18,8 +18,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
-from .errors import BodyTooLargeError, HeadersTooLargeError, RequestBodyError
-from .slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
+from jupyter_gpushare.errors import BodyTooLargeError, HeadersTooLargeError, RequestBodyError
+from jupyter_gpushare.slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
 
 __all__ = [
     "MAX_BODY_BYTES",

@@ -6,9 +6,9 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from .errors import InvalidRequestError
-from .modes import Mode, UnknownModeError, get_mode
-from .sizes import Size, SizeError, format_bytes, parse_size
+from jupyter_gpushare.errors import InvalidRequestError
+from jupyter_gpushare.modes import Mode, UnknownModeError, get_mode
+from jupyter_gpushare.sizes import Size, SizeError, format_bytes, parse_size
 
 MAX_PATH_BYTES = 4096  # a notebook path, in UTF-8 (PATH_MAX on Linux)
 MAX_NAME_BYTES = 255  # a kernelspec name

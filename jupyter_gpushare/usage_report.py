@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import InvalidRequestError
-from .payloads import UsagePayload, UsageRowPayload, UsageSeriesPayload
-from .queue_order import HOUR, gib_hours
-from .tally import DETAIL_SECONDS, ROLLED_SECONDS, Figures, bucket_of, is_test_kernel
+from jupyter_gpushare.errors import InvalidRequestError
+from jupyter_gpushare.payloads import UsagePayload, UsageRowPayload, UsageSeriesPayload
+from jupyter_gpushare.queue_order import HOUR, gib_hours
+from jupyter_gpushare.tally import DETAIL_SECONDS, ROLLED_SECONDS, Figures, bucket_of, is_test_kernel
 
 By = Literal["user", "group", "kernel"]
 Scope = Literal["self", "everyone"]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .devices import Device
-from .modes import MODES, NodeFacts
-from .payloads import DevicePayload, KernelPayload, PoolPayload, QueuePayload, State
-from .records import ReleasedSlice, SliceRecord
-from .sizes import format_bytes, parse_size
-from .visibility import kernel_as_seen, queue_entry_as_seen, visible_kernel_id
+from jupyter_gpushare.devices import Device
+from jupyter_gpushare.modes import MODES, NodeFacts
+from jupyter_gpushare.payloads import DevicePayload, KernelPayload, PoolPayload, QueuePayload, State
+from jupyter_gpushare.records import ReleasedSlice, SliceRecord
+from jupyter_gpushare.sizes import format_bytes, parse_size
+from jupyter_gpushare.visibility import kernel_as_seen, queue_entry_as_seen, visible_kernel_id
 
 
 def pool_view(

@@ -7,7 +7,7 @@ queue — and never its kernel id, notebook, kernelspec, pod, warnings or what i
 
 from __future__ import annotations
 
-from .payloads import KernelPayload, QueuePayload
+from jupyter_gpushare.payloads import KernelPayload, QueuePayload
 
 ANONYMOUS = "another user"
 # The viewer who sees every user's kernels in full: an admin of a broker (root on a team box, a

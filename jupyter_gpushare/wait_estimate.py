@@ -24,8 +24,8 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .allocator import Held, Placement, Policy, Request, fit
-from .devices import Device
+from jupyter_gpushare.allocator import Held, Placement, Policy, Request, fit
+from jupyter_gpushare.devices import Device
 
 MIN_HISTORY = 5  # finished holds needed before anything is estimated
 SIMILAR = 2.0  # a hold "of about its size": memory within this factor

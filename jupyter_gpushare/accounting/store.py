@@ -14,7 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..tally import (
+from jupyter_gpushare.accounting.schema import FIGURE_COLUMNS
+from jupyter_gpushare.tally import (
     DETAIL_SECONDS,
     ROLLED_SECONDS,
     TEST_KERNEL_NAME,
@@ -28,9 +29,8 @@ from ..tally import (
     recent_use,
     span_weight,
 )
-from ..usage_report import ROLLED_TESTS, Bucket, KernelInfo
-from ..wait_estimate import History
-from .schema import FIGURE_COLUMNS
+from jupyter_gpushare.usage_report import ROLLED_TESTS, Bucket, KernelInfo
+from jupyter_gpushare.wait_estimate import History
 
 HOLDS_KEPT = 2000  # finished holds kept for the wait estimates
 ROLL_UP_EVERY = 600.0  # seconds between roll-ups of buckets older than the retention

@@ -14,22 +14,22 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..accounting import Activity, Keeping, store
-from ..allocator import Held, Policy, Request
-from ..errors import NoAccountingError, NotYourSliceError
-from ..payloads import KernelPayload, UsagePayload, UsageRowPayload
-from ..queue_order import QueueRule, Waiter, line_up
-from ..records import SliceRecord
-from ..sizes import parse_size
-from ..tally import Figures
-from ..usage_report import check_by, report, row
-from ..visibility import EVERYONE
-from ..wait_estimate import History, expected_start
+from jupyter_gpushare.accounting import Activity, Keeping, store
+from jupyter_gpushare.allocator import Held, Policy, Request
+from jupyter_gpushare.errors import NoAccountingError, NotYourSliceError
+from jupyter_gpushare.payloads import KernelPayload, UsagePayload, UsageRowPayload
+from jupyter_gpushare.queue_order import QueueRule, Waiter, line_up
+from jupyter_gpushare.records import SliceRecord
+from jupyter_gpushare.sizes import parse_size
+from jupyter_gpushare.tally import Figures
+from jupyter_gpushare.usage_report import check_by, report, row
+from jupyter_gpushare.visibility import EVERYONE
+from jupyter_gpushare.wait_estimate import History, expected_start
 
 if TYPE_CHECKING:
-    from ..config import GPUShare
-    from ..devices import Device
-    from ..ledger import Ledger
+    from jupyter_gpushare.config import GPUShare
+    from jupyter_gpushare.devices import Device
+    from jupyter_gpushare.ledger import Ledger
 
 IDLE_ACTIONS = ("suspend", "release")
 

@@ -17,13 +17,13 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..capabilities import Capabilities
-from ..config import GPUShare
-from ..devices import Device
-from ..errors import BackendUnavailableError
-from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
-from ..preview import Preview
-from ..records import (
+from jupyter_gpushare.capabilities import Capabilities
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.devices import Device
+from jupyter_gpushare.errors import BackendUnavailableError
+from jupyter_gpushare.payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
+from jupyter_gpushare.preview import Preview
+from jupyter_gpushare.records import (
     Holding,
     ProcessIdentity,
     ReleasedSlice,
@@ -32,7 +32,7 @@ from ..records import (
     Suspension,
     UsageReport,
 )
-from ..slice_request import SliceRequest
+from jupyter_gpushare.slice_request import SliceRequest
 
 WaitCallback = Callable[[int, str], None]  # (queue position, reason) while a request waits
 

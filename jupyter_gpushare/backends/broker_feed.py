@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import GPUShareError
-from .transport import BrokerClient
+from jupyter_gpushare.backends.transport import BrokerClient
+from jupyter_gpushare.errors import GPUShareError
 
 log = logging.getLogger("jupyter_gpushare")
 

@@ -15,11 +15,11 @@ from typing import Any
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import TraitError
 
-from .. import refusals
-from ..compat import forget_pending_kernel
-from ..errors import GPUShareError
-from ..http_errors import answerable
-from ..slice_request import SliceRequest
+from jupyter_gpushare import refusals
+from jupyter_gpushare.compat import forget_pending_kernel
+from jupyter_gpushare.errors import GPUShareError
+from jupyter_gpushare.http_errors import answerable
+from jupyter_gpushare.slice_request import SliceRequest
 
 REQUEST_TRAITS = ("gpu_memory", "gpu_mode", "gpu_cores")  # what a start may override
 # What a server passes to a start: the notebook path, a listener, the request it checked.

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import kinds
-from ..errors import ConfigurationError
+from jupyter_gpushare import kinds
+from jupyter_gpushare.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ..config import GPUShare
-    from .base import Backend, CellNotes
-    from .provisioning import SliceProvisioner
+    from jupyter_gpushare.backends.base import Backend, CellNotes
+    from jupyter_gpushare.backends.provisioning import SliceProvisioner
+    from jupyter_gpushare.config import GPUShare
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,33 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
-from .. import env_names
-from ..capabilities import Capabilities, offline
-from ..config import GPUShare, settings_env
-from ..devices import Device
-from ..errors import BackendUnavailableError, GPUShareError, NoSliceError, NotOfferedError, NotYourSliceError
-from ..payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
-from ..preview import Preview
-from ..processes import identify
-from ..records import (
+from jupyter_gpushare import env_names
+from jupyter_gpushare.backends.base import ServerHooks, ServerKernels, WaitCallback
+from jupyter_gpushare.backends.broker_feed import BrokerFeed
+from jupyter_gpushare.backends.keys import token_digest
+from jupyter_gpushare.backends.queue_wait import wait_for_slice
+from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.wire import (
+    device_from_json,
+    outcome_from_json,
+    record_from_json,
+    server_kernels_to_json,
+    usage_to_json,
+)
+from jupyter_gpushare.capabilities import Capabilities, offline
+from jupyter_gpushare.config import GPUShare, settings_env
+from jupyter_gpushare.devices import Device
+from jupyter_gpushare.errors import (
+    BackendUnavailableError,
+    GPUShareError,
+    NoSliceError,
+    NotOfferedError,
+    NotYourSliceError,
+)
+from jupyter_gpushare.payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
+from jupyter_gpushare.preview import Preview
+from jupyter_gpushare.processes import identify
+from jupyter_gpushare.records import (
     Holding,
     Outcome,
     ProcessIdentity,
@@ -45,19 +63,7 @@ from ..records import (
     UsageReport,
     Waiting,
 )
-from ..slice_request import SliceRequest, make_slice_request
-from .base import ServerHooks, ServerKernels, WaitCallback
-from .broker_feed import BrokerFeed
-from .keys import token_digest
-from .queue_wait import wait_for_slice
-from .transport import BrokerClient, BrokerUnreachableError
-from .wire import (
-    device_from_json,
-    outcome_from_json,
-    record_from_json,
-    server_kernels_to_json,
-    usage_to_json,
-)
+from jupyter_gpushare.slice_request import SliceRequest, make_slice_request
 
 log = logging.getLogger("jupyter_gpushare")
 

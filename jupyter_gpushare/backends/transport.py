@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import errors
-from ..errors import BackendUnavailableError, GPUShareError
+from jupyter_gpushare import errors
+from jupyter_gpushare.errors import BackendUnavailableError, GPUShareError
 
 CALL_TIMEOUT = 30.0  # seconds; every call is short (a queued start polls instead of waiting)
 QUEUE_FULL_PAUSE = 0.005  # seconds before trying a full listen queue again (doubling, to 0.2)

@@ -12,9 +12,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..devices import Device, MigInstance
-from ..records import Outcome, Placed, ProcessIdentity, Refused, SliceRecord, UsageReport, Waiting
-from .base import ServerKernels
+from jupyter_gpushare.backends.base import ServerKernels
+from jupyter_gpushare.devices import Device, MigInstance
+from jupyter_gpushare.records import (
+    Outcome,
+    Placed,
+    ProcessIdentity,
+    Refused,
+    SliceRecord,
+    UsageReport,
+    Waiting,
+)
 
 # ---- records and outcomes -----------------------------------------------------------------------
 

@@ -34,11 +34,11 @@ from typing import Any
 from tornado.httpserver import HTTPServer
 from tornado.iostream import IOStream
 
-from ..backends.broker_base.handler import DRAIN_BODY_BYTES
-from ..backends.broker_base.identity import peer_credentials, user_name
-from ..backends.transport import error_payload
-from ..errors import BackendUnavailableError
-from ..request_body import MAX_HEADER_BYTES
+from jupyter_gpushare.backends.broker_base.handler import DRAIN_BODY_BYTES
+from jupyter_gpushare.backends.broker_base.identity import peer_credentials, user_name
+from jupyter_gpushare.backends.transport import error_payload
+from jupyter_gpushare.errors import BackendUnavailableError
+from jupyter_gpushare.request_body import MAX_HEADER_BYTES
 
 log = logging.getLogger("jupyter_gpushare.broker")
 

@@ -26,14 +26,19 @@ from typing import Any
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from ..backends.broker_base.authority import require_own
-from ..backends.broker_base.handler import KERNEL, BrokerHandler, kernel_id_field, request_fields
-from ..backends.broker_feed import KEEP_ALIVE
-from ..backends.wire import server_kernels_from_json
-from ..capabilities import through_a_broker
-from ..errors import GPUShareError, InvalidRequestError
-from ..http_errors import answering_domain_errors
-from ..records import UsageReport
+from jupyter_gpushare.backends.broker_base.authority import require_own
+from jupyter_gpushare.backends.broker_base.handler import (
+    KERNEL,
+    BrokerHandler,
+    kernel_id_field,
+    request_fields,
+)
+from jupyter_gpushare.backends.broker_feed import KEEP_ALIVE
+from jupyter_gpushare.backends.wire import server_kernels_from_json
+from jupyter_gpushare.capabilities import through_a_broker
+from jupyter_gpushare.errors import GPUShareError, InvalidRequestError
+from jupyter_gpushare.http_errors import answering_domain_errors
+from jupyter_gpushare.records import UsageReport
 
 STREAM_TICK_MIN, STREAM_TICK_MAX = 0.1, 1.0  # seconds between looks at the marker, per stream
 log = logging.getLogger("jupyter_gpushare.broker")

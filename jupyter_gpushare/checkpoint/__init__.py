@@ -8,7 +8,7 @@ jupyter_gpushare.checkpoint``), because the driver's calls act on another proces
 
 from __future__ import annotations
 
-from .flows import Result
-from .runner import HelperRunner, InProcessRunner, Runner
+from jupyter_gpushare.checkpoint.flows import Result
+from jupyter_gpushare.checkpoint.runner import HelperRunner, InProcessRunner, Runner
 
 __all__ = ["HelperRunner", "InProcessRunner", "Result", "Runner"]

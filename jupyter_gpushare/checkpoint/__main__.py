@@ -12,13 +12,13 @@ import argparse
 import json
 import sys
 
-from .driver import CheckpointDriver, DriverError, load_driver
-from .flows import Result, resume_process, suspend_process
+from jupyter_gpushare.checkpoint.driver import CheckpointDriver, DriverError, load_driver
+from jupyter_gpushare.checkpoint.flows import Result, resume_process, suspend_process
 
 
 def _driver(simulated: str | None) -> CheckpointDriver:
     if simulated:
-        from .simulated import SimulatedDriver
+        from jupyter_gpushare.checkpoint.simulated import SimulatedDriver
 
         return SimulatedDriver(simulated)
     return load_driver()

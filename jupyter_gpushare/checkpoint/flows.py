@@ -15,7 +15,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from .driver import CUDA_ERROR_TIMEOUT, CheckpointDriver, DriverError, NotSupported, require
+from jupyter_gpushare.checkpoint.driver import (
+    CUDA_ERROR_TIMEOUT,
+    CheckpointDriver,
+    DriverError,
+    NotSupported,
+    require,
+)
 
 
 @dataclass(frozen=True)

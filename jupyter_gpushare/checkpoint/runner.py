@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol
 
-from .driver import REMAP_API, CheckpointDriver, DriverError
-from .flows import Result, resume_process, suspend_process
+from jupyter_gpushare.checkpoint.driver import REMAP_API, CheckpointDriver, DriverError
+from jupyter_gpushare.checkpoint.flows import Result, resume_process, suspend_process
 
 HELPER_TIMEOUT = 900.0  # seconds: moving tens of GiB between GPU and host takes a while
 # What the helper must not inherit from a kernel: it must see every GPU to remap one onto another.

@@ -15,9 +15,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..processes import same_process, started
-from ..records import ProcessIdentity
-from .driver import CUDA_ERROR_NOT_FOUND, DriverError, ProcessState
+from jupyter_gpushare.checkpoint.driver import CUDA_ERROR_NOT_FOUND, DriverError, ProcessState
+from jupyter_gpushare.processes import same_process, started
+from jupyter_gpushare.records import ProcessIdentity
 
 SIMULATED_API = 13010  # it can restore onto another card of the same (simulated) chip
 

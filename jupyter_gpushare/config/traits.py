@@ -16,11 +16,11 @@ from jupyter_core.paths import jupyter_runtime_dir
 from traitlets import Bool, Dict, Enum, Float, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from .. import env_names, kinds
-from ..modes import MODES, get_mode
-from ..sizes import SizeError, parse_size
-from .accounting import AccountingTraits
-from .layers import Settled
+from jupyter_gpushare import env_names, kinds
+from jupyter_gpushare.config.accounting import AccountingTraits
+from jupyter_gpushare.config.layers import Settled
+from jupyter_gpushare.modes import MODES, get_mode
+from jupyter_gpushare.sizes import SizeError, parse_size
 
 LEDGER_FILENAME = "gpushare-ledger.sqlite"
 

@@ -21,12 +21,17 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict
 
-from ..backends.registry import kind_for, load
-from ..config import GPUShare
-from ..findings import Check, Findings, Status, check_gpus
-from ..inventory import Inventory
-from .common import check_broker, check_kernelspecs, check_settings, seen_through_the_broker
-from .kernel import check_test_kernel
+from jupyter_gpushare.backends.registry import kind_for, load
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.doctor.common import (
+    check_broker,
+    check_kernelspecs,
+    check_settings,
+    seen_through_the_broker,
+)
+from jupyter_gpushare.doctor.kernel import check_test_kernel
+from jupyter_gpushare.findings import Check, Findings, Status, check_gpus
+from jupyter_gpushare.inventory import Inventory
 
 
 def _none(settings: GPUShare, inventory: Inventory | None) -> Findings:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..devices import Device, Inventory, MigInstance
-from .nvml import read_nvml_inventory
-from .simulated import SimulationSpecError, parse_simulation
+from jupyter_gpushare.devices import Device, Inventory, MigInstance
+from jupyter_gpushare.inventory.nvml import read_nvml_inventory
+from jupyter_gpushare.inventory.simulated import SimulationSpecError, parse_simulation
 
 
 def discover(simulate: str = "") -> Inventory:

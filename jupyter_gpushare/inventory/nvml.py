@@ -6,7 +6,7 @@ import contextlib
 import re
 from typing import Any
 
-from ..devices import Device, Inventory, MigInstance
+from jupyter_gpushare.devices import Device, Inventory, MigInstance
 
 _MIG_PROFILE = re.compile(r"(\d+g\.\d+gb)", re.IGNORECASE)
 

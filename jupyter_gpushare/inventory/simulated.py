@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 import uuid
 
-from ..devices import Device, Inventory, MigInstance
-from ..sizes import GiB
+from jupyter_gpushare.devices import Device, Inventory, MigInstance
+from jupyter_gpushare.sizes import GiB
 
 _ITEM = re.compile(
     r"^(?:(?P<count>\d+)\s*[xX]\s*)?(?P<model>[A-Za-z0-9][A-Za-z0-9 _.]*?)-(?P<memory>\d+)\s*(?:GB|G|GiB)"

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..sizes import format_bytes
-from .pool import NodeGPUs, PodSlice
+from jupyter_gpushare.k8s.pool import NodeGPUs, PodSlice
+from jupyter_gpushare.sizes import format_bytes
 
 
 @dataclass(frozen=True)

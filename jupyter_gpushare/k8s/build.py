@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import env_names
-from ..config import GPUShare
-from ..slice_request import SliceRequest
-from .claims import make_claim
-from .dialects import kernel_request
-from .manifests import (
+from jupyter_gpushare import env_names
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.k8s.claims import make_claim
+from jupyter_gpushare.k8s.dialects import kernel_request
+from jupyter_gpushare.k8s.manifests import (
     SERVER_ANNOTATION,
     SIZE_ANNOTATION,
     KernelPodSpec,
@@ -23,8 +22,9 @@ from .manifests import (
     labels,
     make_pod,
 )
-from .presets import resolve_preset
-from .requests import ClusterFacts, PodRequest
+from jupyter_gpushare.k8s.presets import resolve_preset
+from jupyter_gpushare.k8s.requests import ClusterFacts, PodRequest
+from jupyter_gpushare.slice_request import SliceRequest
 
 DEFAULT_ARGV = ("python", "-m", "ipykernel_launcher", "-f", "{connection_file}")
 DEFAULT_NAMESPACE = "default"

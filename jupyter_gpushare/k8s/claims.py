@@ -32,11 +32,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError, GPUShareError, InvalidRequestError, ModeUnavailableError
-from ..sizes import GiB, MiB, Size, format_bytes
-from .manifests import CLAIM_REQUEST
-from .presets import DraNames
-from .requests import ClusterFacts, PodRequest, bytes_for, smallest_mig_profile, soft_caps
+from jupyter_gpushare.errors import (
+    ConfigurationError,
+    GPUShareError,
+    InvalidRequestError,
+    ModeUnavailableError,
+)
+from jupyter_gpushare.k8s.manifests import CLAIM_REQUEST
+from jupyter_gpushare.k8s.presets import DraNames
+from jupyter_gpushare.k8s.requests import ClusterFacts, PodRequest, bytes_for, smallest_mig_profile, soft_caps
+from jupyter_gpushare.sizes import GiB, MiB, Size, format_bytes
 
 API_VERSION = "resource.k8s.io/v1"
 REQUEST = CLAIM_REQUEST  # the claim's one request, and the pod's name for the claim

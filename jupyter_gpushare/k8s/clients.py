@@ -14,11 +14,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .cluster import Cluster, ClusterError, load_configuration
-from .manifests import APP, APP_LABEL
-from .pool import NodeGPUs, read_node
-from .presets import ResourcePreset
-from .watch import ClusterWatch
+from jupyter_gpushare.k8s.cluster import Cluster, ClusterError, load_configuration
+from jupyter_gpushare.k8s.manifests import APP, APP_LABEL
+from jupyter_gpushare.k8s.pool import NodeGPUs, read_node
+from jupyter_gpushare.k8s.presets import ResourcePreset
+from jupyter_gpushare.k8s.watch import ClusterWatch
 
 NODES_CACHED_FOR = 60.0  # seconds a listing of the nodes is reused where no watch runs
 FIRST_LIST_WAIT = 10.0  # seconds a first reader waits for the watch's first listing

@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
-from ..errors import BackendUnavailableError
+from jupyter_gpushare.errors import BackendUnavailableError
 
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # (connect, read) seconds a request waits: an API server that accepts but never answers (frozen,

@@ -7,9 +7,9 @@ every mode without a second code path.
 
 from __future__ import annotations
 
-from ..sizes import Size
-from .claims import claim_request, summary
-from .requests import ClusterFacts, PodRequest, describe, pod_request
+from jupyter_gpushare.k8s.claims import claim_request, summary
+from jupyter_gpushare.k8s.requests import ClusterFacts, PodRequest, describe, pod_request
+from jupyter_gpushare.sizes import Size
 
 
 def kernel_request(

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ..payloads import DevicePayload, MigPayload
-from ..visibility import visible_kernel_id
-from .claims import allocated_mode
-from .manifests import KERNEL_ID_LABEL, OWNER_LABEL
-from .pool import NodeGPUs, PodSlice, Usage
-from .presets import DraNames, ResourcePreset
+from jupyter_gpushare.k8s.claims import allocated_mode
+from jupyter_gpushare.k8s.manifests import KERNEL_ID_LABEL, OWNER_LABEL
+from jupyter_gpushare.k8s.pool import NodeGPUs, PodSlice, Usage
+from jupyter_gpushare.k8s.presets import DraNames, ResourcePreset
+from jupyter_gpushare.payloads import DevicePayload, MigPayload
+from jupyter_gpushare.visibility import visible_kernel_id
 
 MIG_TYPE = "mig"
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from ..processes import is_alive
-from ..records import ProcessIdentity
-from .manifests import HOLDER_ANNOTATION
+from jupyter_gpushare.k8s.manifests import HOLDER_ANNOTATION
+from jupyter_gpushare.processes import is_alive
+from jupyter_gpushare.records import ProcessIdentity
 
 
 def holder_text(identity: ProcessIdentity) -> str:

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import env_names
-from .requests import PodRequest
+from jupyter_gpushare import env_names
+from jupyter_gpushare.k8s.requests import PodRequest
 
 APP_LABEL = "app.kubernetes.io/name"
 APP = "jupyter-gpushare-kernel"

@@ -14,14 +14,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import env_names
-from ..payloads import DevicePayload, KernelPayload, MigPayload, PoolPayload, QueuePayload, State
-from ..records import UsageReport
-from ..sizes import GiB, MiB, format_bytes
-from ..usage.watchdog import DeviceUsage, KernelUsage, assess
-from ..visibility import kernel_as_seen, queue_entry_as_seen, visible_kernel_id
-from .manifests import SERVER_LABEL, SIZE_ANNOTATION
-from .presets import ResourcePreset
+from jupyter_gpushare import env_names
+from jupyter_gpushare.k8s.manifests import SERVER_LABEL, SIZE_ANNOTATION
+from jupyter_gpushare.k8s.presets import ResourcePreset
+from jupyter_gpushare.payloads import (
+    DevicePayload,
+    KernelPayload,
+    MigPayload,
+    PoolPayload,
+    QueuePayload,
+    State,
+)
+from jupyter_gpushare.records import UsageReport
+from jupyter_gpushare.sizes import GiB, MiB, format_bytes
+from jupyter_gpushare.usage.watchdog import DeviceUsage, KernelUsage, assess
+from jupyter_gpushare.visibility import kernel_as_seen, queue_entry_as_seen, visible_kernel_id
 
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_MEMORY = "nvidia.com/gpu.memory"  # MiB per card

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..allocator import kernel_limit_refusal
-from ..preview import Preview, budget_summary, never, waiting
-from ..sizes import Size, format_bytes
-from .pool import NodeGPUs, PodSlice, held_by_user, never_fits, node_modes
-from .pool import waiting as waiting_pods
-from .presets import ResourcePreset
+from jupyter_gpushare.allocator import kernel_limit_refusal
+from jupyter_gpushare.k8s.pool import NodeGPUs, PodSlice, held_by_user, never_fits, node_modes
+from jupyter_gpushare.k8s.pool import waiting as waiting_pods
+from jupyter_gpushare.k8s.presets import ResourcePreset
+from jupyter_gpushare.preview import Preview, budget_summary, never, waiting
+from jupyter_gpushare.sizes import Size, format_bytes
 
 
 def preview_pod(

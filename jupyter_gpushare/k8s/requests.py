@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidRequestError, ModeUnavailableError
-from ..framework_budget import framework_budget
-from ..sizes import GiB, MiB, Size, format_bytes
-from .presets import ResourcePreset
+from jupyter_gpushare.errors import InvalidRequestError, ModeUnavailableError
+from jupyter_gpushare.framework_budget import framework_budget
+from jupyter_gpushare.k8s.presets import ResourcePreset
+from jupyter_gpushare.sizes import GiB, MiB, Size, format_bytes
 
 _MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb$")
 

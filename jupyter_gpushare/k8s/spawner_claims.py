@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .claims import make_claim
-from .manifests import CLAIM_REQUEST, OWNER_LABEL, label_value
+from jupyter_gpushare.k8s.claims import make_claim
+from jupyter_gpushare.k8s.manifests import CLAIM_REQUEST, OWNER_LABEL, label_value
 
 SERVER_APP = "jupyter-gpushare-server"
 SIZE_ANNOTATION = "jupyter-gpushare.io/size"

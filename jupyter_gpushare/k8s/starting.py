@@ -11,8 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BackendUnavailableError, DoesNotFitError, GPUShareError
-from .status import IMAGE_FAILURES, container_problem, pending_state, termination, unschedulable_reason
+from jupyter_gpushare.errors import BackendUnavailableError, DoesNotFitError, GPUShareError
+from jupyter_gpushare.k8s.status import (
+    IMAGE_FAILURES,
+    container_problem,
+    pending_state,
+    termination,
+    unschedulable_reason,
+)
 
 
 class KernelPodStartError(BackendUnavailableError):

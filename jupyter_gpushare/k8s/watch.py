@@ -19,8 +19,8 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from .cluster import Cluster, unreachable
-from .manifests import APP, APP_LABEL
+from jupyter_gpushare.k8s.cluster import Cluster, unreachable
+from jupyter_gpushare.k8s.manifests import APP, APP_LABEL
 
 log = logging.getLogger("jupyter_gpushare")
 

@@ -19,14 +19,14 @@ def load_ipython_extension(shell: Any) -> None:
     kernel is ready as fast with the extension as without it.
     """
     global _started
-    from . import caps
-    from .magics import GPUMagics
-    from .my_slice import my_slice
+    from jupyter_gpushare.kernel import caps
+    from jupyter_gpushare.kernel.magics import GPUMagics
+    from jupyter_gpushare.kernel.my_slice import my_slice
 
     caps.install_import_hook()
     shell.register_magics(GPUMagics)
     if not _started:
-        from ..errors import GPUShareError
+        from jupyter_gpushare.errors import GPUShareError
 
         try:
             handle = my_slice()
@@ -40,7 +40,7 @@ def load_ipython_extension(shell: Any) -> None:
 def __getattr__(name: str) -> Any:
     # status(), pool(), request()… import the service only when first called.
     if name in _API:
-        from . import api
+        from jupyter_gpushare.kernel import api
 
         return getattr(api, name)
     raise AttributeError(name)

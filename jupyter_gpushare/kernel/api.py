@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .display import PoolStatus, TextView
-from .my_slice import my_slice
+from jupyter_gpushare.kernel.display import PoolStatus, TextView
+from jupyter_gpushare.kernel.my_slice import my_slice
 
 
 def status(notes: list[str] | None = None) -> TextView:

@@ -14,10 +14,10 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import env_names, kinds
+from jupyter_gpushare import env_names, kinds
 
 if TYPE_CHECKING:
-    from .display import PoolStatus, TextView
+    from jupyter_gpushare.kernel.display import PoolStatus, TextView
 
 WaitCallback = Callable[[int, str], None]
 
@@ -69,7 +69,7 @@ def my_slice() -> MySlice:
     Light to build: nothing is opened before it is needed."""
     global _chosen
     if _chosen is None:
-        from ..backends.registry import kind_named, load
+        from jupyter_gpushare.backends.registry import kind_named, load
 
         name = os.environ.get(env_names.BACKEND) or kinds.DEFAULT_KIND
         _chosen = load(kind_named(name).kernel_slice)()

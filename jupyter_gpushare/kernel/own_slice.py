@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from .. import env_names
-from ..errors import (
+from jupyter_gpushare import env_names
+from jupyter_gpushare.errors import (
     CannotSuspendError,
     GPUShareError,
     NeedsRestartError,
@@ -31,17 +31,17 @@ from ..errors import (
     NotOfferedError,
     NotYourSliceError,
 )
-from ..holding import forced_note, released_note
-from ..processes import current_process
-from ..records import Holding, ReleasedSlice, SliceRecord, Suspension, UsageReport
-from ..sizes import format_bytes, parse_size
-from . import caps
-from .display import PoolStatus, SliceStatus, free_on
+from jupyter_gpushare.holding import forced_note, released_note
+from jupyter_gpushare.kernel import caps
+from jupyter_gpushare.kernel.display import PoolStatus, SliceStatus, free_on
+from jupyter_gpushare.processes import current_process
+from jupyter_gpushare.records import Holding, ReleasedSlice, SliceRecord, Suspension, UsageReport
+from jupyter_gpushare.sizes import format_bytes, parse_size
 
 if TYPE_CHECKING:
-    from ..backends.base import CellNotes, NodeSlices
-    from ..config import GPUShare
-    from .activity import ActivityWatch
+    from jupyter_gpushare.backends.base import CellNotes, NodeSlices
+    from jupyter_gpushare.config import GPUShare
+    from jupyter_gpushare.kernel.activity import ActivityWatch
 
 WaitCallback = Callable[[int, str], None]
 
@@ -100,7 +100,7 @@ class OwnSlice:
         kernel reads no config files and leaves reconciling the node to the servers.
         """
         if self._backend is None:
-            from ..backends import kernel_slices_for
+            from jupyter_gpushare.backends import kernel_slices_for
 
             self._backend = kernel_slices_for(_kernel_settings())
             if self._token:
@@ -114,7 +114,7 @@ class OwnSlice:
             return self._backend
         with self._notes_lock:
             if not self._notes_found:
-                from ..backends import cell_notes_for
+                from jupyter_gpushare.backends import cell_notes_for
 
                 self._notes_found = True
                 try:
@@ -424,13 +424,13 @@ class OwnSlice:
         backend.report_usage(self.kernel_id, UsageReport(used, utilization, "simulated"))
 
     def watch(self, **kwargs: Any) -> Any:
-        from .widgets import SliceWatch
+        from jupyter_gpushare.kernel.widgets import SliceWatch
 
         return SliceWatch(self, **kwargs)
 
     def start(self, shell: Any) -> None:
         """Show new warnings after cells, and give the slice back after ``idle_release_after``."""
-        from .activity import ActivityWatch
+        from jupyter_gpushare.kernel.activity import ActivityWatch
 
         idle_after = float(os.environ.get(env_names.IDLE_RELEASE_AFTER) or 0)
         self._activity = ActivityWatch(self, idle_after)
@@ -442,7 +442,7 @@ class OwnSlice:
 
 
 def _kernel_settings() -> GPUShare:
-    from ..config import load_settings
+    from jupyter_gpushare.config import load_settings
 
     return load_settings(from_files=False, reconcile=False)
 

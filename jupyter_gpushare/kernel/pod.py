@@ -16,17 +16,12 @@ import sys
 import threading
 from typing import Any
 
-from .. import env_names
-from ..backends.transport import BrokerClient, BrokerUnreachableError
-from ..errors import (
-    POD_HOLDS_ITS_GPU,
-    GPUShareError,
-    NeedsRestartError,
-    NotOfferedError,
-)
-from ..sizes import parse_size
-from . import caps
-from .display import PodSliceStatus, PoolStatus
+from jupyter_gpushare import env_names
+from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, GPUShareError, NeedsRestartError, NotOfferedError
+from jupyter_gpushare.kernel import caps
+from jupyter_gpushare.kernel.display import PodSliceStatus, PoolStatus
+from jupyter_gpushare.sizes import parse_size
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -134,7 +129,7 @@ class PodKernel:
         self.start_reporting()
         idle_after = float(os.environ.get(env_names.IDLE_RELEASE_AFTER) or 0)
         if idle_after > 0 and os.environ.get(env_names.IDLE_POD_RESTART, "").lower() == "true":
-            from .activity import ActivityWatch
+            from jupyter_gpushare.kernel.activity import ActivityWatch
 
             ActivityWatch(self, idle_after).register(shell)
 

@@ -20,28 +20,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from ..allocator import Held, Placement, Policy, Refusal, Request, fit_on_device
-from ..devices import Device
-from ..errors import BackendUnavailableError, LedgerError
-from ..holding import shrink_refusal
-from ..processes import is_alive
-from ..records import (
-    DeviceSample,
-    KernelSample,
-    LedgerState,
-    NewRequest,
-    Outcome,
-    ProcessIdentity,
-    ReleasedSlice,
-    SliceRecord,
-    SuspendedState,
-)
-from ..sizes import parse_size
-from . import faults as ledger_faults
-from . import queue, usage
-from .access import LOCK_TIMEOUT, RESTORE_WAIT, LedgerAccess
-from .queue import LivenessCheck
-from .schema import (
+from jupyter_gpushare.allocator import Held, Placement, Policy, Refusal, Request, fit_on_device
+from jupyter_gpushare.devices import Device
+from jupyter_gpushare.errors import BackendUnavailableError, LedgerError
+from jupyter_gpushare.holding import shrink_refusal
+from jupyter_gpushare.ledger import faults as ledger_faults
+from jupyter_gpushare.ledger import queue, usage
+from jupyter_gpushare.ledger.access import LOCK_TIMEOUT, RESTORE_WAIT, LedgerAccess
+from jupyter_gpushare.ledger.queue import LivenessCheck
+from jupyter_gpushare.ledger.schema import (
     DEVICE_COLUMNS,
     Row,
     device_table,
@@ -52,7 +39,20 @@ from .schema import (
     replace_devices,
     slice_rows,
 )
-from .state import StateCache
+from jupyter_gpushare.ledger.state import StateCache
+from jupyter_gpushare.processes import is_alive
+from jupyter_gpushare.records import (
+    DeviceSample,
+    KernelSample,
+    LedgerState,
+    NewRequest,
+    Outcome,
+    ProcessIdentity,
+    ReleasedSlice,
+    SliceRecord,
+    SuspendedState,
+)
+from jupyter_gpushare.sizes import parse_size
 
 P = ParamSpec("P")
 T = TypeVar("T")

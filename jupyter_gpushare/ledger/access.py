@@ -32,11 +32,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import LedgerError
-from ..processes import boot_id
-from . import faults as ledger_faults
-from .connections import ThreadConnections
-from .file import (
+from jupyter_gpushare.errors import LedgerError
+from jupyter_gpushare.ledger import faults as ledger_faults
+from jupyter_gpushare.ledger.connections import ThreadConnections
+from jupyter_gpushare.ledger.file import (
     FileIdentity,
     Holder,
     Note,
@@ -53,10 +52,17 @@ from .file import (
     read_note,
     write_note,
 )
-from .guard import Guard
-from .lock import Abandoned, LockTimeout, lock_blocking, run_in_writer, try_lock, unlock
-from .open_file import OpenFile
-from .schema import (
+from jupyter_gpushare.ledger.guard import Guard
+from jupyter_gpushare.ledger.lock import (
+    Abandoned,
+    LockTimeout,
+    lock_blocking,
+    run_in_writer,
+    try_lock,
+    unlock,
+)
+from jupyter_gpushare.ledger.open_file import OpenFile
+from jupyter_gpushare.ledger.schema import (
     Row,
     finish_transaction,
     forget_an_earlier_boot,
@@ -69,6 +75,7 @@ from .schema import (
     slice_dicts,
     write_transaction,
 )
+from jupyter_gpushare.processes import boot_id
 
 T = TypeVar("T")
 

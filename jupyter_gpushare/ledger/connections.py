@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import LedgerError
-from . import faults as ledger_faults
-from .file import current_pid, lock_holders
-from .lock import LockTimeout, lock_exclusive, unlock
+from jupyter_gpushare.errors import LedgerError
+from jupyter_gpushare.ledger import faults as ledger_faults
+from jupyter_gpushare.ledger.file import current_pid, lock_holders
+from jupyter_gpushare.ledger.lock import LockTimeout, lock_exclusive, unlock
 
 T = TypeVar("T")
 Key = tuple[int, int | None]  # (pid, generation) a thread's connection or descriptor is for

@@ -13,7 +13,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from ..errors import (
+from jupyter_gpushare.errors import (
     LedgerBusyError,
     LedgerDamagedError,
     LedgerError,
@@ -21,7 +21,7 @@ from ..errors import (
     LedgerReadOnlyError,
     LedgerReplacedError,
 )
-from .file import Holder, describe, lock_holders
+from jupyter_gpushare.ledger.file import Holder, describe, lock_holders
 
 _DAMAGED = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
 _READ_ONLY = ("SQLITE_READONLY", "SQLITE_PERM", "SQLITE_AUTH")

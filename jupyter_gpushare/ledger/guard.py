@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import BackendUnavailableError, LedgerError
+from jupyter_gpushare.errors import BackendUnavailableError, LedgerError
 
 log = logging.getLogger("jupyter_gpushare")
 

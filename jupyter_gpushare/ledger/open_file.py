@@ -7,7 +7,7 @@ import os
 import sqlite3
 from dataclasses import dataclass, field
 
-from .file import FileIdentity
+from jupyter_gpushare.ledger.file import FileIdentity
 
 
 @dataclass

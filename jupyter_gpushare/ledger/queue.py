@@ -15,13 +15,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..accounting import Keeping
-from ..accounting import store as accounts
-from ..allocator import Held, Placement, Policy, Refusal, Request, fit
-from ..queue_order import QueueRule, Waiter, line_up, why_waiting
-from ..records import NewRequest, Outcome, Placed, ProcessIdentity, Refused, SliceRecord, Waiting
-from ..sizes import parse_size
-from .schema import only_devices_of, read_devices, record_of, slice_rows
+from jupyter_gpushare.accounting import Keeping
+from jupyter_gpushare.accounting import store as accounts
+from jupyter_gpushare.allocator import Held, Placement, Policy, Refusal, Request, fit
+from jupyter_gpushare.ledger.schema import only_devices_of, read_devices, record_of, slice_rows
+from jupyter_gpushare.queue_order import QueueRule, Waiter, line_up, why_waiting
+from jupyter_gpushare.records import (
+    NewRequest,
+    Outcome,
+    Placed,
+    ProcessIdentity,
+    Refused,
+    SliceRecord,
+    Waiting,
+)
+from jupyter_gpushare.sizes import parse_size
 
 LivenessCheck = Callable[[ProcessIdentity], bool]
 

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .. import accounting
-from ..devices import Device, MigInstance
-from ..records import ProcessIdentity, ReleasedSlice, SliceRecord, SuspendedState
-from .lock import unlock
+from jupyter_gpushare import accounting
+from jupyter_gpushare.devices import Device, MigInstance
+from jupyter_gpushare.ledger.lock import unlock
+from jupyter_gpushare.records import ProcessIdentity, ReleasedSlice, SliceRecord, SuspendedState
 
 T = TypeVar("T")
 

@@ -14,9 +14,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..records import LedgerState, SliceRecord
-from .file import current_pid
-from .schema import Row, device_table, record_of, released_of, slice_rows
+from jupyter_gpushare.ledger.file import current_pid
+from jupyter_gpushare.ledger.schema import Row, device_table, record_of, released_of, slice_rows
+from jupyter_gpushare.records import LedgerState, SliceRecord
 
 SliceRow = tuple[Any, ...]
 

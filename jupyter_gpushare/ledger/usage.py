@@ -7,7 +7,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from ..records import DeviceSample, KernelSample
+from jupyter_gpushare.records import DeviceSample, KernelSample
 
 
 def write_samples(

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from .base import Grant, Mode, NodeFacts
-from .exclusive import ExclusiveMode
-from .facts import probe_node
-from .mig import MIGMode
-from .mps import MPSMode
-from .timeslice import TimesliceMode
-from .vgpu import VGPUMode
+from jupyter_gpushare.modes.base import Grant, Mode, NodeFacts
+from jupyter_gpushare.modes.exclusive import ExclusiveMode
+from jupyter_gpushare.modes.facts import probe_node
+from jupyter_gpushare.modes.mig import MIGMode
+from jupyter_gpushare.modes.mps import MPSMode
+from jupyter_gpushare.modes.timeslice import TimesliceMode
+from jupyter_gpushare.modes.vgpu import VGPUMode
 
 MODES: Mapping[str, Mode] = MappingProxyType(
     {mode.name: mode for mode in (ExclusiveMode(), TimesliceMode(), MPSMode(), VGPUMode(), MIGMode())}

@@ -6,9 +6,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .. import env_names
-from ..allocator import PlacementKind
-from ..framework_budget import framework_budget
+from jupyter_gpushare import env_names
+from jupyter_gpushare.allocator import PlacementKind
+from jupyter_gpushare.framework_budget import framework_budget
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Mode, NodeFacts
+from jupyter_gpushare.modes.base import Mode, NodeFacts
 
 
 class ExclusiveMode(Mode):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import stat
 
-from ..devices import Inventory
-from .base import NodeFacts
+from jupyter_gpushare.devices import Inventory
+from jupyter_gpushare.modes.base import NodeFacts
 
 DEFAULT_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Grant, Mode, NodeFacts, framework_caps, mib_limit
+from jupyter_gpushare.modes.base import Grant, Mode, NodeFacts, framework_caps, mib_limit
 
 
 class MPSMode(Mode):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Grant, Mode, NodeFacts, framework_caps
+from jupyter_gpushare.modes.base import Grant, Mode, NodeFacts, framework_caps
 
 
 class TimesliceMode(Mode):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .base import Grant, Mode, NodeFacts, framework_caps, mib_limit
+from jupyter_gpushare.modes.base import Grant, Mode, NodeFacts, framework_caps, mib_limit
 
 
 class VGPUMode(Mode):

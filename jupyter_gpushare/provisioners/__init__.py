@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..backends.provisioning import SliceProvisioner
-from ..backends.registry import kind_for
-from ..config import load_settings, unreported_warnings
+from jupyter_gpushare.backends.provisioning import SliceProvisioner
+from jupyter_gpushare.backends.registry import kind_for
+from jupyter_gpushare.config import load_settings, unreported_warnings
 
 
 def backend_class(parent: Any) -> type[SliceProvisioner]:

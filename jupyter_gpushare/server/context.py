@@ -18,10 +18,10 @@ from typing import Any
 
 from tornado import web
 
-from ..backends import Backend, ServerKernels
-from ..backends.provisioning import SliceProvisioner
-from ..compat import forget_pending_kernel
-from ..errors import (
+from jupyter_gpushare.backends import Backend, ServerKernels
+from jupyter_gpushare.backends.provisioning import SliceProvisioner
+from jupyter_gpushare.compat import forget_pending_kernel
+from jupyter_gpushare.errors import (
     BackendUnavailableError,
     CannotSuspendError,
     DoesNotFitError,
@@ -29,13 +29,13 @@ from ..errors import (
     NoSuchKernelError,
     NotYourSliceError,
 )
-from ..payloads import KernelPayload, PoolPayload, StatusPayload
-from ..preview import Preview
-from ..records import UsageReport
-from .kernelspecs import default_kernelspec, request_defaults
-from .snapshots import Snapshots
-from .starts import Start, Starts
-from .stream import StreamHub
+from jupyter_gpushare.payloads import KernelPayload, PoolPayload, StatusPayload
+from jupyter_gpushare.preview import Preview
+from jupyter_gpushare.records import UsageReport
+from jupyter_gpushare.server.kernelspecs import default_kernelspec, request_defaults
+from jupyter_gpushare.server.snapshots import Snapshots
+from jupyter_gpushare.server.starts import Start, Starts
+from jupyter_gpushare.server.stream import StreamHub
 
 START_ANSWER_WITHIN = 1.0  # seconds POST kernels waits before answering "queued"
 START_WAIT_LIMIT = 120.0  # seconds POST waits for a placed kernel's process to come up

@@ -7,13 +7,13 @@ from typing import Any
 
 from jupyter_server.utils import url_path_join
 
-from .. import refusals
-from ..backends import ServerHooks, backend_for
-from ..config import GPUShare, load_settings, unreported_warnings
-from . import handlers, kernel_routes, metrics, usage_handlers
-from .context import GPUShareContext
-from .lifecycle import Reclaimer, settle_before_shutdown
-from .websockets import close_kernel_websockets
+from jupyter_gpushare import refusals
+from jupyter_gpushare.backends import ServerHooks, backend_for
+from jupyter_gpushare.config import GPUShare, load_settings, unreported_warnings
+from jupyter_gpushare.server import handlers, kernel_routes, metrics, usage_handlers
+from jupyter_gpushare.server.context import GPUShareContext
+from jupyter_gpushare.server.lifecycle import Reclaimer, settle_before_shutdown
+from jupyter_gpushare.server.websockets import close_kernel_websockets
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 EVERY_INTERFACE = ("", "0.0.0.0", "*", "::")

@@ -18,11 +18,11 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from .. import request_body
-from ..http_errors import answering_domain_errors, message_of
-from .content_coding import accepts_gzip
-from .context import GPUShareContext
-from .snapshots import Answer, Body
+from jupyter_gpushare import request_body
+from jupyter_gpushare.http_errors import answering_domain_errors, message_of
+from jupyter_gpushare.server.content_coding import accepts_gzip
+from jupyter_gpushare.server.context import GPUShareContext
+from jupyter_gpushare.server.snapshots import Answer, Body
 
 AUTH_RESOURCE = "gpushare"
 REQUEST_FIELDS = ("gpu_memory", "gpu_mode", "gpu_cores")

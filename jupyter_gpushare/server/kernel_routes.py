@@ -15,13 +15,13 @@ from typing import Any
 from tornado import web
 from tornado.log import app_log
 
-from .. import request_body
-from ..backends.transport import TOKEN_HEADER
-from ..errors import POD_HOLDS_ITS_GPU, NotOfferedError
-from ..http_errors import answering_domain_errors, message_of
-from ..records import UsageReport
-from .context import GPUShareContext
-from .handlers import request_fields
+from jupyter_gpushare import request_body
+from jupyter_gpushare.backends.transport import TOKEN_HEADER
+from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, NotOfferedError
+from jupyter_gpushare.http_errors import answering_domain_errors, message_of
+from jupyter_gpushare.records import UsageReport
+from jupyter_gpushare.server.context import GPUShareContext
+from jupyter_gpushare.server.handlers import request_fields
 
 RESTART_AFTER = 0.5  # seconds: the kernel reads the answer before it is restarted
 

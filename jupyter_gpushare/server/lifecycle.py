@@ -24,9 +24,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compat import open_kernel_websockets, pending_kernel_starts
-from ..errors import BackendUnavailableError
-from .context import GPUShareContext
+from jupyter_gpushare.compat import open_kernel_websockets, pending_kernel_starts
+from jupyter_gpushare.errors import BackendUnavailableError
+from jupyter_gpushare.server.context import GPUShareContext
 
 SWEEP_EVERY = 2.0  # seconds between looks at the server's starts and kernels
 SETTLE_WITHIN = 30.0  # seconds a stopping server waits for starts to end before it goes on

@@ -17,8 +17,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BackendUnavailableError
-from .content_coding import compressed
+from jupyter_gpushare.errors import BackendUnavailableError
+from jupyter_gpushare.server.content_coding import compressed
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import asyncio
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..http_errors import answering_domain_errors
-from ..usage_report import usage_query
-from .handlers import GPUShareHandler
+from jupyter_gpushare.http_errors import answering_domain_errors
+from jupyter_gpushare.server.handlers import GPUShareHandler
+from jupyter_gpushare.usage_report import usage_query
 
 
 class UsageHandler(GPUShareHandler):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from ..compat import close_websocket_now, open_kernel_websockets
+from jupyter_gpushare.compat import close_websocket_now, open_kernel_websockets
 
 log = logging.getLogger("jupyter_gpushare")
 

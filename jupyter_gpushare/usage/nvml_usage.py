@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..inventory import nvml as nvml_module  # one seam: tests substitute _nvml there
-from .attribution import ProcessUsage
+from jupyter_gpushare.inventory import nvml as nvml_module  # one seam: tests substitute _nvml there
+from jupyter_gpushare.usage.attribution import ProcessUsage
 
 
 @dataclass(frozen=True)

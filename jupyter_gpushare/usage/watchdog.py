@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..sizes import format_bytes
+from jupyter_gpushare.sizes import format_bytes
 
 WARN_FRACTION = 0.9
 SATURATED_PERCENT = 90

@@ -16,13 +16,19 @@ from typing import Any
 
 from tornado import web
 
-from ... import request_body
-from ...errors import BackendUnavailableError, GPUShareError, InvalidRequestError
-from ...http_errors import answerable, message_of
-from ...request_body import MAX_BODY_BYTES
-from ..transport import HOST_HEADER, error_payload
-from .authority import Authority
-from .identity import Caller, HubIdentity, peer_credentials, socket_caller, user_name
+from jupyter_gpushare import request_body
+from jupyter_gpushare.backends.broker_base.authority import Authority
+from jupyter_gpushare.backends.broker_base.identity import (
+    Caller,
+    HubIdentity,
+    peer_credentials,
+    socket_caller,
+    user_name,
+)
+from jupyter_gpushare.backends.transport import HOST_HEADER, error_payload
+from jupyter_gpushare.errors import BackendUnavailableError, GPUShareError, InvalidRequestError
+from jupyter_gpushare.http_errors import answerable, message_of
+from jupyter_gpushare.request_body import MAX_BODY_BYTES
 
 MAX_HOST_BYTES = 253  # a DNS name: where an HTTP caller's server runs
 # How much of a request too large for any route is still read, so that its sender can read the

@@ -20,11 +20,11 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import NotAuthenticatedError, TokenRefusedError
-from ...processes import identify
-from ...records import ProcessIdentity
-from ...visibility import EVERYONE
-from ..keys import server_id_of
+from jupyter_gpushare.backends.keys import server_id_of
+from jupyter_gpushare.errors import NotAuthenticatedError, TokenRefusedError
+from jupyter_gpushare.processes import identify
+from jupyter_gpushare.records import ProcessIdentity
+from jupyter_gpushare.visibility import EVERYONE
 
 HUB_CACHE_SECONDS = 30.0  # how long the hub's answer for a token is reused (a revoked one: this long)
 ADMIN_SCOPES = frozenset({"admin:users", "admin:servers"})

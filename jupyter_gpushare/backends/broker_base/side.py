@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from tornado import web
 
-from ...config import GPUShare
-from ...errors import ConfigurationError
-from ..registry import kind_for, load
+from jupyter_gpushare.backends.registry import kind_for, load
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from .authority import Authority
-    from .traits import GPUShareBroker
+    from jupyter_gpushare.backends.broker_base.authority import Authority
+    from jupyter_gpushare.backends.broker_base.traits import GPUShareBroker
 
 Route = tuple[str, type[web.RequestHandler]]
 

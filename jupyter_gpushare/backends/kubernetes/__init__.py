@@ -13,13 +13,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .backend import POD_HOLDERS, KubernetesBackend, kubernetes_backend
+    from jupyter_gpushare.backends.kubernetes.backend import (
+        POD_HOLDERS,
+        KubernetesBackend,
+        kubernetes_backend,
+    )
 
 
 def __getattr__(name: str) -> Any:
     # Imported on first use: a kernel pod looking its kind up (:mod:`.kind`) loads no cluster client.
     if name in __all__:
-        from . import backend
+        from jupyter_gpushare.backends.kubernetes import backend
 
         return getattr(backend, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

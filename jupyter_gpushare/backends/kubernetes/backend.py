@@ -18,14 +18,17 @@ import threading
 from collections.abc import Hashable
 from typing import Any
 
-from ...allocator import kernel_limit_refusal, user_limit_refusal
-from ...capabilities import KERNEL_PODS, Capabilities
-from ...config import GPUShare
-from ...errors import POD_HOLDS_ITS_GPU, DoesNotFitError, NotOfferedError
-from ...k8s.build import cluster_facts
-from ...k8s.clients import SharedCluster, shared_cluster
-from ...k8s.cluster import Cluster, ClusterError
-from ...k8s.dra_pool import (
+from jupyter_gpushare.allocator import kernel_limit_refusal, user_limit_refusal
+from jupyter_gpushare.backends.accounts import WithoutAccounting
+from jupyter_gpushare.backends.base import ServerHooks, ServerKernels
+from jupyter_gpushare.backends.kubernetes.pod_usage import PodUsage
+from jupyter_gpushare.capabilities import KERNEL_PODS, Capabilities
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, DoesNotFitError, NotOfferedError
+from jupyter_gpushare.k8s.build import cluster_facts
+from jupyter_gpushare.k8s.clients import SharedCluster, shared_cluster
+from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
+from jupyter_gpushare.k8s.dra_pool import (
     ClaimUse,
     DraDevice,
     device_views,
@@ -35,9 +38,9 @@ from ...k8s.dra_pool import (
     read_slices,
     with_allocated_modes,
 )
-from ...k8s.holders import holder_text, is_orphan
-from ...k8s.manifests import APP, APP_LABEL, OWNER_LABEL, label_value, selector, server_label
-from ...k8s.pool import (
+from jupyter_gpushare.k8s.holders import holder_text, is_orphan
+from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, OWNER_LABEL, label_value, selector, server_label
+from jupyter_gpushare.k8s.pool import (
     NodeGPUs,
     PodSlice,
     held_by_user,
@@ -48,21 +51,18 @@ from ...k8s.pool import (
     queue_positions,
     read_pod,
 )
-from ...k8s.presets import resolve_preset
-from ...k8s.preview import preview_pod
-from ...k8s.requests import ClusterFacts
-from ...k8s.watch import ClusterWatch
-from ...modes import MODES
-from ...payloads import KernelPayload, PoolPayload
-from ...preview import Preview
-from ...processes import current_process
-from ...records import UsageReport
-from ...sizes import bytes_or_none
-from ...slice_request import SliceRequest, make_slice_request
-from ...views import slice_less_view
-from ..accounts import WithoutAccounting
-from ..base import ServerHooks, ServerKernels
-from .pod_usage import PodUsage
+from jupyter_gpushare.k8s.presets import resolve_preset
+from jupyter_gpushare.k8s.preview import preview_pod
+from jupyter_gpushare.k8s.requests import ClusterFacts
+from jupyter_gpushare.k8s.watch import ClusterWatch
+from jupyter_gpushare.modes import MODES
+from jupyter_gpushare.payloads import KernelPayload, PoolPayload
+from jupyter_gpushare.preview import Preview
+from jupyter_gpushare.processes import current_process
+from jupyter_gpushare.records import UsageReport
+from jupyter_gpushare.sizes import bytes_or_none
+from jupyter_gpushare.slice_request import SliceRequest, make_slice_request
+from jupyter_gpushare.views import slice_less_view
 
 log = logging.getLogger("jupyter_gpushare")
 

@@ -17,12 +17,22 @@ import json
 import time
 from typing import Any
 
-from ...config import GPUShare
-from ...k8s.build import kernel_pod
-from ...k8s.claims import summary
-from ...k8s.cluster import ClusterError
-from ...k8s.dialects import describe_request
-from ...k8s.manifests import (
+from jupyter_gpushare.backends.kubernetes.backend import KubernetesBackend, kubernetes_backend
+from jupyter_gpushare.backends.kubernetes.connection_keys import ConnectionKeys
+from jupyter_gpushare.backends.kubernetes.kernel_objects import (
+    ClaimOf,
+    create_claim,
+    create_secret,
+    delete_objects,
+)
+from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodEnd, PodWatch
+from jupyter_gpushare.backends.kubernetes.pod_start import PodStart
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.k8s.build import kernel_pod
+from jupyter_gpushare.k8s.claims import summary
+from jupyter_gpushare.k8s.cluster import ClusterError
+from jupyter_gpushare.k8s.dialects import describe_request
+from jupyter_gpushare.k8s.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
     claim_name,
@@ -32,13 +42,8 @@ from ...k8s.manifests import (
     pod_name,
     secret_name,
 )
-from ...k8s.requests import PodRequest
-from ...k8s.status import termination
-from .backend import KubernetesBackend, kubernetes_backend
-from .connection_keys import ConnectionKeys
-from .kernel_objects import ClaimOf, create_claim, create_secret, delete_objects
-from .pod_keeper import KernelPod, PodEnd, PodWatch
-from .pod_start import PodStart
+from jupyter_gpushare.k8s.requests import PodRequest
+from jupyter_gpushare.k8s.status import termination
 
 
 class ClusterPods:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from ...errors import ConfigurationError
+from jupyter_gpushare.errors import ConfigurationError
 
 
 @dataclass

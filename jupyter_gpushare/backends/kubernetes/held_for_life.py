@@ -4,8 +4,8 @@ resume."""
 
 from __future__ import annotations
 
-from ...errors import POD_HOLDS_ITS_GPU, NotOfferedError
-from .backend import HELD_FOR_LIFE
+from jupyter_gpushare.backends.kubernetes.backend import HELD_FOR_LIFE
+from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, NotOfferedError
 
 
 class HeldForLife:

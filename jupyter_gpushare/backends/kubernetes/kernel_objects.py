@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...k8s.build import kernel_claim
-from ...k8s.cluster import Cluster, ClusterError
-from ...k8s.manifests import APP, APP_LABEL, KERNEL_ID_LABEL, label_value, pod_name, secret_name
-from ...k8s.requests import PodRequest
+from jupyter_gpushare.k8s.build import kernel_claim
+from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
+from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, KERNEL_ID_LABEL, label_value, pod_name, secret_name
+from jupyter_gpushare.k8s.requests import PodRequest
 
 
 def create_secret(cluster: Cluster, body: dict[str, Any]) -> None:

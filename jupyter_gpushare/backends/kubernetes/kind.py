@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..registry import BackendKind
+from jupyter_gpushare.backends.registry import BackendKind
 
 if TYPE_CHECKING:
-    from ...config import GPUShare
-    from .backend import KubernetesBackend
-    from .provisioner import KubernetesProvisioner
+    from jupyter_gpushare.backends.kubernetes.backend import KubernetesBackend
+    from jupyter_gpushare.backends.kubernetes.provisioner import KubernetesProvisioner
+    from jupyter_gpushare.config import GPUShare
 
 
 def _backend(settings: GPUShare) -> KubernetesBackend:
-    from .backend import kubernetes_backend
+    from jupyter_gpushare.backends.kubernetes.backend import kubernetes_backend
 
     return kubernetes_backend(settings)
 
@@ -25,7 +25,7 @@ def _backend(settings: GPUShare) -> KubernetesBackend:
 def _provisioner(settings: GPUShare) -> type[KubernetesProvisioner]:
     # One provisioner: who makes its pods (the server, or a broker with c.GPUShare.broker_url) is
     # its keeper, chosen from the same settings at the start (provisioner.open_keeper).
-    from .provisioner import KubernetesProvisioner
+    from jupyter_gpushare.backends.kubernetes.provisioner import KubernetesProvisioner
 
     return KubernetesProvisioner
 

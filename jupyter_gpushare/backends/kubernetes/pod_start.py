@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import BackendUnavailableError, DoesNotFitError
-from ...k8s.claims import allocated_mode
-from ...k8s.cluster import Cluster, ClusterError
-from ...k8s.manifests import KERNEL_ID_LABEL, label_value
-from ...k8s.status import (
+from jupyter_gpushare.errors import BackendUnavailableError, DoesNotFitError
+from jupyter_gpushare.k8s.claims import allocated_mode
+from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
+from jupyter_gpushare.k8s.manifests import KERNEL_ID_LABEL, label_value
+from jupyter_gpushare.k8s.status import (
     IMAGE_FAILURES,
     container_problem,
     describe_limits,

@@ -15,9 +15,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-from ...k8s.pool import PodSlice
-from ...k8s.usage import MetricsFormatError, pod_memory_used
-from ...records import UsageReport
+from jupyter_gpushare.k8s.pool import PodSlice
+from jupyter_gpushare.k8s.usage import MetricsFormatError, pod_memory_used
+from jupyter_gpushare.records import UsageReport
 
 log = logging.getLogger("jupyter_gpushare")
 

@@ -21,10 +21,10 @@ import asyncio
 import threading
 from typing import Any
 
-from ...config import GPUShare
-from ...errors import BackendUnavailableError, NoSuchKernelError
-from ..remote import RemoteBackend, remote_backend
-from .pod_keeper import KernelPod, PodEnd, PodWatch
+from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodEnd, PodWatch
+from jupyter_gpushare.backends.remote import RemoteBackend, remote_backend
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.errors import BackendUnavailableError, NoSuchKernelError
 
 
 class BrokerPods:

@@ -43,17 +43,17 @@ from jupyter_client.connect import KernelConnectionInfo
 from traitlets import Any as AnyTrait
 from traitlets import Float
 
-from ...config import GPUShare, load_settings
-from ...errors import DoesNotFitError, NeedsRestartError
-from ...k8s.manifests import pod_name
-from ...slice_request import SliceRequest
-from ..provisioning import REQUEST_TRAITS, SliceProvisioner
-from .cluster_pods import ClusterPods
-from .held_for_life import HeldForLife
-from .pod_keeper import KernelPod, PodKeeper, PodWatch
-from .pod_start import KernelPodError
-from .pods_from_broker import BrokerPods
-from .slice_requests import pod_slice_request
+from jupyter_gpushare.backends.kubernetes.cluster_pods import ClusterPods
+from jupyter_gpushare.backends.kubernetes.held_for_life import HeldForLife
+from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodKeeper, PodWatch
+from jupyter_gpushare.backends.kubernetes.pod_start import KernelPodError
+from jupyter_gpushare.backends.kubernetes.pods_from_broker import BrokerPods
+from jupyter_gpushare.backends.kubernetes.slice_requests import pod_slice_request
+from jupyter_gpushare.backends.provisioning import REQUEST_TRAITS, SliceProvisioner
+from jupyter_gpushare.config import GPUShare, load_settings
+from jupyter_gpushare.errors import DoesNotFitError, NeedsRestartError
+from jupyter_gpushare.k8s.manifests import pod_name
+from jupyter_gpushare.slice_request import SliceRequest
 
 NEEDS_RESTART = (
     "a kernel pod's GPU slice is fixed for the pod's life: nothing was changed. Resize with a "

@@ -11,18 +11,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .backend import LocalBackend
-    from .per_process import local_backend
+    from jupyter_gpushare.backends.local.backend import LocalBackend
+    from jupyter_gpushare.backends.local.per_process import local_backend
 
 
 def __getattr__(name: str) -> Any:
     # Imported on first use: a kernel looking its kind up (:mod:`.kind`) loads no backend.
     if name == "LocalBackend":
-        from .backend import LocalBackend
+        from jupyter_gpushare.backends.local.backend import LocalBackend
 
         return LocalBackend
     if name == "local_backend":
-        from .per_process import local_backend
+        from jupyter_gpushare.backends.local.per_process import local_backend
 
         return local_backend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,8 +14,8 @@ import os
 
 from traitlets.config import Config
 
-from ...config import GPUShare
-from ...errors import ConfigurationError
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.errors import ConfigurationError
 
 POLICY = "transport_encryption"
 

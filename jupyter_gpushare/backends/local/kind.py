@@ -8,30 +8,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..registry import BackendKind
+from jupyter_gpushare.backends.registry import BackendKind
 
 if TYPE_CHECKING:
-    from ...config import GPUShare
-    from .backend import LocalBackend
-    from .cell_notes import LedgerNotes
-    from .provisioner import LocalGPUShareProvisioner
+    from jupyter_gpushare.backends.local.backend import LocalBackend
+    from jupyter_gpushare.backends.local.cell_notes import LedgerNotes
+    from jupyter_gpushare.backends.local.provisioner import LocalGPUShareProvisioner
+    from jupyter_gpushare.config import GPUShare
 
 
 def _backend(settings: GPUShare) -> LocalBackend:
-    from .per_process import local_backend
+    from jupyter_gpushare.backends.local.per_process import local_backend
 
     return local_backend(settings)
 
 
 def _provisioner(settings: GPUShare) -> type[LocalGPUShareProvisioner]:
     # A kernel process takes its slice from the ledger or from the broker alike.
-    from .provisioner import LocalGPUShareProvisioner
+    from jupyter_gpushare.backends.local.provisioner import LocalGPUShareProvisioner
 
     return LocalGPUShareProvisioner
 
 
 def _cell_notes(settings: GPUShare) -> LedgerNotes | None:
-    from .cell_notes import ledger_notes
+    from jupyter_gpushare.backends.local.cell_notes import ledger_notes
 
     return ledger_notes(settings)
 

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from ...config import GPUShare
-from ..base import NodeSlices
-from ..remote import remote_backend
-from .per_process import local_backend
+from jupyter_gpushare.backends.base import NodeSlices
+from jupyter_gpushare.backends.local.per_process import local_backend
+from jupyter_gpushare.backends.remote import remote_backend
+from jupyter_gpushare.config import GPUShare
 
 
 def node_slices_for(settings: GPUShare) -> NodeSlices:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ...config import GPUShare
-from .backend import LocalBackend
+from jupyter_gpushare.backends.local.backend import LocalBackend
+from jupyter_gpushare.config import GPUShare
 
 
 @dataclass(frozen=True)

@@ -21,15 +21,22 @@ from typing import Any, Protocol
 
 import psutil
 
-from ...checkpoint import Runner
-from ...config import GPUShare
-from ...devices import Device, Inventory
-from ...errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError
-from ...ledger import Ledger
-from ...processes import is_alive
-from ...records import Holding, ProcessIdentity, Resumption, SliceRecord, SuspendedState, Suspension
-from ...sizes import MiB, format_bytes
-from ...slice_request import SliceRequest, make_slice_request
+from jupyter_gpushare.checkpoint import Runner
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.devices import Device, Inventory
+from jupyter_gpushare.errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError
+from jupyter_gpushare.ledger import Ledger
+from jupyter_gpushare.processes import is_alive
+from jupyter_gpushare.records import (
+    Holding,
+    ProcessIdentity,
+    Resumption,
+    SliceRecord,
+    SuspendedState,
+    Suspension,
+)
+from jupyter_gpushare.sizes import MiB, format_bytes
+from jupyter_gpushare.slice_request import SliceRequest, make_slice_request
 
 LOCK_TIMEOUT_MS = 10_000  # how long the driver waits for a kernel's submitted GPU work
 HOST_MARGIN = 512 * MiB  # host memory left free beyond the GPU state itself

@@ -12,10 +12,12 @@ import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ...devices import Device
-from ...payloads import KernelPayload, PoolPayload
-from ...records import LedgerState, ReleasedSlice, SliceRecord
-from ...views import (
+from jupyter_gpushare.backends.accounts import show_idle
+from jupyter_gpushare.backends.base import ServerKernels
+from jupyter_gpushare.devices import Device
+from jupyter_gpushare.payloads import KernelPayload, PoolPayload
+from jupyter_gpushare.records import LedgerState, ReleasedSlice, SliceRecord
+from jupyter_gpushare.views import (
     device_indexes,
     kernel_view,
     kernels_view,
@@ -24,14 +26,12 @@ from ...views import (
     released_view,
     slice_less_view,
 )
-from ..accounts import show_idle
-from ..base import ServerKernels
 
 if TYPE_CHECKING:
-    from ...accounting import Activity
-    from ...config import GPUShare
-    from ...devices import Inventory
-    from ...modes import NodeFacts
+    from jupyter_gpushare.accounting import Activity
+    from jupyter_gpushare.config import GPUShare
+    from jupyter_gpushare.devices import Inventory
+    from jupyter_gpushare.modes import NodeFacts
 
 # The records with the queued ones in the order they are served (the queue policy's order).
 InLine = Callable[[list[SliceRecord]], list[SliceRecord]]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ...broker_base.identity import Caller
-from ..backend import KubernetesBackend
-from .orphans import collect_orphans
-from .pods import PodStarts
+from jupyter_gpushare.backends.broker_base.identity import Caller
+from jupyter_gpushare.backends.kubernetes.backend import KubernetesBackend
+from jupyter_gpushare.backends.kubernetes.broker.orphans import collect_orphans
+from jupyter_gpushare.backends.kubernetes.broker.pods import PodStarts
 
 
 class KubernetesAuthority:

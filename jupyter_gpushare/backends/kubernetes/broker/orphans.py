@@ -16,12 +16,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from ....k8s.cluster import ClusterError
-from ....k8s.manifests import APP, APP_LABEL, KERNEL_ID_LABEL, label_value, pod_name
-from ....k8s.pool import read_pod
+from jupyter_gpushare.k8s.cluster import ClusterError
+from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, KERNEL_ID_LABEL, label_value, pod_name
+from jupyter_gpushare.k8s.pool import read_pod
 
 if TYPE_CHECKING:
-    from .pods import PodStarts
+    from jupyter_gpushare.backends.kubernetes.broker.pods import PodStarts
 
 log = logging.getLogger("jupyter_gpushare.broker")
 

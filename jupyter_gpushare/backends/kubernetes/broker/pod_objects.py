@@ -16,9 +16,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ....errors import GPUShareError
-from ....k8s.build import kernel_pod
-from ....k8s.manifests import (
+from jupyter_gpushare.backends.kubernetes.backend import KubernetesBackend
+from jupyter_gpushare.backends.kubernetes.connection_keys import new_curve_keypair
+from jupyter_gpushare.backends.kubernetes.kernel_objects import (
+    ClaimOf,
+    create_claim,
+    create_secret,
+    delete_claims,
+)
+from jupyter_gpushare.backends.kubernetes.kernel_objects import delete_objects as delete_kernel_objects
+from jupyter_gpushare.errors import GPUShareError
+from jupyter_gpushare.k8s.build import kernel_pod
+from jupyter_gpushare.k8s.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
     claim_name,
@@ -26,12 +35,8 @@ from ....k8s.manifests import (
     kernel_ports,
     make_secret,
 )
-from ....k8s.requests import PodRequest
-from ....slice_request import make_slice_request
-from ..backend import KubernetesBackend
-from ..connection_keys import new_curve_keypair
-from ..kernel_objects import ClaimOf, create_claim, create_secret, delete_claims
-from ..kernel_objects import delete_objects as delete_kernel_objects
+from jupyter_gpushare.k8s.requests import PodRequest
+from jupyter_gpushare.slice_request import make_slice_request
 
 ACTIVE = ("queued", "creating", "starting")
 

@@ -35,24 +35,31 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ....allocator import kernel_limit_refusal, user_limit_refusal
-from ....errors import (
+from jupyter_gpushare.allocator import kernel_limit_refusal, user_limit_refusal
+from jupyter_gpushare.backends.kubernetes.backend import POD_HOLDERS, KubernetesBackend
+from jupyter_gpushare.backends.kubernetes.broker.pod_objects import (
+    PodAsk,
+    PodStartState,
+    connection_of,
+    create_objects,
+    delete_objects,
+    new_start,
+)
+from jupyter_gpushare.errors import (
     DoesNotFitError,
     GPUShareError,
     InvalidRequestError,
     NoSuchKernelError,
     QueueTimeoutError,
 )
-from ....k8s.admission import why_not_now
-from ....k8s.claims import summary
-from ....k8s.cluster import ClusterError
-from ....k8s.manifests import pod_name
-from ....k8s.pool import held_by_user, never_fits, read_pod
-from ....k8s.starting import KernelPodStartError, progress
-from ....k8s.status import termination
-from ....sizes import bytes_or_none
-from ..backend import POD_HOLDERS, KubernetesBackend
-from .pod_objects import PodAsk, PodStartState, connection_of, create_objects, delete_objects, new_start
+from jupyter_gpushare.k8s.admission import why_not_now
+from jupyter_gpushare.k8s.claims import summary
+from jupyter_gpushare.k8s.cluster import ClusterError
+from jupyter_gpushare.k8s.manifests import pod_name
+from jupyter_gpushare.k8s.pool import held_by_user, never_fits, read_pod
+from jupyter_gpushare.k8s.starting import KernelPodStartError, progress
+from jupyter_gpushare.k8s.status import termination
+from jupyter_gpushare.sizes import bytes_or_none
 
 log = logging.getLogger("jupyter_gpushare.broker")
 

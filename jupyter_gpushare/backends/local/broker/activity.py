@@ -8,11 +8,11 @@ import json
 import time
 from typing import Any, cast
 
-from ....errors import InvalidRequestError
-from ....http_errors import answering_domain_errors
-from ...broker_base.handler import KERNEL, BrokerHandler
-from ...transport import TOKEN_HEADER
-from .authority import LocalAuthority
+from jupyter_gpushare.backends.broker_base.handler import KERNEL, BrokerHandler
+from jupyter_gpushare.backends.local.broker.authority import LocalAuthority
+from jupyter_gpushare.backends.transport import TOKEN_HEADER
+from jupyter_gpushare.errors import InvalidRequestError
+from jupyter_gpushare.http_errors import answering_domain_errors
 
 CLOCK_SLACK = 3600.0  # seconds a kernel's report of its cells may lie in the past
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 
-from ....errors import LedgerError
-from ....processes import lineage
-from ...broker_base.authority import kernel_in_lineage
-from ...broker_base.identity import Caller
-from ...broker_base.waiting import WaitingLeases
-from ..backend import LocalBackend
+from jupyter_gpushare.backends.broker_base.authority import kernel_in_lineage
+from jupyter_gpushare.backends.broker_base.identity import Caller
+from jupyter_gpushare.backends.broker_base.waiting import WaitingLeases
+from jupyter_gpushare.backends.local.backend import LocalBackend
+from jupyter_gpushare.errors import LedgerError
+from jupyter_gpushare.processes import lineage
 
 log = logging.getLogger("jupyter_gpushare.broker")
 

@@ -15,17 +15,23 @@ from typing import Any, cast
 
 import psutil
 
-from ....errors import GPUShareError, InvalidRequestError, NotYourSliceError
-from ....http_errors import answering_domain_errors
-from ....processes import identify, same_process
-from ....records import Placed, ProcessIdentity, SliceRecord
-from ....slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
-from ...broker_base.authority import require_own
-from ...broker_base.handler import KERNEL, BrokerHandler, kernel_id_field, label_field, request_fields
-from ...transport import TOKEN_HEADER
-from ...wire import device_to_json, outcome_to_json, record_to_json
-from ..backend import LocalBackend
-from .authority import LocalAuthority
+from jupyter_gpushare.backends.broker_base.authority import require_own
+from jupyter_gpushare.backends.broker_base.handler import (
+    KERNEL,
+    BrokerHandler,
+    kernel_id_field,
+    label_field,
+    request_fields,
+)
+from jupyter_gpushare.backends.local.backend import LocalBackend
+from jupyter_gpushare.backends.local.broker.authority import LocalAuthority
+from jupyter_gpushare.backends.transport import TOKEN_HEADER
+from jupyter_gpushare.backends.wire import device_to_json, outcome_to_json, record_to_json
+from jupyter_gpushare.errors import GPUShareError, InvalidRequestError, NotYourSliceError
+from jupyter_gpushare.http_errors import answering_domain_errors
+from jupyter_gpushare.processes import identify, same_process
+from jupyter_gpushare.records import Placed, ProcessIdentity, SliceRecord
+from jupyter_gpushare.slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
 
 TOKEN_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
