@@ -8,7 +8,7 @@ with its own ``JUPYTER_CONFIG_DIR``, ``JUPYTER_DATA_DIR``, ``JUPYTER_RUNTIME_DIR
 ``JUPYTER_PATH``, a simulated ``4xA100-80GB`` pool (``JUPYTER_GPUSHARE_SIMULATE``) and a private
 ledger (``JUPYTER_GPUSHARE_LEDGER_PATH``). Once it answers ``GET /api/status``, this script
 writes N running slices (100, then 1,000; 100 only with ``--quick``) straight into that ledger
-through :class:`jupyter_gpushare.ledger.Ledger` (``enqueue`` then ``try_place``, each with a
+through :class:`jupyter_gpushare.backends.local.ledger.Ledger` (``enqueue`` then ``try_place``, each with a
 declared usage), all held by a ``sleep`` process this script starts (so no reconciliation drops
 them) and all carrying the server's own ``server_id`` (``{owner}@{hostname}:{server pid}``), so
 ``GET kernels`` lists N entries and ``GET pool`` shows N reservations. Both are checked before
@@ -227,19 +227,19 @@ def _api() -> Any:
     """The package's names the fill uses, wherever the measured commit keeps them (the request
     and outcome types lived in the ledger module before commit 2c944eb)."""
     try:
-        return importlib.import_module("jupyter_gpushare.records")
+        return importlib.import_module("jupyter_gpushare.core.records")
     except ImportError:
-        return importlib.import_module("jupyter_gpushare.ledger")
+        return importlib.import_module("jupyter_gpushare.backends.local.ledger")
 
 
 def fill_ledger(ledger_path: Path, server_id: str, holder_pid: int, count: int, seed: int) -> int:
     """Exactly ``count`` running slices held by ``holder_pid`` (any earlier ones are released
     first); returns the bytes reserved. Runs with the package of the side being measured."""
-    from jupyter_gpushare.allocator import Policy
-    from jupyter_gpushare.inventory import parse_simulation
-    from jupyter_gpushare.ledger import Ledger
-    from jupyter_gpushare.modes import get_mode
-    from jupyter_gpushare.processes import identify
+    from jupyter_gpushare.backends.local.inventory import parse_simulation
+    from jupyter_gpushare.backends.local.ledger import Ledger
+    from jupyter_gpushare.backends.processes import identify
+    from jupyter_gpushare.core.modes import get_mode
+    from jupyter_gpushare.core.placement.allocator import Policy
 
     types = _api()
     holder = identify(holder_pid)

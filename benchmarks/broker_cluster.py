@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
-from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError  # noqa: E402
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError  # noqa: E402
 from tests.cluster import PODS, ControlPlane, KubeCluster, Namespace, hami_nodes  # noqa: E402
 from tests.cluster.fixture import SERVER_ACCOUNT, SERVER_NAMESPACE  # noqa: E402
 
@@ -133,7 +133,7 @@ def percentile(values: list[float], share: float) -> float:
 
 EMBEDDED = """
 import sys, time
-from jupyter_gpushare.backends.base import ServerHooks
+from jupyter_gpushare.backends.protocol import ServerHooks
 from jupyter_gpushare.backends.kubernetes import KubernetesBackend
 from jupyter_gpushare.config import GPUShare
 backend = KubernetesBackend(GPUShare(backend="kubernetes", namespace="kernels", owner=sys.argv[1],
@@ -191,8 +191,8 @@ def servers_polling(url: str, servers: int, window: float, follow: bool) -> tupl
     second, as a server's panel stream does: ``RemoteBackend`` objects, each following the
     broker's event stream when ``follow`` (as servers do), else asking the broker every time.
     The seconds each round took, and the broker requests they made in all."""
-    from jupyter_gpushare.backends.base import ServerHooks, ServerKernels
-    from jupyter_gpushare.backends.remote import RemoteBackend
+    from jupyter_gpushare.backends.broker_client.backend import RemoteBackend
+    from jupyter_gpushare.backends.protocol import ServerHooks, ServerKernels
     from jupyter_gpushare.config import GPUShare
 
     made = [0]
@@ -302,11 +302,15 @@ def start_pods(
 def direct_creations(kubeconfig: str, count: int) -> list[float]:
     """The baseline: ``count`` concurrent creations of a Secret and a pod with the API client."""
     os.environ["KUBECONFIG"] = kubeconfig
+    from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, load_configuration
+    from jupyter_gpushare.backends.kubernetes.objects.build import cluster_facts, kernel_pod
+    from jupyter_gpushare.backends.kubernetes.objects.manifests import (
+        connection_info,
+        kernel_ports,
+        make_secret,
+    )
     from jupyter_gpushare.config import GPUShare
-    from jupyter_gpushare.k8s.build import cluster_facts, kernel_pod
-    from jupyter_gpushare.k8s.cluster import Cluster, load_configuration
-    from jupyter_gpushare.k8s.manifests import connection_info, kernel_ports, make_secret
-    from jupyter_gpushare.slice_request import make_slice_request
+    from jupyter_gpushare.core.slice_request import make_slice_request
 
     settings = GPUShare(
         backend="kubernetes", resource_preset="hami", kernel_image=IMAGE, scheduler_name="elsewhere"

@@ -61,7 +61,7 @@ def isolate(root: Path) -> None:
 
 
 def start_broker(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
+    from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
 
     socket = root / "broker.sock"
     env = dict(os.environ, JUPYTER_GPUSHARE_LEDGER_PATH=str(root / "broker" / "ledger.sqlite"))
@@ -102,17 +102,17 @@ async def start_once(log: object) -> float:
 
 def held(url: str | None, ledger: Path) -> int:
     if url is None:
-        from jupyter_gpushare.ledger import Ledger
+        from jupyter_gpushare.backends.local.ledger import Ledger
 
         return len(Ledger(ledger).records())
-    from jupyter_gpushare.backends.transport import BrokerClient
+    from jupyter_gpushare.backends.broker_client.transport import BrokerClient
 
     return len(BrokerClient(url).call("GET", "kernels"))
 
 
 async def run(rounds: int, root: Path, figures: str | None = None) -> int:
-    from jupyter_gpushare.backends.transport import BrokerClient
-    from jupyter_gpushare.kernelspec import install_kernelspecs
+    from jupyter_gpushare.backends.broker_client.transport import BrokerClient
+    from jupyter_gpushare.config.kernelspecs import install_kernelspecs
 
     install_kernelspecs(["4G"], prefix=str(root))
     broker, url = start_broker(root)

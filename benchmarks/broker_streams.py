@@ -140,7 +140,7 @@ def settled(streams: list[Stream], client: Any) -> None:
 
 
 def measure(streams: int, seconds: float, changes: int, root: Path) -> list[Figure]:
-    from jupyter_gpushare.backends.transport import BrokerAddress, BrokerClient
+    from jupyter_gpushare.backends.broker_client.transport import BrokerAddress, BrokerClient
 
     os.environ["JUPYTER_GPUSHARE_SAMPLE_INTERVAL"] = str(TICK_S)
     broker, url = start_broker(root)

@@ -104,7 +104,7 @@ async def run(kernel: Any, code: str, timeout: float = 300) -> dict[str, Any]:
 
 
 def install(prefix: Path) -> None:
-    from jupyter_gpushare.kernelspec import install_kernelspecs
+    from jupyter_gpushare.config.kernelspecs import install_kernelspecs
 
     install_kernelspecs(["4G", "10G", "20G"], prefix=str(prefix))
 
@@ -205,7 +205,7 @@ async def main(
     if dry_run:
         os.environ["JUPYTER_GPUSHARE_SIMULATE"] = "2xA100-80GB"
     install(root)
-    from jupyter_gpushare.ledger import Ledger
+    from jupyter_gpushare.backends.local.ledger import Ledger
 
     kernels = AsyncMultiKernelManager(
         config=Config({"GPUShare": {"sample_interval": 0.5}}),

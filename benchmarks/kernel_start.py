@@ -10,7 +10,7 @@ read or touched.
 
 Two kernelspecs with the same ``argv`` are installed there:
 
-* ``python3-gpu-4g`` through ``jupyter_gpushare.kernelspec.install_kernelspecs(['4G'], prefix=...)``
+* ``python3-gpu-4g`` through ``jupyter_gpushare.config.kernelspecs.install_kernelspecs(['4G'], prefix=...)``
   - its metadata names ``gpushare-provisioner`` (a 4 GiB timeslice slice);
 * ``bench-stock``: a copy of that kernel.json without ``metadata.kernel_provisioner``, so
   jupyter_client uses its stock ``LocalProvisioner``.
@@ -72,7 +72,7 @@ def _isolate(root: Path) -> None:
 
 
 def _install_kernelspecs(root: Path) -> str:
-    from jupyter_gpushare.kernelspec import install_kernelspecs
+    from jupyter_gpushare.config.kernelspecs import install_kernelspecs
 
     [(name, directory)] = install_kernelspecs(["4G"], prefix=str(root))
     spec = json.loads((Path(directory) / "kernel.json").read_text())
@@ -154,7 +154,7 @@ async def _start_retrying(
 
 
 def _ledger_rows() -> int:
-    from jupyter_gpushare.ledger import Ledger
+    from jupyter_gpushare.backends.local.ledger import Ledger
 
     ledger = Ledger(os.environ["JUPYTER_GPUSHARE_LEDGER_PATH"])
     try:
@@ -186,7 +186,7 @@ def _extension_cost(repeats: int) -> tuple[float, float] | None:
         from jupyter_gpushare.backends.local import provisioner as local
     except ImportError:
         try:  # an older commit (--against): the provisioners lived in their own package
-            from jupyter_gpushare.provisioners import local  # type: ignore[attr-defined,no-redef]
+            from jupyter_gpushare.backends.provisioner import local  # type: ignore[attr-defined,no-redef]
         except ImportError:
             return None
     if getattr(local, "KERNEL_EXTENSION", None) != "jupyter_gpushare.kernel":

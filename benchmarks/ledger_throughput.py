@@ -5,7 +5,7 @@ Method
 One ledger file in a fresh temporary directory holds a simulated pool of four 80 GiB cards
 (``parse_simulation('4xA100-80GB')``, registered with ``Ledger.register_devices``). For each
 process count (1, 2, 4 by default) that many OS processes are started with the ``spawn`` start
-method; each opens its own :class:`jupyter_gpushare.ledger.Ledger` on the file and, once every
+method; each opens its own :class:`jupyter_gpushare.backends.local.ledger.Ledger` on the file and, once every
 process is ready, loops for a fixed wall-clock duration over the ledger calls a kernel start and
 shutdown make, exactly as ``LocalBackend.acquire`` and ``release`` make them:
 
@@ -140,15 +140,15 @@ def _api() -> SimpleNamespace:
     Before commit 2c944eb (2026-11-30) the request and outcome types lived in the ledger module;
     ``--against`` an older commit finds them there.
     """
-    from jupyter_gpushare.allocator import Policy
-    from jupyter_gpushare.inventory import parse_simulation
-    from jupyter_gpushare.ledger import Ledger
-    from jupyter_gpushare.processes import current_process
+    from jupyter_gpushare.backends.local.inventory import parse_simulation
+    from jupyter_gpushare.backends.local.ledger import Ledger
+    from jupyter_gpushare.backends.processes import current_process
+    from jupyter_gpushare.core.placement.allocator import Policy
 
     try:
-        types = importlib.import_module("jupyter_gpushare.records")
+        types = importlib.import_module("jupyter_gpushare.core.records")
     except ImportError:
-        types = importlib.import_module("jupyter_gpushare.ledger")
+        types = importlib.import_module("jupyter_gpushare.backends.local.ledger")
     return SimpleNamespace(
         Policy=Policy,
         parse_simulation=parse_simulation,
@@ -322,10 +322,10 @@ def run_processes(
 
 def _time_calls(directory: Path, count: int, seed: int) -> dict[str, float]:
     """Microseconds per call of the ledger calls alone, and of the transaction floors."""
-    from jupyter_gpushare.allocator import Policy
-    from jupyter_gpushare.ledger import Ledger
-    from jupyter_gpushare.processes import current_process, is_alive
-    from jupyter_gpushare.records import NewRequest, Placed, Waiting
+    from jupyter_gpushare.backends.local.ledger import Ledger
+    from jupyter_gpushare.backends.processes import current_process, is_alive
+    from jupyter_gpushare.core.placement.allocator import Policy
+    from jupyter_gpushare.core.records import NewRequest, Placed, Waiting
 
     path = str(directory / "ledger-breakdown.sqlite")
     _setup_ledger(path)
@@ -423,10 +423,10 @@ def _poll_cost(directory: Path, depths: list[int], repeats: int = 3) -> list[tup
     others are answered from the lock-free read. The fastest of ``repeats`` rounds is kept, since
     a single round of a few milliseconds is easily stretched by other work on the machine.
     """
-    from jupyter_gpushare.allocator import Policy
-    from jupyter_gpushare.ledger import Ledger
-    from jupyter_gpushare.processes import current_process
-    from jupyter_gpushare.records import NewRequest, Placed, Waiting
+    from jupyter_gpushare.backends.local.ledger import Ledger
+    from jupyter_gpushare.backends.processes import current_process
+    from jupyter_gpushare.core.placement.allocator import Policy
+    from jupyter_gpushare.core.records import NewRequest, Placed, Waiting
 
     path = str(directory / "ledger-queue.sqlite")
     _setup_ledger(path)
@@ -460,12 +460,12 @@ def _poll_cost(directory: Path, depths: list[int], repeats: int = 3) -> list[tup
 
 
 def _profile(directory: Path, count: int, seed: int, top: int = 14) -> tuple[str, str]:
-    from jupyter_gpushare.allocator import Policy, fit
-    from jupyter_gpushare.ledger import Ledger
-    from jupyter_gpushare.ledger.schema import read_devices, record_of
-    from jupyter_gpushare.processes import current_process
-    from jupyter_gpushare.records import NewRequest
-    from jupyter_gpushare.sizes import parse_size
+    from jupyter_gpushare.backends.local.ledger import Ledger
+    from jupyter_gpushare.backends.local.ledger.schema import read_devices, record_of
+    from jupyter_gpushare.backends.processes import current_process
+    from jupyter_gpushare.core.placement.allocator import Policy, fit
+    from jupyter_gpushare.core.records import NewRequest
+    from jupyter_gpushare.core.sizes import parse_size
 
     path = str(directory / "ledger-profile.sqlite")
     _setup_ledger(path)

@@ -15,7 +15,7 @@ Method
 Only the Python ``random`` module draws numbers, so a seed gives the same day on any platform.
 
 **Simulation.** A discrete-event simulation replays the day through the package's real
-allocator, :func:`jupyter_gpushare.allocator.fit` (``Request``/``Held``/``Policy`` and
+allocator, :func:`jupyter_gpushare.core.placement.allocator.fit` (``Request``/``Held``/``Policy`` and
 ``inventory.Device``/``MigInstance``). At every instant departures free their slices first,
 arrivals join a strict FIFO queue, then the queue is drained from its head: the head is placed if
 ``fit`` finds room, and nobody behind it is tried while it waits - what ``Ledger.try_place`` does.
@@ -71,9 +71,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from jupyter_gpushare.allocator import Held, Placement, Policy, Refusal, Request, fit
-from jupyter_gpushare.inventory import Device, MigInstance
-from jupyter_gpushare.sizes import GiB, Size, parse_size
+from jupyter_gpushare.backends.local.inventory import Device, MigInstance
+from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Refusal, Request, fit
+from jupyter_gpushare.core.sizes import GiB, Size, parse_size
 
 CARD = 80 * GiB
 DAY_START_H, DAY_END_H = 8.0, 19.0

@@ -16,13 +16,13 @@ everything in a hold shifts by the time its request waited. Off: a session holds
 its start to its end.
 
 **Simulation.** Discrete events in virtual time. Requests (starts and resumes) queue in the order
-of :func:`jupyter_gpushare.queue_order.line_up` — ``fifo`` or ``fair`` (users' decayed reserved
-GiB·hours from :func:`jupyter_gpushare.tally.recent_use`, half life a day, age bound 120 s, the
+of :func:`jupyter_gpushare.core.placement.queue_order.line_up` — ``fifo`` or ``fair`` (users' decayed reserved
+GiB·hours from :func:`jupyter_gpushare.core.accounting.tally.recent_use`, half life a day, age bound 120 s, the
 package's defaults) — and only the first in line may be placed, by
-:func:`jupyter_gpushare.allocator.fit` on N cards (head-of-line, as the node ledger does). A
+:func:`jupyter_gpushare.core.placement.allocator.fit` on N cards (head-of-line, as the node ledger does). A
 quick sum of free memory skips a ``fit`` that cannot succeed. Whole-card reservation is the
 same queue with ``kind = "exclusive"`` (the native device plugin) and no suspension. Every hold
-is also folded through :func:`jupyter_gpushare.tally.fold` (the accounting's own arithmetic);
+is also folded through :func:`jupyter_gpushare.core.accounting.tally.fold` (the accounting's own arithmetic);
 its reserved figure must equal the simulation's.
 
 **Figures.** For each way, the smallest N whose p95 wait (starts and resumes together) is at
@@ -30,7 +30,7 @@ most 60 s (galloping, then bisection over N), and at that N: waits, GPU-hours re
 (memory-weighted: a 20G slice for an hour on an 80G card is a quarter GPU-hour), the busy GPU-hours
 inside them (memory x time while cells run), resumes and their waits. The **bound** reserves
 memory only while cells run: its GPU-hours are the busy ones, and its N is the peak of the memory
-of running cells over a card. The **wait estimate** (:func:`jupyter_gpushare.wait_estimate
+of running cells over a card. The **wait estimate** (:func:`jupyter_gpushare.core.placement.wait_estimate
 .expected_start`, from the slices held and the holds finished so far) is asked for every request
 that waits, at that moment; its median absolute error against the real wait is reported, with
 the share it could not tell (fewer than five finished holds), next to a naive estimate (queue
@@ -54,12 +54,12 @@ from pathlib import Path
 
 from replay_trace import Session, Trace, busy_share, generate, load
 
-from jupyter_gpushare.allocator import Held, Placement, Policy, Request, fit
-from jupyter_gpushare.inventory import parse_simulation
-from jupyter_gpushare.queue_order import QueuePolicy, QueueRule, Waiter, line_up
-from jupyter_gpushare.sizes import parse_size
-from jupyter_gpushare.tally import Event, Figures, KernelAccount, add_spans, fold, recent_use
-from jupyter_gpushare.wait_estimate import History, expected_start
+from jupyter_gpushare.backends.local.inventory import parse_simulation
+from jupyter_gpushare.core.accounting.tally import Event, Figures, KernelAccount, add_spans, fold, recent_use
+from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Request, fit
+from jupyter_gpushare.core.placement.queue_order import QueuePolicy, QueueRule, Waiter, line_up
+from jupyter_gpushare.core.placement.wait_estimate import History, expected_start
+from jupyter_gpushare.core.sizes import parse_size
 
 GOAL_P95 = 60.0
 HOLDS_KEPT = 2000

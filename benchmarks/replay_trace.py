@@ -55,7 +55,7 @@ from typing import Any
 
 from packing import DAY_PROFILE, SIZE_MIX
 
-from jupyter_gpushare.sizes import GiB, MiB, parse_size
+from jupyter_gpushare.core.sizes import GiB, MiB, parse_size
 
 FORMAT = "gpushare-trace/1"
 DAY = 86400.0

@@ -28,7 +28,7 @@ from against import Figure, add_options, run_against, write_figures
 
 from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.sizes import MiB
+from jupyter_gpushare.core.sizes import MiB
 
 GOAL_PERCENT_OF_CORE = 2.0
 

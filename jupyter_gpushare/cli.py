@@ -12,18 +12,22 @@ from typing import Any
 
 from jupyter_gpushare import __version__
 from jupyter_gpushare.backends import backend_for
+from jupyter_gpushare.backends.kubernetes.objects.presets import DRA_PRESETS, PRESETS, PresetError
 from jupyter_gpushare.broker.settings import BROKER_CONFIG_DIR
 from jupyter_gpushare.config import GPUShare, load_settings, unreported_warnings
-from jupyter_gpushare.errors import BackendUnavailableError, GPUShareError
-from jupyter_gpushare.inventory import SimulationSpecError
-from jupyter_gpushare.k8s.presets import DRA_PRESETS, PRESETS, PresetError
-from jupyter_gpushare.kernelspec import hidden_by, install_kernelspecs, kernels_directory, kernelspec_name
-from jupyter_gpushare.kinds import kind_names
-from jupyter_gpushare.modes import MODES
-from jupyter_gpushare.payloads import KernelPayload, PoolPayload, StatusPayload
-from jupyter_gpushare.sizes import SizeError, format_bytes, parse_size
-from jupyter_gpushare.terminal import printable
-from jupyter_gpushare.usage_report import ReportError, as_csv, as_table, check_by, parse_since
+from jupyter_gpushare.config.kernelspecs import (
+    hidden_by,
+    install_kernelspecs,
+    kernels_directory,
+    kernelspec_name,
+)
+from jupyter_gpushare.config.kinds import kind_names
+from jupyter_gpushare.core.accounting.usage_report import ReportError, as_csv, as_table, check_by, parse_since
+from jupyter_gpushare.core.errors import BackendUnavailableError, GPUShareError, SimulationSpecError
+from jupyter_gpushare.core.modes import MODES
+from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload, StatusPayload
+from jupyter_gpushare.core.sizes import SizeError, format_bytes, parse_size
+from jupyter_gpushare.core.terminal import printable
 
 
 class CommandError(Exception):
@@ -261,9 +265,14 @@ def _render_pod(arguments: argparse.Namespace) -> int:
     import yaml
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-    from jupyter_gpushare.k8s.build import DEFAULT_ARGV, cluster_facts, kernel_claim, kernel_pod
-    from jupyter_gpushare.k8s.claims import whole_card_warning
-    from jupyter_gpushare.slice_request import make_slice_request
+    from jupyter_gpushare.backends.kubernetes.objects.build import (
+        DEFAULT_ARGV,
+        cluster_facts,
+        kernel_claim,
+        kernel_pod,
+    )
+    from jupyter_gpushare.backends.kubernetes.objects.claims import whole_card_warning
+    from jupyter_gpushare.core.slice_request import make_slice_request
 
     settings = _settings()
     if arguments.preset:

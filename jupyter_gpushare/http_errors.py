@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from tornado.web import HTTPError
 
 from jupyter_gpushare.compat import ExactLogMessage
-from jupyter_gpushare.errors import GPUShareError
+from jupyter_gpushare.core.errors import GPUShareError
 
 _answerable: dict[type[GPUShareError], type[GPUShareError]] = {}
 _lock = threading.Lock()

@@ -22,14 +22,14 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from jupyter_gpushare import env_names
-from jupyter_gpushare.k8s.claims import make_claim_template, pod_claim_reference
-from jupyter_gpushare.k8s.dialects import kernel_request
-from jupyter_gpushare.k8s.manifests import CLAIM_REQUEST
-from jupyter_gpushare.k8s.presets import resolve_preset
-from jupyter_gpushare.k8s.requests import ClusterFacts, PodRequest
-from jupyter_gpushare.k8s.spawner_claims import ServerClaim, configured_hook
-from jupyter_gpushare.sizes import format_bytes, parse_size
+from jupyter_gpushare.backends.kubernetes.cluster.spawner_claims import ServerClaim, configured_hook
+from jupyter_gpushare.backends.kubernetes.objects.claims import make_claim_template, pod_claim_reference
+from jupyter_gpushare.backends.kubernetes.objects.dialects import kernel_request
+from jupyter_gpushare.backends.kubernetes.objects.manifests import CLAIM_REQUEST
+from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
+from jupyter_gpushare.backends.kubernetes.objects.requests import ClusterFacts, PodRequest
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.sizes import format_bytes, parse_size
 
 OPTION = "gpu"
 # SPEC §3 amounts: 6G, 6g, 6GB, 6GiB, 0.5G, 512M, 512MB, 512MiB, or a bare integer (MiB).

@@ -177,9 +177,9 @@ def replay_a_day(ledger_path: Path, owner: str, now: float) -> None:
     from replay import plan
     from replay_trace import generate
 
-    from jupyter_gpushare.accounting import store
-    from jupyter_gpushare.ledger import Ledger
-    from jupyter_gpushare.sizes import parse_size
+    from jupyter_gpushare.backends.local.accounting import store
+    from jupyter_gpushare.backends.local.ledger import Ledger
+    from jupyter_gpushare.core.sizes import parse_size
 
     trace = generate(seed=1, days=1, users=3, kernels_per_user=4)  # all shown as one user's
     shift = now - 3600 - 20 * 3600 + 8 * 3600 - min(s.start for s in trace.sessions) - 8 * 3600

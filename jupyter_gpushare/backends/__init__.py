@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.base import Backend, CellNotes, NodeSlices, ServerHooks, ServerKernels
+    from jupyter_gpushare.backends.protocol import Backend, CellNotes, NodeSlices, ServerHooks, ServerKernels
     from jupyter_gpushare.config import GPUShare
 
 _FROM_BASE = ("Backend", "CellNotes", "NodeSlices", "ServerHooks", "ServerKernels")
@@ -25,7 +25,7 @@ def __getattr__(name: str) -> Any:
     # The protocols are imported on first use: a kernel looking up its kind (the registry, in
     # this package) before its first cell loads only what it needs.
     if name in _FROM_BASE:
-        from jupyter_gpushare.backends import base
+        from jupyter_gpushare.backends import protocol as base
 
         return getattr(base, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -35,8 +35,8 @@ def backend_for(settings: GPUShare) -> Backend:
     """This process's backend for ``settings`` (built once; NVML probed or cluster reached once):
     the GPU broker's client where ``c.GPUShare.broker_url`` names one, else the configured kind's."""
     # Imported here: a kernel importing this package for its types loads neither.
+    from jupyter_gpushare.backends.broker_client.backend import remote_backend
     from jupyter_gpushare.backends.registry import kind_for
-    from jupyter_gpushare.backends.remote import remote_backend
 
     if settings.effective_broker_url():
         return remote_backend(settings)
@@ -59,8 +59,8 @@ def cell_notes_for(settings: GPUShare) -> CellNotes | None:
     """Where a kernel notes its cells and reads its warnings around every cell, as cheaply as its
     kind allows: the GPU broker, else the kind's ``cell_notes`` (no devices probed), else the
     backend itself. None: the kernel has nothing to note."""
+    from jupyter_gpushare.backends.broker_client.backend import remote_backend
     from jupyter_gpushare.backends.registry import kind_for
-    from jupyter_gpushare.backends.remote import remote_backend
 
     if settings.effective_broker_url():
         return remote_backend(settings)

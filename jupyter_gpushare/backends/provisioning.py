@@ -2,7 +2,7 @@
 
 Each backend's provisioner (:mod:`.local.provisioner`, :mod:`.kubernetes.provisioner`) is one,
 and answers the questions below the same way, so a server never asks which it has. The
-``gpushare-provisioner`` entry point (:class:`jupyter_gpushare.provisioners.GPUShareProvisioner`)
+``gpushare-provisioner`` entry point (:class:`jupyter_gpushare.backends.provisioner.GPUShareProvisioner`)
 builds the configured one.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import TraitError
 
-from jupyter_gpushare import refusals
 from jupyter_gpushare.compat import forget_pending_kernel
-from jupyter_gpushare.errors import GPUShareError
+from jupyter_gpushare.core import log_filter as refusals
+from jupyter_gpushare.core.errors import GPUShareError
+from jupyter_gpushare.core.slice_request import SliceRequest
 from jupyter_gpushare.http_errors import answerable
-from jupyter_gpushare.slice_request import SliceRequest
 
 REQUEST_TRAITS = ("gpu_memory", "gpu_mode", "gpu_cores")  # what a start may override
 # What a server passes to a start: the notebook path, a listener, the request it checked.

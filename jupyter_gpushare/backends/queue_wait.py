@@ -13,10 +13,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from jupyter_gpushare.backends.base import WaitCallback
-from jupyter_gpushare.errors import DoesNotFitError, QueueTimeoutError
-from jupyter_gpushare.records import Outcome, Placed, Refused, SliceRecord, Waiting
-from jupyter_gpushare.slice_request import SliceRequest
+from jupyter_gpushare.backends.protocol import WaitCallback
+from jupyter_gpushare.core.errors import DoesNotFitError, QueueTimeoutError
+from jupyter_gpushare.core.records import Outcome, Placed, Refused, SliceRecord, Waiting
+from jupyter_gpushare.core.slice_request import SliceRequest
 
 log = logging.getLogger("jupyter_gpushare")
 

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jupyter_gpushare import kinds
-from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.config import kinds
+from jupyter_gpushare.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.base import Backend, CellNotes
+    from jupyter_gpushare.backends.protocol import Backend, CellNotes
     from jupyter_gpushare.backends.provisioning import SliceProvisioner
     from jupyter_gpushare.config import GPUShare
 
@@ -45,7 +45,7 @@ class BackendKind:
     # empty where ``jupyter gpushare broker`` cannot hold this kind.
     broker_side: str = ""
     # "module:attribute" of the doctor's checks: a function (settings, inventory or None) ->
-    # jupyter_gpushare.findings.Findings; empty where the kind has none of its own.
+    # jupyter_gpushare.core.findings.Findings; empty where the kind has none of its own.
     doctor_checks: str = ""
     # "module:attribute" of a kernel's handle on its own slice (what %gpu and the Python API
     # call): a callable taking no arguments that returns a jupyter_gpushare.kernel.my_slice.MySlice.

@@ -26,18 +26,18 @@ from typing import Any
 from tornado import web
 from tornado.netutil import bind_unix_socket
 
-from jupyter_gpushare import env_names
 from jupyter_gpushare.backends.broker_base.authority import Authority
 from jupyter_gpushare.backends.broker_base.handler import BrokerState
 from jupyter_gpushare.backends.broker_base.identity import HubIdentity
 from jupyter_gpushare.backends.broker_base.side import Route, broker_side
-from jupyter_gpushare.backends.broker_base.traits import GPUShareBroker
 from jupyter_gpushare.broker import handlers, usage_routes
 from jupyter_gpushare.broker.banner import startup_lines, unknown_admins
 from jupyter_gpushare.broker.door import BrokerServer, broker_server, raise_open_files_limit
 from jupyter_gpushare.broker.settings import BrokerConfiguration, names_this_broker
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import BackendUnavailableError, ConfigurationError
+from jupyter_gpushare.config.broker import GPUShareBroker
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.errors import BackendUnavailableError, ConfigurationError
 
 log = logging.getLogger("jupyter_gpushare.broker")
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from jupyter_gpushare.backends.broker_base.traits import GPUShareBroker
 from jupyter_gpushare.broker.settings import BrokerConfiguration
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.payloads import PoolPayload
-from jupyter_gpushare.sizes import format_bytes
+from jupyter_gpushare.config.broker import GPUShareBroker
+from jupyter_gpushare.core.payloads import PoolPayload
+from jupyter_gpushare.core.sizes import format_bytes
 
 
 def startup_lines(

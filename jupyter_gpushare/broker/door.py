@@ -36,9 +36,9 @@ from tornado.iostream import IOStream
 
 from jupyter_gpushare.backends.broker_base.handler import DRAIN_BODY_BYTES
 from jupyter_gpushare.backends.broker_base.identity import peer_credentials, user_name
-from jupyter_gpushare.backends.transport import error_payload
-from jupyter_gpushare.errors import BackendUnavailableError
-from jupyter_gpushare.request_body import MAX_HEADER_BYTES
+from jupyter_gpushare.backends.broker_client.transport import error_payload
+from jupyter_gpushare.core.errors import BackendUnavailableError
+from jupyter_gpushare.core.request_body import MAX_HEADER_BYTES
 
 log = logging.getLogger("jupyter_gpushare.broker")
 

@@ -4,12 +4,12 @@ Each request is identified before anything else (its base,
 :class:`~jupyter_gpushare.backends.broker_base.handler.BrokerHandler`, which every kind's routes
 share too): a caller the broker cannot identify gets 401, a token the hub refuses 403, and
 nothing is read or changed. Requests are read by the same rules as the REST API's
-(:mod:`jupyter_gpushare.request_body`): headers and a body within their limits (431, 413:
+(:mod:`jupyter_gpushare.core.request_body`): headers and a body within their limits (431, 413:
 answered, the rest of a large body read and dropped), JSON no deeper than 32 levels, text
 only, names and paths without control characters, kernel ids that are UUIDs; then field by
 field. Bad input is a 4xx ``{"message", "error"}`` and changes
 nothing. Domain errors answer with their type's status and carry their type's name, so the
-client raises the same error an embedded backend would (:mod:`jupyter_gpushare.backends.transport`).
+client raises the same error an embedded backend would (:mod:`jupyter_gpushare.backends.broker_client.transport`).
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from jupyter_gpushare.backends.broker_base.handler import (
     kernel_id_field,
     request_fields,
 )
-from jupyter_gpushare.backends.broker_feed import KEEP_ALIVE
-from jupyter_gpushare.backends.wire import server_kernels_from_json
-from jupyter_gpushare.capabilities import through_a_broker
-from jupyter_gpushare.errors import GPUShareError, InvalidRequestError
+from jupyter_gpushare.backends.broker_client.feed import KEEP_ALIVE
+from jupyter_gpushare.backends.broker_client.wire import server_kernels_from_json
+from jupyter_gpushare.core.capabilities import through_a_broker
+from jupyter_gpushare.core.errors import GPUShareError, InvalidRequestError
+from jupyter_gpushare.core.records import UsageReport
 from jupyter_gpushare.http_errors import answering_domain_errors
-from jupyter_gpushare.records import UsageReport
 
 STREAM_TICK_MIN, STREAM_TICK_MAX = 0.1, 1.0  # seconds between looks at the marker, per stream
 log = logging.getLogger("jupyter_gpushare.broker")

@@ -23,11 +23,11 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from jupyter_gpushare.backends.broker_base.side import broker_side
-from jupyter_gpushare.backends.broker_base.traits import GPUShareBroker
 from jupyter_gpushare.config import GPUShare, load_settings
+from jupyter_gpushare.config.broker import GPUShareBroker
 from jupyter_gpushare.config.layers import Kind
 from jupyter_gpushare.config.loading import config_directories, config_files
-from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.core.errors import ConfigurationError
 
 BROKER_CONFIG_DIR = "/etc/jupyter-gpushare"
 SECTIONS = ("GPUShare", "GPUShareBroker")

@@ -9,8 +9,8 @@ other view (:mod:`jupyter_gpushare.backends.broker_base.authority`).
 from __future__ import annotations
 
 from jupyter_gpushare.backends.broker_base.handler import BrokerHandler
+from jupyter_gpushare.core.accounting.usage_report import usage_query
 from jupyter_gpushare.http_errors import answering_domain_errors
-from jupyter_gpushare.usage_report import usage_query
 
 
 class UsageHandler(BrokerHandler):

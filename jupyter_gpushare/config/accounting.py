@@ -11,7 +11,7 @@ from typing import Any
 
 from traitlets import Enum, Float, HasTraits, validate
 
-from jupyter_gpushare.queue_order import QUEUE_POLICIES, QueueRule
+from jupyter_gpushare.core.placement.queue_order import QUEUE_POLICIES, QueueRule
 
 DAY = 86400.0
 

@@ -23,10 +23,10 @@ from traitlets import Dict, List, TraitError
 from traitlets.config import Application, Config
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
-from jupyter_gpushare import env_names
 from jupyter_gpushare.config.layers import ADMINISTERED, Kind, Layer, Settled, settle
 from jupyter_gpushare.config.traits import GPUShare
-from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.errors import ConfigurationError
 
 # In each directory, the files every Jupyter application reads, then the server's: a server's
 # own file wins over the common one, and .json over .py, as traitlets loads them.

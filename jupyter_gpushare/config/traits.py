@@ -16,11 +16,12 @@ from jupyter_core.paths import jupyter_runtime_dir
 from traitlets import Bool, Dict, Enum, Float, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from jupyter_gpushare import env_names, kinds
+from jupyter_gpushare.config import kinds
 from jupyter_gpushare.config.accounting import AccountingTraits
 from jupyter_gpushare.config.layers import Settled
-from jupyter_gpushare.modes import MODES, get_mode
-from jupyter_gpushare.sizes import SizeError, parse_size
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.modes import MODES, get_mode
+from jupyter_gpushare.core.sizes import SizeError, parse_size
 
 LEDGER_FILENAME = "gpushare-ledger.sqlite"
 

@@ -23,6 +23,8 @@ from dataclasses import asdict
 
 from jupyter_gpushare.backends.registry import kind_for, load
 from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.core.devices import Inventory
+from jupyter_gpushare.core.findings import Check, Findings, Status, check_gpus
 from jupyter_gpushare.doctor.common import (
     check_broker,
     check_kernelspecs,
@@ -30,8 +32,6 @@ from jupyter_gpushare.doctor.common import (
     seen_through_the_broker,
 )
 from jupyter_gpushare.doctor.kernel import check_test_kernel
-from jupyter_gpushare.findings import Check, Findings, Status, check_gpus
-from jupyter_gpushare.inventory import Inventory
 
 
 def _none(settings: GPUShare, inventory: Inventory | None) -> Findings:

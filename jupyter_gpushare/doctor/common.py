@@ -8,10 +8,10 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.findings import Check, PoolSeen
+from jupyter_gpushare.core.findings import Check, PoolSeen
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.transport import SocketRefusal
+    from jupyter_gpushare.backends.broker_client.transport import SocketRefusal
 
 
 START_THE_BROKER = (
@@ -22,8 +22,8 @@ START_THE_BROKER = (
 
 def check_broker(settings: GPUShare) -> tuple[Check, dict[str, Any] | None]:
     """With ``broker_url``: the broker answers and says who it takes this user for; its pool."""
-    from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
-    from jupyter_gpushare.errors import GPUShareError
+    from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+    from jupyter_gpushare.core.errors import GPUShareError
 
     url = settings.effective_broker_url()
     client = BrokerClient(url)
@@ -48,7 +48,7 @@ def check_broker(settings: GPUShare) -> tuple[Check, dict[str, Any] | None]:
 def unreachable_fix(path: str) -> str:
     """The fix for a broker whose socket at ``path`` does not answer: a broker that is not
     running is started; one this user may not reach is the administrator's to open to them."""
-    from jupyter_gpushare.backends.transport import refusal_on_the_way
+    from jupyter_gpushare.backends.broker_client.transport import refusal_on_the_way
 
     refusal = refusal_on_the_way(path)
     if refusal is None:

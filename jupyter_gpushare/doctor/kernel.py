@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jupyter_gpushare.findings import Check
-from jupyter_gpushare.tally import TEST_KERNEL_NAME
+from jupyter_gpushare.core.accounting.tally import TEST_KERNEL_NAME
+from jupyter_gpushare.core.findings import Check
 
 # Which devices the kernel was given: CUDA_VISIBLE_DEVICES on a node we place on; in a kernel
 # pod, the device plugin (or a DRA driver's CDI edits) names them in NVIDIA_VISIBLE_DEVICES for
@@ -89,7 +89,7 @@ async def _run_test_kernel(size: str) -> dict[str, Any]:
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
 
-    from jupyter_gpushare.kernelspec import build_kernelspec
+    from jupyter_gpushare.config.kernelspecs import build_kernelspec
 
     with tempfile.TemporaryDirectory() as directory:
         # Its kernelspec's name is the mark the accounting knows it by: the slice is held and

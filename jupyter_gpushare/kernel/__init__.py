@@ -26,7 +26,7 @@ def load_ipython_extension(shell: Any) -> None:
     caps.install_import_hook()
     shell.register_magics(GPUMagics)
     if not _started:
-        from jupyter_gpushare.errors import GPUShareError
+        from jupyter_gpushare.core.errors import GPUShareError
 
         try:
             handle = my_slice()

@@ -98,7 +98,7 @@ class ActivityWatch:
             notice, self.notice = self.notice, None
         if notice:
             print(notice, file=sys.stderr)
-        from jupyter_gpushare.errors import GPUShareError
+        from jupyter_gpushare.core.errors import GPUShareError
 
         try:
             self._hooks.before_cell(str(getattr(info, "raw_cell", "") or ""))

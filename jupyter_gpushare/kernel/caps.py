@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from jupyter_gpushare import env_names
-from jupyter_gpushare.framework_budget import framework_budget
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.framework_budget import framework_budget
 
 log = logging.getLogger("jupyter_gpushare.kernel")
 

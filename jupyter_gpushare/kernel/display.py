@@ -6,9 +6,9 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from jupyter_gpushare.holding import source_words
-from jupyter_gpushare.records import ReleasedSlice, SliceRecord
-from jupyter_gpushare.sizes import format_bytes
+from jupyter_gpushare.core.placement.holding import source_words
+from jupyter_gpushare.core.records import ReleasedSlice, SliceRecord
+from jupyter_gpushare.core.sizes import format_bytes
 
 
 def _percent(part: int | None, whole: int) -> str:

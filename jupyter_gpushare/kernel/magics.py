@@ -110,9 +110,9 @@ class GPUMagics(Magics):  # type: ignore[misc]
             print(mistake(words, str(error)), file=sys.stderr)
             return None
         command = arguments.command or "status"
-        from jupyter_gpushare.errors import GPUShareError
+        from jupyter_gpushare.core.errors import GPUShareError
+        from jupyter_gpushare.core.sizes import SizeError
         from jupyter_gpushare.kernel import api
-        from jupyter_gpushare.sizes import SizeError
 
         try:
             if command == "status":

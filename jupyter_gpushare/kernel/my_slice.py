@@ -14,7 +14,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from jupyter_gpushare import env_names, kinds
+from jupyter_gpushare.config import kinds
+from jupyter_gpushare.core import env_names
 
 if TYPE_CHECKING:
     from jupyter_gpushare.kernel.display import PoolStatus, TextView

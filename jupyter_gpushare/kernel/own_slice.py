@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from jupyter_gpushare import env_names
-from jupyter_gpushare.errors import (
+from jupyter_gpushare.backends.processes import current_process
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.errors import (
     CannotSuspendError,
     GPUShareError,
     NeedsRestartError,
@@ -31,15 +32,14 @@ from jupyter_gpushare.errors import (
     NotOfferedError,
     NotYourSliceError,
 )
-from jupyter_gpushare.holding import forced_note, released_note
+from jupyter_gpushare.core.placement.holding import forced_note, released_note
+from jupyter_gpushare.core.records import Holding, ReleasedSlice, SliceRecord, Suspension, UsageReport
+from jupyter_gpushare.core.sizes import format_bytes, parse_size
 from jupyter_gpushare.kernel import caps
 from jupyter_gpushare.kernel.display import PoolStatus, SliceStatus, free_on
-from jupyter_gpushare.processes import current_process
-from jupyter_gpushare.records import Holding, ReleasedSlice, SliceRecord, Suspension, UsageReport
-from jupyter_gpushare.sizes import format_bytes, parse_size
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.base import CellNotes, NodeSlices
+    from jupyter_gpushare.backends.protocol import CellNotes, NodeSlices
     from jupyter_gpushare.config import GPUShare
     from jupyter_gpushare.kernel.activity import ActivityWatch
 

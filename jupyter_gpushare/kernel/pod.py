@@ -16,12 +16,12 @@ import sys
 import threading
 from typing import Any
 
-from jupyter_gpushare import env_names
-from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
-from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, GPUShareError, NeedsRestartError, NotOfferedError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.errors import POD_HOLDS_ITS_GPU, GPUShareError, NeedsRestartError, NotOfferedError
+from jupyter_gpushare.core.sizes import parse_size
 from jupyter_gpushare.kernel import caps
 from jupyter_gpushare.kernel.display import PodSliceStatus, PoolStatus
-from jupyter_gpushare.sizes import parse_size
 
 log = logging.getLogger("jupyter_gpushare")
 

@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 import ipywidgets as widgets
 
-from jupyter_gpushare.records import SliceRecord
-from jupyter_gpushare.sizes import format_bytes
+from jupyter_gpushare.core.records import SliceRecord
+from jupyter_gpushare.core.sizes import format_bytes
 
 HISTORY = 60  # samples in the sparkline: one minute at the default 1 s interval
 # A front end that shows no widgets (``jupyter console``) shows the text view instead: it says why

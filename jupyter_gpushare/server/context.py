@@ -21,7 +21,7 @@ from tornado import web
 from jupyter_gpushare.backends import Backend, ServerKernels
 from jupyter_gpushare.backends.provisioning import SliceProvisioner
 from jupyter_gpushare.compat import forget_pending_kernel
-from jupyter_gpushare.errors import (
+from jupyter_gpushare.core.errors import (
     BackendUnavailableError,
     CannotSuspendError,
     DoesNotFitError,
@@ -29,9 +29,9 @@ from jupyter_gpushare.errors import (
     NoSuchKernelError,
     NotYourSliceError,
 )
-from jupyter_gpushare.payloads import KernelPayload, PoolPayload, StatusPayload
-from jupyter_gpushare.preview import Preview
-from jupyter_gpushare.records import UsageReport
+from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload, StatusPayload
+from jupyter_gpushare.core.placement.preview import Preview
+from jupyter_gpushare.core.records import UsageReport
 from jupyter_gpushare.server.kernelspecs import default_kernelspec, request_defaults
 from jupyter_gpushare.server.snapshots import Snapshots
 from jupyter_gpushare.server.starts import Start, Starts

@@ -7,9 +7,9 @@ from typing import Any
 
 from jupyter_server.utils import url_path_join
 
-from jupyter_gpushare import refusals
 from jupyter_gpushare.backends import ServerHooks, backend_for
 from jupyter_gpushare.config import GPUShare, load_settings, unreported_warnings
+from jupyter_gpushare.core import log_filter as refusals
 from jupyter_gpushare.server import handlers, kernel_routes, metrics, usage_handlers
 from jupyter_gpushare.server.context import GPUShareContext
 from jupyter_gpushare.server.lifecycle import Reclaimer, settle_before_shutdown

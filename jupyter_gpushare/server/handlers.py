@@ -18,7 +18,7 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from jupyter_gpushare import request_body
+from jupyter_gpushare.core import request_body
 from jupyter_gpushare.http_errors import answering_domain_errors, message_of
 from jupyter_gpushare.server.content_coding import accepts_gzip
 from jupyter_gpushare.server.context import GPUShareContext

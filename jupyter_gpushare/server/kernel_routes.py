@@ -15,11 +15,11 @@ from typing import Any
 from tornado import web
 from tornado.log import app_log
 
-from jupyter_gpushare import request_body
-from jupyter_gpushare.backends.transport import TOKEN_HEADER
-from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, NotOfferedError
+from jupyter_gpushare.backends.broker_client.transport import TOKEN_HEADER
+from jupyter_gpushare.core import request_body
+from jupyter_gpushare.core.errors import POD_HOLDS_ITS_GPU, NotOfferedError
+from jupyter_gpushare.core.records import UsageReport
 from jupyter_gpushare.http_errors import answering_domain_errors, message_of
-from jupyter_gpushare.records import UsageReport
 from jupyter_gpushare.server.context import GPUShareContext
 from jupyter_gpushare.server.handlers import request_fields
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from jupyter_client.kernelspec import NoSuchKernel
 
-from jupyter_gpushare.errors import InvalidRequestError
+from jupyter_gpushare.core.errors import InvalidRequestError
 
 PROVISIONER_NAME = "gpushare-provisioner"
 

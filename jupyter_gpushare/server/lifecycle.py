@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_gpushare.compat import open_kernel_websockets, pending_kernel_starts
-from jupyter_gpushare.errors import BackendUnavailableError
+from jupyter_gpushare.core.errors import BackendUnavailableError
 from jupyter_gpushare.server.context import GPUShareContext
 
 SWEEP_EVERY = 2.0  # seconds between looks at the server's starts and kernels

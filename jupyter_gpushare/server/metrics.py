@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from jupyter_gpushare.errors import GPUShareError
-from jupyter_gpushare.payloads import StatusPayload, UsageRowPayload
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.errors import GPUShareError
+from jupyter_gpushare.core.payloads import StatusPayload, UsageRowPayload
+from jupyter_gpushare.core.sizes import GiB
 
 
 @dataclass(frozen=True)

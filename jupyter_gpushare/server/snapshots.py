@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jupyter_gpushare.errors import BackendUnavailableError
+from jupyter_gpushare.core.errors import BackendUnavailableError
 from jupyter_gpushare.server.content_coding import compressed
 
 

@@ -12,9 +12,9 @@ import asyncio
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from jupyter_gpushare.core.accounting.usage_report import usage_query
 from jupyter_gpushare.http_errors import answering_domain_errors
 from jupyter_gpushare.server.handlers import GPUShareHandler
-from jupyter_gpushare.usage_report import usage_query
 
 
 class UsageHandler(GPUShareHandler):

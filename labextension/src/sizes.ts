@@ -1,5 +1,5 @@
 /**
- * GPU sizes as users type them (SPEC §3), mirrored from `jupyter_gpushare/sizes.py` so the
+ * GPU sizes as users type them (SPEC §3), mirrored from `jupyter_gpushare/core/sizes.py` so the
  * picker refuses what the server would refuse before anything is sent.
  *
  * Pure and dependency-free: `tests/unit/test_labextension_sizes.py` runs this module's

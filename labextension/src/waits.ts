@@ -2,7 +2,7 @@
  * Words for time: how long a queued start is expected to wait ("about 6 min"), and what an
  * idle kernel's timer will do ("idle 42 min — will suspend in 18 min").
  *
- * `describeWait` says what `jupyter_gpushare/wait_estimate.py`'s `describe` says, so the
+ * `describeWait` says what `jupyter_gpushare/core/placement/wait_estimate.py`'s `describe` says, so the
  * picker (whose words come from the server) and the status bar (whose words come from here)
  * agree.
  */

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from jupyter_gpushare.k8s.cluster import event_time
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import event_time
 
 from .controlplane import ControlPlane
 from .dra_devices import DraDriver

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
 
-from jupyter_gpushare.kernelspec import build_kernelspec
+from jupyter_gpushare.config.kernelspecs import build_kernelspec
 
 HERE = Path(__file__).resolve().parent
 PIP_DOWNLOAD = (sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps")

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from jupyter_gpushare.sizes import GiB
-from jupyter_gpushare.usage_report import local_time
+from jupyter_gpushare.core.accounting.usage_report import local_time
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.kernels import kernel_manager
 from ..support.nodes import BIN, Node

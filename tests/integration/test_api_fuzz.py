@@ -26,7 +26,7 @@ from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 import jupyter_gpushare
-from jupyter_gpushare import request_body
+from jupyter_gpushare.core import request_body
 
 from ..support.nodes import Node
 from ..support.polling import wait_until

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.backends.remote import RemoteBackend
+from jupyter_gpushare.backends.broker_client.backend import RemoteBackend
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.slice_request import make_slice_request
+from jupyter_gpushare.core.slice_request import make_slice_request
 
 from ..support.polling import wait_until
 from ..support.servers import JupyterServer, Response, execute, wait_ready
@@ -213,8 +213,8 @@ BAD_INPUT = [
 def test_the_accounting_routes_refuse_bad_input_with_a_4xx_and_record_nothing(box: TeamBox) -> None:
     import time
 
-    from jupyter_gpushare.backends.transport import BrokerAddress
-    from jupyter_gpushare.ledger import Ledger
+    from jupyter_gpushare.backends.broker_client.transport import BrokerAddress
+    from jupyter_gpushare.backends.local.ledger import Ledger
 
     address = BrokerAddress(box.broker_url)
     for method, route, body in BAD_INPUT:

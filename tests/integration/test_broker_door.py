@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.records import SliceRecord
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.local.ledger import Ledger
+from jupyter_gpushare.core.records import SliceRecord
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.polling import wait_until
 from ..support.servers import JupyterServer, Response, execute, wait_ready
@@ -48,7 +48,7 @@ GENEROUS = 120  # seconds: what a busy 2-core machine may take for a kernel to s
 RAW_CLIENT = textwrap.dedent(
     """
     import base64, http.client, json, sys
-    from jupyter_gpushare.backends.transport import BrokerAddress
+    from jupyter_gpushare.backends.broker_client.transport import BrokerAddress
     address = BrokerAddress(sys.argv[1])
     answers = []
     for ask in json.load(sys.stdin):
@@ -178,7 +178,7 @@ IN_A_KERNEL = """
 import json
 from jupyter_gpushare.backends.local.node_slices import node_slices_for
 from jupyter_gpushare.config import load_settings
-from jupyter_gpushare.errors import GPUShareError
+from jupyter_gpushare.core.errors import GPUShareError
 broker = node_slices_for(load_settings(from_files=False, reconcile=False))
 answers = {{}}
 for name, call in (
@@ -237,7 +237,7 @@ def test_a_refusal_waits_for_the_body_a_slow_client_is_still_sending(box: TeamBo
     """A request refused from its line alone (a kernel id that is no UUID) is answered once its
     body is in: a client that sends the body after its headers gets the answer, not a closed
     socket (CI once met EPIPE there)."""
-    from jupyter_gpushare.backends.transport import BrokerAddress
+    from jupyter_gpushare.backends.broker_client.transport import BrokerAddress
 
     body = b'{"restart": true}'
     head = (
@@ -346,7 +346,7 @@ def test_sizes_follow_the_pattern_and_an_exclusive_card_must_be_large_enough(box
 
 ASKS_AND_STOPS_WAITING = """
 import json, sys
-from jupyter_gpushare.backends.transport import BrokerClient
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient
 answer = BrokerClient({url!r}).call("POST", "slices", {{"kernel_id": {kernel_id!r}, "gpu_memory": "30G"}})
 print(json.dumps(answer), flush=True)
 sys.stdin.read()  # alive, and never asks again

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.k8s.manifests import claim_name
+from jupyter_gpushare.backends.kubernetes.objects.manifests import claim_name
 
 from ..cluster import RESOURCE_CLAIMS, ControlPlane, dra_nodes, nvidia_driver
 from ..support.polling import wait_until

@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.k8s.manifests import pod_name
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
+from jupyter_gpushare.core.sizes import GiB
 
 from ..cluster import ControlPlane, hami_nodes
 from ..support.polling import wait_until

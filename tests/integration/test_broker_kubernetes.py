@@ -27,9 +27,9 @@ from typing import Any
 import psutil
 import pytest
 
-from jupyter_gpushare.capabilities import KERNEL_PODS
-from jupyter_gpushare.k8s.manifests import OWNER_LABEL, pod_name, secret_name
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.kubernetes.objects.manifests import OWNER_LABEL, pod_name, secret_name
+from jupyter_gpushare.core.capabilities import KERNEL_PODS
+from jupyter_gpushare.core.sizes import GiB
 
 from ..cluster import ControlPlane, KubeCluster, hami_nodes
 from ..cluster.rest import PODS, SECRETS, Api, ApiError

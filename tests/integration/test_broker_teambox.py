@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.backends.remote import RemoteBackend
-from jupyter_gpushare.capabilities import LOCAL_BROKER
+from jupyter_gpushare.backends.broker_client.backend import RemoteBackend
+from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.payloads import KernelPayload
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.capabilities import LOCAL_BROKER
+from jupyter_gpushare.core.payloads import KernelPayload
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.polling import wait_until
 from ..support.servers import JupyterServer, Response, execute, wait_ready
@@ -179,9 +179,9 @@ def test_users_see_and_act_on_their_own_kernels_only(box: TeamBox) -> None:
         box.users[ALICE],
         f"""
         import json
-        from jupyter_gpushare.backends.remote import RemoteBackend
+        from jupyter_gpushare.backends.broker_client.backend import RemoteBackend
         from jupyter_gpushare.config import load_settings
-        from jupyter_gpushare.errors import GPUShareError
+        from jupyter_gpushare.core.errors import GPUShareError
         broker = RemoteBackend(load_settings(from_files=False, reconcile=False))
         answers = {{"me": broker.owner, "own_slice": repr(broker.own_slice({bobs!r}, None))}}
         for name, call in (
@@ -427,7 +427,7 @@ def test_nbclient_as_a_user_takes_its_slice_from_the_broker(box: TeamBox) -> Non
         import json, os
         import nbformat
         from nbclient import NotebookClient
-        from jupyter_gpushare.backends.remote import RemoteBackend
+        from jupyter_gpushare.backends.broker_client.backend import RemoteBackend
         from jupyter_gpushare.config import load_settings
         notebook = nbformat.v4.new_notebook()
         notebook.cells = [nbformat.v4.new_code_cell(
@@ -510,7 +510,7 @@ BAD_INPUT = [
 
 
 def test_every_broker_route_refuses_bad_input_with_a_4xx_and_changes_nothing(box: TeamBox) -> None:
-    from jupyter_gpushare.backends.transport import BrokerAddress
+    from jupyter_gpushare.backends.broker_client.transport import BrokerAddress
 
     before = [(kernel["kernel_id"], kernel["memory_request"]) for kernel in kernels_of(box, ALICE)]
     for method, route, body, raw in BAD_INPUT:

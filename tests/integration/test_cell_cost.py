@@ -45,7 +45,7 @@ sqlite3.connect = _counted
 
 REPORT = """\
 import gc, json, sqlite3
-from jupyter_gpushare.ledger import Ledger
+from jupyter_gpushare.backends.local.ledger import Ledger
 print(json.dumps({{
     "ledger_connections": [thread for path, thread in sqlite3.gpushare_opened if {ledger!r} in path],
     "ledgers": sum(isinstance(o, Ledger) for o in gc.get_objects()),

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s_client
 
-from jupyter_gpushare.k8s import cluster as cluster_module
-from jupyter_gpushare.k8s import watch as watch_module
-from jupyter_gpushare.k8s.cluster import Cluster, ClusterError, load_configuration
-from jupyter_gpushare.k8s.watch import Watched
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.kubernetes.cluster import cluster as cluster_module
+from jupyter_gpushare.backends.kubernetes.cluster import watch as watch_module
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError, load_configuration
+from jupyter_gpushare.backends.kubernetes.cluster.watch import Watched
+from jupyter_gpushare.core.sizes import GiB
 
 from ..cluster import ControlPlane, KubeCluster
 from ..cluster.rest import NAMESPACES

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpushare.inventory import parse_simulation
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.local.inventory import parse_simulation
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.kernels import MANY_STARTER
 from ..support.nodes import Node

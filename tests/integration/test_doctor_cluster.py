@@ -3,7 +3,7 @@ what it found there, with the device plugins' resources and with a DRA driver's 
 and the RBAC check is the real authorizer's answer for the identity doctor runs as.
 
 (A cluster that serves no ``resource.k8s.io`` API at all is older than any Kubernetes this
-control plane builds: tests/unit/test_doctor_old_cluster.py gives doctor that one canned answer.)
+control plane builds: tests/unit/backends/kubernetes/test_doctor_old_cluster.py gives doctor that one canned answer.)
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpushare.backends.kubernetes.cluster.clients import forget_shared_clusters
 from jupyter_gpushare.cli import main
-from jupyter_gpushare.k8s.clients import forget_shared_clusters
 
 from ..cluster import KubeCluster, dra_nodes, hami_driver, nvidia_driver
 from ..cluster.rest import CLUSTER_ROLE_BINDINGS

@@ -14,10 +14,10 @@ import pytest
 from markdown_it import MarkdownIt
 
 from jupyter_gpushare.backends.local import LocalBackend
+from jupyter_gpushare.backends.local.inventory import nvml
 from jupyter_gpushare.config import GPUShare, load_settings
+from jupyter_gpushare.config.kernelspecs import install_kernelspecs
 from jupyter_gpushare.doctor import report, run_checks
-from jupyter_gpushare.inventory import nvml
-from jupyter_gpushare.kernelspec import install_kernelspecs
 
 from ..support.nvml_fake import make_fake_pynvml
 

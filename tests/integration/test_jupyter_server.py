@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.kernels import wait_for_exit
 from ..support.nodes import Node

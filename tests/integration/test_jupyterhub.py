@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.json_http import json_call
 from ..support.nodes import BIN, Node

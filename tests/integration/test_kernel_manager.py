@@ -10,13 +10,13 @@ import pytest
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from traitlets.config import Config
 
-from jupyter_gpushare.errors import (
+from jupyter_gpushare.core.errors import (
     DoesNotFitError,
     InvalidRequestError,
     ModeUnavailableError,
     QueueTimeoutError,
 )
-from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
+from jupyter_gpushare.core.sizes import ACCEPTED_FORMS, GiB
 
 from ..support.kernels import kernel_manager, run_cell, run_code, write_kernelspec
 from ..support.nodes import Node

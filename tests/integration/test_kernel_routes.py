@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.nodes import Node
 from ..support.servers import JupyterServer, execute, start_server

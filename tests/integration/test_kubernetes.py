@@ -25,15 +25,11 @@ from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from jupyter_client.session import Session
 from traitlets.config import Config
 
-from jupyter_gpushare.backends.base import ServerHooks
 from jupyter_gpushare.backends.kubernetes import kubernetes_backend
 from jupyter_gpushare.backends.kubernetes.backend import server_identity
-from jupyter_gpushare.backends.kubernetes.provisioner import KernelPodError, KubernetesProvisioner
-from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import DoesNotFitError
-from jupyter_gpushare.k8s.clients import forget_shared_clusters, shared_cluster
-from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
-from jupyter_gpushare.k8s.manifests import (
+from jupyter_gpushare.backends.kubernetes.cluster.clients import forget_shared_clusters, shared_cluster
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
+from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     HOLDER_ANNOTATION,
     KERNEL_PORTS,
     label_value,
@@ -42,8 +38,12 @@ from jupyter_gpushare.k8s.manifests import (
     secret_name,
     selector,
 )
-from jupyter_gpushare.processes import current_process, identify
-from jupyter_gpushare.provisioners import GPUShareProvisioner, SliceProvisioner
+from jupyter_gpushare.backends.kubernetes.provisioner import KernelPodError, KubernetesProvisioner
+from jupyter_gpushare.backends.processes import current_process, identify
+from jupyter_gpushare.backends.protocol import ServerHooks
+from jupyter_gpushare.backends.provisioner import GPUShareProvisioner, SliceProvisioner
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.core.errors import DoesNotFitError
 
 from ..cluster import EVENTS, NODES, PODS, SECRETS, KubeCluster
 from ..support.kernels import kernel_manager, run_cell

@@ -25,11 +25,16 @@ from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from traitlets.config import Config
 
 from jupyter_gpushare.backends.kubernetes import kubernetes_backend
+from jupyter_gpushare.backends.kubernetes.cluster.clients import forget_shared_clusters
+from jupyter_gpushare.backends.kubernetes.objects.manifests import (
+    HOLDER_ANNOTATION,
+    claim_name,
+    labels,
+    pod_name,
+)
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import DoesNotFitError
-from jupyter_gpushare.k8s.clients import forget_shared_clusters
-from jupyter_gpushare.k8s.manifests import HOLDER_ANNOTATION, claim_name, labels, pod_name
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.errors import DoesNotFitError
+from jupyter_gpushare.core.sizes import GiB
 
 from ..cluster import (
     NODES,

@@ -30,9 +30,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.kernelspec import install_kernelspecs
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.local.ledger import Ledger
+from jupyter_gpushare.config.kernelspecs import install_kernelspecs
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.kernels import STARTER
 from ..support.nodes import BIN, Node, make_node

@@ -31,10 +31,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.broker.app import HOUSEKEEPING_EVERY
-from jupyter_gpushare.kernelspec import install_kernelspecs
-from jupyter_gpushare.ledger import Ledger
+from jupyter_gpushare.config.kernelspecs import install_kernelspecs
 
 from ..support.polling import wait_until
 from ..support.servers import execute, wait_ready

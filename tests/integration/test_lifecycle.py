@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.nodes import Node
 from ..support.polling import wait_until

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 
-from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
+from jupyter_gpushare.core.sizes import ACCEPTED_FORMS, GiB
 
 from ..support.kernels import kernel_manager, run_cell
 from ..support.nodes import Node

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.nodes import Node
 

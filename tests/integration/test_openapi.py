@@ -17,7 +17,7 @@ import yaml
 from openapi_spec_validator import validate as validate_openapi
 
 import jupyter_gpushare
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.nodes import Node
 from ..support.polling import wait_until

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from jupyter_gpushare.allocator import Policy
-from jupyter_gpushare.records import NewRequest, Placed
+from jupyter_gpushare.core.placement.allocator import Policy
+from jupyter_gpushare.core.records import NewRequest, Placed
+from jupyter_gpushare.core.sizes import ACCEPTED_FORMS, GiB
 from jupyter_gpushare.server.content_coding import GZIP_MIN_BYTES
-from jupyter_gpushare.sizes import ACCEPTED_FORMS, GiB
 
 from ..support.nodes import Node
 from ..support.polling import wait_until

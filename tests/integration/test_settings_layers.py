@@ -30,7 +30,7 @@ USER_FILE = "jupyter_config.py"
 # What the kernel reports: the settings its provisioner gave it, and whether the broker holds it.
 PROBE = """
 import json, os
-from jupyter_gpushare.backends.transport import BrokerClient
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient
 url = os.environ.get("JUPYTER_GPUSHARE_BROKER_URL", "")
 held = url and [k["kernel_id"] for k in BrokerClient(url).call("GET", "kernels")]
 print(json.dumps({

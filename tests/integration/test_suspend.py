@@ -1,7 +1,7 @@
 """Held memory and suspend/resume in real gpushare kernels on a simulated pool.
 
 The kernels, the ledger and the checkpoint helper process (``python -m
-jupyter_gpushare.checkpoint``) are real; the helper drives a simulated pool's driver, which keeps
+jupyter_gpushare.backends.local.checkpoint``) are real; the helper drives a simulated pool's driver, which keeps
 each process's CUDA state as the real driver would. A kernel's GPU state there is what it
 declared it uses.
 """
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 
-from jupyter_gpushare.sizes import GiB, format_bytes
+from jupyter_gpushare.core.sizes import GiB, format_bytes
 
 from ..support.kernels import run_cell
 from ..support.nodes import Node

@@ -82,7 +82,7 @@ def test_the_log_names_the_user_behind_each_socket_request(box: TeamBox) -> None
     """Failed before: ``404 GET /api/gpushare/broker/no-such-route (0.0.0.0)``."""
     ann = box.users[ANN]
     code = (
-        "import os; from jupyter_gpushare.backends.transport import BrokerClient\n"
+        "import os; from jupyter_gpushare.backends.broker_client.transport import BrokerClient\n"
         f"try:\n    BrokerClient({box.broker_url!r}).call('GET', 'no-such-route')\n"
         "except Exception:\n    print(os.getpid())\n"  # the broker's 404, as a domain error
     )

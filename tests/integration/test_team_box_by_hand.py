@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
 
 from ..support.polling import wait_until
 from ..support.teambox import OSUser, create_user, remove_user, user_python

@@ -14,8 +14,8 @@ import pytest
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from traitlets.config import Config
 
-from jupyter_gpushare.processes import is_alive
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.processes import is_alive
+from jupyter_gpushare.core.sizes import GiB
 
 from ..support.kernels import kernel_manager, run_cell
 from ..support.nodes import Node

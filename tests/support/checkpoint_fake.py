@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from jupyter_gpushare.checkpoint.driver import DriverError, NotSupported, ProcessState
+from jupyter_gpushare.backends.local.checkpoint.driver import DriverError, NotSupported, ProcessState
 
 CUDA_ERROR_ILLEGAL_STATE = 401
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpushare.kernelspec import install_kernelspecs
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.records import SliceRecord
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.local.ledger import Ledger
+from jupyter_gpushare.config.kernelspecs import install_kernelspecs
+from jupyter_gpushare.core.records import SliceRecord
+from jupyter_gpushare.core.sizes import GiB
 
 BIN = Path(sys.executable).parent
 

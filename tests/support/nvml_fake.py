@@ -1,7 +1,7 @@
 """A fake ``pynvml`` module: NVML is the one edge of the package we do not own.
 
-It is installed through the ``_nvml()`` seam of ``jupyter_gpushare.inventory.nvml`` (and, for
-usage sampling, of ``jupyter_gpushare.usage.nvml_usage``, which imported that name). Boards are
+It is installed through the ``_nvml()`` seam of ``jupyter_gpushare.backends.local.inventory.nvml`` (and, for
+usage sampling, of ``jupyter_gpushare.backends.local.usage.nvml_usage``, which imported that name). Boards are
 mutable: a test changes a board's ``processes``, ``process_utilization``, ``memory_used`` or
 ``utilization`` between two samples and the next NVML call sees the change.
 """

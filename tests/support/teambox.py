@@ -30,8 +30,8 @@ from typing import Any
 import psutil
 import pytest
 
-from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
-from jupyter_gpushare.kernelspec import install_kernelspecs
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.config.kernelspecs import install_kernelspecs
 
 from .servers import JupyterServer, free_port
 

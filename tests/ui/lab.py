@@ -23,9 +23,9 @@ from typing import Any
 
 from playwright.sync_api import expect
 
-from jupyter_gpushare.kernelspec import build_kernelspec, install_kernelspecs
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.records import SliceRecord
+from jupyter_gpushare.backends.local.ledger import Ledger
+from jupyter_gpushare.config.kernelspecs import build_kernelspec, install_kernelspecs
+from jupyter_gpushare.core.records import SliceRecord
 
 from ..support.json_http import json_call
 from ..support.polling import wait_until

@@ -17,7 +17,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.sizes import GiB
 
 from .lab import (
     Lab,

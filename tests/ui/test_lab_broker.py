@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.backends.transport import BrokerClient, BrokerUnreachableError
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.local.ledger import Ledger
+from jupyter_gpushare.core.sizes import GiB
 
 from .conftest import VIEWPORT
 from .lab import BIN, SIMULATE, Lab, free_port, make_environment, open_lab, open_panel, wait_for

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.sizes import GiB
 
 from .lab import (
     Lab,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.sizes import GiB
 from tests.cluster import ControlPlane, KubeCluster, hami_nodes
 
 from .conftest import VIEWPORT

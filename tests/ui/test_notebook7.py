@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.core.sizes import GiB
 
 from .conftest import VIEWPORT
 from .lab import Lab, fit_note, gpu_card, kernel_name, picker_dialog, start_lab, wait_for

@@ -1,6 +1,6 @@
 """The picker's size check (``labextension/src/sizes.ts``) agrees with the server's parser.
 
-The compiled module runs in Node on the same inputs as :func:`jupyter_gpushare.sizes.parse_size`:
+The compiled module runs in Node on the same inputs as :func:`jupyter_gpushare.core.sizes.parse_size`:
 the documented examples, the edge cases, and a few thousand random strings. Both must accept
 or refuse each one alike, agree on the bytes or the percentage, and give the same reason.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.sizes import SizeError, parse_size
+from jupyter_gpushare.core.sizes import SizeError, parse_size
 
 REPO = Path(__file__).resolve().parents[2]
 COMPILED = REPO / "labextension" / "lib" / "sizes.js"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from jupyter_gpushare.inventory import nvml as nvml_module
+from jupyter_gpushare.backends.local.inventory import nvml as nvml_module
 from tests.support.nvml_fake import FakeNVMLState, make_fake_pynvml
 
 # Property tests: a quick profile for every run, a thorough one to hunt for rare cases

@@ -22,7 +22,7 @@ import pytest
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 RUNNER = BENCHMARKS / "run_all.sh"
 CRASH = """
-from jupyter_gpushare import ledger
+from jupyter_gpushare.backends.local import ledger
 ledger._record({})  # what api_latency.py's attribution called until the ledger was refactored
 """
 
@@ -56,7 +56,10 @@ def run(runner: Path, *arguments: str, limit: str | None = None) -> subprocess.C
 def test_a_crash_fails_the_run_and_the_benchmarks_after_it_still_run(tmp_path: Path) -> None:
     done = run(stand_ins(tmp_path, {"api_latency.py": CRASH}), "--quick")
     assert done.returncode != 0
-    assert "AttributeError: module 'jupyter_gpushare.ledger' has no attribute '_record'" in done.stderr
+    assert (
+        "AttributeError: module 'jupyter_gpushare.backends.local.ledger' has no attribute '_record'"
+        in done.stderr
+    )
     assert "FAILED: api_latency.py exited with status 1" in done.stdout
     for later in ("sampler.py", "broker_start.py", "broker_cluster.py"):
         assert f"{later} ran --quick" in done.stdout

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpushare.allocator import Policy
+from jupyter_gpushare.backends.local.inventory import parse_simulation
+from jupyter_gpushare.backends.local.ledger import Ledger
+from jupyter_gpushare.backends.processes import current_process, identify
 from jupyter_gpushare.cli import main
-from jupyter_gpushare.inventory import parse_simulation
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.processes import current_process, identify
-from jupyter_gpushare.records import NewRequest, Placed, ProcessIdentity
-from jupyter_gpushare.sizes import ACCEPTED_FORMS
+from jupyter_gpushare.core.placement.allocator import Policy
+from jupyter_gpushare.core.records import NewRequest, Placed, ProcessIdentity
+from jupyter_gpushare.core.sizes import ACCEPTED_FORMS
 
 GiB = 2**30
 SIMULATE = "2xA100-80GB,1xT4-16GB"

@@ -14,7 +14,7 @@ from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from tornado.web import HTTPError
 
 from jupyter_gpushare.compat import forget_pending_kernel, open_kernel_websockets
-from jupyter_gpushare.errors import DoesNotFitError
+from jupyter_gpushare.core.errors import DoesNotFitError
 from jupyter_gpushare.http_errors import answerable
 
 

@@ -28,13 +28,14 @@ from markdown_it import MarkdownIt
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
-from jupyter_gpushare import doctor, findings
+from jupyter_gpushare import doctor
 from jupyter_gpushare.backends.registry import installed_kinds
 from jupyter_gpushare.cli import build_parser
 from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.core import findings
+from jupyter_gpushare.core.sizes import parse_size
 from jupyter_gpushare.kernel.magics import _parser as magic_parser
 from jupyter_gpushare.kernel.magics import _sizes_last
-from jupyter_gpushare.sizes import parse_size
 
 ROOT = Path(__file__).parents[2]
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))

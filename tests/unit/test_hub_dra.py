@@ -15,11 +15,11 @@ import yaml
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_validate.utils import ValidationError, latest_version
 from kubespawner import KubeSpawner
-from test_hub import offline_cluster  # noqa: F401 (an autouse fixture: KubeSpawner's kubeconfig)
 from traitlets.config import Config
 
 from jupyter_gpushare.cli import main
 from jupyter_gpushare.hub import claim_templates, gpu_profiles, static_profiles
+from tests.unit.test_hub import offline_cluster  # noqa: F401 (an autouse fixture: KubeSpawner's kubeconfig)
 
 VERSIONS = ("1.34.0", latest_version())
 # Turns KubeSpawner's models into the JSON the API receives; it needs no connection (and a

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from jupyter_gpushare.backends.base import Backend
 from jupyter_gpushare.backends.broker_base.identity import Caller
-from jupyter_gpushare.errors import NoSuchKernelError, NotYourSliceError
-from jupyter_gpushare.processes import same_process
-from jupyter_gpushare.records import ProcessIdentity
+from jupyter_gpushare.backends.processes import same_process
+from jupyter_gpushare.backends.protocol import Backend
+from jupyter_gpushare.core.errors import NoSuchKernelError, NotYourSliceError
+from jupyter_gpushare.core.records import ProcessIdentity
 
 
 class Authority(Protocol):

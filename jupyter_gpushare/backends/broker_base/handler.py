@@ -1,8 +1,8 @@
 """What every broker route is built on, the kinds' routes too: :class:`BrokerHandler` knows its
 caller (:mod:`.identity`) and has read the request within its limits before the method runs, by
-the REST API's rules (:mod:`jupyter_gpushare.request_body`); and the checks of a body's common
+the REST API's rules (:mod:`jupyter_gpushare.core.request_body`); and the checks of a body's common
 fields. Domain errors answer with their type's status and name
-(:mod:`jupyter_gpushare.backends.transport`).
+(:mod:`jupyter_gpushare.backends.broker_client.transport`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 
 from tornado import web
 
-from jupyter_gpushare import request_body
 from jupyter_gpushare.backends.broker_base.authority import Authority
 from jupyter_gpushare.backends.broker_base.identity import (
     Caller,
@@ -25,10 +24,11 @@ from jupyter_gpushare.backends.broker_base.identity import (
     socket_caller,
     user_name,
 )
-from jupyter_gpushare.backends.transport import HOST_HEADER, error_payload
-from jupyter_gpushare.errors import BackendUnavailableError, GPUShareError, InvalidRequestError
+from jupyter_gpushare.backends.broker_client.transport import HOST_HEADER, error_payload
+from jupyter_gpushare.core import request_body
+from jupyter_gpushare.core.errors import BackendUnavailableError, GPUShareError, InvalidRequestError
+from jupyter_gpushare.core.request_body import MAX_BODY_BYTES
 from jupyter_gpushare.http_errors import answerable, message_of
-from jupyter_gpushare.request_body import MAX_BODY_BYTES
 
 MAX_HOST_BYTES = 253  # a DNS name: where an HTTP caller's server runs
 # How much of a request too large for any route is still read, so that its sender can read the

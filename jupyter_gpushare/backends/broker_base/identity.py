@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpushare.backends.keys import server_id_of
-from jupyter_gpushare.errors import NotAuthenticatedError, TokenRefusedError
-from jupyter_gpushare.processes import identify
-from jupyter_gpushare.records import ProcessIdentity
-from jupyter_gpushare.visibility import EVERYONE
+from jupyter_gpushare.backends.processes import identify
+from jupyter_gpushare.core.errors import NotAuthenticatedError, TokenRefusedError
+from jupyter_gpushare.core.records import ProcessIdentity
+from jupyter_gpushare.core.visibility import EVERYONE
 
 HUB_CACHE_SECONDS = 30.0  # how long the hub's answer for a token is reused (a revoked one: this long)
 ADMIN_SCOPES = frozenset({"admin:users", "admin:servers"})

@@ -15,11 +15,11 @@ from tornado import web
 
 from jupyter_gpushare.backends.registry import kind_for, load
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from jupyter_gpushare.backends.broker_base.authority import Authority
-    from jupyter_gpushare.backends.broker_base.traits import GPUShareBroker
+    from jupyter_gpushare.config.broker import GPUShareBroker
 
 Route = tuple[str, type[web.RequestHandler]]
 

@@ -1,6 +1,6 @@
 """The Kubernetes backend's room: a pod per kernel on a cluster.
 
-:mod:`.backend` (the cluster as a :class:`~jupyter_gpushare.backends.base.Backend`),
+:mod:`.backend` (the cluster as a :class:`~jupyter_gpushare.backends.protocol.Backend`),
 :mod:`.provisioner` (a kernel in a pod) and its :mod:`.pod_keeper`, who makes the pods: the
 server itself (:mod:`.cluster_pods`; :mod:`.pod_start` follows a start, :mod:`.kernel_objects`
 creates and deletes a pod's Secret and claim, as the broker's pods do) or the GPU broker

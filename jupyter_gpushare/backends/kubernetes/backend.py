@@ -1,10 +1,10 @@
 """The Kubernetes backend: the cluster's GPU nodes as the pool, kernel pods as the slices.
 
 Kubernetes places each kernel's pod, so there is no ledger here. What the pool looks like comes
-from the process's one list+watch of nodes and kernel pods (:mod:`jupyter_gpushare.k8s.clients`);
+from the process's one list+watch of nodes and kernel pods (:mod:`jupyter_gpushare.backends.kubernetes.cluster.clients`);
 memory use from the kernels' own reports (``POST api/gpushare/kernels/{id}/usage``) and, where
 configured, a HAMi-style monitor's metrics. The views are built by the pure
-:mod:`jupyter_gpushare.k8s.pool`. The kernel pod provisioner of the same process shares this
+:mod:`jupyter_gpushare.backends.kubernetes.objects.pool`. The kernel pod provisioner of the same process shares this
 object: its API client, the nodes' facts, the per-user quota across starts, orphan collection.
 """
 
@@ -18,17 +18,11 @@ import threading
 from collections.abc import Hashable
 from typing import Any
 
-from jupyter_gpushare.allocator import kernel_limit_refusal, user_limit_refusal
-from jupyter_gpushare.backends.accounts import WithoutAccounting
-from jupyter_gpushare.backends.base import ServerHooks, ServerKernels
-from jupyter_gpushare.backends.kubernetes.pod_usage import PodUsage
-from jupyter_gpushare.capabilities import KERNEL_PODS, Capabilities
-from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, DoesNotFitError, NotOfferedError
-from jupyter_gpushare.k8s.build import cluster_facts
-from jupyter_gpushare.k8s.clients import SharedCluster, shared_cluster
-from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
-from jupyter_gpushare.k8s.dra_pool import (
+from jupyter_gpushare.backends.kubernetes.cluster.clients import SharedCluster, shared_cluster
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
+from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch
+from jupyter_gpushare.backends.kubernetes.objects.build import cluster_facts
+from jupyter_gpushare.backends.kubernetes.objects.dra_pool import (
     ClaimUse,
     DraDevice,
     device_views,
@@ -38,9 +32,16 @@ from jupyter_gpushare.k8s.dra_pool import (
     read_slices,
     with_allocated_modes,
 )
-from jupyter_gpushare.k8s.holders import holder_text, is_orphan
-from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, OWNER_LABEL, label_value, selector, server_label
-from jupyter_gpushare.k8s.pool import (
+from jupyter_gpushare.backends.kubernetes.objects.holders import holder_text, is_orphan
+from jupyter_gpushare.backends.kubernetes.objects.manifests import (
+    APP,
+    APP_LABEL,
+    OWNER_LABEL,
+    label_value,
+    selector,
+    server_label,
+)
+from jupyter_gpushare.backends.kubernetes.objects.pool import (
     NodeGPUs,
     PodSlice,
     held_by_user,
@@ -51,18 +52,28 @@ from jupyter_gpushare.k8s.pool import (
     queue_positions,
     read_pod,
 )
-from jupyter_gpushare.k8s.presets import resolve_preset
-from jupyter_gpushare.k8s.preview import preview_pod
-from jupyter_gpushare.k8s.requests import ClusterFacts
-from jupyter_gpushare.k8s.watch import ClusterWatch
-from jupyter_gpushare.modes import MODES
-from jupyter_gpushare.payloads import KernelPayload, PoolPayload
-from jupyter_gpushare.preview import Preview
-from jupyter_gpushare.processes import current_process
-from jupyter_gpushare.records import UsageReport
-from jupyter_gpushare.sizes import bytes_or_none
-from jupyter_gpushare.slice_request import SliceRequest, make_slice_request
-from jupyter_gpushare.views import slice_less_view
+from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
+from jupyter_gpushare.backends.kubernetes.objects.preview import preview_pod
+from jupyter_gpushare.backends.kubernetes.objects.requests import ClusterFacts
+from jupyter_gpushare.backends.kubernetes.pod_usage import PodUsage
+from jupyter_gpushare.backends.processes import current_process
+from jupyter_gpushare.backends.protocol import ServerHooks, ServerKernels
+from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.core.capabilities import KERNEL_PODS, Capabilities
+from jupyter_gpushare.core.errors import (
+    POD_HOLDS_ITS_GPU,
+    DoesNotFitError,
+    NoAccountingError,
+    NotOfferedError,
+)
+from jupyter_gpushare.core.modes import MODES
+from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
+from jupyter_gpushare.core.placement.allocator import kernel_limit_refusal, user_limit_refusal
+from jupyter_gpushare.core.placement.preview import Preview
+from jupyter_gpushare.core.records import UsageReport
+from jupyter_gpushare.core.sizes import bytes_or_none
+from jupyter_gpushare.core.slice_request import SliceRequest, make_slice_request
+from jupyter_gpushare.core.views import slice_less_view
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -76,6 +87,19 @@ def server_identity(settings: GPUShare) -> tuple[str, str]:
     this server's label; which process made an object is in its holder annotation."""
     owner = settings.effective_owner()
     return f"{owner}@{socket.gethostname()}", owner
+
+
+class WithoutAccounting:
+    """What a backend that keeps no accounting answers."""
+
+    def usage(self, since: float, by: str) -> UsagePayload:
+        raise NoAccountingError(
+            "no accounting is kept here: the node ledger keeps it, on the local backend and "
+            "through its GPU broker; the Kubernetes backend keeps none yet"
+        )
+
+    def usage_totals(self) -> list[UsageRowPayload]:
+        return []
 
 
 class KubernetesBackend(WithoutAccounting):

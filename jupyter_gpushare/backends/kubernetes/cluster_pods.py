@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.backend import KubernetesBackend, kubernetes_backend
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import ClusterError
 from jupyter_gpushare.backends.kubernetes.connection_keys import ConnectionKeys
 from jupyter_gpushare.backends.kubernetes.kernel_objects import (
     ClaimOf,
@@ -25,14 +26,10 @@ from jupyter_gpushare.backends.kubernetes.kernel_objects import (
     create_secret,
     delete_objects,
 )
-from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodEnd, PodWatch
-from jupyter_gpushare.backends.kubernetes.pod_start import PodStart
-from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.k8s.build import kernel_pod
-from jupyter_gpushare.k8s.claims import summary
-from jupyter_gpushare.k8s.cluster import ClusterError
-from jupyter_gpushare.k8s.dialects import describe_request
-from jupyter_gpushare.k8s.manifests import (
+from jupyter_gpushare.backends.kubernetes.objects.build import kernel_pod
+from jupyter_gpushare.backends.kubernetes.objects.claims import summary
+from jupyter_gpushare.backends.kubernetes.objects.dialects import describe_request
+from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
     claim_name,
@@ -42,8 +39,11 @@ from jupyter_gpushare.k8s.manifests import (
     pod_name,
     secret_name,
 )
-from jupyter_gpushare.k8s.requests import PodRequest
-from jupyter_gpushare.k8s.status import termination
+from jupyter_gpushare.backends.kubernetes.objects.requests import PodRequest
+from jupyter_gpushare.backends.kubernetes.objects.status import termination
+from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodEnd, PodWatch
+from jupyter_gpushare.backends.kubernetes.pod_start import PodStart
+from jupyter_gpushare.config import GPUShare
 
 
 class ClusterPods:

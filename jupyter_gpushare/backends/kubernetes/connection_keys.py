@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.core.errors import ConfigurationError
 
 
 @dataclass

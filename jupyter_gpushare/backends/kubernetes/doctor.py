@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.findings import Check, Findings
+from jupyter_gpushare.core.findings import Check, Findings
 
 
 def cluster_checks(settings: GPUShare, inventory: object = None) -> Findings:
@@ -18,10 +18,10 @@ def cluster_checks(settings: GPUShare, inventory: object = None) -> Findings:
 
 def check_cluster(settings: GPUShare) -> list[Check]:
     """Cluster access, RBAC for kernel pods, and the GPU resources nodes advertise."""
-    from jupyter_gpushare.k8s.clients import shared_cluster
-    from jupyter_gpushare.k8s.cluster import ClusterError
-    from jupyter_gpushare.k8s.pool import read_node
-    from jupyter_gpushare.k8s.presets import resolve_preset
+    from jupyter_gpushare.backends.kubernetes.cluster.clients import shared_cluster
+    from jupyter_gpushare.backends.kubernetes.cluster.cluster import ClusterError
+    from jupyter_gpushare.backends.kubernetes.objects.pool import read_node
+    from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
 
     try:
         cluster = shared_cluster(settings.namespace).cluster
@@ -79,8 +79,8 @@ def check_cluster(settings: GPUShare) -> list[Check]:
 def check_dra(cluster: Any, preset: Any) -> list[Check]:
     """Dynamic Resource Allocation: the API version served, the device classes, and whether the
     driver's devices take several claims (consumable capacity)."""
-    from jupyter_gpushare.k8s.cluster import ClusterError
-    from jupyter_gpushare.k8s.dra_pool import read_slices
+    from jupyter_gpushare.backends.kubernetes.cluster.cluster import ClusterError
+    from jupyter_gpushare.backends.kubernetes.objects.dra_pool import read_slices
 
     names = preset.dra
     try:

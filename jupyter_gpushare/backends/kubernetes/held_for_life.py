@@ -5,7 +5,7 @@ resume."""
 from __future__ import annotations
 
 from jupyter_gpushare.backends.kubernetes.backend import HELD_FOR_LIFE
-from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, NotOfferedError
+from jupyter_gpushare.core.errors import POD_HOLDS_ITS_GPU, NotOfferedError
 
 
 class HeldForLife:

@@ -2,7 +2,7 @@
 ResourceClaim — created and deleted the same way whoever makes the pod: a server itself
 (:mod:`.cluster_pods`) or the GPU broker (:mod:`.broker.pods`).
 
-The claim is built by the pure :func:`~jupyter_gpushare.k8s.build.kernel_claim` once its pod
+The claim is built by the pure :func:`~jupyter_gpushare.backends.kubernetes.objects.build.kernel_claim` once its pod
 exists and is owned by it, so it goes with the pod; deleting it with the pod frees its devices
 without waiting for the garbage collector.
 """
@@ -13,10 +13,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpushare.k8s.build import kernel_claim
-from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
-from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, KERNEL_ID_LABEL, label_value, pod_name, secret_name
-from jupyter_gpushare.k8s.requests import PodRequest
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
+from jupyter_gpushare.backends.kubernetes.objects.build import kernel_claim
+from jupyter_gpushare.backends.kubernetes.objects.manifests import (
+    APP,
+    APP_LABEL,
+    KERNEL_ID_LABEL,
+    label_value,
+    pod_name,
+    secret_name,
+)
+from jupyter_gpushare.backends.kubernetes.objects.requests import PodRequest
 
 
 def create_secret(cluster: Cluster, body: dict[str, Any]) -> None:

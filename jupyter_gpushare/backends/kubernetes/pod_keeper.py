@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from jupyter_gpushare.slice_request import SliceRequest
+from jupyter_gpushare.core.slice_request import SliceRequest
 
 
 @dataclass(frozen=True)

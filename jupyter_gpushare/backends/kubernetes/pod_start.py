@@ -16,11 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpushare.errors import BackendUnavailableError, DoesNotFitError
-from jupyter_gpushare.k8s.claims import allocated_mode
-from jupyter_gpushare.k8s.cluster import Cluster, ClusterError
-from jupyter_gpushare.k8s.manifests import KERNEL_ID_LABEL, label_value
-from jupyter_gpushare.k8s.status import (
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
+from jupyter_gpushare.backends.kubernetes.objects.claims import allocated_mode
+from jupyter_gpushare.backends.kubernetes.objects.manifests import KERNEL_ID_LABEL, label_value
+from jupyter_gpushare.backends.kubernetes.objects.status import (
     IMAGE_FAILURES,
     container_problem,
     describe_limits,
@@ -29,6 +28,7 @@ from jupyter_gpushare.k8s.status import (
     termination,
     unschedulable_reason,
 )
+from jupyter_gpushare.core.errors import BackendUnavailableError, DoesNotFitError
 
 CONFLICT_RETRY = 0.2  # seconds between tries to reuse the name of a pod still being deleted
 

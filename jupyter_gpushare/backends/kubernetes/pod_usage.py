@@ -15,9 +15,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-from jupyter_gpushare.k8s.pool import PodSlice
-from jupyter_gpushare.k8s.usage import MetricsFormatError, pod_memory_used
-from jupyter_gpushare.records import UsageReport
+from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice
+from jupyter_gpushare.backends.kubernetes.objects.usage import MetricsFormatError, pod_memory_used
+from jupyter_gpushare.core.records import UsageReport
 
 log = logging.getLogger("jupyter_gpushare")
 

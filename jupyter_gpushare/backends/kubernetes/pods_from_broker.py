@@ -21,10 +21,10 @@ import asyncio
 import threading
 from typing import Any
 
+from jupyter_gpushare.backends.broker_client.backend import RemoteBackend, remote_backend
 from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodEnd, PodWatch
-from jupyter_gpushare.backends.remote import RemoteBackend, remote_backend
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import BackendUnavailableError, NoSuchKernelError
+from jupyter_gpushare.core.errors import BackendUnavailableError, NoSuchKernelError
 
 
 class BrokerPods:

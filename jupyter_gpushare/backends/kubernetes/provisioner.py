@@ -1,7 +1,7 @@
 """``gpushare-provisioner`` for Kubernetes (``c.GPUShare.backend = "kubernetes"``): a pod per kernel.
 
 Kubernetes places the slice, so there is no ledger here: the provisioner asks for the pod the
-cluster's GPU sharing layer understands (:mod:`jupyter_gpushare.k8s.build`, the same code as
+cluster's GPU sharing layer understands (:mod:`jupyter_gpushare.backends.kubernetes.objects.build`, the same code as
 ``jupyter gpushare render-pod``), waits honestly, connects securely and cleans up. Who creates,
 looks at and deletes the pod is its :class:`~.pod_keeper.PodKeeper`, chosen from the settings:
 the server itself with its own Kubernetes client (:mod:`.cluster_pods`), or the GPU broker over
@@ -45,15 +45,15 @@ from traitlets import Float
 
 from jupyter_gpushare.backends.kubernetes.cluster_pods import ClusterPods
 from jupyter_gpushare.backends.kubernetes.held_for_life import HeldForLife
+from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
 from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodKeeper, PodWatch
 from jupyter_gpushare.backends.kubernetes.pod_start import KernelPodError
 from jupyter_gpushare.backends.kubernetes.pods_from_broker import BrokerPods
 from jupyter_gpushare.backends.kubernetes.slice_requests import pod_slice_request
 from jupyter_gpushare.backends.provisioning import REQUEST_TRAITS, SliceProvisioner
 from jupyter_gpushare.config import GPUShare, load_settings
-from jupyter_gpushare.errors import DoesNotFitError, NeedsRestartError
-from jupyter_gpushare.k8s.manifests import pod_name
-from jupyter_gpushare.slice_request import SliceRequest
+from jupyter_gpushare.core.errors import DoesNotFitError, NeedsRestartError
+from jupyter_gpushare.core.slice_request import SliceRequest
 
 NEEDS_RESTART = (
     "a kernel pod's GPU slice is fixed for the pod's life: nothing was changed. Resize with a "

@@ -4,11 +4,11 @@ anything is asked of the cluster or of a broker."""
 
 from __future__ import annotations
 
-from jupyter_gpushare.allocator import kernel_limit_refusal
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import DoesNotFitError
-from jupyter_gpushare.sizes import bytes_or_none
-from jupyter_gpushare.slice_request import SliceRequest, make_slice_request
+from jupyter_gpushare.core.errors import DoesNotFitError
+from jupyter_gpushare.core.placement.allocator import kernel_limit_refusal
+from jupyter_gpushare.core.sizes import bytes_or_none
+from jupyter_gpushare.core.slice_request import SliceRequest, make_slice_request
 
 
 def pod_slice_request(memory: object, mode: object, cores: object, settings: GPUShare) -> SliceRequest:

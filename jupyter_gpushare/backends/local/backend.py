@@ -16,35 +16,35 @@ import secrets
 import time
 from collections.abc import Hashable, Sequence
 
-from jupyter_gpushare.allocator import Placement, Policy, Refusal
-from jupyter_gpushare.backends.accounts import Accounts, KeepsAccounts
-from jupyter_gpushare.backends.base import ServerHooks, ServerKernels, WaitCallback
 from jupyter_gpushare.backends.keys import server_id_of, token_digest
 from jupyter_gpushare.backends.local import checks as local_checks
 from jupyter_gpushare.backends.local import holding as holdings
 from jupyter_gpushare.backends.local import suspend as suspending
 from jupyter_gpushare.backends.local import views as local_views
+from jupyter_gpushare.backends.local.accounts import Accounts, KeepsAccounts
+from jupyter_gpushare.backends.local.checkpoint import HelperRunner, Runner
 from jupyter_gpushare.backends.local.grants import KernelGrants
+from jupyter_gpushare.backends.local.inventory import Device, Inventory, discover
+from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.backends.local.monitor import UsageMonitor
+from jupyter_gpushare.backends.processes import current_process, identify, runs_within
+from jupyter_gpushare.backends.protocol import ServerHooks, ServerKernels, WaitCallback
 from jupyter_gpushare.backends.queue_wait import settle, wait_for_slice
-from jupyter_gpushare.capabilities import NODE_LEDGER, Capabilities
-from jupyter_gpushare.checkpoint import HelperRunner, Runner
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import (
+from jupyter_gpushare.core.capabilities import NODE_LEDGER, Capabilities
+from jupyter_gpushare.core.errors import (
     BackendUnavailableError,
     DoesNotFitError,
     LedgerError,
     NoSliceError,
     NotYourSliceError,
 )
-from jupyter_gpushare.holding import released_note
-from jupyter_gpushare.inventory import Device, Inventory, discover
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.modes import MODES, NodeFacts, probe_node
-from jupyter_gpushare.payloads import KernelPayload, PoolPayload
-from jupyter_gpushare.preview import Preview
-from jupyter_gpushare.processes import current_process, identify, runs_within
-from jupyter_gpushare.records import (
+from jupyter_gpushare.core.modes import MODES, NodeFacts, probe_node
+from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload
+from jupyter_gpushare.core.placement.allocator import Placement, Policy, Refusal
+from jupyter_gpushare.core.placement.holding import released_note
+from jupyter_gpushare.core.placement.preview import Preview
+from jupyter_gpushare.core.records import (
     Holding,
     NewRequest,
     Outcome,
@@ -57,8 +57,8 @@ from jupyter_gpushare.records import (
     UsageReport,
     Waiting,
 )
-from jupyter_gpushare.sizes import bytes_or_none, format_bytes
-from jupyter_gpushare.slice_request import (
+from jupyter_gpushare.core.sizes import bytes_or_none, format_bytes
+from jupyter_gpushare.core.slice_request import (
     MAX_NAME_BYTES,
     MAX_PATH_BYTES,
     SliceRequest,

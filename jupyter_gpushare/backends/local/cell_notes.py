@@ -13,10 +13,10 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from jupyter_gpushare.accounting import store
+from jupyter_gpushare.backends.local.accounting import store
+from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.records import ReleasedSlice
+from jupyter_gpushare.core.records import ReleasedSlice
 
 
 class LedgerNotes:

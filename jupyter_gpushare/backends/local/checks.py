@@ -11,20 +11,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jupyter_gpushare.allocator import Policy, Refusal, Request, fit
-from jupyter_gpushare.errors import DoesNotFitError, ModeUnavailableError, NoGPUError
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.modes import NodeFacts
-from jupyter_gpushare.preview import Preview, never, preview_start
-from jupyter_gpushare.processes import is_alive
-from jupyter_gpushare.queue_order import Waiter, ahead_of, why_waiting
-from jupyter_gpushare.records import SliceRecord
-from jupyter_gpushare.sizes import parse_size
-from jupyter_gpushare.slice_request import SliceRequest
-from jupyter_gpushare.wait_estimate import expected_start
+from jupyter_gpushare.backends.local.ledger import Ledger
+from jupyter_gpushare.backends.processes import is_alive
+from jupyter_gpushare.core.errors import DoesNotFitError, ModeUnavailableError, NoGPUError
+from jupyter_gpushare.core.modes import NodeFacts
+from jupyter_gpushare.core.placement.allocator import Policy, Refusal, Request, fit
+from jupyter_gpushare.core.placement.preview import Preview, never, preview_start
+from jupyter_gpushare.core.placement.queue_order import Waiter, ahead_of, why_waiting
+from jupyter_gpushare.core.placement.wait_estimate import expected_start
+from jupyter_gpushare.core.records import SliceRecord
+from jupyter_gpushare.core.sizes import parse_size
+from jupyter_gpushare.core.slice_request import SliceRequest
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.accounts import Accounts
+    from jupyter_gpushare.backends.local.accounts import Accounts
 
 
 @dataclass(frozen=True)

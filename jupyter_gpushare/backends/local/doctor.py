@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from jupyter_gpushare.backends.local.inventory import discover
+from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.devices import Device, Inventory
-from jupyter_gpushare.findings import Check, Findings, PoolSeen, check_gpus, device_labels
-from jupyter_gpushare.inventory import discover
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.modes import MODES, NodeFacts, probe_node
+from jupyter_gpushare.core.devices import Device, Inventory
+from jupyter_gpushare.core.findings import Check, Findings, PoolSeen, check_gpus, device_labels
+from jupyter_gpushare.core.modes import MODES, NodeFacts, probe_node
 
 GPU_NODE_DOCS = "docs/admins/gpu-node.md"
 

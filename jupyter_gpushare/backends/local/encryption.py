@@ -15,7 +15,7 @@ import os
 from traitlets.config import Config
 
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.core.errors import ConfigurationError
 
 POLICY = "transport_encryption"
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hmac
 
-from jupyter_gpushare import env_names
 from jupyter_gpushare.backends.keys import token_digest
 from jupyter_gpushare.backends.local import views as local_views
+from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.config import GPUShare, settings_env
-from jupyter_gpushare.errors import NotYourSliceError
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.modes import Grant, NodeFacts, get_mode
-from jupyter_gpushare.records import SliceRecord
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.errors import NotYourSliceError
+from jupyter_gpushare.core.modes import Grant, NodeFacts, get_mode
+from jupyter_gpushare.core.records import SliceRecord
 
 
 class KernelGrants:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import psutil
 
-from jupyter_gpushare.records import Holding, SliceRecord
+from jupyter_gpushare.core.records import Holding, SliceRecord
 
 
 def process_tree(pid: int) -> frozenset[int]:
@@ -27,7 +27,7 @@ def process_tree(pid: int) -> frozenset[int]:
 
 def measure_nvml(kernel_pid: int, device_uuids: Sequence[str]) -> Holding:
     """NVML's per-process figures for ``kernel_pid``'s tree, on the pool's devices."""
-    from jupyter_gpushare.usage.nvml_usage import read_snapshot
+    from jupyter_gpushare.backends.local.usage.nvml_usage import read_snapshot
 
     snapshot = read_snapshot(device_uuids)
     tree = process_tree(kernel_pid)

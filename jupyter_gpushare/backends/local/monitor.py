@@ -19,19 +19,19 @@ from typing import TYPE_CHECKING, Protocol
 import psutil
 
 from jupyter_gpushare.backends.local.holding import process_tree
-from jupyter_gpushare.modes import get_mode
-from jupyter_gpushare.processes import is_alive
-from jupyter_gpushare.records import DeviceSample, KernelSample, ReleasedSlice, SliceRecord
-from jupyter_gpushare.sizes import format_bytes
-from jupyter_gpushare.usage.attribution import ProcessUsage, attribute
-from jupyter_gpushare.usage.watchdog import DeviceUsage, KernelUsage, assess
+from jupyter_gpushare.backends.local.usage.attribution import ProcessUsage, attribute
+from jupyter_gpushare.backends.processes import is_alive
+from jupyter_gpushare.core.modes import get_mode
+from jupyter_gpushare.core.records import DeviceSample, KernelSample, ReleasedSlice, SliceRecord
+from jupyter_gpushare.core.sizes import format_bytes
+from jupyter_gpushare.core.watchdog import DeviceUsage, KernelUsage, assess
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.accounts import Accounts
+    from jupyter_gpushare.backends.local.accounts import Accounts
+    from jupyter_gpushare.backends.local.ledger import Ledger
     from jupyter_gpushare.config import GPUShare
-    from jupyter_gpushare.devices import Inventory
-    from jupyter_gpushare.ledger import Ledger
-    from jupyter_gpushare.records import ProcessIdentity
+    from jupyter_gpushare.core.devices import Inventory
+    from jupyter_gpushare.core.records import ProcessIdentity
 
 
 class MonitoredNode(Protocol):
@@ -182,7 +182,7 @@ class UsageMonitor:
     ) -> tuple[dict[str, ProcessUsage], dict[str, tuple[int | None, int | None]]]:
         """Per-kernel and per-device usage: NVML where there is a GPU, reports otherwise."""
         if self.node.inventory.source == "nvml":
-            from jupyter_gpushare.usage.nvml_usage import read_snapshot
+            from jupyter_gpushare.backends.local.usage.nvml_usage import read_snapshot
 
             # Process utilisation over the window since the last round, not NVML's whole buffer.
             since = self._last_sample_us

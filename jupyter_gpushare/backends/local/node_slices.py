@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from jupyter_gpushare.backends.base import NodeSlices
+from jupyter_gpushare.backends.broker_client.backend import remote_backend
 from jupyter_gpushare.backends.local.per_process import local_backend
-from jupyter_gpushare.backends.remote import remote_backend
+from jupyter_gpushare.backends.protocol import NodeSlices
 from jupyter_gpushare.config import GPUShare
 
 

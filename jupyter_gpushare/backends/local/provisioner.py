@@ -28,13 +28,13 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Any as AnyTrait
 
-from jupyter_gpushare import env_names
-from jupyter_gpushare.backends.base import NodeSlices
 from jupyter_gpushare.backends.local.encryption import local_encryption
 from jupyter_gpushare.backends.local.node_slices import node_slices_for
+from jupyter_gpushare.backends.protocol import NodeSlices
 from jupyter_gpushare.backends.provisioning import REQUEST_TRAITS, SliceProvisioner
 from jupyter_gpushare.config import GPUShare, load_settings
-from jupyter_gpushare.errors import BackendUnavailableError
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.errors import BackendUnavailableError
 
 # Held memory and suspend/resume need the node ledger itself; a broker does not offer them yet.
 

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 import psutil
 
-from jupyter_gpushare.checkpoint import Runner
+from jupyter_gpushare.backends.local.checkpoint import Runner
+from jupyter_gpushare.backends.local.ledger import Ledger
+from jupyter_gpushare.backends.processes import is_alive
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.devices import Device, Inventory
-from jupyter_gpushare.errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError
-from jupyter_gpushare.ledger import Ledger
-from jupyter_gpushare.processes import is_alive
-from jupyter_gpushare.records import (
+from jupyter_gpushare.core.devices import Device, Inventory
+from jupyter_gpushare.core.errors import CannotSuspendError, DoesNotFitError, NoSliceError, ResumeError
+from jupyter_gpushare.core.records import (
     Holding,
     ProcessIdentity,
     Resumption,
@@ -35,8 +35,8 @@ from jupyter_gpushare.records import (
     SuspendedState,
     Suspension,
 )
-from jupyter_gpushare.sizes import MiB, format_bytes
-from jupyter_gpushare.slice_request import SliceRequest, make_slice_request
+from jupyter_gpushare.core.sizes import MiB, format_bytes
+from jupyter_gpushare.core.slice_request import SliceRequest, make_slice_request
 
 LOCK_TIMEOUT_MS = 10_000  # how long the driver waits for a kernel's submitted GPU work
 HOST_MARGIN = 512 * MiB  # host memory left free beyond the GPU state itself

@@ -2,7 +2,7 @@
 
 Split from :mod:`.local` so that the backend keeps to placement and changes; these functions take
 what the ledger held at one moment (``Ledger.state``) and hand its rows to the pure views
-(:mod:`jupyter_gpushare.views`).
+(:mod:`jupyter_gpushare.core.views`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from jupyter_gpushare.backends.accounts import show_idle
-from jupyter_gpushare.backends.base import ServerKernels
-from jupyter_gpushare.devices import Device
-from jupyter_gpushare.payloads import KernelPayload, PoolPayload
-from jupyter_gpushare.records import LedgerState, ReleasedSlice, SliceRecord
-from jupyter_gpushare.views import (
+from jupyter_gpushare.backends.local.accounts import show_idle
+from jupyter_gpushare.backends.protocol import ServerKernels
+from jupyter_gpushare.core.devices import Device
+from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload
+from jupyter_gpushare.core.records import LedgerState, ReleasedSlice, SliceRecord
+from jupyter_gpushare.core.views import (
     device_indexes,
     kernel_view,
     kernels_view,
@@ -28,10 +28,10 @@ from jupyter_gpushare.views import (
 )
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.accounting import Activity
+    from jupyter_gpushare.backends.local.accounting import Activity
     from jupyter_gpushare.config import GPUShare
-    from jupyter_gpushare.devices import Inventory
-    from jupyter_gpushare.modes import NodeFacts
+    from jupyter_gpushare.core.devices import Inventory
+    from jupyter_gpushare.core.modes import NodeFacts
 
 # The records with the queued ones in the order they are served (the queue policy's order).
 InLine = Callable[[list[SliceRecord]], list[SliceRecord]]

@@ -9,9 +9,9 @@ import asyncio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU, DoesNotFitError
-from jupyter_gpushare.k8s.manifests import pod_name
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
+from jupyter_gpushare.core.errors import POD_HOLDS_ITS_GPU, DoesNotFitError
+from jupyter_gpushare.core.sizes import GiB
 
 from ...cluster import KubeCluster, hami_nodes
 from ...support.kernels import write_kernelspec

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s_client
 
-from jupyter_gpushare.k8s.cluster import Cluster, load_configuration
-from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, pod_name
-from jupyter_gpushare.k8s.watch import ClusterWatch
-from jupyter_gpushare.sizes import GiB, MiB
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, load_configuration
+from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch
+from jupyter_gpushare.backends.kubernetes.objects.manifests import APP, APP_LABEL, pod_name
+from jupyter_gpushare.core.sizes import GiB, MiB
 
 from ...cluster import PODS, KubeCluster, SimNode
 from ...support.nodes import IMAGE, Node

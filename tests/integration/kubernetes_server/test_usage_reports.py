@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.errors import POD_HOLDS_ITS_GPU
-from jupyter_gpushare.k8s.manifests import pod_name, secret_name
-from jupyter_gpushare.sizes import GiB
+from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name, secret_name
+from jupyter_gpushare.core.errors import POD_HOLDS_ITS_GPU
+from jupyter_gpushare.core.sizes import GiB
 
 from ...cluster import KubeCluster
 from ...support.json_http import json_call

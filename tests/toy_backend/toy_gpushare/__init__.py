@@ -18,8 +18,8 @@ from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.backends.local.provisioner import LocalGPUShareProvisioner
 from jupyter_gpushare.backends.registry import BackendKind
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.findings import Check, Findings
-from jupyter_gpushare.payloads import PoolPayload
+from jupyter_gpushare.core.findings import Check, Findings
+from jupyter_gpushare.core.payloads import PoolPayload
 
 MARK = "TOY_GPUSHARE_KERNEL"  # what its provisioner adds to a kernel's environment
 

@@ -16,9 +16,15 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from jupyter_gpushare.k8s.cluster import ClusterError
-from jupyter_gpushare.k8s.manifests import APP, APP_LABEL, KERNEL_ID_LABEL, label_value, pod_name
-from jupyter_gpushare.k8s.pool import read_pod
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import ClusterError
+from jupyter_gpushare.backends.kubernetes.objects.manifests import (
+    APP,
+    APP_LABEL,
+    KERNEL_ID_LABEL,
+    label_value,
+    pod_name,
+)
+from jupyter_gpushare.backends.kubernetes.objects.pool import read_pod
 
 if TYPE_CHECKING:
     from jupyter_gpushare.backends.kubernetes.broker.pods import PodStarts

@@ -25,9 +25,8 @@ from jupyter_gpushare.backends.kubernetes.kernel_objects import (
     delete_claims,
 )
 from jupyter_gpushare.backends.kubernetes.kernel_objects import delete_objects as delete_kernel_objects
-from jupyter_gpushare.errors import GPUShareError
-from jupyter_gpushare.k8s.build import kernel_pod
-from jupyter_gpushare.k8s.manifests import (
+from jupyter_gpushare.backends.kubernetes.objects.build import kernel_pod
+from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
     claim_name,
@@ -35,8 +34,9 @@ from jupyter_gpushare.k8s.manifests import (
     kernel_ports,
     make_secret,
 )
-from jupyter_gpushare.k8s.requests import PodRequest
-from jupyter_gpushare.slice_request import make_slice_request
+from jupyter_gpushare.backends.kubernetes.objects.requests import PodRequest
+from jupyter_gpushare.core.errors import GPUShareError
+from jupyter_gpushare.core.slice_request import make_slice_request
 
 ACTIVE = ("queued", "creating", "starting")
 
@@ -97,7 +97,7 @@ class PodStartState:
 
 def new_start(backend: KubernetesBackend, owner: str, server_id: str, ask: PodAsk) -> PodStartState:
     """A queued start of ``ask``: its pod and Secret built, nothing sent to the API (raises
-    :class:`~jupyter_gpushare.errors.InvalidRequestError` for a request that makes no slice)."""
+    :class:`~jupyter_gpushare.core.errors.InvalidRequestError` for a request that makes no slice)."""
     settings = backend.settings
     request = make_slice_request(
         ask.memory,
@@ -152,7 +152,7 @@ def new_start(backend: KubernetesBackend, owner: str, server_id: str, ask: PodAs
 
 def create_objects(backend: KubernetesBackend, start: PodStartState) -> None:
     """The Secret, the pod and under DRA its claim, in that order (raises
-    :class:`~jupyter_gpushare.k8s.cluster.ClusterError`). A Secret left by an earlier pod of the
+    :class:`~jupyter_gpushare.backends.kubernetes.cluster.cluster.ClusterError`). A Secret left by an earlier pod of the
     kernel is replaced."""
     cluster = backend.cluster
     create_secret(cluster, start.secret)

@@ -11,13 +11,13 @@ import re
 from collections.abc import Mapping
 from typing import Any, cast
 
-from jupyter_gpushare import request_body
 from jupyter_gpushare.backends.broker_base.handler import KERNEL, BrokerHandler
 from jupyter_gpushare.backends.kubernetes.broker.authority import KubernetesAuthority
 from jupyter_gpushare.backends.kubernetes.broker.pods import PodAsk, PodStarts
-from jupyter_gpushare.errors import InvalidRequestError
+from jupyter_gpushare.core import request_body
+from jupyter_gpushare.core.errors import InvalidRequestError
+from jupyter_gpushare.core.slice_request import MAX_NAME_BYTES
 from jupyter_gpushare.http_errors import answering_domain_errors
-from jupyter_gpushare.slice_request import MAX_NAME_BYTES
 
 HEX_KEY = re.compile(r"[0-9a-f]{16,128}")
 CURVE_KEY_LENGTH = 40  # Z85 of 32 bytes

@@ -4,14 +4,14 @@ A server asks for a kernel pod (``POST pods``); the broker checks the request ag
 limits — per kernel, and per user across every server and every start still waiting, decided
 under one lock — builds the pod and its Secret (:mod:`.pod_objects`: the connection file with
 fresh keys, the kernel's token), and queues the start. The head of the queue is admitted only
-when the broker's view of the cluster (:mod:`jupyter_gpushare.k8s.admission`) says it fits; then
+when the broker's view of the cluster (:mod:`jupyter_gpushare.backends.kubernetes.objects.admission`) says it fits; then
 the Secret and the pod are created — the only API requests a start costs — and the pod is
 followed through the broker's one list+watch. The server polls (``GET pods/{id}``) and gets, in
 turn, its queue position, the pod's phase and the scheduler's words, and once it runs the
 connection info.
 
 Under a DRA preset each pod also gets a ResourceClaim of its own, built by the embedded
-provisioner's pure :func:`~jupyter_gpushare.k8s.build.kernel_claim`, created right after the pod
+provisioner's pure :func:`~jupyter_gpushare.backends.kubernetes.objects.build.kernel_claim`, created right after the pod
 and owned by it (so it goes with it), as a server's own pods get theirs
 (:mod:`jupyter_gpushare.backends.kubernetes.kernel_objects`); the nodes admission judges by are
 the DRA pool (ResourceSlices and allocated claims, from the same watch), and a claim the scheduler
@@ -35,7 +35,6 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from jupyter_gpushare.allocator import kernel_limit_refusal, user_limit_refusal
 from jupyter_gpushare.backends.kubernetes.backend import POD_HOLDERS, KubernetesBackend
 from jupyter_gpushare.backends.kubernetes.broker.pod_objects import (
     PodAsk,
@@ -45,21 +44,22 @@ from jupyter_gpushare.backends.kubernetes.broker.pod_objects import (
     delete_objects,
     new_start,
 )
-from jupyter_gpushare.errors import (
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import ClusterError
+from jupyter_gpushare.backends.kubernetes.objects.admission import why_not_now
+from jupyter_gpushare.backends.kubernetes.objects.claims import summary
+from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
+from jupyter_gpushare.backends.kubernetes.objects.pool import held_by_user, never_fits, read_pod
+from jupyter_gpushare.backends.kubernetes.objects.starting import KernelPodStartError, progress
+from jupyter_gpushare.backends.kubernetes.objects.status import termination
+from jupyter_gpushare.core.errors import (
     DoesNotFitError,
     GPUShareError,
     InvalidRequestError,
     NoSuchKernelError,
     QueueTimeoutError,
 )
-from jupyter_gpushare.k8s.admission import why_not_now
-from jupyter_gpushare.k8s.claims import summary
-from jupyter_gpushare.k8s.cluster import ClusterError
-from jupyter_gpushare.k8s.manifests import pod_name
-from jupyter_gpushare.k8s.pool import held_by_user, never_fits, read_pod
-from jupyter_gpushare.k8s.starting import KernelPodStartError, progress
-from jupyter_gpushare.k8s.status import termination
-from jupyter_gpushare.sizes import bytes_or_none
+from jupyter_gpushare.core.placement.allocator import kernel_limit_refusal, user_limit_refusal
+from jupyter_gpushare.core.sizes import bytes_or_none
 
 log = logging.getLogger("jupyter_gpushare.broker")
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jupyter_gpushare.backends.base import ServerHooks
 from jupyter_gpushare.backends.broker_base.side import Route
-from jupyter_gpushare.backends.broker_base.traits import GPUShareBroker
 from jupyter_gpushare.backends.kubernetes.backend import KubernetesBackend
 from jupyter_gpushare.backends.kubernetes.broker import pod_routes
 from jupyter_gpushare.backends.kubernetes.broker.authority import KubernetesAuthority
 from jupyter_gpushare.backends.kubernetes.broker.pods import PodStarts
+from jupyter_gpushare.backends.protocol import ServerHooks
 from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.config.broker import GPUShareBroker
 
 
 class KubernetesSide:

@@ -9,9 +9,9 @@ import time
 from typing import Any, cast
 
 from jupyter_gpushare.backends.broker_base.handler import KERNEL, BrokerHandler
+from jupyter_gpushare.backends.broker_client.transport import TOKEN_HEADER
 from jupyter_gpushare.backends.local.broker.authority import LocalAuthority
-from jupyter_gpushare.backends.transport import TOKEN_HEADER
-from jupyter_gpushare.errors import InvalidRequestError
+from jupyter_gpushare.core.errors import InvalidRequestError
 from jupyter_gpushare.http_errors import answering_domain_errors
 
 CLOCK_SLACK = 3600.0  # seconds a kernel's report of its cells may lie in the past

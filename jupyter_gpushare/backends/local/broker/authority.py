@@ -9,8 +9,8 @@ from jupyter_gpushare.backends.broker_base.authority import kernel_in_lineage
 from jupyter_gpushare.backends.broker_base.identity import Caller
 from jupyter_gpushare.backends.broker_base.waiting import WaitingLeases
 from jupyter_gpushare.backends.local.backend import LocalBackend
-from jupyter_gpushare.errors import LedgerError
-from jupyter_gpushare.processes import lineage
+from jupyter_gpushare.backends.processes import lineage
+from jupyter_gpushare.core.errors import LedgerError
 
 log = logging.getLogger("jupyter_gpushare.broker")
 

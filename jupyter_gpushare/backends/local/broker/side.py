@@ -8,14 +8,14 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from jupyter_gpushare import env_names
 from jupyter_gpushare.backends.broker_base.side import Route
-from jupyter_gpushare.backends.broker_base.traits import GPUShareBroker
 from jupyter_gpushare.backends.local.backend import LocalBackend
 from jupyter_gpushare.backends.local.broker import activity, slices
 from jupyter_gpushare.backends.local.broker.authority import LocalAuthority
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.errors import ConfigurationError
+from jupyter_gpushare.config.broker import GPUShareBroker
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.errors import ConfigurationError
 
 # The broker's own ledger unless configured: not root's runtime directory's, which a make demo of
 # root's may have filled with a simulated pool.

@@ -23,15 +23,15 @@ from jupyter_gpushare.backends.broker_base.handler import (
     label_field,
     request_fields,
 )
+from jupyter_gpushare.backends.broker_client.transport import TOKEN_HEADER
+from jupyter_gpushare.backends.broker_client.wire import device_to_json, outcome_to_json, record_to_json
 from jupyter_gpushare.backends.local.backend import LocalBackend
 from jupyter_gpushare.backends.local.broker.authority import LocalAuthority
-from jupyter_gpushare.backends.transport import TOKEN_HEADER
-from jupyter_gpushare.backends.wire import device_to_json, outcome_to_json, record_to_json
-from jupyter_gpushare.errors import GPUShareError, InvalidRequestError, NotYourSliceError
+from jupyter_gpushare.backends.processes import identify, same_process
+from jupyter_gpushare.core.errors import GPUShareError, InvalidRequestError, NotYourSliceError
+from jupyter_gpushare.core.records import Placed, ProcessIdentity, SliceRecord
+from jupyter_gpushare.core.slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
 from jupyter_gpushare.http_errors import answering_domain_errors
-from jupyter_gpushare.processes import identify, same_process
-from jupyter_gpushare.records import Placed, ProcessIdentity, SliceRecord
-from jupyter_gpushare.slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
 
 TOKEN_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 

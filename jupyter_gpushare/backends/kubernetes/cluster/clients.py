@@ -1,0 +1,143 @@
+"""One place for cluster access in a process: one API client, one list+watch, one node reader.
+
+The provisioner (pods and Secrets), the server's pool view, ``jupyter gpushare status`` and
+``doctor`` all reach the cluster through here, so a server process opens one API connection and
+watches nodes and kernel pods once however many kernels it starts. Clients are kept per
+kubeconfig and namespace (as kubespawner keeps one shared client per process), and per process:
+a forked child builds its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError, load_configuration
+from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch
+from jupyter_gpushare.backends.kubernetes.objects.manifests import APP, APP_LABEL
+from jupyter_gpushare.backends.kubernetes.objects.pool import NodeGPUs, read_node
+from jupyter_gpushare.backends.kubernetes.objects.presets import ResourcePreset
+
+NODES_CACHED_FOR = 60.0  # seconds a listing of the nodes is reused where no watch runs
+FIRST_LIST_WAIT = 10.0  # seconds a first reader waits for the watch's first listing
+
+
+@dataclass
+class SharedCluster:
+    """A process's access to one cluster namespace: the client, and the watch once started."""
+
+    cluster: Cluster
+    _watch: ClusterWatch | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _listed_at: float = -NODES_CACHED_FOR
+    _listed: list[dict[str, object]] = field(default_factory=list)
+    _slices_at: float = -NODES_CACHED_FOR
+    _slices: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.namespace
+
+    def watch(self, dra: bool = False) -> ClusterWatch:
+        """The list+watch of GPU nodes and kernel pods (and with ``dra`` of ResourceSlices,
+        ResourceClaims and DeviceClasses), started on first use (one per process)."""
+        with self._lock:
+            if self._watch is not None and dra and self._watch.dra is None:
+                self._watch.stop()  # a DRA backend came after a device-plugin one: watch more
+                self._watch = None
+            if self._watch is None:
+                self._watch = ClusterWatch(self.cluster, dra=dra).start()
+            watch = self._watch
+        watch.wait_synced(FIRST_LIST_WAIT)
+        return watch
+
+    @property
+    def watching(self) -> bool:
+        return self._watch is not None
+
+    def synced_watch(self) -> ClusterWatch | None:
+        """The watch if it runs and has listed everything once; None where ``watch()`` would
+        wait (for the lock, or for a first listing). Never starts one; an event loop may ask."""
+        watch = self._watch  # one read: stop() may clear it meanwhile
+        if watch is None or not watch.synced:
+            return None
+        return watch
+
+    def kernel_pods(self) -> list[dict[str, object]]:
+        """Every kernel pod of jupyter-gpushare in the namespace: from the watch where it runs,
+        else listed now (a command asks once)."""
+        if self._watch is not None:
+            return self.watch().pods.items()
+        return list(self.cluster.list_pods(f"{APP_LABEL}={APP}"))
+
+    def gpu_nodes(self, preset: ResourcePreset) -> list[NodeGPUs]:
+        """The nodes that offer GPUs, by name: from the watch where it runs, else from a listing
+        reused for a minute (a console or nbclient run starting a few kernels)."""
+        if self._watch is not None:
+            raw = self.watch().nodes.items()
+        else:
+            with self._lock:
+                if time.monotonic() - self._listed_at >= NODES_CACHED_FOR:
+                    self._listed = list(self.cluster.list_nodes())
+                    self._listed_at = time.monotonic()
+                raw = list(self._listed)
+        read = (read_node(node, preset) for node in raw)
+        return sorted((node for node in read if node is not None), key=lambda node: node.name)
+
+    def resource_slices(self) -> list[dict[str, object]]:
+        """Every ResourceSlice: from the watch where it runs with DRA, else from a listing
+        reused for a minute (as nodes are)."""
+        if self._watch is not None and self._watch.resource_slices is not None:
+            return self.watch(dra=True).resource_slices.items()  # type: ignore[union-attr]
+        with self._lock:
+            if time.monotonic() - self._slices_at >= NODES_CACHED_FOR:
+                self._slices = list(self.cluster.list_resource_slices())
+                self._slices_at = time.monotonic()
+            return list(self._slices)
+
+    def all_claims(self) -> list[dict[str, object]]:
+        """Every ResourceClaim in the cluster (what is taken, and by whom): from the watch where
+        it runs with DRA, else listed now."""
+        if self._watch is not None and self._watch.claims is not None:
+            return self.watch(dra=True).claims.items()  # type: ignore[union-attr]
+        return list(self.cluster.list_all_claims())
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._watch is not None:
+                self._watch.stop()
+                self._watch = None
+
+
+_shared: dict[tuple[str, str, int], SharedCluster] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_cluster(namespace: str = "") -> SharedCluster:
+    """This process's access to ``namespace`` (default: the kubeconfig's or service account's).
+
+    Raises :class:`ClusterError` with the reason when no cluster is configured.
+    """
+    # $KUBECONFIG as it is now: tests and tools point one process at several clusters in turn.
+    key = (os.environ.get("KUBECONFIG", ""), namespace, os.getpid())
+    with _shared_lock:
+        shared = _shared.get(key)
+        if shared is None:
+            found = load_configuration()
+            cluster = Cluster(namespace or found.namespace, configuration=found.configuration)
+            shared = _shared[key] = SharedCluster(cluster)
+        return shared
+
+
+def forget_shared_clusters() -> None:
+    """Stop every watch and forget every client (a test's cluster is gone; a process ends)."""
+    with _shared_lock:
+        for shared in _shared.values():
+            shared.stop()
+            shared.cluster.close()
+        _shared.clear()
+
+
+__all__ = ["ClusterError", "SharedCluster", "forget_shared_clusters", "shared_cluster"]

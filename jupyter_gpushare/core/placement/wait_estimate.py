@@ -1,0 +1,188 @@
+"""How long a queued start will wait: "about 6 min", or unknown. Pure.
+
+The estimate plays the queue forward, ``SAMPLES`` times. In each play every slice held now ends
+after a remaining time drawn from how much longer slices of about its size were held, among the
+holds that lasted at least as long as it has been held so far (a slice already older than all
+of them is as likely to end within as long again as not). As slices end, the requests in line
+are placed in order by the allocator itself (:func:`jupyter_gpushare.core.placement.allocator.fit`,
+head-of-line as the queue is), each then holding its slice for a duration drawn from the past
+holds; a play ends when the start in question is placed. The estimate is the median of the
+plays: the first of thirty slices to end comes much sooner than any one slice's median end, which
+a single play with medians would miss.
+
+The draws are stratified (play *k* of *n* draws each slice's quantile ``(k + ½) / n``, rotated
+by a fixed offset per slice), so the estimate is a function of its inputs: the same queue gets
+the same answer. With fewer than ``MIN_HISTORY`` finished holds there is nothing to go by:
+unknown (None).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from jupyter_gpushare.core.devices import Device
+from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Request, fit
+
+MIN_HISTORY = 5  # finished holds needed before anything is estimated
+SIMILAR = 2.0  # a hold "of about its size": memory within this factor
+SAMPLES = 31  # plays of the queue (odd: the median is one of them)
+MAX_STEPS = 500  # slices ended or placed in one play before it gives up (unknown)
+
+
+@dataclass(frozen=True)
+class History:
+    """Finished holds: ``(bytes, seconds)`` each."""
+
+    holds: tuple[tuple[int, float], ...]
+    # Sorted durations by memory, worked out once per size asked about (plays ask thousands).
+    _sorted: dict[int, list[float]] = field(default_factory=dict, compare=False, repr=False)
+
+    def durations(self, memory: int) -> list[float]:
+        """Sorted durations of holds of about ``memory`` bytes (all of them when few are)."""
+        known = self._sorted.get(memory)
+        if known is None:
+            similar = [seconds for held, seconds in self.holds if _similar(held, memory)]
+            known = sorted(similar if len(similar) >= MIN_HISTORY else (s for _, s in self.holds))
+            self._sorted[memory] = known
+        return known
+
+    def remaining(self, memory: int, age: float, quantile: float = 0.5) -> float:
+        """How much longer a slice of ``memory`` bytes held for ``age`` seconds lasts, at
+        ``quantile`` of the holds of its size that lasted longer than that."""
+        durations = self.durations(memory)
+        longer = durations[bisect.bisect_right(durations, age) :]
+        if not longer:
+            # Older than every hold: as likely to end within as long again as not.
+            return max(age, 1.0) * quantile / (1.0 - quantile)
+        return longer[min(len(longer) - 1, int(quantile * len(longer)))] - age
+
+
+def _similar(held: int, memory: int) -> bool:
+    return memory > 0 and held > 0 and 1 / SIMILAR <= held / memory <= SIMILAR
+
+
+def _offset(key: str) -> float:
+    return zlib.crc32(key.encode()) / 2**32
+
+
+def expected_start(
+    now: float,
+    me: Request,
+    ahead: Sequence[Request],
+    devices: Sequence[Device],
+    held: Sequence[Held],
+    held_since: Mapping[str, float],
+    history: History,
+    policy: Policy,
+) -> float | None:
+    """When ``me`` is expected to be placed (seconds since the epoch), waiting behind ``ahead``
+    (in the order they are served); None when there is no history, or ``me`` would never fit.
+
+    ``held_since``: when each held slice was placed (kernel id → seconds since the epoch); one
+    without a time (memory a released kernel's processes still hold) is as new.
+    """
+    if len(history.holds) < MIN_HISTORY:
+        return None
+    plays = []
+    for play in range(SAMPLES):
+        base = (play + 0.5) / SAMPLES
+
+        def draw(key: str, memory: int, age: float, base: float = base) -> float:
+            return history.remaining(memory, age, (base + _offset(key)) % 1.0)
+
+        plays.append(_play(now, me, ahead, devices, held, held_since, draw, policy))
+    # The median, a play that never places it counting as later than every other.
+    finite = sorted(start for start in plays if start is not None)
+    return finite[SAMPLES // 2] if len(finite) > SAMPLES // 2 else None
+
+
+def _play(
+    now: float,
+    me: Request,
+    ahead: Sequence[Request],
+    devices: Sequence[Device],
+    held: Sequence[Held],
+    held_since: Mapping[str, float],
+    draw: Callable[[str, int, float], float],
+    policy: Policy,
+) -> float | None:
+    """One play of the queue: when ``me`` is placed, or None."""
+    ends: list[tuple[float, int, Held]] = []
+    for order, slice_ in enumerate(held):
+        age = max(0.0, now - held_since.get(slice_.kernel_id, now))
+        ends.append((now + draw(slice_.kernel_id, slice_.memory, age), order, slice_))
+    heapq.heapify(ends)
+    current = list(held)
+    taken = {device.uuid: 0 for device in devices}
+    for slice_ in held:
+        taken[slice_.device_uuid] = taken.get(slice_.device_uuid, 0) + slice_.memory
+    line = [*ahead, me]
+    clock = now
+    counter = len(ends)
+    for _ in range(MAX_STEPS):
+        while line:
+            if not _may_fit(line[0], devices, taken, policy):
+                break  # not enough memory free anywhere: the allocator would refuse it too
+            outcome = fit(line[0], devices, current, policy)
+            if not isinstance(outcome, Placement):
+                if outcome.retry:
+                    break
+                if line[0] is me:
+                    return None  # it can never be placed
+                line.pop(0)  # a request that can never be placed leaves the line
+                continue
+            placed = line.pop(0)
+            if placed is me:
+                return clock
+            new = Held(
+                placed.kernel_id,
+                placed.owner,
+                outcome.device_uuid,
+                outcome.unit_uuid,
+                outcome.memory,
+                outcome.whole_card,
+            )
+            current.append(new)
+            taken[new.device_uuid] += new.memory
+            counter += 1
+            heapq.heappush(ends, (clock + draw(placed.kernel_id, new.memory, 0.0), counter, new))
+        if not ends:
+            return None
+        clock, _, ended = heapq.heappop(ends)
+        clock = max(clock, now)
+        current.remove(ended)
+        taken[ended.device_uuid] -= ended.memory
+    return None
+
+
+def _may_fit(request: Request, devices: Sequence[Device], taken: Mapping[str, int], policy: Policy) -> bool:
+    """Whether some device has the memory ``request`` needs free (a quick necessary condition
+    of :func:`fit`, which decides; MIG instances and whole cards are left to it)."""
+    if request.kind == "mig" or request.size.is_whole or request.kind == "exclusive":
+        return True
+    return any(
+        device.memory_total * policy.overcommit - taken.get(device.uuid, 0)
+        >= request.size.resolve(device.memory_total)
+        for device in devices
+        if not device.mig_enabled
+    )
+
+
+def describe(seconds: float | None) -> str:
+    """``about 6 min``, ``about 2 h``, ``less than a minute``; ``unknown`` for None."""
+    if seconds is None:
+        return "unknown"
+    if seconds < 60:
+        return "less than a minute"
+    minutes = round(seconds / 60)
+    if minutes < 90:
+        return f"about {minutes} min"
+    hours = seconds / 3600
+    return f"about {hours:.0f} h" if hours >= 10 else f"about {hours:.1f} h".replace(".0 h", " h")
+
+
+__all__ = ["MIN_HISTORY", "SAMPLES", "History", "describe", "expected_start"]

@@ -1,0 +1,90 @@
+"""The broker's view of whether a kernel pod fits now (one FIFO queue for all users)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_gpushare.backends.kubernetes.objects.admission import node_rooms, why_not_now
+from jupyter_gpushare.backends.kubernetes.objects.pool import NodeGPUs, PodSlice
+
+G = 1 << 30
+
+
+def node(name: str, memory: int, card: int | None = None) -> NodeGPUs:
+    return NodeGPUs(name, "A100", card, 1, None, None, memory)
+
+
+def pod(
+    kernel_id: str, memory: int | None, node_name: str | None, phase: str = "Running", deleting: bool = False
+) -> PodSlice:
+    return PodSlice(
+        kernel_id,
+        f"pod-{kernel_id}",
+        "alice",
+        "s",
+        "vgpu",
+        None,
+        memory,
+        node_name,
+        phase,
+        "",
+        None,
+        deleting,
+    )
+
+
+NODES = [node("a", 16 * G), node("b", 8 * G)]
+
+
+@pytest.mark.parametrize(
+    ("wanted", "slices", "unseen", "fits"),
+    [
+        (6 * G, [], [], True),
+        (16 * G, [], [], True),
+        (17 * G, [], [], False),
+        (6 * G, [pod("1", 12 * G, "a")], [], True),  # b has 8G
+        (10 * G, [pod("1", 12 * G, "a")], [], False),
+        # A pod still waiting for the scheduler takes room somewhere: the roomiest node.
+        (11 * G, [pod("1", 6 * G, None, "Pending")], [], False),
+        (10 * G, [pod("1", 6 * G, None, "Pending")], [], True),
+        # Admitted starts the watch does not show yet count the same.
+        (11 * G, [], [6 * G], False),
+        # Ended pods hold nothing; pods being deleted still do until they are gone.
+        (16 * G, [pod("1", 12 * G, "a", "Succeeded")], [], True),
+        (16 * G, [pod("1", 12 * G, "a", deleting=True)], [], False),
+        # What cannot be judged is the scheduler's: a whole card, MIG.
+        (None, [pod("1", 16 * G, "a"), pod("2", 8 * G, "b")], [], True),
+    ],
+)
+def test_fits_now(wanted: int | None, slices: list[PodSlice], unseen: list[int], fits: bool) -> None:
+    reason = why_not_now(wanted, NODES, slices, unseen)
+    assert (reason is None) is fits, reason
+    if not fits:
+        assert "does not fit now" in str(reason) and "free on the GPU node with the most room" in str(reason)
+
+
+def test_a_slice_must_fit_one_card_of_a_node() -> None:
+    two_cards = [node("a", 80 * G, card=40 * G)]
+    assert why_not_now(40 * G, two_cards, []) is None
+    assert why_not_now(41 * G, two_cards, []) is not None
+
+
+def test_nodes_that_say_nothing_of_their_memory_leave_it_to_the_scheduler() -> None:
+    assert node_rooms([node("a", 0)], []) == []
+    assert why_not_now(6 * G, [node("a", 0)], [pod("1", 99 * G, "a")]) is None
+
+
+def test_under_dra_every_allocated_claim_on_a_node_counts_whoever_made_it() -> None:
+    # 10G of node a's 16G is held by claims (4G of them our running pod's, 6G another
+    # namespace's): 6G is free there, not 12G.
+    claimed = NodeGPUs("a", "A100", 16 * G, 1, None, None, 16 * G, claimed=10 * G)
+    slices = [pod("k1", 4 * G, "a")]
+    [room] = node_rooms([claimed], slices)
+    assert room.free == 6 * G
+    assert why_not_now(6 * G, [claimed], slices) is None
+    assert why_not_now(7 * G, [claimed], slices) is not None
+    # Our pod bound before its claim shows as allocated still counts.
+    assert (
+        node_rooms([NodeGPUs("a", "A100", 16 * G, 1, None, None, 16 * G, claimed=0)], slices)[0].free
+        == 12 * G
+    )

@@ -1,0 +1,90 @@
+"""How long a queued start will wait (pure): the queue played forward with the real allocator."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_gpushare.backends.local.inventory import parse_simulation
+from jupyter_gpushare.core.placement.allocator import Held, Policy, Request
+from jupyter_gpushare.core.placement.wait_estimate import MIN_HISTORY, History, describe, expected_start
+from jupyter_gpushare.core.sizes import parse_size
+
+GiB = 2**30
+CARD = parse_simulation("1xA100-80GB").devices[0]
+NOW = 100_000.0
+
+
+def held(kernel_id: str, gib: int) -> Held:
+    return Held(kernel_id, "bob", CARD.uuid, CARD.uuid, gib * GiB)
+
+
+def request(kernel_id: str, size: str) -> Request:
+    return Request(kernel_id, "alice", parse_size(size))
+
+
+HISTORY = History(tuple((40 * GiB, seconds) for seconds in (600, 1200, 1800, 2400, 3000)))
+# Every slice was held exactly 30 min: the plays all agree.
+EXACT = History(tuple((40 * GiB, 1800.0) for _ in range(10)))
+# Holds spread evenly from a minute to about 3 h.
+SPREAD = History(tuple((10 * GiB, 60.0 * minutes) for minutes in range(1, 200, 2)))
+
+
+def test_no_history_no_estimate() -> None:
+    few = History(HISTORY.holds[: MIN_HISTORY - 1])
+    slices = [held("a", 60)]
+    assert expected_start(NOW, request("me", "40G"), [], [CARD], slices, {"a": NOW}, few, Policy()) is None
+
+
+def test_the_start_waits_for_the_end_of_the_slice_in_its_way() -> None:
+    # A 60G slice held for 1000 s, and slices are held 1800 s: it ends in 800 s, then 40G fits.
+    slices = [held("a", 60)]
+    start = expected_start(NOW, request("me", "40G"), [], [CARD], slices, {"a": NOW - 1000}, EXACT, Policy())
+    assert start == pytest.approx(NOW + 800)
+
+
+def test_requests_ahead_take_the_freed_room_first() -> None:
+    # Two 40G slices fill the card: a (held 600 s) ends at +1200, b (new) at +1800. The 40G
+    # request ahead takes the room a leaves; ours gets the room b leaves.
+    slices = [held("a", 40), held("b", 40)]
+    since = {"a": NOW - 600, "b": NOW}
+    ahead = [request("first", "40G")]
+    start = expected_start(NOW, request("me", "40G"), ahead, [CARD], slices, since, EXACT, Policy())
+    assert start == pytest.approx(NOW + 1800)
+
+
+def test_the_first_of_many_slices_ends_sooner_than_any_one_is_expected_to() -> None:
+    slices = [Held(f"s{i}", "bob", CARD.uuid, CARD.uuid, 10 * GiB) for i in range(8)]
+    since = {f"s{i}": NOW for i in range(8)}
+    start = expected_start(NOW, request("me", "10G"), [], [CARD], slices, since, SPREAD, Policy())
+    assert start is not None
+    one = SPREAD.remaining(10 * GiB, 0.0)  # the median hold: about 100 min
+    assert start - NOW < one / 3  # the first of eight ends far sooner
+    # Behind five more requests it comes later; the answer is the same every time it is asked.
+    behind = [request(f"r{i}", "10G") for i in range(5)]
+    later = expected_start(NOW, request("me", "10G"), behind, [CARD], slices, since, SPREAD, Policy())
+    assert later is not None and later > start
+    assert later == expected_start(NOW, request("me", "10G"), behind, [CARD], slices, since, SPREAD, Policy())
+
+
+def test_a_slice_older_than_every_hold_is_as_likely_to_end_within_as_long_again() -> None:
+    assert HISTORY.remaining(40 * GiB, 5000) == 5000
+    assert HISTORY.remaining(40 * GiB, 5000, 0.25) == pytest.approx(5000 / 3)
+    assert HISTORY.remaining(40 * GiB, 0) == 1800
+
+
+def test_never_fitting_is_unknown() -> None:
+    assert expected_start(NOW, request("me", "90G"), [], [CARD], [], {}, HISTORY, Policy()) is None
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "unknown"),
+        (20, "less than a minute"),
+        (360, "about 6 min"),
+        (5400, "about 1.5 h"),
+        (36000, "about 10 h"),
+    ],
+)
+def test_describe(seconds: float | None, text: str) -> None:
+    assert describe(seconds) == text
