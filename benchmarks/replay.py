@@ -15,15 +15,15 @@ queue as a start. Each session becomes a list of holds — the slice asked for, 
 everything in a hold shifts by the time its request waited. Off: a session holds its slice from
 its start to its end.
 
-**Simulation.** Discrete events in virtual time. Requests (starts and resumes) queue in the order
-of :func:`jupyter_gpushare.core.placement.queue_order.line_up` — ``fifo`` or ``fair`` (users' decayed reserved
-GiB·hours from :func:`jupyter_gpushare.core.accounting.tally.recent_use`, half life a day, age bound 120 s, the
-package's defaults) — and only the first in line may be placed, by
-:func:`jupyter_gpushare.core.placement.allocator.fit` on N cards (head-of-line, as the node ledger does). A
-quick sum of free memory skips a ``fit`` that cannot succeed. Whole-card reservation is the
-same queue with ``kind = "exclusive"`` (the native device plugin) and no suspension. Every hold
-is also folded through :func:`jupyter_gpushare.core.accounting.tally.fold` (the accounting's own arithmetic);
-its reserved figure must equal the simulation's.
+**Simulation.** Discrete events in virtual time. Requests (starts and resumes) queue in the order of
+:func:`jupyter_gpushare.core.placement.queue_order.line_up` — ``fifo`` or ``fair`` (users' decayed
+reserved GiB·hours from :func:`jupyter_gpushare.core.accounting.tally.recent_use`, half life a day,
+age bound 120 s, the package's defaults) — and only the first in line may be placed, by
+:func:`jupyter_gpushare.core.placement.allocator.fit` on N cards (head-of-line, as the node ledger
+does). A quick sum of free memory skips a ``fit`` that cannot succeed. Whole-card reservation is the
+same queue with ``kind = "exclusive"`` (the native device plugin) and no suspension. Every hold is
+also folded through :func:`jupyter_gpushare.core.accounting.tally.fold` (the accounting's own
+arithmetic); its reserved figure must equal the simulation's.
 
 **Figures.** For each way, the smallest N whose p95 wait (starts and resumes together) is at
 most 60 s (galloping, then bisection over N), and at that N: waits, GPU-hours reserved

@@ -1,12 +1,13 @@
 """``jupyter gpushare broker``: the one process that holds authority when several people share GPUs.
 
 It alone opens the node ledger (local backend; the file is its user's, mode 0600) or holds the
-cluster credentials (Kubernetes backend: it alone creates and deletes kernel pods and Secrets,
-and runs the one list+watch). Users' servers, consoles, ``status`` and ``%gpu`` reach it through
-:class:`~jupyter_gpushare.backends.broker_client.backend.RemoteBackend`; it identifies each caller — the peer's OS
-user on its Unix socket (:mod:`.identity`), the JupyterHub user of the presented token over HTTP
-— and answers the same service API as the backends, scoped to that caller. It is only a front
-door: the decisions are the backends' (:mod:`jupyter_gpushare.backends`), made once for everyone.
+cluster credentials (Kubernetes backend: it alone creates and deletes kernel pods and Secrets, and
+runs the one list+watch). Users' servers, consoles, ``status`` and ``%gpu`` reach it through
+:class:`~jupyter_gpushare.backends.broker_client.backend.RemoteBackend`; it identifies each caller —
+the peer's OS user on its Unix socket (:mod:`.identity`), the JupyterHub user of the presented token
+over HTTP — and answers the same service API as the backends, scoped to that caller. It is only a
+front door: the decisions are the backends' (:mod:`jupyter_gpushare.backends`), made once for
+everyone.
 
 Modules: :mod:`.settings` (where it reads its settings), :mod:`.handlers` (the routes every
 kind serves), :mod:`.usage_routes` (the accounting), :mod:`.door` (connection limits),

@@ -2,14 +2,14 @@
 
 Each request is identified before anything else (its base,
 :class:`~jupyter_gpushare.backends.broker_base.handler.BrokerHandler`, which every kind's routes
-share too): a caller the broker cannot identify gets 401, a token the hub refuses 403, and
-nothing is read or changed. Requests are read by the same rules as the REST API's
+share too): a caller the broker cannot identify gets 401, a token the hub refuses 403, and nothing
+is read or changed. Requests are read by the same rules as the REST API's
 (:mod:`jupyter_gpushare.core.request_body`): headers and a body within their limits (431, 413:
-answered, the rest of a large body read and dropped), JSON no deeper than 32 levels, text
-only, names and paths without control characters, kernel ids that are UUIDs; then field by
-field. Bad input is a 4xx ``{"message", "error"}`` and changes
-nothing. Domain errors answer with their type's status and carry their type's name, so the
-client raises the same error an embedded backend would (:mod:`jupyter_gpushare.backends.broker_client.transport`).
+answered, the rest of a large body read and dropped), JSON no deeper than 32 levels, text only,
+names and paths without control characters, kernel ids that are UUIDs; then field by field. Bad
+input is a 4xx ``{"message", "error"}`` and changes nothing. Domain errors answer with their type's
+status and carry their type's name, so the client raises the same error an embedded backend would
+(:mod:`jupyter_gpushare.backends.broker_client.transport`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 what it found there, with the device plugins' resources and with a DRA driver's ResourceSlices,
 and the RBAC check is the real authorizer's answer for the identity doctor runs as.
 
-(A cluster that serves no ``resource.k8s.io`` API at all is older than any Kubernetes this
-control plane builds: tests/unit/backends/kubernetes/test_doctor_old_cluster.py gives doctor that one canned answer.)
+(A cluster that serves no ``resource.k8s.io`` API at all is older than any Kubernetes this control
+plane builds: tests/unit/backends/kubernetes/test_doctor_old_cluster.py gives doctor that one canned
+answer.)
 """
 
 from __future__ import annotations

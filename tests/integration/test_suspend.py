@@ -1,9 +1,9 @@
 """Held memory and suspend/resume in real gpushare kernels on a simulated pool.
 
 The kernels, the ledger and the checkpoint helper process (``python -m
-jupyter_gpushare.backends.local.checkpoint``) are real; the helper drives a simulated pool's driver, which keeps
-each process's CUDA state as the real driver would. A kernel's GPU state there is what it
-declared it uses.
+jupyter_gpushare.backends.local.checkpoint``) are real; the helper drives a simulated pool's driver,
+which keeps each process's CUDA state as the real driver would. A kernel's GPU state there is what
+it declared it uses.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """The Kubernetes backend: the cluster's GPU nodes as the pool, kernel pods as the slices.
 
-Kubernetes places each kernel's pod, so there is no ledger here. What the pool looks like comes
-from the process's one list+watch of nodes and kernel pods (:mod:`jupyter_gpushare.backends.kubernetes.cluster.clients`);
-memory use from the kernels' own reports (``POST api/gpushare/kernels/{id}/usage``) and, where
-configured, a HAMi-style monitor's metrics. The views are built by the pure
-:mod:`jupyter_gpushare.backends.kubernetes.objects.pool`. The kernel pod provisioner of the same process shares this
-object: its API client, the nodes' facts, the per-user quota across starts, orphan collection.
+Kubernetes places each kernel's pod, so there is no ledger here. What the pool looks like comes from
+the process's one list+watch of nodes and kernel pods
+(:mod:`jupyter_gpushare.backends.kubernetes.cluster.clients`); memory use from the kernels' own
+reports (``POST api/gpushare/kernels/{id}/usage``) and, where configured, a HAMi-style monitor's
+metrics. The views are built by the pure :mod:`jupyter_gpushare.backends.kubernetes.objects.pool`.
+The kernel pod provisioner of the same process shares this object: its API client, the nodes' facts,
+the per-user quota across starts, orphan collection.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 ResourceClaim — created and deleted the same way whoever makes the pod: a server itself
 (:mod:`.cluster_pods`) or the GPU broker (:mod:`.broker.pods`).
 
-The claim is built by the pure :func:`~jupyter_gpushare.backends.kubernetes.objects.build.kernel_claim` once its pod
-exists and is owned by it, so it goes with the pod; deleting it with the pod frees its devices
-without waiting for the garbage collector.
+The claim is built by the pure
+:func:`~jupyter_gpushare.backends.kubernetes.objects.build.kernel_claim` once its pod exists and is
+owned by it, so it goes with the pod; deleting it with the pod frees its devices without waiting for
+the garbage collector.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """``gpushare-provisioner`` for Kubernetes (``c.GPUShare.backend = "kubernetes"``): a pod per kernel.
 
 Kubernetes places the slice, so there is no ledger here: the provisioner asks for the pod the
-cluster's GPU sharing layer understands (:mod:`jupyter_gpushare.backends.kubernetes.objects.build`, the same code as
-``jupyter gpushare render-pod``), waits honestly, connects securely and cleans up. Who creates,
-looks at and deletes the pod is its :class:`~.pod_keeper.PodKeeper`, chosen from the settings:
-the server itself with its own Kubernetes client (:mod:`.cluster_pods`), or the GPU broker over
-its socket (:mod:`.pods_from_broker`, ``c.GPUShare.broker_url``); everything below is the same for both.
+cluster's GPU sharing layer understands (:mod:`jupyter_gpushare.backends.kubernetes.objects.build`,
+the same code as ``jupyter gpushare render-pod``), waits honestly, connects securely and cleans up.
+Who creates, looks at and deletes the pod is its :class:`~.pod_keeper.PodKeeper`, chosen from the
+settings: the server itself with its own Kubernetes client (:mod:`.cluster_pods`), or the GPU broker
+over its socket (:mod:`.pods_from_broker`, ``c.GPUShare.broker_url``); everything below is the same
+for both.
 
 Lifecycle (the kernel manager calls these in this order):
 

@@ -1,10 +1,12 @@
 """The accounting as the local backend uses it: folding, reports, the queue's order in views,
 wait estimates and what the kernel rows say of idle kernels.
 
-The figures live in the node ledger's file (:mod:`jupyter_gpushare.backends.local.accounting`); this module
-opens the transactions (:meth:`Ledger.write_with`, :meth:`Ledger.read_with`) and hands the
-rows to the pure code: :mod:`~jupyter_gpushare.core.accounting.tally`, :mod:`~jupyter_gpushare.core.accounting.usage_report`,
-:mod:`~jupyter_gpushare.core.placement.queue_order` and :mod:`~jupyter_gpushare.core.placement.wait_estimate`.
+The figures live in the node ledger's file (:mod:`jupyter_gpushare.backends.local.accounting`); this
+module opens the transactions (:meth:`Ledger.write_with`, :meth:`Ledger.read_with`) and hands the
+rows to the pure code: :mod:`~jupyter_gpushare.core.accounting.tally`,
+:mod:`~jupyter_gpushare.core.accounting.usage_report`,
+:mod:`~jupyter_gpushare.core.placement.queue_order` and
+:mod:`~jupyter_gpushare.core.placement.wait_estimate`.
 """
 
 from __future__ import annotations

@@ -152,8 +152,8 @@ def new_start(backend: KubernetesBackend, owner: str, server_id: str, ask: PodAs
 
 def create_objects(backend: KubernetesBackend, start: PodStartState) -> None:
     """The Secret, the pod and under DRA its claim, in that order (raises
-    :class:`~jupyter_gpushare.backends.kubernetes.cluster.cluster.ClusterError`). A Secret left by an earlier pod of the
-    kernel is replaced."""
+    :class:`~jupyter_gpushare.backends.kubernetes.cluster.cluster.ClusterError`). A Secret left by
+    an earlier pod of the kernel is replaced."""
     cluster = backend.cluster
     create_secret(cluster, start.secret)
     created = cluster.create_pod(start.pod)

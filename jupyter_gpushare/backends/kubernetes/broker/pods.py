@@ -1,20 +1,19 @@
 """Kernel pods started by the broker: one FIFO queue for every user, objects only the broker makes.
 
-A server asks for a kernel pod (``POST pods``); the broker checks the request against its own
-limits — per kernel, and per user across every server and every start still waiting, decided
-under one lock — builds the pod and its Secret (:mod:`.pod_objects`: the connection file with
-fresh keys, the kernel's token), and queues the start. The head of the queue is admitted only
-when the broker's view of the cluster (:mod:`jupyter_gpushare.backends.kubernetes.objects.admission`) says it fits; then
-the Secret and the pod are created — the only API requests a start costs — and the pod is
-followed through the broker's one list+watch. The server polls (``GET pods/{id}``) and gets, in
-turn, its queue position, the pod's phase and the scheduler's words, and once it runs the
-connection info.
+A server asks for a kernel pod (``POST pods``); the broker checks the request against its own limits
+— per kernel, and per user across every server and every start still waiting, decided under one lock
+— builds the pod and its Secret (:mod:`.pod_objects`: the connection file with fresh keys, the
+kernel's token), and queues the start. The head of the queue is admitted only when the broker's view
+of the cluster (:mod:`jupyter_gpushare.backends.kubernetes.objects.admission`) says it fits; then
+the Secret and the pod are created — the only API requests a start costs — and the pod is followed
+through the broker's one list+watch. The server polls (``GET pods/{id}``) and gets, in turn, its
+queue position, the pod's phase and the scheduler's words, and once it runs the connection info.
 
 Under a DRA preset each pod also gets a ResourceClaim of its own, built by the embedded
-provisioner's pure :func:`~jupyter_gpushare.backends.kubernetes.objects.build.kernel_claim`, created right after the pod
-and owned by it (so it goes with it), as a server's own pods get theirs
-(:mod:`jupyter_gpushare.backends.kubernetes.kernel_objects`); the nodes admission judges by are
-the DRA pool (ResourceSlices and allocated claims, from the same watch), and a claim the scheduler
+provisioner's pure :func:`~jupyter_gpushare.backends.kubernetes.objects.build.kernel_claim`, created
+right after the pod and owned by it (so it goes with it), as a server's own pods get theirs
+(:mod:`jupyter_gpushare.backends.kubernetes.kernel_objects`); the nodes admission judges by are the
+DRA pool (ResourceSlices and allocated claims, from the same watch), and a claim the scheduler
 cannot allocate reaches the server as the scheduler's words, as for any pod it cannot place.
 
 Servers keep asking after their running kernels (their poll, and a lease), so the broker knows

@@ -5,10 +5,10 @@ its view of the cluster — the GPU memory each node offers, less what bound pod
 pods still waiting for the scheduler will take — says the pod fits. The scheduler keeps the last
 word: an admitted pod that still cannot be placed fails with the scheduler's reason.
 
-Only slices of a known size in bytes are judged; a whole card or a MIG instance (no byte size)
-and nodes that say nothing of their memory are left to the scheduler. Under a DRA preset the
-nodes are the DRA pool's (:func:`~jupyter_gpushare.backends.kubernetes.objects.dra_pool.dra_nodes`: ResourceSlices, and
-what every allocated ResourceClaim holds).
+Only slices of a known size in bytes are judged; a whole card or a MIG instance (no byte size) and
+nodes that say nothing of their memory are left to the scheduler. Under a DRA preset the nodes are
+the DRA pool's (:func:`~jupyter_gpushare.backends.kubernetes.objects.dra_pool.dra_nodes`:
+ResourceSlices, and what every allocated ResourceClaim holds).
 """
 
 from __future__ import annotations

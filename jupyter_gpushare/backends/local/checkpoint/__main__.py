@@ -1,4 +1,5 @@
-"""The checkpoint helper: ``python -m jupyter_gpushare.backends.local.checkpoint suspend|resume|version --pid N``.
+"""The checkpoint helper: ``python -m jupyter_gpushare.backends.local.checkpoint
+suspend|resume|version --pid N``.
 
 The driver's checkpoint calls are made by a process other than the kernel they act on, so the
 backend runs this small program (:class:`~.runner.HelperRunner`) whether a kernel suspends itself

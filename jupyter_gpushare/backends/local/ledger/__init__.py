@@ -1,8 +1,9 @@
 """The node ledger: every slice on this node, in one sqlite file shared by all its processes.
 
 Each decision is one ``BEGIN IMMEDIATE`` transaction: the write lock is taken before anything is
-read, so two processes can never both see the same free memory and both take it. Placement itself
-is the pure :func:`jupyter_gpushare.core.placement.allocator.fit`; this module only reads rows, asks, and writes.
+read, so two processes can never both see the same free memory and both take it. Placement itself is
+the pure :func:`jupyter_gpushare.core.placement.allocator.fit`; this module only reads rows, asks,
+and writes.
 
 A row belongs to a process: the kernel once it runs, before that the process that asked for it
 (the server, ``jupyter console``, nbclient…). Reconciliation deletes rows whose process is gone,

@@ -1,9 +1,10 @@
 """The queue and placement, inside the ledger's write transaction (sqlite, no file handling).
 
-:class:`~jupyter_gpushare.backends.local.ledger.Ledger` opens the transaction; these functions read the rows,
-ask the pure :func:`~jupyter_gpushare.core.placement.allocator.fit`, and write the outcome. Who is first in line
-is the policy's (:mod:`jupyter_gpushare.core.placement.queue_order`): the order of arrival (``fifo``, read
-straight from the rows), or fair share (``fair``: the users' recent use, from the accounting).
+:class:`~jupyter_gpushare.backends.local.ledger.Ledger` opens the transaction; these functions read
+the rows, ask the pure :func:`~jupyter_gpushare.core.placement.allocator.fit`, and write the
+outcome. Who is first in line is the policy's (:mod:`jupyter_gpushare.core.placement.queue_order`):
+the order of arrival (``fifo``, read straight from the rows), or fair share (``fair``: the users'
+recent use, from the accounting).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from tests.support.k8s_pods import (
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "kubernetes"
 
-# What the backend calls (jupyter_gpushare/backends/kubernetes/cluster/cluster.py and watch.py), per resource: the Role grants this
-# and nothing more.
+# What the backend calls (jupyter_gpushare/backends/kubernetes/cluster/cluster.py and watch.py), per
+# resource: the Role grants this and nothing more.
 BACKEND_CALLS = {
     "pods": {"create", "get", "list", "watch", "delete"},
     "pods/log": {"get"},

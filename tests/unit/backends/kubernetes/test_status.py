@@ -1,4 +1,5 @@
-"""Reading kernel pods as the API reports them (jupyter_gpushare.backends.kubernetes.objects.status): pure functions."""
+"""Reading kernel pods as the API reports them
+(jupyter_gpushare.backends.kubernetes.objects.status): pure functions."""
 
 from __future__ import annotations
 

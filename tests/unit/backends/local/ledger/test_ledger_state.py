@@ -118,7 +118,10 @@ def test_the_marker_told_at_once_agrees_with_the_waiting_one_and_moves_with_ever
     ledger.report_usage("k-0", 3 * 2**20, 10, "simulated")
     second = ledger.change_marker_at_once()
     assert second not in (None, first) and second == ledger.change_marker()
-    script = f"from jupyter_gpushare.backends.local.ledger import Ledger; Ledger({str(ledger.path)!r}).release('k-3')"
+    script = (
+        "from jupyter_gpushare.backends.local.ledger import Ledger; "
+        f"Ledger({str(ledger.path)!r}).release('k-3')"
+    )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     third = ledger.change_marker_at_once()
     assert third not in (None, first, second) and third == ledger.change_marker()
