@@ -183,7 +183,8 @@ def _settings() -> GPUShare:
     """The settings every command uses; a user's setting an administrator's file overrules is
     said on stderr, not applied silently."""
     settings = load_settings()
-    for sentence in unreported_warnings(settings):
+    bypassed = settings.settled.broker_bypassed() if settings.settled else None
+    for sentence in [*unreported_warnings(settings), *([bypassed] if bypassed else [])]:
         print(f"jupyter gpushare: warning: {printable(sentence)}", file=sys.stderr)
     return settings
 

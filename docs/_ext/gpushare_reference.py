@@ -144,8 +144,15 @@ class SettingsLayersDirective(SphinxDirective):
         from jupyter_gpushare.config.layers import KINDS, WHERE
         from jupyter_gpushare.config.loading import administered_traits
 
+        # Only an administrator's file (one the user cannot change) may set what another one set
+        # of the administered settings; the rule is config.layers.settle's.
         rows = [
-            [nodes.Text(str(rank)), nodes.Text(kind), nodes.Text(WHERE[kind])]
+            [
+                nodes.Text(str(rank)),
+                nodes.Text(kind),
+                nodes.Text(WHERE[kind]),
+                nodes.Text("if it is an administrator's file too" if kind.endswith("file") else "no"),
+            ]
             for rank, kind in enumerate(KINDS, start=1)
         ]
         administered = nodes.paragraph()
@@ -153,7 +160,8 @@ class SettingsLayersDirective(SphinxDirective):
             "Administered settings (an administrator's file decides them for every user): "
         )
         administered += _literals(tuple(sorted(administered_traits())))
-        return [_table(["precedence", "source", "where"], rows), administered]
+        header = ["precedence", "source", "where", "overrides an administrator's administered setting"]
+        return [_table(header, rows), administered]
 
 
 class LiteralDirective(SphinxDirective):

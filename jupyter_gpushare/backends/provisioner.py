@@ -15,6 +15,7 @@ from typing import Any
 from jupyter_gpushare.backends.provisioning import SliceProvisioner
 from jupyter_gpushare.backends.registry import kind_for
 from jupyter_gpushare.config import load_settings, unreported_warnings
+from jupyter_gpushare.core.errors import ConfigurationError
 
 
 def backend_class(parent: Any) -> type[SliceProvisioner]:
@@ -25,6 +26,9 @@ def backend_class(parent: Any) -> type[SliceProvisioner]:
     log = getattr(parent, "log", None) or logging.getLogger("jupyter_gpushare")
     for sentence in unreported_warnings(settings):
         log.warning("jupyter_gpushare: %s", sentence)
+    bypassed = settings.settled.broker_bypassed() if settings.settled else None
+    if bypassed:
+        raise ConfigurationError(bypassed)
     return kind_for(settings).provisioner(settings)
 
 

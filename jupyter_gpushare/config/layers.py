@@ -4,14 +4,15 @@ trait, and the settings a user may not override. Pure: :mod:`.loading` finds the
 Layers, lowest first (each setting is taken from the highest layer that sets it):
 
 1. the traits' defaults;
-2. ``JUPYTER_GPUSHARE_<TRAIT>`` environment variables — defaults a spawner, a test or a CI job
-   gives, as ``JUPYTER_TOKEN`` and ``JUPYTER_PORT`` are for a server;
-3. the config files on the Jupyter config path (``jupyter_config`` then ``jupyter_server_config``,
+2. the config files on the Jupyter config path (``jupyter_config`` then ``jupyter_server_config``,
    ``.py`` then ``.json``, in each directory), from the least specific directory to the most:
    system (``/etc/jupyter``), environment (``<sys.prefix>/etc/jupyter``), user (``~/.jupyter``),
    then ``$JUPYTER_CONFIG_PATH``'s;
-4. the application's own configuration: its command line (``--GPUShare.sample_interval=2``) or a
-   config file only that application reads (``--config``, ``jupyter_console_config.py``).
+3. the application's own configuration: a config file only that application reads
+   (``--config``, ``jupyter_console_config.py``);
+4. ``JUPYTER_GPUSHARE_<TRAIT>`` environment variables — what a spawner, a systemd unit, a test or
+   ``make demo`` gives this process;
+5. the command line (``--GPUShare.sample_interval=2``).
 
 An **administrator's file** is one the user running the process can neither write nor replace
 (``/etc/jupyter`` or a shared environment's ``etc/jupyter``, owned by root). A setting marked
@@ -19,6 +20,11 @@ An **administrator's file** is one the user running the process can neither writ
 administrator's file sets keeps that file's value whatever a later layer says: a user's own
 ``~/.jupyter/jupyter_config.py`` cannot take their kernels off the box's broker or past its
 quotas. The value that lost is reported (:class:`Ignored`), never applied silently.
+
+Where a file on the path names a GPU broker and a later layer that may override it (not an
+administrator's file's) empties ``broker_url``, the process would place kernels outside the broker,
+beside everyone else's: :meth:`Settled.broker_bypassed` says so, and a process refuses to start
+kernels with that sentence.
 """
 
 from __future__ import annotations
@@ -28,27 +34,31 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 # What a person reads as a layer's kind, lowest precedence first.
-Kind = Literal["environment variable", "system file", "environment file", "user file", "application"]
+Kind = Literal[
+    "system file", "environment file", "user file", "application", "environment variable", "command line"
+]
 KINDS: tuple[Kind, ...] = (
-    "environment variable",
     "system file",
     "environment file",
     "user file",
     "application",
+    "environment variable",
+    "command line",
 )
 
 # Where each kind of layer is (docs/admins/configuration.md tables these, in this order).
 WHERE: dict[Kind, str] = {
-    "environment variable": "JUPYTER_GPUSHARE_<TRAIT> in the process's environment: what a spawner, "
-    "a systemd unit, a test or `make demo` gives",
     "system file": "jupyter_config and jupyter_server_config (.py, .json) in /usr/local/etc/jupyter "
     "and /etc/jupyter: read by every Jupyter installation on the machine",
     "environment file": "the same files in <sys.prefix>/etc/jupyter: read by that Python "
     "environment only (a team box's shared installation)",
     "user file": "the same files in ~/.jupyter (JUPYTER_CONFIG_DIR) and the directories of "
     "JUPYTER_CONFIG_PATH, most specific last",
-    "application": "the command line (--GPUShare.sample_interval=2) and a config file only that "
-    "application reads (--config, jupyter_console_config.py)",
+    "application": "a config file only that application reads (--config, "
+    "jupyter_console_config.py, jupyter_nbconvert_config.py)",
+    "environment variable": "JUPYTER_GPUSHARE_<TRAIT> in the process's environment: what a spawner, "
+    "a systemd unit, a test or `make demo` gives",
+    "command line": "--GPUShare.<trait>=... on the application's command line",
 }
 
 # The tag that marks an administered trait: ``Unicode(...).tag(administered=True)``.
@@ -98,6 +108,25 @@ class Settled:
 
     def files(self) -> tuple[Layer, ...]:
         return tuple(layer for layer in self.layers if layer.kind.endswith("file"))
+
+    def broker_bypassed(self) -> str | None:
+        """Why this process must start no kernel, if a file on the config path names a GPU
+        broker and a later layer left ``broker_url`` empty: its kernels would be placed outside the
+        broker (on a private ledger, or straight on the cluster), beside everyone else's."""
+        if self.values.get("broker_url"):
+            return None
+        named = [
+            layer for layer in self.layers if layer.kind.endswith("file") and layer.values.get("broker_url")
+        ]
+        if not named:
+            return None
+        emptied = self.origins.get("broker_url")
+        by = emptied.name if emptied is not None else "another setting"
+        return (
+            f"GPUShare.broker_url = {named[-1].values['broker_url']!r} in {named[-1].name} names the "
+            f"GPU broker, but {by} sets it to '': this process would place kernels outside the "
+            "broker, beside everyone else's, so it starts none (remove one of the two settings)"
+        )
 
     def summary(self) -> str:
         """One line: the files read and where each setting that is not a default came from."""

@@ -3,10 +3,10 @@
 Every process reads the same files, whatever application it is: a server, a kernel provisioner
 started by ``jupyter console``, nbconvert or papermill, ``jupyter gpushare status``. Each reads the
 ``GPUShare`` section of the ``jupyter_config`` and ``jupyter_server_config`` files on the Jupyter
-config path, merged per trait with the ``JUPYTER_GPUSHARE_<TRAIT>`` variables below them and the
-application's own configuration (its command line) above them, so that one ``c.GPUShare`` line in a
-user's own file changes that one setting and nothing else. A kernel gets its settings from the
-process that started it (:func:`settings_env`) and reads no file.
+config path, merged per trait under the application's own configuration, the
+``JUPYTER_GPUSHARE_<TRAIT>`` variables and the command line (:mod:`.layers`), so that one
+``c.GPUShare`` line in a user's own file changes that one setting and nothing else. A kernel gets
+its settings from the process that started it (:func:`settings_env`) and reads no file.
 """
 
 from __future__ import annotations
@@ -61,12 +61,11 @@ def load_settings(
     and ``config`` count. ``directories`` are read above the Jupyter config path (the broker's
     own configuration directory).
     """
-    layers = environment_layers()
     files: list[Layer] = []
     if from_files:
         files = [file_layer(path, kind, loaded) for path, kind, loaded in config_files(directories)]
-        layers += files
-    layers += application_layers(config, files)
+    own, command_line = application_layers(config, files)
+    layers = [*files, own, *environment_layers(), command_line]
     settled = settle(layers, administered_traits())
     section = Config(settled.values)
     if not reconcile:
@@ -146,12 +145,10 @@ def file_layer(path: Path, kind: Kind, loaded: Config) -> Layer:
     return Layer(str(path), kind, dict(loaded.get("GPUShare", {})), administrator=administrator_file(path))
 
 
-def application_layers(config: Config | None, files: Iterable[Layer]) -> list[Layer]:
-    """What ``config`` (an application's merged configuration) sets that no config file explains,
-    and its command line: the application's own settings, above every file."""
+def application_layers(config: Config | None, files: Iterable[Layer]) -> tuple[Layer, Layer]:
+    """What ``config`` (an application's merged configuration) sets that no config file explains
+    (above every file), and what its command line sets (above the environment)."""
     section = dict((config or Config()).get("GPUShare", {}))
-    if not section:
-        return []
     application = Application.instance() if Application.initialized() else None
     command_line = dict(getattr(application, "cli_config", Config()).get("GPUShare", {}))
     from_files: dict[str, list[Any]] = {}
@@ -164,7 +161,7 @@ def application_layers(config: Config | None, files: Iterable[Layer]) -> list[La
         if trait not in command_line and not _among(value, from_files.get(trait, []))
     }
     given = {trait: value for trait, value in section.items() if trait in command_line}
-    return [Layer(APPLICATION, "application", own), Layer(COMMAND_LINE, "application", given)]
+    return Layer(APPLICATION, "application", own), Layer(COMMAND_LINE, "command line", given)
 
 
 def _among(value: Any, values: list[Any]) -> bool:

@@ -125,6 +125,14 @@ def check_settings(settings: GPUShare) -> Check:
     settled = settings.settled
     if settled is None:
         return Check("settings", "OK", "given by the caller")
+    bypassed = settled.broker_bypassed()
+    if bypassed:
+        return Check(
+            "settings",
+            "FAIL",
+            bypassed,
+            "use the GPU broker (remove the empty broker_url), or remove the broker from the file",
+        )
     if settled.ignored:
         return Check(
             "settings",

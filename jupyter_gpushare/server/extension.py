@@ -86,6 +86,9 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
         serverapp.log.info("jupyter_gpushare: settings: %s", settings.settled.summary())
     for sentence in unreported_warnings(settings):
         serverapp.log.warning("jupyter_gpushare: %s", sentence)
+    bypassed = settings.settled.broker_bypassed() if settings.settled else None
+    if bypassed:
+        serverapp.log.error("jupyter_gpushare: %s", bypassed)
     problem = backend.problem()
     if problem:
         serverapp.log.warning("jupyter_gpushare: %s", problem)

@@ -33,6 +33,7 @@ from jupyter_gpushare.core.sizes import GiB
 
 from ..cluster import ControlPlane, KubeCluster, hami_nodes
 from ..cluster.rest import PODS, SECRETS, Api, ApiError
+from ..support.hermetic import isolated_from_the_machine
 from ..support.json_http import json_call
 from ..support.nodes import BIN, IMAGE
 from ..support.polling import wait_until
@@ -167,6 +168,7 @@ def hub_and_broker(
         "JUPYTER_GPUSHARE_BACKEND": "kubernetes",
         "JUPYTER_GPUSHARE_BROKER_URL": broker_url,
         "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
+        **isolated_from_the_machine(),  # a spawner passes only what it is given
     }
     (root / "hub" / "home").mkdir(parents=True)
     config = root / "hub" / "jupyterhub_config.py"
@@ -209,6 +211,7 @@ def hub_and_broker(
         "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
         "JUPYTER_GPUSHARE_NAMESPACE": cluster.namespace,
         "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
+        **isolated_from_the_machine(),
     }
     made = Setup(hub, cluster, broker_url, broker_env, root)
     if launcher:

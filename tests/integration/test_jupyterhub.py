@@ -19,6 +19,7 @@ import pytest
 
 from jupyter_gpushare.core.sizes import GiB
 
+from ..support.hermetic import isolated_from_the_machine
 from ..support.json_http import json_call
 from ..support.nodes import BIN, Node
 from ..support.servers import free_port
@@ -94,6 +95,7 @@ def hub(node: Node) -> Iterator[Hub]:
         for name in ("JUPYTER_PATH", "JUPYTER_GPUSHARE_SIMULATE", "JUPYTER_GPUSHARE_LEDGER_PATH")
     }
     environment["JUPYTER_GPUSHARE_SAMPLE_INTERVAL"] = "0.5"
+    environment |= isolated_from_the_machine()  # a spawner passes only what it is given
     port = free_port()
     config = root / "jupyterhub_config.py"
     config.write_text(

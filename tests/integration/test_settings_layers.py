@@ -13,12 +13,15 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..support.nodes import Node
 from ..support.servers import wait_ready
 from ..support.teambox import OSUser, TeamBox, team_box
 
@@ -56,9 +59,10 @@ def box() -> Iterator[TeamBox]:
 
 
 def alice_env(box: TeamBox, alice: OSUser) -> dict[str, str]:
-    """Alice's environment with no broker variable: only the administrator's file names it."""
+    """Alice's environment with no broker variable (only the administrator's file names it) and
+    no sample interval (the environment would win over her file's)."""
     env = box.env_for(alice)
-    del env["JUPYTER_GPUSHARE_BROKER_URL"]
+    del env["JUPYTER_GPUSHARE_BROKER_URL"], env["JUPYTER_GPUSHARE_SAMPLE_INTERVAL"]
     return env
 
 
@@ -150,3 +154,28 @@ def test_a_users_own_config_cannot_leave_the_broker_or_its_limits_and_is_told_so
     assert f"settings: config files: {admins} (administrator), {own}" in log, log
     assert f"broker_url, max_memory_per_kernel from {admins}" in log, log
     assert f"GPUShare.broker_url = '' in {own} is ignored" in log
+
+
+def test_a_process_told_to_leave_a_broker_its_config_names_starts_no_kernel(
+    node: Node, tmp_path: Path
+) -> None:
+    """A file on the config path names the broker (here root's own, so no administrator's lock
+    holds it) and the environment empties it: `jupyter run` refuses in one sentence instead of
+    placing its kernel on a private ledger beside the broker's."""
+    config = Path(node.env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.py"
+    config.write_text("c.GPUShare.broker_url = 'unix:/run/jupyter-gpushare/broker.sock'\n")
+    script = tmp_path / "hello.py"
+    script.write_text("print('started')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "jupyter_client.runapp", "--kernel=python3-gpu-4g", str(script)],
+        env={**node.env, "JUPYTER_GPUSHARE_BROKER_URL": ""},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode != 0 and "started" not in done.stdout
+    assert (
+        f"GPUShare.broker_url = 'unix:/run/jupyter-gpushare/broker.sock' in {config} names the GPU "
+        "broker, but $JUPYTER_GPUSHARE_BROKER_URL sets it to ''"
+    ) in done.stderr, done.stderr
+    assert not Path(node.env["JUPYTER_GPUSHARE_LEDGER_PATH"]).exists()  # nothing was placed

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from ..support.hermetic import isolated_from_the_machine
 from ..support.polling import wait_until
 from ..support.teambox import OSUser, TeamBox, environment_python, team_box
 
@@ -164,7 +165,7 @@ def cli_as(box: TeamBox, user: OSUser | None, python: Path, *arguments: str) -> 
     ``JUPYTER_PATH``: the kernelspecs are where an installation puts them."""
     code = f"import sys; from jupyter_gpushare.cli import main; sys.exit(main({list(arguments)!r}))"
     if user is None:
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(box.root / "root-home"), "JUPYTER_PLATFORM_DIRS": "1"}
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(box.root / "root-home"), **isolated_from_the_machine()}
         done = subprocess.run([str(python), "-c", code], env=env, capture_output=True, text=True, timeout=120)
     else:
         env = {key: value for key, value in box.env_for(user).items() if key != "JUPYTER_PATH"}
@@ -316,7 +317,7 @@ def test_over_http_the_log_names_the_hub_user(tmp_path: Path) -> None:
                 "HOME": str(tmp_path),
                 "JUPYTER_CONFIG_DIR": str(tmp_path / "broker-config"),
                 "JUPYTER_RUNTIME_DIR": str(tmp_path / "broker-runtime"),
-                "JUPYTER_PLATFORM_DIRS": "1",
+                **isolated_from_the_machine(),
                 "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub_port}/hub/api",
                 "JUPYTERHUB_API_TOKEN": BROKER_TOKEN,
                 "JUPYTER_GPUSHARE_SIMULATE": "1xA100-80GB",

@@ -19,3 +19,10 @@ def foreign_config_directories(home: str) -> list[str]:
         if not (os.path.realpath(directory) + os.sep).startswith(own[0])
         and os.path.realpath(directory) != own[1]
     ]
+
+
+def isolated_from_the_machine() -> dict[str, str]:
+    """What keeps a process from reading the machine's Jupyter config directories: add it to an
+    environment made from scratch (a broker's, a spawner's, a pod's). The session's own system
+    directory (tests/conftest.py set ``XDG_CONFIG_DIRS``) stands for ``/etc/jupyter``."""
+    return {"JUPYTER_PLATFORM_DIRS": "1", "XDG_CONFIG_DIRS": os.environ["XDG_CONFIG_DIRS"]}

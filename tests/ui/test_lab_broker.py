@@ -20,6 +20,7 @@ from jupyter_gpushare.backends.broker_client.transport import BrokerClient, Brok
 from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.core.sizes import GiB
 
+from ..support.hermetic import isolated_from_the_machine
 from .conftest import VIEWPORT
 from .lab import BIN, SIMULATE, Lab, free_port, make_environment, open_lab, open_panel, wait_for
 
@@ -44,6 +45,7 @@ def broker_lab() -> Iterator[tuple[Lab, Path]]:
         "JUPYTER_GPUSHARE_SIMULATE": SIMULATE,
         "JUPYTER_GPUSHARE_LEDGER_PATH": str(ledger),
         "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.25",
+        **isolated_from_the_machine(),
     }
     broker = subprocess.Popen(
         [str(BIN / "jupyter-gpushare"), "broker", "--socket", str(socket)],

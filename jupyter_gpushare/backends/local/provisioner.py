@@ -45,6 +45,15 @@ def _is_ipykernel(cmd: list[str]) -> bool:
     return any("ipykernel" in part for part in cmd)
 
 
+async def _in_a_worker(work: Callable[[], None]) -> None:
+    """``work`` in a worker thread; in this thread where none may start any more (a command's
+    cleanup at interpreter exit: nbclient shuts its kernel down from an atexit callback)."""
+    try:
+        await asyncio.to_thread(work)
+    except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
+        work()
+
+
 class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ignore[misc]
     """A local kernel process holding a GPU slice from the node ledger."""
 
@@ -150,9 +159,11 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
         # neither the server's event loop nor the other kernels' shutdowns.
         if restart:
             # Between the old process and the new one, the slice follows this process.
-            await asyncio.to_thread(self._quietly, lambda: self.backend.attach_kernel(self.kernel_id, None))
+            await _in_a_worker(
+                lambda: self._quietly(lambda: self.backend.attach_kernel(self.kernel_id, None))
+            )
         else:
-            await asyncio.to_thread(self._free_quietly)
+            await _in_a_worker(self._free_quietly)
 
     def _free_quietly(self) -> None:
         self._quietly(lambda: self.backend.free(self.kernel_id))

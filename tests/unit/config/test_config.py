@@ -260,13 +260,26 @@ def test_any_trait_can_come_from_the_environment(
     assert getattr(load_settings(), trait) == value
 
 
-def test_a_config_file_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    write_json_config(config_dir(), {"overcommit": 1.25})
+def test_the_environment_wins_over_the_config_files_and_the_command_line_over_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write_json_config(config_dir(), {"overcommit": 1.25, "sample_interval": 3.0, "queue_timeout": 30.0})
     monkeypatch.setenv("JUPYTER_GPUSHARE_OVERCOMMIT", "1.5")
     monkeypatch.setenv("JUPYTER_GPUSHARE_WHEN_FULL", "fail")
-    settings = load_settings()
-    assert settings.overcommit == 1.25
+    monkeypatch.setenv("JUPYTER_GPUSHARE_SAMPLE_INTERVAL", "2")
+    # What an application's own config holds that no file on the path explains (its --config
+    # file, jupyter_console_config.py) is under the environment, its command line over it.
+    app = Config()
+    app.GPUShare.sample_interval = 5.0
+    app.GPUShare.queue_timeout = 60.0
+    settings = load_settings(app)
+    assert settings.overcommit == 1.5
     assert settings.when_full == "fail"
+    assert settings.sample_interval == 2.0
+    assert settings.queue_timeout == 60.0
+    assert settings.settled is not None
+    assert settings.settled.origin("sample_interval") == "$JUPYTER_GPUSHARE_SAMPLE_INTERVAL"
+    assert settings.settled.origin("queue_timeout") == "the application's own configuration"
 
 
 @pytest.mark.parametrize(

@@ -84,15 +84,38 @@ def test_the_same_value_again_is_no_conflict_and_an_administrator_may_override_a
     assert settled.ignored == ()
 
 
-def test_a_users_value_below_an_administrators_file_is_simply_overridden() -> None:
+def test_the_environment_cannot_override_an_administrators_file_either() -> None:
     settled = settle(
         [
-            Layer("$JUPYTER_GPUSHARE_BROKER_URL", "environment variable", {"broker_url": "unix:/x"}),
             admin({"broker_url": "unix:/b"}),
+            Layer("$JUPYTER_GPUSHARE_BROKER_URL", "environment variable", {"broker_url": ""}),
         ],
         ADMINISTERED,
     )
-    assert settled.values["broker_url"] == "unix:/b" and settled.ignored == ()
+    assert settled.values["broker_url"] == "unix:/b"
+    assert [ignored.layer for ignored in settled.ignored] == ["$JUPYTER_GPUSHARE_BROKER_URL"]
+    assert settled.broker_bypassed() is None
+
+
+def test_a_broker_named_in_a_file_and_emptied_later_is_a_process_that_starts_no_kernel() -> None:
+    """Where no administrator's file holds the broker (root's own files, a file the user may
+    write): one sentence naming the file and what emptied it."""
+    settled = settle(
+        [
+            Layer("/etc/jupyter/jupyter_server_config.py", "system file", {"broker_url": "unix:/b.sock"}),
+            Layer("$JUPYTER_GPUSHARE_BROKER_URL", "environment variable", {"broker_url": ""}),
+        ],
+        ADMINISTERED,
+    )
+    assert settled.broker_bypassed() == (
+        "GPUShare.broker_url = 'unix:/b.sock' in /etc/jupyter/jupyter_server_config.py names the GPU "
+        "broker, but $JUPYTER_GPUSHARE_BROKER_URL sets it to '': this process would place kernels "
+        "outside the broker, beside everyone else's, so it starts none (remove one of the two settings)"
+    )
+    # The broker named and used, or named nowhere: nothing to refuse.
+    used = settle([Layer("/etc/j.py", "system file", {"broker_url": "unix:/b"})], ADMINISTERED)
+    nowhere = settle([Layer("$X", "environment variable", {"broker_url": ""})], ADMINISTERED)
+    assert used.broker_bypassed() is None and nowhere.broker_bypassed() is None
 
 
 def test_the_administered_settings_are_where_the_pool_is_its_limits_and_its_queues_order() -> None:
@@ -120,8 +143,8 @@ def test_the_summary_names_the_files_and_where_each_setting_came_from(
     assert settings.settled is not None
     assert settings.settled.summary() == (
         f"config files: {config_dir / 'jupyter_config.py'}; "
-        "simulate from $JUPYTER_GPUSHARE_SIMULATE; "
-        f"sample_interval from {config_dir / 'jupyter_config.py'}"
+        f"sample_interval from {config_dir / 'jupyter_config.py'}; "
+        "simulate from $JUPYTER_GPUSHARE_SIMULATE"
     )
 
 
