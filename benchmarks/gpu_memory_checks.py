@@ -1,4 +1,4 @@
-"""The held-memory and suspend/resume checks of ``gpu_check.py`` (SPEC §12).
+"""The held-memory and suspend/resume checks of ``gpu_check.py`` (docs/how-it-works/ledger.md).
 
 On an NVIDIA GPU (PyTorch with CUDA in the kernels' environment):
 

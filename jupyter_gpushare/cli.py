@@ -1,4 +1,4 @@
-"""``jupyter gpushare``: status of the node's pool, and kernelspec installation (SPEC §6)."""
+"""``jupyter gpushare``: status of the node's pool, and kernelspec installation (docs/reference/cli.md)."""
 
 from __future__ import annotations
 

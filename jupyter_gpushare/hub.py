@@ -1,18 +1,19 @@
 """JupyterHub: GPU sizes as KubeSpawner profile options, and a GPU budget for any spawner.
 
-``gpu_profiles()`` builds a KubeSpawner ``profile_list`` (SPEC §10). Its choices carry the pod
-resources of the chosen mode (the same builders as kernel pods), and the single-user server is
-told its GPU budget through ``JUPYTER_GPUSHARE_*`` variables, so its own kernels are held to it.
-The custom size is validated by a regex and converted to the resource's unit by a callable
-override — KubeSpawner calls callables with the spawner instead of formatting them, so each
-spawn reads its own value and no earlier value can stick.
+``gpu_profiles()`` builds a KubeSpawner ``profile_list`` (docs/admins/jupyterhub.md). Its choices
+carry the pod resources of the chosen mode (the same builders as kernel pods), and the single-user
+server is told its GPU budget through ``JUPYTER_GPUSHARE_*`` variables, so its own kernels are held
+to it. The custom size is validated by a regex and converted to the resource's unit by a callable
+override — KubeSpawner calls callables with the spawner instead of formatting them, so each spawn
+reads its own value and no earlier value can stick.
 
-Under a DRA preset (``nvidia-dra``, ``hami-dra``, ``dra``) a choice attaches a ResourceClaim to
-the server instead of extended resources: KubeSpawner's ``modify_pod_hook`` refers the pod to
-it and ``after_pod_created_hook`` creates it, owned by the pod (:mod:`.k8s.spawner_claims`).
-YAML cannot hold hooks: ``static_profiles()`` refers each choice to a ResourceClaimTemplate
-(``claim_templates()`` prints them, ``jupyter gpushare profiles --claim-templates``), from
-which Kubernetes makes a claim with each server pod.
+Under a DRA preset (``nvidia-dra``, ``hami-dra``, ``dra``) a choice attaches a ResourceClaim to the
+server instead of extended resources: KubeSpawner's ``modify_pod_hook`` refers the pod to it and
+``after_pod_created_hook`` creates it, owned by the pod
+(:mod:`jupyter_gpushare.backends.kubernetes.cluster.spawner_claims`). YAML cannot hold hooks:
+``static_profiles()`` refers each choice to a ResourceClaimTemplate (``claim_templates()`` prints
+them, ``jupyter gpushare profiles --claim-templates``), from which Kubernetes makes a claim with
+each server pod.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from jupyter_gpushare.core import env_names
 from jupyter_gpushare.core.sizes import format_bytes, parse_size
 
 OPTION = "gpu"
-# SPEC §3 amounts: 6G, 6g, 6GB, 6GiB, 0.5G, 512M, 512MB, 512MiB, or a bare integer (MiB).
+# docs/users/sizes.md amounts: 6G, 6g, 6GB, 6GiB, 0.5G, 512M, 512MB, 512MiB, or a bare integer (MiB).
 CUSTOM_SIZE_REGEX = r"^\s*(\d+(\.\d+)?|\.\d+)\s*([gGmM]([iI]?[bB])?)?\s*$"
 CUSTOM_SIZE_MESSAGE = "A GPU memory size such as 6G, 512M or 4096 (MiB)."
 

@@ -121,7 +121,9 @@ class PresetsDirective(SphinxDirective):
     optional_arguments = 1  # the import path of the presets
 
     def run(self) -> list[nodes.Node]:
-        presets = _import(self.arguments[0] if self.arguments else f"{PACKAGE}.k8s.presets:PRESETS")
+        presets = _import(
+            self.arguments[0] if self.arguments else f"{PACKAGE}.backends.kubernetes.objects.presets:PRESETS"
+        )
         names = [name for name, preset in presets.items() if getattr(preset, "dra", None) is None]
         fields = [field.name for field in dataclasses.fields(presets[names[0]])]
         rows = [

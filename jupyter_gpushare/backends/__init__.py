@@ -3,9 +3,9 @@
 ``c.GPUShare.backend`` picks its kind in the registry (:mod:`.registry`): ``local`` (the node
 ledger, :mod:`.local`), ``kubernetes`` (kernel pods, :mod:`.kubernetes`) or one another package
 registers — unless ``c.GPUShare.broker_url`` names a GPU broker, which
-then holds the ledger or the cluster for every user (:mod:`.remote` is its client). Everything
+then holds the ledger or the cluster for every user (:mod:`.broker_client` is its client). Everything
 above — the server extension, the CLI, the metrics, the provisioners, ``%gpu`` — holds a
-:class:`~.base.Backend` and never asks which.
+:class:`~.protocol.Backend` and never asks which.
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ class CellNotes(Protocol):
 class NodeSlices(Backend, CellNotes, Protocol):
     """What local kernels' starts (the local provisioner) and the kernels themselves (``%gpu``)
     use on top of the service API: the node ledger in this process (:mod:`.local`), or the
-    broker that holds it (:mod:`.remote`)."""
+    broker that holds it (:mod:`.broker_client`)."""
 
     async def acquire(
         self,

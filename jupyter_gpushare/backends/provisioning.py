@@ -23,7 +23,6 @@ from jupyter_gpushare.http_errors import answerable
 
 REQUEST_TRAITS = ("gpu_memory", "gpu_mode", "gpu_cores")  # what a start may override
 # What a server passes to a start: the notebook path, a listener, the request it checked.
-START_ARGUMENTS = ("gpushare_path", "gpushare_on_state", "gpushare_checked")
 
 
 class SliceProvisioner(KernelProvisionerBase):  # type: ignore[misc]

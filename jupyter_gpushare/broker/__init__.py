@@ -4,10 +4,10 @@ It alone opens the node ledger (local backend; the file is its user's, mode 0600
 cluster credentials (Kubernetes backend: it alone creates and deletes kernel pods and Secrets, and
 runs the one list+watch). Users' servers, consoles, ``status`` and ``%gpu`` reach it through
 :class:`~jupyter_gpushare.backends.broker_client.backend.RemoteBackend`; it identifies each caller —
-the peer's OS user on its Unix socket (:mod:`.identity`), the JupyterHub user of the presented token
-over HTTP — and answers the same service API as the backends, scoped to that caller. It is only a
-front door: the decisions are the backends' (:mod:`jupyter_gpushare.backends`), made once for
-everyone.
+the peer's OS user on its Unix socket (:mod:`jupyter_gpushare.backends.broker_base.identity`), the
+JupyterHub user of the presented token over HTTP — and answers the same service API as the backends,
+scoped to that caller. It is only a front door: the decisions are the backends'
+(:mod:`jupyter_gpushare.backends`), made once for everyone.
 
 Modules: :mod:`.settings` (where it reads its settings), :mod:`.handlers` (the routes every
 kind serves), :mod:`.usage_routes` (the accounting), :mod:`.door` (connection limits),

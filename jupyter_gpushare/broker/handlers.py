@@ -141,8 +141,9 @@ class MarkerHandler(BrokerHandler):
 
 class StreamHandler(BrokerHandler):
     """``GET stream``: server-sent events ``{"marker", "pool"}`` (the caller's view) whenever the
-    marker changes, and a keep-alive line every ``KEEP_ALIVE`` seconds otherwise. Servers follow
-    it instead of asking for the pool and the marker over and over (:mod:`..backends.broker_feed`)."""
+    marker changes, and a keep-alive line every ``KEEP_ALIVE`` seconds otherwise. Servers follow it
+    instead of asking for the pool and the marker over and over
+    (:mod:`jupyter_gpushare.backends.broker_client.feed`)."""
 
     async def get(self) -> None:
         self.set_header("Content-Type", "text/event-stream")

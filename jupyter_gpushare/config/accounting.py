@@ -1,4 +1,4 @@
-"""The ``c.GPUShare`` traits of the queue's order and of the accounting (SPEC §15).
+"""The ``c.GPUShare`` traits of the queue's order and of the accounting (docs/admins/accounting.md).
 
 Kept apart from :mod:`jupyter_gpushare.config.traits` (which inherits them into ``GPUShare``) so that
 each module stays small; they are set, read from ``JUPYTER_GPUSHARE_<TRAIT>`` and documented

@@ -1,4 +1,4 @@
-"""The ``c.GPUShare`` traits (SPEC §4), validated, and the values they resolve to.
+"""The ``c.GPUShare`` traits (docs/reference/configuration.md), validated, and the values they resolve to.
 
 How a process finds them (its config, the config files, the environment) is :mod:`.loading`.
 """
@@ -285,7 +285,7 @@ class GPUShare(Configurable, AccountingTraits):
         help="Metric names at usage_metrics_url that carry a pod's GPU memory use in bytes.",
     )
 
-    # ---- many users: the broker (SPEC §13) -----------------------------------------------------
+    # ---- many users: the broker (docs/broker.md) -----------------------------------------------------
     broker_url = Unicode(
         "",
         config=True,

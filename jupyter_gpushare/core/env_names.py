@@ -16,7 +16,7 @@ def trait_variable(trait: str) -> str:
     return PREFIX + trait.upper()
 
 
-# ---- one kernel's slice (SPEC §5) -------------------------------------------------------------
+# ---- one kernel's slice (docs/admins/configuration.md) -------------------------------------------
 KERNEL_ID = "JUPYTER_GPUSHARE_KERNEL_ID"
 MODE = "JUPYTER_GPUSHARE_MODE"
 DEVICE = "JUPYTER_GPUSHARE_DEVICE"

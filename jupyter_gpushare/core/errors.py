@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-# What every front end says when a kernel pod is asked to give memory back (SPEC §12): the same
-# words for a release, a shrink without a new pod, a suspend, in %gpu, REST and the panel.
+# What every front end says when a kernel pod is asked to give memory back (docs/how-it-works/ledger.md):
+# the same words for a release, a shrink without a new pod, a suspend, in %gpu, REST and the panel.
 POD_HOLDS_ITS_GPU = (
     "a kernel pod holds its GPU memory for the pod's life: it cannot give memory back (release, "
     "shrink or suspend) without a new pod; %gpu resize SIZE --restart makes a new pod of another "

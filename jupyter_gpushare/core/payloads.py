@@ -1,4 +1,4 @@
-"""The JSON shapes of SPEC §7, typed once. Pure.
+"""The JSON shapes of docs/reference/rest-api.md, typed once. Pure.
 
 ``jupyter_gpushare/openapi.yaml`` describes the wire; these TypedDicts are the same shapes for the
 Python code that builds them (views of the ledger and of the cluster), and

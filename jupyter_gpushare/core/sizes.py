@@ -1,4 +1,4 @@
-"""GPU memory sizes as users write them (SPEC §3), parsed into exact byte counts.
+"""GPU memory sizes as users write them (docs/users/sizes.md), parsed into exact byte counts.
 
 Pure code: no I/O. Every accepted form is binary (GiB, MiB); a bare integer is MiB because
 that is the unit HAMi's ``nvidia.com/gpumem`` resource uses, so the same number means the same
@@ -93,7 +93,7 @@ class Size:
 
 
 def parse_size(value: object) -> Size:
-    """Read a size as SPEC §3 defines it.
+    """Read a size as docs/users/sizes.md defines it.
 
     ``value`` may be a string or, because JSON bodies and kernelspec configs carry numbers, an
     int (MiB). Anything else, and any zero, negative, non-numeric or unknown-unit value, raises

@@ -1,4 +1,5 @@
-"""The JSON shapes of SPEC §7 (``GET pool``, ``GET kernels``) built from ledger rows. Pure."""
+"""The JSON shapes of docs/reference/rest-api.md (``GET pool``, ``GET kernels``) built from ledger
+rows. Pure."""
 
 from __future__ import annotations
 

@@ -40,8 +40,6 @@ from jupyter_gpushare.server.stream import StreamHub
 START_ANSWER_WITHIN = 1.0  # seconds POST kernels waits before answering "queued"
 START_WAIT_LIMIT = 120.0  # seconds POST waits for a placed kernel's process to come up
 WITHDRAWN_WITHIN = 5.0  # seconds DELETE kernels/{id}/gpu waits for a cancelled start to withdraw
-KEPT_SIZE = "; the kernel kept its previous size"
-RESTARTED_WITH_SIZE = "; the kernel restarted with its previous size"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""REST routes under ``{base_url}api/gpushare/`` (SPEC §7) for the server's users.
+"""REST routes under ``{base_url}api/gpushare/`` (docs/reference/rest-api.md) for the server's users.
 
 Every route is behind jupyter_server's authentication and authorization (resource
 ``gpushare``); mutations get the server's usual XSRF check. Handlers parse, call the context and

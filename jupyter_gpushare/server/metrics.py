@@ -4,10 +4,10 @@ A collector reads the pool and kernels when Prometheus scrapes, so the series ar
 and a finished kernel's series disappears with it. Labels carry device and owner so a Grafana
 board can group by either; other users' kernels are labelled anonymously, as everywhere else.
 
-The counters are the accounting's (SPEC §15): what the server's user (through a broker's admin,
-every user) reserved and used since accounting began, per ``owner``. They are named in the base
-units Prometheus asks for and the gauges use — ``…_byte_seconds_total`` rather than GiB·hours
-(divide by 2^30 × 3600 for GiB·hours, as ``jupyter gpushare report`` prints them).
+The counters are the accounting's (docs/admins/accounting.md): what the server's user (through a
+broker's admin, every user) reserved and used since accounting began, per ``owner``. They are named
+in the base units Prometheus asks for and the gauges use — ``…_byte_seconds_total`` rather than
+GiB·hours (divide by 2^30 × 3600 for GiB·hours, as ``jupyter gpushare report`` prints them).
 
 The series are declared once, as :data:`METRICS` and :data:`COUNTERS`: the collector builds its
 families from them, and the documentation's metrics reference is generated from them.

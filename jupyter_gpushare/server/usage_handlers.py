@@ -1,4 +1,4 @@
-"""``GET api/gpushare/usage``: what the user's kernels reserved and used (SPEC §15).
+"""``GET api/gpushare/usage``: what the user's kernels reserved and used (docs/admins/accounting.md).
 
 The backend answers for the server's user (through a broker, for the user the broker identified;
 everyone for its admins). Behind jupyter_server's authentication and authorization like every

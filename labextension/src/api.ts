@@ -46,7 +46,7 @@ export class GPUShareError extends Error {
 }
 
 /**
- * The REST routes of SPEC §7 that the panel, the picker and the status bar use.
+ * The REST routes of docs/reference/rest-api.md that the panel, the picker and the status bar use.
  */
 export class GPUShareAPI {
   /**

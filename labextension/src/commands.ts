@@ -1,5 +1,5 @@
 /**
- * The JupyterLab commands of jupyter-gpushare (SPEC §9): the panel, and the actions on a GPU
+ * The JupyterLab commands of jupyter-gpushare (docs/users/panel.md): the panel, and the actions on a GPU
  * kernel — resize, release (or withdraw a queued start), request a slice again, suspend and
  * resume, shut down, open its notebook — that the panel's
  * rows run and that the command palette and key bindings reach too (as JupyterLab's

@@ -1,5 +1,5 @@
 /**
- * jupyter-gpushare's JupyterLab extension (SPEC §9): the GPU side panel, the size picked
+ * jupyter-gpushare's JupyterLab extension (docs/users/panel.md): the GPU side panel, the size picked
  * before a gpushare kernel starts, and the status bar item of the current kernel.
  *
  * Four plugins: two service plugins (the kernel starts, and the session manager whose sessions

@@ -1,5 +1,5 @@
 /**
- * Which kernelspecs are gpushare kernelspecs (SPEC §5), and what slice each asks for.
+ * Which kernelspecs are gpushare kernelspecs (docs/admins/configuration.md), and what slice each asks for.
  */
 
 import { KernelSpec } from '@jupyterlab/services';

@@ -1,5 +1,5 @@
 /**
- * GPU sizes as users type them (SPEC §3), mirrored from `jupyter_gpushare/core/sizes.py` so the
+ * GPU sizes as users type them (docs/users/sizes.md), mirrored from `jupyter_gpushare/core/sizes.py` so the
  * picker refuses what the server would refuse before anything is sent.
  *
  * Pure and dependency-free: `tests/unit/test_labextension_sizes.py` runs this module's
@@ -108,7 +108,7 @@ function quote(text: string): string {
 const NOT_PRINTABLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Z}]/u;
 
 /**
- * Read a size as SPEC §3 defines it; the same verdict as `parse_size` in Python.
+ * Read a size as docs/users/sizes.md defines it; the same verdict as `parse_size` in Python.
  */
 export function parseSize(value: string): ParsedSize | ISizeError {
   const text = value.replace(STRIP, '');

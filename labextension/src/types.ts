@@ -9,7 +9,7 @@
  */
 
 /**
- * How a slice is shared and enforced (SPEC §2).
+ * How a slice is shared and enforced (docs/how-it-works/modes.md).
  *
  * @schema Mode
  */

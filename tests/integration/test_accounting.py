@@ -1,4 +1,4 @@
-"""The accounting of real kernels on a simulated pool (SPEC §15), on the local backend.
+"""The accounting of real kernels on a simulated pool (docs/admins/accounting.md), on the local backend.
 
 A scripted session — a kernel started, a busy cell, memory declared in use, an idle spell, a
 resize, a shutdown — is accounted as what was held and used, to the sampling interval; and

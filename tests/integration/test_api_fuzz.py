@@ -1,4 +1,5 @@
-"""Every route of the shipped OpenAPI document fuzzed against a real server: never a 5xx (SPEC §7).
+"""Every route of the shipped OpenAPI document fuzzed against a real server: never a 5xx
+(docs/reference/rest-api.md).
 
 Schemathesis generates requests from the document — valid ones and ones that break it on
 purpose — and ``not_a_server_error`` fails on any 5xx; every answer must also have a documented

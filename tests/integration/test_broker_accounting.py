@@ -1,4 +1,5 @@
-"""Fair share and the accounting through one GPU broker (SPEC §13, §15), with real OS users.
+"""Fair share and the accounting through one GPU broker (docs/broker.md, docs/admins/accounting.md),
+with real OS users.
 
 Two users made for the test, ``gpu-fair-alice-…`` and ``gpu-fair-bob-…``, run their servers and
 real kernels as themselves; the broker (root's) holds the ledger with ``queue_policy = "fair"``

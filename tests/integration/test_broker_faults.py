@@ -46,7 +46,7 @@ LAUNCHER = (
     sys.executable,
     "-c",
     "import sys\n"
-    "from jupyter_gpushare.k8s import cluster, watch\n"
+    "from jupyter_gpushare.backends.kubernetes.cluster import cluster, watch\n"
     "watch.WATCH_SECONDS = 2\n"
     f"cluster.REQUEST_TIMEOUT = {REQUEST_TIMEOUT!r}\n"
     "from jupyter_gpushare.cli import main\n"

@@ -1,4 +1,4 @@
-"""The GPU broker as a JupyterHub service on Kubernetes' own control plane (SPEC §13, Kubernetes).
+"""The GPU broker as a JupyterHub service on Kubernetes' own control plane (docs/broker.md, Kubernetes).
 
 A real JupyterHub (configurable-http-proxy, local spawner) with two users, ``alice`` and ``bob``;
 the broker runs as an external hub service holding the only kubeconfig (the Jupyter server's

@@ -1,4 +1,4 @@
-"""A team box (SPEC §13): real OS users share one GPU broker, which alone holds the node ledger.
+"""A team box (docs/broker.md): real OS users share one GPU broker, which alone holds the node ledger.
 
 Two users made for the test, ``gpu-alice-…`` (two servers) and ``gpu-bob-…`` (one), run their jupyter
 servers, kernels and scripts as themselves; the broker runs as root. One broker and three servers

@@ -1,5 +1,5 @@
 """A real JupyterHub (configurable-http-proxy from npm, local spawner) with two users of
-different GPU budgets sharing one node ledger (SPEC §10, team box without Kubernetes)."""
+different GPU budgets sharing one node ledger (docs/admins/jupyterhub.md, team box without Kubernetes)."""
 
 from __future__ import annotations
 

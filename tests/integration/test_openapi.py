@@ -1,4 +1,5 @@
-"""The shipped OpenAPI document: valid, complete, and what a real server answers (SPEC §7)."""
+"""The shipped OpenAPI document: valid, complete, and what a real server answers
+(docs/reference/rest-api.md)."""
 
 from __future__ import annotations
 

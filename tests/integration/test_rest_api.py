@@ -1,4 +1,5 @@
-"""The REST API against a real ``jupyter server`` process (SPEC §7, §12)."""
+"""The REST API against a real ``jupyter server`` process (docs/reference/rest-api.md,
+docs/how-it-works/ledger.md)."""
 
 from __future__ import annotations
 

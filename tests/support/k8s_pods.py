@@ -6,10 +6,10 @@ labels (test_k8s_names.py), ``render-pod`` (test_k8s_render_pod.py) and the exam
 (test_k8s_examples.py) build pods with :func:`build` and check them with :func:`validate`
 against the official schema of Kubernetes 1.30 and 1.37.
 
-Golden values are written out by hand from the SPEC §2 table and the middlewares' documentation
-(HAMi ``nvidia.com/gpumem`` in MiB, Aliyun ``aliyun.com/gpu-mem`` in GiB, KAI's ``gpu-memory``
-annotation in MiB, Volcano ``volcano.sh/vgpu-memory`` in MiB); none is computed by the code under
-test.
+Golden values are written out by hand from the docs/how-it-works/modes.md table and the middlewares'
+documentation (HAMi ``nvidia.com/gpumem`` in MiB, Aliyun ``aliyun.com/gpu-mem`` in GiB, KAI's
+``gpu-memory`` annotation in MiB, Volcano ``volcano.sh/vgpu-memory`` in MiB); none is computed by
+the code under test.
 """
 
 from __future__ import annotations

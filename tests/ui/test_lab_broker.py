@@ -1,4 +1,4 @@
-"""The GPU panel of a ``jupyter lab`` whose pool is a GPU broker's (SPEC §13), in Chromium.
+"""The GPU panel of a ``jupyter lab`` whose pool is a GPU broker's (docs/broker.md), in Chromium.
 
 The server holds no pool of its own (no simulated devices, no ledger path): everything the panel
 shows and does goes through the broker over its Unix socket, which holds the ledger.

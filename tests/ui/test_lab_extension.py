@@ -1,4 +1,4 @@
-"""The JupyterLab extension in a real browser against a real ``jupyter lab`` (SPEC §9).
+"""The JupyterLab extension in a real browser against a real ``jupyter lab`` (docs/users/panel.md).
 
 Chromium (the system's) drives JupyterLab served under a JupyterHub-style base URL with token
 authentication, on a simulated pool of two A100-80GB; kernels are real ipykernel processes

@@ -25,7 +25,7 @@ COMPILED = REPO / "labextension" / "lib" / "sizes.js"
 
 # fmt: off
 EXAMPLES = [
-    # accepted (SPEC §3)
+    # accepted (docs/users/sizes.md)
     "4G", "4g", "4GB", "4gb", "4GiB", "4gib", "0.5G", ".5G", "1.25G", "512M", "512m", "512MB", "512MiB",
     "4096", "1", " 8G ", "\t8G\n", "25%", "0.01%", "100%", "12.5%", "whole", "WHOLE", " Whole ",
     "4096.0", "0.0009765625M", "1.0000000000000000001G", "80G", "81920", "0.3G", "0.0000001G",

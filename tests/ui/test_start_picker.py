@@ -1,4 +1,4 @@
-"""The size is picked before a gpushare kernel starts (SPEC §9), in JupyterLab in Chromium.
+"""The size is picked before a gpushare kernel starts (docs/users/panel.md), in JupyterLab in Chromium.
 
 The kernel starts once, at the picked size: opening a notebook, the launcher and "Change
 Kernel" never start one at the kernelspec's size first; Cancel starts nothing; a start that must

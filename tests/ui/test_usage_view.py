@@ -1,4 +1,5 @@
-"""The panel's Usage view in a real browser (SPEC §15): the day's reserved and used memory drawn
+"""The panel's Usage view in a real browser (docs/admins/accounting.md): the day's reserved and used
+memory drawn
 as a chart from ``GET usage``, in the light and the dark theme, and the idle words of a row."""
 
 from __future__ import annotations

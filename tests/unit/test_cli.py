@@ -1,4 +1,4 @@
-"""``jupyter gpushare`` (SPEC §6), called in-process."""
+"""``jupyter gpushare`` (docs/reference/cli.md), called in-process."""
 
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ the caller it identified — the peer's OS user on its Unix socket, the hub user
 token over HTTP — with that caller's quotas, and others' kernels anonymous. What the broker
 refuses comes back as the same domain error an embedded backend raises.
 
-Besides the service API (:class:`~.base.Backend`) it offers what local kernels' starts and the
-kernels themselves use (:class:`~.base.NodeSlices`); kernel pods are the broker's business
+Besides the service API (:class:`~jupyter_gpushare.backends.protocol.Backend`) it offers what local
+kernels' starts and the kernels themselves use
+(:class:`~jupyter_gpushare.backends.protocol.NodeSlices`); kernel pods are the broker's business
 (:mod:`jupyter_gpushare.backends.kubernetes.pods_from_broker`).
 """
 
@@ -136,7 +137,7 @@ class RemoteBackend:
             return offline(str(error))
         return Capabilities.from_wire(info["capabilities"])
 
-    # ---- the service API (backends.base.Backend) -------------------------------------------------
+    # ---- the service API (protocol.Backend) -----------------------------------------------------
 
     def pool(self) -> PoolPayload:
         followed = self.feed.pool() if self.feed is not None else None
@@ -236,7 +237,7 @@ class RemoteBackend:
             self.feed = BrokerFeed(self.client).start()
             self.client.on_change = self.feed.changed_here
 
-    # ---- local kernels' slices (backends.base.NodeSlices) -----------------------------------------
+    # ---- local kernels' slices (protocol.NodeSlices) --------------------------------------------
 
     async def acquire(
         self,

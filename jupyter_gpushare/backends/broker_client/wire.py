@@ -2,7 +2,7 @@
 kernels. Pure.
 
 The broker (:mod:`jupyter_gpushare.broker`) answers with these shapes and the client
-(:class:`~.remote.RemoteBackend`) reads them back into the very values a backend in the caller's
+(:class:`~.backend.RemoteBackend`) reads them back into the very values a backend in the caller's
 own process would have returned, so the code above never sees a difference. A refusal is no
 record: :mod:`.transport` alone turns one into a domain error and back.
 """

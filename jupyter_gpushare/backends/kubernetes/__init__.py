@@ -4,8 +4,8 @@
 :mod:`.provisioner` (a kernel in a pod) and its :mod:`.pod_keeper`, who makes the pods: the
 server itself (:mod:`.cluster_pods`; :mod:`.pod_start` follows a start, :mod:`.kernel_objects`
 creates and deletes a pod's Secret and claim, as the broker's pods do) or the GPU broker
-(:mod:`.pods_from_broker`). The cluster's I/O and the pure builders are the library
-:mod:`jupyter_gpushare.k8s`.
+(:mod:`.pods_from_broker`). The pure builders of a kernel's objects are :mod:`.objects`; the
+cluster's I/O (the API client, one list+watch, the calls) is :mod:`.cluster`.
 """
 
 from __future__ import annotations

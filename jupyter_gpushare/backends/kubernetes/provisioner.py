@@ -73,7 +73,7 @@ async def open_keeper(settings: GPUShare, watch: PodWatch) -> PodKeeper:
 class KubernetesProvisioner(HeldForLife, SliceProvisioner):
     """A kernel in its own pod, asking the cluster's GPU sharing layer for its slice."""
 
-    gpu_memory = AnyTrait(None, help="Slice size (SPEC §3); None takes GPUShare.default_memory.")
+    gpu_memory = AnyTrait(None, help="Slice size (docs/users/sizes.md); None takes GPUShare.default_memory.")
     gpu_mode = AnyTrait(None, help="Sharing mode; None takes GPUShare.default_mode.")
     gpu_cores = AnyTrait(None, help="Percent of SMs, where the mode can limit it.")
 

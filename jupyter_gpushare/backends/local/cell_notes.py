@@ -20,7 +20,8 @@ from jupyter_gpushare.core.records import ReleasedSlice
 
 
 class LedgerNotes:
-    """One kernel's notes in the node ledger at ``path`` (a :class:`~..base.CellNotes`)."""
+    """One kernel's notes in the node ledger at ``path`` (a
+    :class:`~jupyter_gpushare.backends.protocol.CellNotes`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -59,7 +59,7 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
 
     # Plain traits, validated in pre_launch so a bad kernelspec fails with our message listing
     # the accepted forms, not a traitlets type error.
-    gpu_memory = AnyTrait(None, help="Slice size (SPEC §3); None takes GPUShare.default_memory.")
+    gpu_memory = AnyTrait(None, help="Slice size (docs/users/sizes.md); None takes GPUShare.default_memory.")
     gpu_mode = AnyTrait(None, help="Sharing mode; None takes GPUShare.default_mode.")
     gpu_cores = AnyTrait(None, help="Percent of SMs, where the mode can limit it.")
 

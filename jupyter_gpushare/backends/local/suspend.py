@@ -1,6 +1,6 @@
 """Suspending a kernel's GPU state to host memory, and resuming it: the slice really given back.
 
-Called through :class:`~.local.LocalBackend` (``%gpu suspend``/``resume``, the idle timer, the
+Called through :class:`~.backend.LocalBackend` (``%gpu suspend``/``resume``, the idle timer, the
 REST routes). A suspend measures what the kernel holds, checks it can be moved (one CUDA process,
 room in host memory), has the driver checkpoint the kernel's process (:mod:`..checkpoint`), and
 only once the driver reports it checkpointed gives the slice back, keeping what it needs to come

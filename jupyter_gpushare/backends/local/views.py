@@ -1,8 +1,8 @@
 """``GET pool`` and ``GET kernels`` of the local backend, from one read of the node ledger.
 
-Split from :mod:`.local` so that the backend keeps to placement and changes; these functions take
-what the ledger held at one moment (``Ledger.state``) and hand its rows to the pure views
-(:mod:`jupyter_gpushare.core.views`).
+These functions take what the ledger held at one moment (``Ledger.state``) and hand its rows to
+the pure views (:mod:`jupyter_gpushare.core.views`); the backend (:mod:`.backend`) keeps to
+placement and changes.
 """
 
 from __future__ import annotations

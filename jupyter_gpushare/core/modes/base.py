@@ -1,4 +1,4 @@
-"""The one abstraction every sharing mode implements (SPEC §2 table)."""
+"""The one abstraction every sharing mode implements (docs/how-it-works/modes.md table)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ class Held:
 
 @dataclass(frozen=True)
 class Policy:
-    """The admin's limits (SPEC §4), and who of the waiting requests goes first."""
+    """The admin's limits (docs/reference/configuration.md), and who of the waiting requests goes first."""
 
     overcommit: float = 1.0
     max_memory_per_kernel: int | None = None

@@ -1,6 +1,6 @@
 /**
  * The GPU size picker: presets from `GPUShare.sizes`, a custom size checked as it is typed
- * (the rules of SPEC §3, and no larger than the largest device), "no GPU", and the mode where
+ * (the rules of docs/users/sizes.md, and no larger than the largest device), "no GPU", and the mode where
  * the node offers several. An invalid custom size disables the accept button and says why;
  * nothing is sent until the choice is valid.
  *

@@ -1,5 +1,5 @@
 /**
- * Starting a gpushare kernel at the size the user picks, before it starts (SPEC §9).
+ * Starting a gpushare kernel at the size the user picks, before it starts (docs/users/panel.md).
  *
  * JupyterLab's sessions API can only name a kernelspec, so a kernel started through it would
  * hold the kernelspec's size. Here the size is asked first (the picker that the UI plugin

@@ -1,4 +1,5 @@
-"""``c.GPUShare`` (SPEC §4): validation, config files on the Jupyter path, environment variables."""
+"""``c.GPUShare`` (docs/reference/configuration.md): validation, config files on the Jupyter path,
+environment variables."""
 
 from __future__ import annotations
 

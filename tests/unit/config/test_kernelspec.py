@@ -1,4 +1,4 @@
-"""gpushare kernelspecs (SPEC §5): what kernel.json says, and installing them."""
+"""gpushare kernelspecs (docs/admins/configuration.md): what kernel.json says, and installing them."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def offered_by_the_extension(cases: list[tuple[Any, str, str]]) -> list[bool]:
 
 
 def expected(capabilities: dict[str, bool], state: str, action: str) -> bool:
-    """The rule written out by hand from SPEC §9 and the panel's documentation."""
+    """The rule written out by hand from docs/users/panel.md and the panel's documentation."""
     return {
         "resize": state == "running",
         "release": state == "queued" or (state == "running" and capabilities["can_release"]),

@@ -1,4 +1,4 @@
-"""SPEC §3: sizes as users write them, parsed into byte counts (whole MiB)."""
+"""docs/users/sizes.md: sizes as users write them, parsed into byte counts (whole MiB)."""
 
 from __future__ import annotations
 

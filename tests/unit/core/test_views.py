@@ -1,4 +1,4 @@
-"""SPEC §7 shapes and §12: others' slices show as anonymous occupancy."""
+"""docs/reference/rest-api.md shapes and §12: others' slices show as anonymous occupancy."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Everything here blocks (the client is synchronous); async callers run it with
 ``asyncio.to_thread``. Objects come and go as plain dicts shaped as the API sends them
-(camelCase), the same shape the pure builders in :mod:`.manifests` produce, so nothing in the
+(camelCase), the same shape the pure builders in :mod:`..objects.manifests` produce, so nothing in the
 backend depends on the client's generated model classes.
 
 Configuration: an injected ``ApiClient`` or ``Configuration`` (tests point it at an emulator),

@@ -13,7 +13,7 @@ sets two of its hooks per GPU choice, as its ``kubespawner_override``:
 Hooks an admin configured on KubeSpawner run first. The hub's service account needs
 ``create``/``get``/``delete`` on ``resourceclaims`` in the users' namespace
 (examples/kubernetes/rbac-dra.yaml). The claim's spec is the same as a kernel pod's
-(:mod:`.claims`); a custom size computes it from that spawn's own option.
+(:mod:`..objects.claims`); a custom size computes it from that spawn's own option.
 """
 
 from __future__ import annotations

@@ -139,6 +139,3 @@ def kernel_claim(
         owner=pod,
     )
 
-
-def forwarded_settings(settings: GPUShare) -> Mapping[str, str]:
-    return {name: str(getattr(settings, name)) for name in _FORWARDED}

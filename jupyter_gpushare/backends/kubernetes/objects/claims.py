@@ -1,6 +1,6 @@
 """What a kernel pod asks for under Dynamic Resource Allocation (``resource.k8s.io/v1``). Pure.
 
-The second dialect of the SPEC §2 modes, beside the device plugins' extended resources of
+The second dialect of the docs/how-it-works/modes.md modes, beside the device plugins' extended resources of
 :mod:`.requests`: each kernel pod gets a ResourceClaim of its own, created with the pod and owned
 by it, and the pod's container refers to it. Per mode the claim's one request (``gpu``) asks:
 

@@ -1,4 +1,5 @@
-"""The Kubernetes pool as SPEC §7 shows it: GPU nodes as devices, our kernel pods as slices. Pure.
+"""The Kubernetes pool as docs/reference/rest-api.md shows it: GPU nodes as devices, our kernel pods
+as slices. Pure.
 
 A node is one entry of ``GET pool`` (Kubernetes places pods on nodes, not on cards, so a node's
 cards are shown together): its GPU Feature Discovery labels (``nvidia.com/gpu.product``,

@@ -1,4 +1,4 @@
-"""What a pod asks the cluster for, by mode (SPEC §2 table, Kubernetes column). Pure.
+"""What a pod asks the cluster for, by mode (docs/how-it-works/modes.md table, Kubernetes column). Pure.
 
 Kubernetes does the placing; we only translate a slice request into the resources, annotations,
 labels and scheduler the cluster's sharing layer understands, plus the soft caps a kernel gets

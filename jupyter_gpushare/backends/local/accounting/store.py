@@ -1,4 +1,5 @@
-"""Reading and writing the accounting's tables (sqlite; the arithmetic is :mod:`..tally`'s).
+"""Reading and writing the accounting's tables (sqlite; the arithmetic is
+:mod:`jupyter_gpushare.core.accounting.tally`'s).
 
 Every function works inside a transaction its caller holds on the node ledger's file: the fold
 and the roll-up in a write transaction, the reads in a read snapshot. The events the triggers

@@ -78,7 +78,7 @@ class Ledger:
     """Access to one ledger file. Cheap to create; connections are cached per thread.
 
     The file itself — opening it, checking it is still the one at the path, putting it back,
-    bounded locks — is :class:`~jupyter_gpushare.ledger_access.LedgerAccess`'s business.
+    bounded locks — is :class:`~jupyter_gpushare.backends.local.ledger.access.LedgerAccess`'s business.
     """
 
     def __init__(

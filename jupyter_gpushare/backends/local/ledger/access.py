@@ -17,7 +17,7 @@ write transaction; this module makes sure both are on *the* ledger — the file 
   otherwise refuses — it never starts a second, empty ledger beside theirs;
 * lock waits are bounded and a timeout names the process holding the lock.
 
-See :mod:`jupyter_gpushare.ledger_file` for the note, the holders and the copy.
+See :mod:`jupyter_gpushare.backends.local.ledger.file` for the note, the holders and the copy.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Each thread's sqlite connections to the ledger, and the ledger's lock file (bounded waits).
 
-Used by :class:`~jupyter_gpushare.ledger_access.LedgerAccess`. A connection belongs to one
+Used by :class:`~jupyter_gpushare.backends.local.ledger.access.LedgerAccess`. A connection belongs to one
 *generation* of the ledger's file: when the process moves to a restored file, each thread opens
 a new connection at its next call. Connections never create the file (``mode=rw``): only the
 access layer does that, deliberately.

@@ -28,9 +28,8 @@ from typing import Any, ClassVar, TypeVar
 T = TypeVar("T")
 
 # A write holds the lock for a few hundred microseconds: a contended lock is tried again over
-# about 3 ms before a kept thread queues for it, which costs two thread hand-offs. Four writing
-# processes on two cores, against e14ae77's unbounded wait: x0.94-0.98 with these, x0.89 with
-# four waits (1 ms), x0.81 with none (benchmarks/ledger_throughput.py --against e14ae77).
+# about 3 ms before a kept thread queues for it, which costs two thread hand-offs (the figures
+# that chose these waits: docs/benchmarks.md, "The ledger at four processes").
 _SHORT_WAITS = (0.0001, 0.0002, 0.0003, 0.0004, 0.0005, 0.0006, 0.0008)
 
 

@@ -1,7 +1,7 @@
 """The ledger's tables, and how a ledger file is started or given back its rows (sqlite, no policy).
 
-Used by :mod:`jupyter_gpushare.ledger_access` when it creates, adopts or restores a ledger file,
-and by :mod:`jupyter_gpushare.backends.local.ledger` for its queries.
+Used by :mod:`jupyter_gpushare.backends.local.ledger.access` when it creates, adopts or restores a
+ledger file, and by :mod:`jupyter_gpushare.backends.local.ledger` for its queries.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pod requests by mode and resource preset: the SPEC §2 table row by row, MIG profiles,
+"""Pod requests by mode and resource preset: the docs/how-it-works/modes.md table row by row, MIG profiles,
 resource name overrides, shares of a card, and what a preset cannot ask for (the golden table is
 in k8s_pods.py)."""
 

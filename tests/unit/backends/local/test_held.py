@@ -1,4 +1,4 @@
-"""The ledger never offers memory a live process holds (SPEC §12), on a real ledger file.
+"""The ledger never offers memory a live process holds (docs/how-it-works/ledger.md), on a real ledger file.
 
 A simulated pool has no NVML: what a kernel declares it uses stands for what its processes hold,
 as it does everywhere on such a pool. A shrink below it is refused with the numbers (or, forced,

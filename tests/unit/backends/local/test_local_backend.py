@@ -96,7 +96,7 @@ async def test_a_request_larger_than_every_device_is_refused_at_once(service: Lo
 
 async def test_a_request_larger_than_every_device_names_the_largest(service: LocalBackend) -> None:
     # Its form is fine: the message says what is too large, not every form a size may take
-    # (issue 25; SPEC §3 lists the accepted forms for the sizes that cannot be read).
+    # (issue 25; docs/users/sizes.md lists the accepted forms for the sizes that cannot be read).
     with pytest.raises(DoesNotFitError) as caught:
         await service.acquire("k1", service.check("20G"))
     assert "20G is larger than any GPU in the pool (largest: " in str(caught.value)
