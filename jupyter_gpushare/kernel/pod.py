@@ -26,7 +26,6 @@ from jupyter_gpushare.kernel.display import PodSliceStatus, PoolStatus
 log = logging.getLogger("jupyter_gpushare")
 
 REQUEST_TIMEOUT = 5.0
-FIXED_FOR_LIFE = POD_HOLDS_ITS_GPU
 
 
 # The server that started this pod cannot be reached (or was never told): the transport's error.
@@ -92,16 +91,16 @@ class PodKernel:
         return PoolStatus(self.view()["pool"])
 
     def request(self, memory: object, mode: object = None, cores: object = None, on_wait: Any = None) -> Any:
-        raise NotOfferedError(FIXED_FOR_LIFE)
+        raise NotOfferedError(POD_HOLDS_ITS_GPU)
 
     def release(self) -> Any:
-        raise NotOfferedError(FIXED_FOR_LIFE)
+        raise NotOfferedError(POD_HOLDS_ITS_GPU)
 
     def suspend(self) -> Any:
-        raise NotOfferedError(FIXED_FOR_LIFE)
+        raise NotOfferedError(POD_HOLDS_ITS_GPU)
 
     def resume(self, on_wait: Any = None) -> Any:
-        raise NotOfferedError(FIXED_FOR_LIFE)
+        raise NotOfferedError(POD_HOLDS_ITS_GPU)
 
     def resize(self, memory: object, restart: bool = False, force: bool = False) -> PodSliceStatus:
         parse_size(memory)  # a bad size is refused before anything else

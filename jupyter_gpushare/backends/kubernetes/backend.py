@@ -79,7 +79,6 @@ from jupyter_gpushare.core.views import slice_less_view
 log = logging.getLogger("jupyter_gpushare")
 
 POD_HOLDERS = " by their kernel pods"  # whose memory a per-user refusal counts
-HELD_FOR_LIFE = "kernel {kernel_id}: " + POD_HOLDS_ITS_GPU
 
 
 def server_identity(settings: GPUShare) -> tuple[str, str]:
@@ -385,7 +384,7 @@ class KubernetesBackend(WithoutAccounting):
         return item is None or not (item.placed and item.phase == "Running")
 
     def release(self, kernel_id: str) -> None:
-        raise NotOfferedError(HELD_FOR_LIFE.format(kernel_id=kernel_id))
+        raise NotOfferedError(f"kernel {kernel_id}: {POD_HOLDS_ITS_GPU}")
 
     def report_usage(self, kernel_id: str, report: UsageReport) -> None:
         self._usage.report(kernel_id, report)

@@ -45,7 +45,6 @@ from traitlets import Any as AnyTrait
 from traitlets import Float
 
 from jupyter_gpushare.backends.kubernetes.cluster_pods import ClusterPods
-from jupyter_gpushare.backends.kubernetes.held_for_life import HeldForLife
 from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
 from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodKeeper, PodWatch
 from jupyter_gpushare.backends.kubernetes.pod_start import KernelPodError
@@ -53,7 +52,12 @@ from jupyter_gpushare.backends.kubernetes.pods_from_broker import BrokerPods
 from jupyter_gpushare.backends.kubernetes.slice_requests import pod_slice_request
 from jupyter_gpushare.backends.provisioning import REQUEST_TRAITS, SliceProvisioner
 from jupyter_gpushare.config import GPUShare, load_settings
-from jupyter_gpushare.core.errors import DoesNotFitError, NeedsRestartError
+from jupyter_gpushare.core.errors import (
+    POD_HOLDS_ITS_GPU,
+    DoesNotFitError,
+    NeedsRestartError,
+    NotOfferedError,
+)
 from jupyter_gpushare.core.slice_request import SliceRequest
 
 NEEDS_RESTART = (
@@ -70,7 +74,7 @@ async def open_keeper(settings: GPUShare, watch: PodWatch) -> PodKeeper:
     return await ClusterPods.open(settings, watch)
 
 
-class KubernetesProvisioner(HeldForLife, SliceProvisioner):
+class KubernetesProvisioner(SliceProvisioner):
     """A kernel in its own pod, asking the cluster's GPU sharing layer for its slice."""
 
     gpu_memory = AnyTrait(None, help="Slice size (docs/users/sizes.md); None takes GPUShare.default_memory.")
@@ -230,6 +234,17 @@ class KubernetesProvisioner(HeldForLife, SliceProvisioner):
         )
 
     # ---- the kernel's own slice ------------------------------------------------------------------
+
+    # A pod's GPU is the pod's for its life: what only a new pod could do is refused with one
+    # error (NotOfferedError, 409).
+    async def give_back(self) -> None:
+        raise NotOfferedError(f"kernel {self.kernel_id}: {POD_HOLDS_ITS_GPU}")
+
+    async def suspend(self) -> None:
+        raise NotOfferedError(POD_HOLDS_ITS_GPU)
+
+    async def resume(self) -> None:
+        raise NotOfferedError(POD_HOLDS_ITS_GPU)
 
     async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         """A pod's resources are fixed: the new size takes a new pod, so ``restart`` is needed."""

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 
 from jupyter_gpushare.backends.local.accounting import Activity, Keeping, store
 from jupyter_gpushare.core.accounting.tally import Figures
-from jupyter_gpushare.core.accounting.usage_report import check_by, report, row
-from jupyter_gpushare.core.errors import NotYourSliceError
-from jupyter_gpushare.core.payloads import KernelPayload, UsagePayload, UsageRowPayload
+from jupyter_gpushare.core.accounting.usage_report import check_by, report
+from jupyter_gpushare.core.payloads import KernelPayload, UsagePayload
 from jupyter_gpushare.core.placement.allocator import Held, Policy, Request
 from jupyter_gpushare.core.placement.queue_order import QueueRule, Waiter, line_up
 from jupyter_gpushare.core.placement.wait_estimate import History, expected_start
@@ -165,44 +164,6 @@ class Accounts:
                 )
 
 
-class KeepsAccounts:
-    """The service API's accounting for the local backend (a mixin: it holds ``accounts``, whose
-    kernels its ``viewer`` may see, and the ``policy`` of its queue)."""
-
-    accounts: Accounts
-    viewer: str
-
-    @property
-    def policy(self) -> Policy:
-        raise NotImplementedError
-
-    def own_slice(self, kernel_id: str, token: str | None) -> SliceRecord | None:
-        raise NotImplementedError
-
-    def _in_line(self, records: list[SliceRecord]) -> list[SliceRecord]:
-        return self.accounts.in_line(records, self.policy)
-
-    def usage(self, since: float, by: str) -> UsagePayload:
-        """The accounting of the viewer's kernels (everyone's for a broker's admin)."""
-        return self.accounts.report(since, by, self.viewer)
-
-    def usage_totals(self) -> list[UsageRowPayload]:
-        totals = self.accounts.totals(self.viewer)
-        return [row(owner, owner, figures, 0) for owner, figures in sorted(totals.items())]
-
-    def note_activity(
-        self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str
-    ) -> None:
-        """A kernel's own report: a cell started (``busy``) or ended at ``at``. A kernel that
-        holds no slice (or another kernel's token) reports nothing."""
-        try:
-            if self.own_slice(kernel_id, token) is None:
-                return
-        except NotYourSliceError:
-            return
-        self.accounts.note_activity(kernel_id, busy, at, idle_after, idle_action)
-
-
 def _request(record: SliceRecord) -> Request:
     return Request(record.kernel_id, record.owner, parse_size(record.size), record.kind)
 
@@ -233,4 +194,4 @@ def show_idle(view: KernelPayload, activity: Activity | None) -> None:
         view["idle_action_at"] = activity.at + activity.idle_after
 
 
-__all__ = ["Accounts", "KeepsAccounts", "show_idle"]
+__all__ = ["Accounts", "show_idle"]

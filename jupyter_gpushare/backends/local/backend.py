@@ -21,16 +21,17 @@ from jupyter_gpushare.backends.local import checks as local_checks
 from jupyter_gpushare.backends.local import holding as holdings
 from jupyter_gpushare.backends.local import suspend as suspending
 from jupyter_gpushare.backends.local import views as local_views
-from jupyter_gpushare.backends.local.accounts import Accounts, KeepsAccounts
+from jupyter_gpushare.backends.local.accounts import Accounts
 from jupyter_gpushare.backends.local.checkpoint import HelperRunner, Runner
-from jupyter_gpushare.backends.local.grants import KernelGrants
 from jupyter_gpushare.backends.local.inventory import Device, Inventory, discover
 from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.backends.local.monitor import UsageMonitor
 from jupyter_gpushare.backends.processes import current_process, identify, runs_within
 from jupyter_gpushare.backends.protocol import ServerHooks, ServerKernels, WaitCallback
 from jupyter_gpushare.backends.queue_wait import settle, wait_for_slice
-from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.config import GPUShare, settings_env
+from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.accounting.usage_report import row
 from jupyter_gpushare.core.capabilities import NODE_LEDGER, Capabilities
 from jupyter_gpushare.core.errors import (
     BackendUnavailableError,
@@ -39,8 +40,8 @@ from jupyter_gpushare.core.errors import (
     NoSliceError,
     NotYourSliceError,
 )
-from jupyter_gpushare.core.modes import MODES, NodeFacts, probe_node
-from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload
+from jupyter_gpushare.core.modes import MODES, Grant, NodeFacts, get_mode, probe_node
+from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from jupyter_gpushare.core.placement.allocator import Placement, Policy, Refusal
 from jupyter_gpushare.core.placement.holding import released_note
 from jupyter_gpushare.core.placement.preview import Preview
@@ -69,10 +70,10 @@ from jupyter_gpushare.core.slice_request import (
 log = logging.getLogger("jupyter_gpushare")
 
 
-class LocalBackend(KernelGrants, KeepsAccounts):
-    """Slices on this node for one process (a server, a console, an nbclient run); what a kernel
-    gets with its slice from :class:`~.grants.KernelGrants` (first: ``own_slice`` is its), what
-    slices cost from :class:`~.accounts.KeepsAccounts`."""
+class LocalBackend:
+    """Slices on this node for one process (a server, a console, an nbclient run): placing them,
+    what a kernel gets with its slice and how it proves the slice is its own, and what slices
+    cost."""
 
     name = "local"
     remote_kernels = False
@@ -155,6 +156,89 @@ class LocalBackend(KernelGrants, KeepsAccounts):
             self.settings.when_full,
             self.accounts,
         )
+
+    # ---- what a kernel gets with its slice, and how it proves the slice is its own ----------------
+
+    def grant(self, record: SliceRecord) -> Grant:
+        assert record.unit_uuid is not None
+        return Grant(
+            kernel_id=record.kernel_id,
+            mode=record.mode,
+            unit_uuid=record.unit_uuid,
+            unit_memory=local_views.unit_memory(self.ledger.devices(), record.unit_uuid),
+            memory=record.memory,
+            cores=record.cores,
+        )
+
+    def slice_env(self, record: SliceRecord) -> dict[str, str]:
+        """The variables of the slice's mode on this node (device, caps, MPS or HAMi-core)."""
+        return get_mode(record.mode).kernel_env(self.grant(record), self.facts)
+
+    def kernel_env(self, record: SliceRecord) -> dict[str, str]:
+        """The slice's variables, this process's settings, and the kernel's own-slice token."""
+        env = settings_env(self.settings)
+        env.update(self.slice_env(record))
+        token = self._tokens.get(record.kernel_id)
+        if token:
+            env[env_names.TOKEN] = token
+        return env
+
+    def own_slice(self, kernel_id: str, token: str | None) -> SliceRecord | None:
+        """The slice of ``kernel_id`` if ``token`` proves the caller is that kernel.
+
+        None when the kernel holds no slice; an error when the slice exists and the token does
+        not match it, so one kernel can never act on another kernel's slice.
+        """
+        record = self.ledger.get(kernel_id)
+        if record is None:
+            return None
+        if (
+            not token
+            or record.token_hash is None
+            or not hmac.compare_digest(record.token_hash, token_digest(token))
+        ):
+            raise NotYourSliceError(f"the GPU slice of kernel {kernel_id} belongs to another kernel")
+        return record
+
+    def own_warnings(self, kernel_id: str, token: str | None) -> tuple[str, ...]:
+        """The warnings on the caller's slice (none without one, or with another kernel's token)."""
+        try:
+            record = self.own_slice(kernel_id, token)
+        except NotYourSliceError:
+            return ()
+        return record.warnings if record is not None else ()
+
+    def token_for(self, kernel_id: str) -> str | None:
+        return self._tokens.get(kernel_id)
+
+    def remember_token(self, kernel_id: str, token: str) -> None:
+        """Let a kernel that requests its own slice keep proving its identity with ``token``."""
+        self._tokens[kernel_id] = token
+
+    # ---- what slices cost -----------------------------------------------------------------------
+
+    def _in_line(self, records: list[SliceRecord]) -> list[SliceRecord]:
+        return self.accounts.in_line(records, self.policy)
+
+    def usage(self, since: float, by: str) -> UsagePayload:
+        """The accounting of the viewer's kernels (everyone's for a broker's admin)."""
+        return self.accounts.report(since, by, self.viewer)
+
+    def usage_totals(self) -> list[UsageRowPayload]:
+        totals = self.accounts.totals(self.viewer)
+        return [row(owner, owner, figures, 0) for owner, figures in sorted(totals.items())]
+
+    def note_activity(
+        self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str
+    ) -> None:
+        """A kernel's own report: a cell started (``busy``) or ended at ``at``. A kernel that
+        holds no slice (or another kernel's token) reports nothing."""
+        try:
+            if self.own_slice(kernel_id, token) is None:
+                return
+        except NotYourSliceError:
+            return
+        self.accounts.note_activity(kernel_id, busy, at, idle_after, idle_action)
 
     # ---- acquire / release ---------------------------------------------------------------
 

@@ -138,4 +138,3 @@ def kernel_claim(
         annotations={**(annotations or {}), SERVER_ANNOTATION: server_id, SIZE_ANNOTATION: size},
         owner=pod,
     )
-
