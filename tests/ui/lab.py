@@ -243,7 +243,8 @@ def make_environment(root: Path, gpushare: dict[str, Any] | None = None) -> dict
         {
             "JUPYTER_PATH": str(prefix / "share" / "jupyter"),
             "JUPYTER_PLATFORM_DIRS": "1",
-            "JUPYTER_GPUSHARE_SIMULATE": SIMULATE,
+            # The environment wins over the config file: a pool the test configures goes here.
+            "JUPYTER_GPUSHARE_SIMULATE": (gpushare or {}).get("simulate", SIMULATE),
             "JUPYTER_GPUSHARE_LEDGER_PATH": str(root / "ledger.sqlite"),
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         }
