@@ -34,13 +34,13 @@ from jupyter_gpushare.core.sizes import GiB
 from ..cluster import ControlPlane, KubeCluster, hami_nodes
 from ..cluster.rest import PODS, SECRETS, Api, ApiError
 from ..support.hermetic import isolated_from_the_machine
+from ..support.hub import ADMIN_TOKEN, HUB_BASE, Hub, proxy_command
 from ..support.json_http import json_call
 from ..support.nodes import BIN, IMAGE
 from ..support.polling import wait_until
 from ..support.servers import JupyterServer, execute, free_port
 from ..support.teambox import LEAN_SERVER
 from .conftest import module_kube
-from .test_jupyterhub import ADMIN_TOKEN, Hub, proxy_command
 
 pytestmark = pytest.mark.integration
 
@@ -48,17 +48,9 @@ BROKER_TOKEN = "gpushare-broker-service-token"
 API = "api/gpushare"
 ORPHAN_GRACE = 3.0
 
-HUB_CONFIG = """
-c = get_config()
-c.JupyterHub.bind_url = "http://127.0.0.1:{port}"
-c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
-c.ConfigurableHTTPProxy.command = [{proxy!r}]
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
-c.JupyterHub.db_url = "sqlite:///{root}/hub.sqlite"
-c.JupyterHub.cookie_secret_file = "{root}/cookie_secret"
-c.JupyterHub.pid_file = "{root}/hub.pid"
-c.JupyterHub.authenticator_class = "dummy"
-c.Authenticator.allow_all = True
+HUB_CONFIG = (
+    HUB_BASE
+    + """
 c.JupyterHub.spawner_class = "simple"
 c.SimpleLocalProcessSpawner.home_dir_template = "{root}/home/{{username}}"
 c.Spawner.cmd = [{singleuser!r}]
@@ -76,6 +68,7 @@ c.JupyterHub.load_roles = [{{
     "services": ["tests"],
 }}]
 """
+)
 
 
 @dataclass

@@ -6,13 +6,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,40 +17,16 @@ import pytest
 from jupyter_gpushare.core.sizes import GiB
 
 from ..support.hermetic import isolated_from_the_machine
-from ..support.json_http import json_call
+from ..support.hub import ADMIN_TOKEN, HUB_BASE, Hub, proxy_command
 from ..support.nodes import BIN, Node
 from ..support.servers import free_port
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).parents[2]
-ADMIN_TOKEN = "gpushare-test-admin-token"
-
-
-def proxy_command() -> str:
-    # `make test` installs it with npm into build/node; an installed one on PATH works too.
-    local = ROOT / "build" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
-    found = str(local) if local.exists() else shutil.which("configurable-http-proxy")
-    if not found:
-        pytest.fail(
-            "configurable-http-proxy is missing: run `make install` (npm install --prefix build/node "
-            "configurable-http-proxy@4)"
-        )
-    return found
-
-
-HUB_CONFIG = """
+HUB_CONFIG = (
+    HUB_BASE
+    + """
 from jupyter_gpushare.hub import budget_environment
-c = get_config()
-c.JupyterHub.bind_url = "http://127.0.0.1:{port}"
-c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
-c.ConfigurableHTTPProxy.command = [{proxy!r}]
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
-c.JupyterHub.db_url = "sqlite:///{root}/hub.sqlite"
-c.JupyterHub.cookie_secret_file = "{root}/cookie_secret"
-c.JupyterHub.pid_file = "{root}/hub.pid"
-c.JupyterHub.authenticator_class = "dummy"
-c.Authenticator.allow_all = True
 c.JupyterHub.spawner_class = "simple"
 c.SimpleLocalProcessSpawner.home_dir_template = "{root}/home/{{username}}"
 c.Spawner.cmd = [{singleuser!r}]
@@ -73,17 +46,7 @@ def pre_spawn_hook(spawner):
 
 c.Spawner.pre_spawn_hook = pre_spawn_hook
 """
-
-
-@dataclass
-class Hub:
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def call(self, method: str, path: str, body: Any = None, token: str = ADMIN_TOKEN) -> tuple[int, Any]:
-        headers = {"Authorization": f"token {token}"}
-        return json_call(f"{self.url}{path}", method, body, headers=headers, timeout=120)
+)
 
 
 @pytest.fixture

@@ -100,16 +100,22 @@ def jupyter_run(box: TeamBox, alice: OSUser) -> tuple[dict[str, Any], str]:
     return json.loads(lines[-1]), done.stderr
 
 
-def test_one_line_of_a_users_own_config_changes_that_setting_only(box: TeamBox) -> None:
-    alice = box.users[ALICE]
-    write_own_config(alice, "c.GPUShare.sample_interval = 2\n")
-    seen, _ = jupyter_run(box, alice)
-    assert seen == {
+def on_the_broker_with_her_interval(box: TeamBox) -> dict[str, Any]:
+    """What the probe reports of a kernel on the box's broker, within its limits, at alice's own
+    sample interval."""
+    return {
         "broker_url": box.broker_url,
         "sample_interval": "2.0",
         "max_memory_per_kernel": "8G",
         "held_by_the_broker": True,
     }
+
+
+def test_one_line_of_a_users_own_config_changes_that_setting_only(box: TeamBox) -> None:
+    alice = box.users[ALICE]
+    write_own_config(alice, "c.GPUShare.sample_interval = 2\n")
+    seen, _ = jupyter_run(box, alice)
+    assert seen == on_the_broker_with_her_interval(box)
 
 
 def test_a_users_own_config_cannot_leave_the_broker_or_its_limits_and_is_told_so(box: TeamBox) -> None:
@@ -125,12 +131,7 @@ def test_a_users_own_config_cannot_leave_the_broker_or_its_limits_and_is_told_so
         """,
     )
     seen, stderr = jupyter_run(box, alice)
-    assert seen == {
-        "broker_url": box.broker_url,
-        "sample_interval": "2.0",
-        "max_memory_per_kernel": "8G",
-        "held_by_the_broker": True,
-    }
+    assert seen == on_the_broker_with_her_interval(box)
     for trait, value, kept in (("broker_url", "", box.broker_url), ("max_memory_per_kernel", "80G", "8G")):
         sentence = (
             f"GPUShare.{trait} = {value!r} in {own} is ignored: the administrator sets it to "

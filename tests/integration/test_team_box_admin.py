@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from ..support.hermetic import isolated_from_the_machine
+from ..support.hub import ADMIN_TOKEN, HUB_BASE, Hub, proxy_command
 from ..support.polling import wait_until
 from ..support.teambox import OSUser, TeamBox, environment_python, team_box
 
@@ -164,21 +165,7 @@ def cli_as(box: TeamBox, user: OSUser | None, python: Path, *arguments: str) -> 
     """``jupyter gpushare …`` run by ``python`` as ``user`` (root: None), without the box's
     ``JUPYTER_PATH``: the kernelspecs are where an installation puts them."""
     code = f"import sys; from jupyter_gpushare.cli import main; sys.exit(main({list(arguments)!r}))"
-    if user is None:
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(box.root / "root-home"), **isolated_from_the_machine()}
-        done = subprocess.run([str(python), "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    else:
-        env = {key: value for key, value in box.env_for(user).items() if key != "JUPYTER_PATH"}
-        done = subprocess.run(
-            [str(python), "-c", code],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            **user.popen_arguments(),
-        )
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    return done.stdout
+    return python_as(box, user, python, code)
 
 
 def kernelspecs_seen_by(box: TeamBox, user: OSUser, python: Path) -> dict[str, Any]:
@@ -186,17 +173,23 @@ def kernelspecs_seen_by(box: TeamBox, user: OSUser, python: Path) -> dict[str, A
         "import json; from jupyter_client.kernelspec import KernelSpecManager; "
         "print(json.dumps(KernelSpecManager().find_kernel_specs()))"
     )
-    env = {key: value for key, value in box.env_for(user).items() if key != "JUPYTER_PATH"}
+    return dict(json.loads(python_as(box, user, python, code)))
+
+
+def python_as(box: TeamBox, user: OSUser | None, python: Path, code: str) -> str:
+    """What ``python -c code`` printed, run as ``user`` (root: None) without the box's
+    ``JUPYTER_PATH``."""
+    if user is None:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(box.root / "root-home"), **isolated_from_the_machine()}
+        run_as: dict[str, Any] = {}
+    else:
+        env = {key: value for key, value in box.env_for(user).items() if key != "JUPYTER_PATH"}
+        run_as = user.popen_arguments()
     done = subprocess.run(
-        [str(python), "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        **user.popen_arguments(),
+        [str(python), "-c", code], env=env, capture_output=True, text=True, timeout=120, **run_as
     )
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout))
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return done.stdout
 
 
 def test_a_users_sized_kernelspecs_leave_the_administrators_picker_in_force(box: TeamBox) -> None:
@@ -237,23 +230,16 @@ def test_a_users_sized_kernelspecs_leave_the_administrators_picker_in_force(box:
 
 # ---- over HTTP, behind a real JupyterHub --------------------------------------------------------------
 
-HUB_CONFIG = """
-c = get_config()
-c.JupyterHub.bind_url = "http://127.0.0.1:{port}"
-c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
-c.ConfigurableHTTPProxy.command = [{proxy!r}]
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
-c.JupyterHub.db_url = "sqlite:///{root}/hub.sqlite"
-c.JupyterHub.cookie_secret_file = "{root}/cookie_secret"
-c.JupyterHub.pid_file = "{root}/hub.pid"
-c.JupyterHub.authenticator_class = "dummy"
-c.Authenticator.allow_all = True
+HUB_CONFIG = (
+    HUB_BASE
+    + """
 c.JupyterHub.services = [
     {{"name": "tests", "api_token": {admin_token!r}}},
     {{"name": "gpushare-broker", "api_token": {broker_token!r}}},
 ]
 c.JupyterHub.load_roles = [{{"name": "tests", "scopes": ["admin:users", "tokens"], "services": ["tests"]}}]
 """
+)
 BROKER_TOKEN = f"gpushare-broker-{RUN}"
 
 
@@ -264,7 +250,6 @@ def test_over_http_the_log_names_the_hub_user(tmp_path: Path) -> None:
     from ..support.json_http import json_call
     from ..support.nodes import BIN
     from ..support.servers import free_port
-    from .test_jupyterhub import ADMIN_TOKEN, Hub, proxy_command
 
     hub_port, port, broker_port = free_port(), free_port(), free_port()
     (tmp_path / "hub").mkdir()
