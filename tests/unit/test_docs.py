@@ -374,3 +374,43 @@ def test_the_doctor_line_check_can_fail() -> None:
         test_every_doctor_line_in_the_docs_is_one_doctor_can_print(
             "here", "FAIL  GPUs: no GPU found", "buy a GPU"
         )
+
+
+# ---- anchors -----------------------------------------------------------------------------------
+
+HEADING = re.compile(r"^#{1,6} +(?P<title>.+?) *$")
+LABEL = re.compile(r"^\((?P<label>[\w-]+)\)=$")
+
+
+def slug(title: str) -> str:
+    """The anchor GitHub (and MyST's heading anchors) make of a heading: lower case, punctuation
+    dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def misplaced_labels(text: str) -> list[str]:
+    """Labels named after one heading of the page but standing before another: a link to the
+    label (the docs site) and one to the heading's anchor (GitHub, the README) land apart."""
+    lines = text.splitlines()
+    slugs = {slug(match["title"]) for line in lines if (match := HEADING.match(line))}
+    found = []
+    for index, line in enumerate(lines[:-1]):
+        label, heading = LABEL.match(line), HEADING.match(lines[index + 1])
+        if label and heading and label["label"] in slugs and slug(heading["title"]) != label["label"]:
+            found.append(f"({label['label']})= stands before '{heading['title']}'")
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_a_label_named_after_a_heading_stands_before_it(page: Path) -> None:
+    assert misplaced_labels(page.read_text(encoding="utf-8")) == []
+
+
+def test_a_label_before_the_wrong_heading_is_found() -> None:
+    page = (
+        "(replay-what-idle-notebooks-cost)=\n## The broker at cluster scale\n\n"
+        "## Replay: what idle notebooks cost\n"
+    )
+    assert misplaced_labels(page) == [
+        "(replay-what-idle-notebooks-cost)= stands before 'The broker at cluster scale'"
+    ]
