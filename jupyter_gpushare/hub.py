@@ -28,8 +28,11 @@ from jupyter_gpushare.backends.kubernetes.objects.claims import make_claim_templ
 from jupyter_gpushare.backends.kubernetes.objects.dialects import kernel_request
 from jupyter_gpushare.backends.kubernetes.objects.manifests import CLAIM_REQUEST
 from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
-from jupyter_gpushare.backends.kubernetes.objects.requests import ClusterFacts, PodRequest
 from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.modes import get_mode
+from jupyter_gpushare.core.pods.cluster import ClusterFacts
+from jupyter_gpushare.core.pods.presets import ResourcePreset
+from jupyter_gpushare.core.pods.requests import TYPED_VALUE, PodRequest
 from jupyter_gpushare.core.sizes import format_bytes, parse_size
 
 OPTION = "gpu"
@@ -193,8 +196,9 @@ def _custom_overrides(mode: str, cores: int | None, cluster: ClusterFacts) -> di
 
     names = ["extra_resource_limits", "environment", "extra_annotations", "extra_labels"]
     overrides: dict[str, Any] = {name: field(name) for name in names}
-    if cluster.preset.scheduler_name and mode == "vgpu":
-        overrides["scheduler_name"] = cluster.preset.scheduler_name
+    scheduler = get_mode(mode).scheduler_name(cluster.preset)
+    if scheduler:
+        overrides["scheduler_name"] = scheduler
     if cluster.preset.dra is not None:
 
         def spec_of(spawner: Any) -> dict[str, Any]:
@@ -297,38 +301,25 @@ def claim_templates(
     return templates
 
 
-def _templated_custom(mode: str, preset: Any, cores: int | None) -> tuple[str, dict[str, Any]] | None:
-    if mode == "vgpu":
-        unit = preset.vgpu_memory_unit
-        limits: dict[str, str] = {}
-        annotations: dict[str, str] = {}
-        if preset.vgpu_count:
-            limits[preset.vgpu_count] = "1"
-        if preset.vgpu_memory:
-            limits[preset.vgpu_memory] = "{value}"
-        elif preset.vgpu_memory_annotation:
-            annotations[preset.vgpu_memory_annotation] = "{value}"
-        if cores is not None and preset.vgpu_cores:
-            limits[preset.vgpu_cores] = str(cores)
-        overrides: dict[str, Any] = {
-            "extra_resource_limits": limits,
-            "environment": {
-                env_names.DEFAULT_MODE: mode,
-                env_names.MAX_MEMORY_PER_USER: "{value}" if unit == "MiB" else "{value}G",
-            },
-        }
-        if annotations:
-            overrides["extra_annotations"] = annotations
-        if preset.scheduler_name:
-            overrides["scheduler_name"] = preset.scheduler_name
-        return unit, overrides
-    if mode in ("timeslice", "mps"):
-        resource = preset.timeslice_gpu if mode == "timeslice" else preset.mps_gpu
-        return "MiB", {
-            "extra_resource_limits": {resource: "1"},
-            "environment": {env_names.DEFAULT_MODE: mode, env_names.MAX_MEMORY_PER_USER: "{value}"},
-        }
-    return None  # exclusive and MIG have no custom amount
+def _templated_custom(
+    mode: str, preset: ResourcePreset, cores: int | None
+) -> tuple[str, dict[str, Any]] | None:
+    """The overrides of a custom size typed as a whole number of the mode's unit (KubeSpawner's
+    ``{value}``), or None where the mode takes no amount (a whole card, a MIG profile)."""
+    templated = get_mode(mode).templated_request(preset, cores)
+    if templated is None:
+        return None
+    request = templated.request
+    budget = TYPED_VALUE if templated.unit == "MiB" else f"{TYPED_VALUE}G"
+    overrides: dict[str, Any] = {
+        "extra_resource_limits": dict(request.resources),
+        "environment": {env_names.DEFAULT_MODE: mode, env_names.MAX_MEMORY_PER_USER: budget},
+    }
+    if request.annotations:
+        overrides["extra_annotations"] = dict(request.annotations)
+    if request.scheduler_name:
+        overrides["scheduler_name"] = request.scheduler_name
+    return templated.unit, overrides
 
 
 def budget_options_form(sizes: Iterable[str] = ("4G", "8G", "16G"), default: str | None = None) -> str:

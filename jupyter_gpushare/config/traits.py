@@ -20,7 +20,8 @@ from jupyter_gpushare.config import kinds
 from jupyter_gpushare.config.accounting import AccountingTraits
 from jupyter_gpushare.config.layers import Settled
 from jupyter_gpushare.core import env_names
-from jupyter_gpushare.core.modes import MODES, get_mode
+from jupyter_gpushare.core.modes import UnknownModeError, get_mode
+from jupyter_gpushare.core.modes.registry import GROUP as MODE_GROUP
 from jupyter_gpushare.core.sizes import SizeError, parse_size
 
 LEDGER_FILENAME = "gpushare-ledger.sqlite"
@@ -47,8 +48,12 @@ class GPUShare(Configurable, AccountingTraits):
         f"Also read from ${env_names.SIMULATE}.",
     ).tag(administered=True)
     default_memory = Unicode("4G", config=True, help="Slice size when a request names none.")
-    default_mode = Enum(
-        list(MODES), default_value="timeslice", config=True, help="Sharing mode when a request names none."
+    default_mode = Unicode(
+        "timeslice",
+        config=True,
+        help="Sharing mode when a request names none: one of the installed modes "
+        "(docs/how-it-works/modes.md), such as 'timeslice' or 'mps'; a package adds one under the "
+        f"entry-point group {MODE_GROUP}.",
     )
     sizes = List(
         Unicode(),
@@ -256,7 +261,7 @@ class GPUShare(Configurable, AccountingTraits):
         "ResourceSlice of the driver offers a device with allowMultipleAllocations.",
     )
     dra_fallbacks = List(
-        Enum(list(MODES)),
+        Unicode(),
         config=True,
         help="With a DRA preset: modes a kernel's claim may fall back to, in order, through "
         "firstAvailable, e.g. ['mig', 'mps', 'exclusive'] (a MIG slice, else an MPS share, else a "
@@ -309,6 +314,24 @@ class GPUShare(Configurable, AccountingTraits):
                 f"adds one under the entry-point group {kinds.GROUP})"
             )
         return name
+
+    @validate("default_mode")
+    def _known_mode(self, proposal: Any) -> str:
+        name = proposal["value"]
+        try:
+            get_mode(name)
+        except UnknownModeError as error:
+            raise TraitError(f"GPUShare.default_mode: {error}") from None
+        return str(name)
+
+    @validate("dra_fallbacks")
+    def _known_fallbacks(self, proposal: Any) -> list[str]:
+        for name in proposal["value"]:
+            try:
+                get_mode(name)
+            except UnknownModeError as error:
+                raise TraitError(f"GPUShare.dra_fallbacks: {error}") from None
+        return list(proposal["value"])
 
     @validate("overcommit")
     def _check_overcommit(self, proposal: Any) -> float:

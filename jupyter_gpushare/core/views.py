@@ -68,8 +68,8 @@ def _device_view(
 ) -> DevicePayload:
     on_device = [record for record in running if record.device_uuid == device.uuid]
     by_unit = {record.unit_uuid: record for record in on_device}
-    if device.mig_enabled:
-        modes = ["mig"]
+    if device.mig_enabled:  # a card in MIG mode serves its instances only
+        modes = [name for name, mode in MODES.items() if mode.placement == "mig"]
     else:
         modes = [
             name

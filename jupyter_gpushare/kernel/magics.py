@@ -11,9 +11,6 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
-# Kept light: this module loads with every kernel, the service only on the first %gpu.
-MODES = ("exclusive", "timeslice", "mps", "vgpu", "mig")
-
 USAGE = """%gpu [status]                         this kernel's slice, use and warnings
 %gpu pool                             every device: reserved, used, free
 %gpu request SIZE [--mode M] [--cores N]   take a slice (e.g. 8G)
@@ -57,13 +54,16 @@ def mistake(words: list[str], error: str) -> str:
 
 
 def _parser() -> _Parser:
+    # The installed modes are read at the first %gpu, not when every kernel loads this module.
+    from jupyter_gpushare.core.modes import mode_names
+
     parser = _Parser(prog="%gpu", add_help=False)
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
     commands.add_parser("status")
     commands.add_parser("pool")
     request = commands.add_parser("request")
     request.add_argument("size")
-    request.add_argument("--mode", choices=list(MODES))
+    request.add_argument("--mode", choices=mode_names())
     request.add_argument("--cores", type=_cores)
     resize = commands.add_parser("resize")
     resize.add_argument("size")

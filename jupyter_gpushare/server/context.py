@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from tornado import web
@@ -33,6 +32,7 @@ from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload, StatusPay
 from jupyter_gpushare.core.placement.preview import Preview
 from jupyter_gpushare.core.records import UsageReport
 from jupyter_gpushare.server.kernelspecs import default_kernelspec, request_defaults
+from jupyter_gpushare.server.openapi_document import served_document
 from jupyter_gpushare.server.snapshots import Snapshots
 from jupyter_gpushare.server.starts import Start, Starts
 from jupyter_gpushare.server.stream import StreamHub
@@ -389,7 +389,7 @@ class GPUShareContext:
 
     @staticmethod
     def openapi_text() -> str:
-        return (resources.files("jupyter_gpushare") / "openapi.yaml").read_text()
+        return served_document()
 
 
 _restarts: set[asyncio.Future[Any]] = set()  # restarts asked for by kernels, until done

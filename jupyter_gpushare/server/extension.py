@@ -76,6 +76,7 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, "stream"), handlers.StreamHandler),
             (url_path_join(base, "config"), handlers.ConfigHandler),
             (url_path_join(base, "fit"), handlers.FitHandler),
+            (url_path_join(base, "modes"), handlers.ModesHandler),
             (url_path_join(base, "usage"), usage_handlers.UsageHandler),
             (url_path_join(base, "openapi.yaml"), handlers.OpenAPIHandler),
         ],

@@ -19,6 +19,8 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from jupyter_gpushare.core import request_body
+from jupyter_gpushare.core.errors import GPUShareError
+from jupyter_gpushare.core.modes import MODES
 from jupyter_gpushare.http_errors import answering_domain_errors, message_of
 from jupyter_gpushare.server.content_coding import accepts_gzip
 from jupyter_gpushare.server.context import GPUShareContext
@@ -275,6 +277,40 @@ class FitHandler(GPUShareHandler):
         return values[0] if values else None
 
 
+class ModesHandler(GPUShareHandler):
+    """``GET modes``: every installed mode, what enforces it, whether a running kernel's slice
+    can be resized in place, and whether this pool can honour it now (and why not: the sentence
+    a start would be refused with)."""
+
+    @web.authenticated  # type: ignore[untyped-decorator]
+    @authorized  # type: ignore[untyped-decorator]
+    @answering_domain_errors
+    async def get(self) -> None:
+        context = self.gpushare
+
+        def why_not(name: str) -> str:
+            try:
+                reason = context.preview(None, name, None).reason
+            except GPUShareError as refusal:
+                reason = str(refusal)
+            return reason or f"this pool cannot hold a kernel in mode {name!r} now"
+
+        def answer() -> list[dict[str, Any]]:
+            offered = set(context.backend.modes())
+            return [
+                {
+                    "name": name,
+                    "enforcement": mode.enforcement,
+                    "live_resize": mode.live_resize,
+                    "available": name in offered,
+                    "reason": None if name in offered else why_not(name),
+                }
+                for name, mode in MODES.items()
+            ]
+
+        self.write_json(await asyncio.to_thread(answer))
+
+
 class OpenAPIHandler(GPUShareHandler):
     @web.authenticated  # type: ignore[untyped-decorator]
     @authorized  # type: ignore[untyped-decorator]
@@ -291,6 +327,7 @@ __all__ = [
     "KernelStateHandler",
     "KernelSuspendHandler",
     "KernelsHandler",
+    "ModesHandler",
     "OpenAPIHandler",
     "PoolHandler",
     "StreamHandler",

@@ -9,11 +9,13 @@
  */
 
 /**
- * How a slice is shared and enforced (docs/how-it-works/modes.md).
+ * How a slice is shared and enforced (docs/how-it-works/modes.md): the name of one of the modes
+ * installed where the server runs. The names come from the server (`GET config`'s `modes`),
+ * never from a list of our own: a package may add a mode.
  *
  * @schema Mode
  */
-export type Mode = 'exclusive' | 'timeslice' | 'mps' | 'vgpu' | 'mig';
+export type Mode = string;
 
 /**
  * `GET pool`: the devices, what is reserved and used on each, and the queue.

@@ -22,7 +22,7 @@ def test_config_answers_the_configured_presets_and_the_modes_of_the_node(node: N
         assert body["sizes"] == ["1G", "6G", "25%", "whole"]
         assert (body["default_memory"], body["default_mode"]) == ("6G", "timeslice")
         # A simulated pool accepts every mode but MIG, which needs MIG instances.
-        assert body["modes"] == ["exclusive", "timeslice", "mps", "vgpu"]
+        assert body["modes"] == ["exclusive", "mps", "timeslice", "vgpu"]
         refused = server.request("GET", "/api/gpushare/config", token=None)
         contract.check(refused, "/config", "GET")
         assert refused.status in (401, 403)

@@ -306,7 +306,7 @@ async def test_fallbacks_give_a_mig_device_else_an_mps_share_and_say_which(nvidi
         assert mig["memory_reserved"] == 20 * GiB
         mps_node = views[started[2]]["node"]
         assert by_node[mps_node]["memory_reserved"] == 80 * GiB  # a claim without shares holds its card
-        assert by_node[mps_node]["modes"] == ["exclusive", "timeslice", "mps"]
+        assert by_node[mps_node]["modes"] == ["exclusive", "mps", "timeslice"]
     finally:
         await kernels.shutdown_all()
     await nothing_left(nvidia)

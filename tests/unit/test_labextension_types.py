@@ -93,6 +93,8 @@ class Normaliser:
                 atoms = set(self.schema_type(self.schemas[name]))
         elif "oneOf" in schema:
             atoms = set().union(*(self.schema_type(option) for option in schema["oneOf"]))
+        elif len(schema.get("allOf", ())) == 1:  # a $ref with siblings (nullable, a description)
+            atoms = set(self.schema_type(schema["allOf"][0]))
         elif "enum" in schema:
             atoms = {"null" if value is None else f"'{value}'" for value in schema["enum"]}
         elif schema.get("type") == "array":

@@ -60,15 +60,22 @@ def test_an_upward_import_inside_a_function_breaks_the_layers(package_copy: Path
     assert "jupyter_gpushare.core.sizes -> jupyter_gpushare.server.handlers" in result.stdout
 
 
-def test_a_mode_object_importing_the_cluster_layer_is_reported(package_copy: Path) -> None:
-    timeslice = package_copy / "jupyter_gpushare" / "core" / "modes" / "timeslice.py"
-    timeslice.write_text(
-        timeslice.read_text()
-        + "\nfrom jupyter_gpushare.backends.kubernetes.objects.requests import timeslice_request\n"
-    )
+@pytest.mark.parametrize(
+    ("module", "imported"),
+    [
+        ("modes/timeslice.py", "from jupyter_gpushare.backends.kubernetes.objects.claims import claim_spec"),
+        ("pods/requests.py", "import kubernetes.client"),
+    ],
+)
+def test_a_mode_object_importing_the_cluster_layer_is_reported(
+    package_copy: Path, module: str, imported: str
+) -> None:
+    source = package_copy / "jupyter_gpushare" / "core" / module
+    source.write_text(source.read_text() + f"\n\ndef _shortcut():\n    {imported}\n")
     result = lint(package_copy)
     assert result.returncode == 1
-    assert "Mode objects do not import the Kubernetes kind BROKEN" in " ".join(result.stdout.split())
+    contract = "Mode objects know pods and claims as data only: no backend, no cluster I/O, no API client"
+    assert f"{contract} BROKEN" in " ".join(result.stdout.split())
 
 
 def test_a_cycle_between_siblings_is_reported(package_copy: Path) -> None:

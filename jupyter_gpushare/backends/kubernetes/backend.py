@@ -25,7 +25,6 @@ from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch
 from jupyter_gpushare.backends.kubernetes.objects.build import cluster_facts
 from jupyter_gpushare.backends.kubernetes.objects.dra_pool import (
     ClaimUse,
-    DraDevice,
     device_views,
     dra_nodes,
     facts_from_slices,
@@ -43,7 +42,6 @@ from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     server_label,
 )
 from jupyter_gpushare.backends.kubernetes.objects.pool import (
-    NodeGPUs,
     PodSlice,
     held_by_user,
     kernel_view,
@@ -55,7 +53,6 @@ from jupyter_gpushare.backends.kubernetes.objects.pool import (
 )
 from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
 from jupyter_gpushare.backends.kubernetes.objects.preview import preview_pod
-from jupyter_gpushare.backends.kubernetes.objects.requests import ClusterFacts
 from jupyter_gpushare.backends.kubernetes.pod_usage import PodUsage
 from jupyter_gpushare.backends.processes import current_process
 from jupyter_gpushare.backends.protocol import ServerHooks, ServerKernels
@@ -71,6 +68,7 @@ from jupyter_gpushare.core.modes import MODES
 from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from jupyter_gpushare.core.placement.allocator import kernel_limit_refusal, user_limit_refusal
 from jupyter_gpushare.core.placement.preview import Preview
+from jupyter_gpushare.core.pods.cluster import ClusterFacts, DraDevice, NodeGPUs
 from jupyter_gpushare.core.records import UsageReport
 from jupyter_gpushare.core.sizes import bytes_or_none
 from jupyter_gpushare.core.slice_request import SliceRequest, make_slice_request

@@ -39,11 +39,11 @@ from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     pod_name,
     secret_name,
 )
-from jupyter_gpushare.backends.kubernetes.objects.requests import PodRequest
 from jupyter_gpushare.backends.kubernetes.objects.status import termination
 from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodEnd, PodWatch
 from jupyter_gpushare.backends.kubernetes.pod_start import PodStart
 from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.core.pods.requests import PodRequest
 
 
 class ClusterPods:

@@ -24,7 +24,7 @@ from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     pod_name,
     secret_name,
 )
-from jupyter_gpushare.backends.kubernetes.objects.requests import PodRequest
+from jupyter_gpushare.core.pods.requests import PodRequest
 
 
 def create_secret(cluster: Cluster, body: dict[str, Any]) -> None:

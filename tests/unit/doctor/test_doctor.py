@@ -54,7 +54,7 @@ def test_a_simulated_pool_starts_a_real_test_kernel(
     assert main(["doctor"]) == 0
     text = capsys.readouterr().out
     assert "WARN  GPUs: simulated pool (GPU0 Simulated A100-80GB)" in text
-    assert "OK    modes: exclusive, timeslice, mps, vgpu (default timeslice); not set up here: mig" in text
+    assert "OK    modes: exclusive, mps, timeslice, vgpu (default timeslice); not set up here: mig" in text
     assert "OK    test kernel: CUDA_VISIBLE_DEVICES=GPU-" in text and "slice 512 MiB" in text
     assert "MIG:" not in text and "MPS:" not in text and "HAMi-core:" not in text
     assert " 0 FAIL, " in text.strip().splitlines()[-1]

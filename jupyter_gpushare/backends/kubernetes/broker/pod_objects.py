@@ -34,8 +34,8 @@ from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     kernel_ports,
     make_secret,
 )
-from jupyter_gpushare.backends.kubernetes.objects.requests import PodRequest
 from jupyter_gpushare.core.errors import GPUShareError
+from jupyter_gpushare.core.pods.requests import PodRequest
 from jupyter_gpushare.core.slice_request import make_slice_request
 
 ACTIVE = ("queued", "creating", "starting")

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError, load_configuration
 from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch
 from jupyter_gpushare.backends.kubernetes.objects.manifests import APP, APP_LABEL
-from jupyter_gpushare.backends.kubernetes.objects.pool import NodeGPUs, read_node
-from jupyter_gpushare.backends.kubernetes.objects.presets import ResourcePreset
+from jupyter_gpushare.backends.kubernetes.objects.pool import read_node
+from jupyter_gpushare.core.pods.cluster import NodeGPUs
+from jupyter_gpushare.core.pods.presets import ResourcePreset
 
 NODES_CACHED_FOR = 60.0  # seconds a listing of the nodes is reused where no watch runs
 FIRST_LIST_WAIT = 10.0  # seconds a first reader waits for the watch's first listing

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jupyter_gpushare.backends.kubernetes.objects.pool import NodeGPUs, PodSlice
+from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice
+from jupyter_gpushare.core.pods.cluster import NodeGPUs
 from jupyter_gpushare.core.sizes import format_bytes
 
 

@@ -21,9 +21,10 @@ from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     make_pod,
 )
 from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
-from jupyter_gpushare.backends.kubernetes.objects.requests import ClusterFacts, PodRequest
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.pods.cluster import ClusterFacts
+from jupyter_gpushare.core.pods.requests import PodRequest
 from jupyter_gpushare.core.slice_request import SliceRequest
 
 DEFAULT_ARGV = ("python", "-m", "ipykernel_launcher", "-f", "{connection_file}")

@@ -2,18 +2,16 @@
 
 Every caller that turns a slice request into what a pod asks for — the kernel pod builder, the
 JupyterHub profiles, a broker — comes through :func:`kernel_request`, so a DRA preset reaches
-every mode without a second code path.
+every mode without a second code path, and each mode answers for itself in either dialect
+(``Mode.pod_request``, ``Mode.dra_alternative``).
 """
 
 from __future__ import annotations
 
 from jupyter_gpushare.backends.kubernetes.objects.claims import claim_request, summary
-from jupyter_gpushare.backends.kubernetes.objects.requests import (
-    ClusterFacts,
-    PodRequest,
-    describe,
-    pod_request,
-)
+from jupyter_gpushare.core.modes import get_mode
+from jupyter_gpushare.core.pods.cluster import ClusterFacts
+from jupyter_gpushare.core.pods.requests import PodRequest, describe
 from jupyter_gpushare.core.sizes import Size
 
 
@@ -26,7 +24,7 @@ def kernel_request(
     exclusive request became "whole"); only a DRA claim can select cards by it."""
     if cluster.preset.dra is not None:
         return claim_request(mode, size, cores, cluster, card_at_least)
-    return pod_request(mode, size, cores, cluster)
+    return get_mode(mode).pod_request(size, cores, cluster)
 
 
 def describe_request(request: PodRequest) -> str:

@@ -20,12 +20,13 @@ from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.objects.claims import allocated_mode
 from jupyter_gpushare.backends.kubernetes.objects.manifests import KERNEL_ID_LABEL, OWNER_LABEL
-from jupyter_gpushare.backends.kubernetes.objects.pool import NodeGPUs, PodSlice, Usage
-from jupyter_gpushare.backends.kubernetes.objects.presets import DraNames, ResourcePreset
+from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice, Usage
+from jupyter_gpushare.core.modes import MODES
 from jupyter_gpushare.core.payloads import DevicePayload, MigPayload
+from jupyter_gpushare.core.pods.cluster import DraDevice, NodeGPUs
+from jupyter_gpushare.core.pods.presets import DraNames, ResourcePreset
 from jupyter_gpushare.core.visibility import visible_kernel_id
 
-MIG_TYPE = "mig"
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 _SUFFIXES: dict[str, int | Decimal] = {
     "": 1,
@@ -55,29 +56,6 @@ def parse_quantity(text: object) -> int | None:
         return int(Decimal(match.group(1)) * Decimal(_SUFFIXES[match.group(2)]))
     except InvalidOperation:
         return None
-
-
-@dataclass(frozen=True)
-class DraDevice:
-    """One device of the preset's driver, as a ResourceSlice publishes it."""
-
-    node: str
-    pool: str
-    name: str
-    kind: str  # the driver's "type" attribute: gpu, mig, hami-gpu…
-    memory: int  # bytes of its memory capacity (0 when it publishes none)
-    product: str | None = None
-    uuid: str | None = None
-    profile: str | None = None  # MIG devices
-    shared: bool = False  # allowMultipleAllocations: several claims may hold parts of it
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.pool, self.name
-
-    @property
-    def is_mig(self) -> bool:
-        return self.kind == MIG_TYPE or self.profile is not None
 
 
 @dataclass(frozen=True)
@@ -178,19 +156,11 @@ def _held_bytes(use_bytes: int | None, device: DraDevice) -> int:
 
 
 def offered_modes(devices: Sequence[DraDevice], preset: ResourcePreset) -> tuple[str, ...]:
-    """The modes kernel claims may ask of these devices (one node's)."""
+    """The modes kernel claims may ask of these devices (one node's): each mode says whether
+    they serve it."""
     names = preset.dra
     assert names is not None
-    cards = [device for device in devices if not device.is_mig]
-    consumable = names.consumable_capacity or any(device.shared for device in cards)
-    modes: list[str] = []
-    if cards:
-        modes += ["exclusive", "timeslice", "mps"]
-        if consumable and not names.nvidia_sharing:
-            modes.append("vgpu")
-    if names.mig_device_class and any(device.is_mig for device in devices):
-        modes.append("mig")
-    return tuple(modes)
+    return tuple(name for name, mode in MODES.items() if mode.offered_by_devices(devices, names))
 
 
 def dra_nodes(

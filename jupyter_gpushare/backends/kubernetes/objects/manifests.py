@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jupyter_gpushare.backends.kubernetes.objects.requests import PodRequest
 from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.pods.requests import PodRequest
 
 APP_LABEL = "app.kubernetes.io/name"
 APP = "jupyter-gpushare-kernel"

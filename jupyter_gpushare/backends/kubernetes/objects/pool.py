@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.objects.manifests import SERVER_LABEL, SIZE_ANNOTATION
-from jupyter_gpushare.backends.kubernetes.objects.presets import ResourcePreset
 from jupyter_gpushare.core import env_names
+from jupyter_gpushare.core.modes import MODES
 from jupyter_gpushare.core.payloads import (
     DevicePayload,
     KernelPayload,
@@ -26,6 +26,8 @@ from jupyter_gpushare.core.payloads import (
     QueuePayload,
     State,
 )
+from jupyter_gpushare.core.pods.cluster import NodeGPUs, counts_virtual_gpus
+from jupyter_gpushare.core.pods.presets import ResourcePreset
 from jupyter_gpushare.core.records import UsageReport
 from jupyter_gpushare.core.sizes import GiB, MiB, format_bytes
 from jupyter_gpushare.core.visibility import kernel_as_seen, queue_entry_as_seen, visible_kernel_id
@@ -37,25 +39,6 @@ GFD_COUNT = "nvidia.com/gpu.count"
 GFD_SHARING = "nvidia.com/gpu.sharing-strategy"  # none | time-slicing | mps
 GFD_REPLICAS = "nvidia.com/gpu.replicas"
 _MIG_MEMORY_SUFFIX = "gb"
-
-
-@dataclass(frozen=True)
-class NodeGPUs:
-    """What one node offers, read from its labels and allocatable resources."""
-
-    name: str
-    product: str | None
-    card_memory: int | None  # bytes per card (GFD), where labelled
-    cards: int | None  # physical cards, where known
-    sharing: str | None  # GFD sharing strategy
-    replicas: int | None
-    memory_total: int  # bytes the node offers to slices (0 when nothing says)
-    allocatable: dict[str, str] = field(default_factory=dict)  # the GPU resources only
-    mig: dict[str, int] = field(default_factory=dict)  # profile -> instances
-    # Read from DRA objects (k8s/dra_pool.py): bytes every allocated ResourceClaim holds on the
-    # node, whoever made it, and the modes its devices serve. None: a device-plugin node.
-    claimed: int | None = None
-    offered_modes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +104,7 @@ def read_node(node: Mapping[str, Any], preset: ResourcePreset) -> NodeGPUs | Non
     replicas = _int(labels.get(GFD_REPLICAS))
     cards = _int(labels.get(GFD_COUNT))
     sharing = labels.get(GFD_SHARING) or None
-    if cards is None and preset.gpu in allocatable and not _virtual(preset, allocatable):
+    if cards is None and preset.gpu in allocatable and not counts_virtual_gpus(preset, allocatable):
         advertised = _int(allocatable[preset.gpu]) or 0
         cards = advertised // replicas if replicas and sharing not in (None, "none") else advertised
     memory_total = _offered_memory(preset, allocatable, card_memory, cards, mig)
@@ -136,11 +119,6 @@ def read_node(node: Mapping[str, Any], preset: ResourcePreset) -> NodeGPUs | Non
         allocatable=allocatable,
         mig=mig,
     )
-
-
-def _virtual(preset: ResourcePreset, allocatable: Mapping[str, str]) -> bool:
-    """Whether the node's GPU count is of virtual GPUs (HAMi advertises several per card)."""
-    return preset.vgpu_memory is not None and preset.vgpu_memory in allocatable
 
 
 def _offered_memory(
@@ -165,24 +143,11 @@ def mig_memory(profile: str) -> int:
 
 
 def node_modes(node: NodeGPUs, preset: ResourcePreset) -> list[str]:
-    """The modes a kernel pod may ask of this node."""
+    """The modes a kernel pod may ask of this node: each mode says whether the node's resources
+    and labels offer it (under DRA, its devices did: :mod:`.dra_pool`)."""
     if node.offered_modes is not None:
         return list(node.offered_modes)
-    modes: list[str] = []
-    advertised = node.allocatable
-    if preset.gpu in advertised and node.sharing in (None, "none") and not _virtual(preset, advertised):
-        modes.append("exclusive")
-    if node.sharing == "time-slicing" or (
-        preset.timeslice_gpu != preset.gpu and preset.timeslice_gpu in advertised
-    ):
-        modes.append("timeslice")
-    if node.sharing == "mps" or (preset.mps_gpu != preset.gpu and preset.mps_gpu in advertised):
-        modes.append("mps")
-    if _virtual(preset, advertised) or (preset.vgpu_memory_annotation and preset.gpu in advertised):
-        modes.append("vgpu")
-    if node.mig:
-        modes.append("mig")
-    return modes
+    return [name for name, mode in MODES.items() if mode.offered_on_node(node, preset)]
 
 
 def _env(container: Mapping[str, Any]) -> dict[str, str]:
@@ -318,7 +283,7 @@ def _node_view(
 ) -> DevicePayload:
     here = [item for item in slices if item.node == node.name and item.placed]
     measured = [usage[item.kernel_id] for item in here if item.kernel_id in usage]
-    mig_slices = [item for item in here if item.mode == "mig"]
+    mig_slices = [item for item in here if _holds_mig(item)]
     instances: list[MigPayload] = []
     for profile, count in sorted(node.mig.items()):
         holders = [item for item in mig_slices if item.size and _profile_of(item, profile)]
@@ -352,6 +317,12 @@ def _node_view(
         "sharing": node.sharing,
         "allocatable": dict(node.allocatable),
     }
+
+
+def _holds_mig(item: PodSlice) -> bool:
+    """Whether the pod's mode gives it a MIG device."""
+    mode = MODES.get(item.mode or "")
+    return mode is not None and mode.placement == "mig"
 
 
 def _profile_of(item: PodSlice, profile: str) -> bool:

@@ -12,17 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jupyter_gpushare.backends.kubernetes.objects.pool import (
-    NodeGPUs,
-    PodSlice,
-    held_by_user,
-    never_fits,
-    node_modes,
-)
+from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice, held_by_user, never_fits, node_modes
 from jupyter_gpushare.backends.kubernetes.objects.pool import waiting as waiting_pods
-from jupyter_gpushare.backends.kubernetes.objects.presets import ResourcePreset
 from jupyter_gpushare.core.placement.allocator import kernel_limit_refusal
 from jupyter_gpushare.core.placement.preview import Preview, budget_summary, never, waiting
+from jupyter_gpushare.core.pods.cluster import NodeGPUs
+from jupyter_gpushare.core.pods.presets import ResourcePreset
 from jupyter_gpushare.core.sizes import Size, format_bytes
 
 

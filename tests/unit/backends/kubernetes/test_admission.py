@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpushare.backends.kubernetes.objects.admission import node_rooms, why_not_now
-from jupyter_gpushare.backends.kubernetes.objects.pool import NodeGPUs, PodSlice
+from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice
+from jupyter_gpushare.core.pods.cluster import NodeGPUs
 
 G = 1 << 30
 

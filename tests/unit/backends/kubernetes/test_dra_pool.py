@@ -113,7 +113,7 @@ def test_devices_claims_and_nodes_from_dra_objects() -> None:
     a, b = dra_nodes(devices, uses, NVIDIA)
     # Consumed shares count what they consumed; a claim without shares holds its whole device.
     assert (a.name, a.memory_total, a.claimed, a.cards) == ("a", 120 * GiB, 16 * GiB + 40 * GiB, 2)
-    assert a.offered_modes == ("exclusive", "timeslice", "mps")
+    assert a.offered_modes == ("exclusive", "mps", "timeslice")  # the registry's order
     assert (b.name, b.memory_total, b.claimed, b.cards, b.mig) == (
         "b",
         10 * GiB,

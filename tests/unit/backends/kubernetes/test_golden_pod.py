@@ -17,7 +17,7 @@ from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     make_secret,
     server_label,
 )
-from jupyter_gpushare.backends.kubernetes.objects.requests import PodRequest
+from jupyter_gpushare.core.pods.requests import PodRequest
 from tests.support.k8s_pods import (
     KERNEL_ID,
     OWNER,

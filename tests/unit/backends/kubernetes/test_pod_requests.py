@@ -9,13 +9,14 @@ import itertools
 import pytest
 
 from jupyter_gpushare.backends.kubernetes.objects.build import cluster_facts, kernel_pod
+from jupyter_gpushare.backends.kubernetes.objects.dialects import kernel_request
 from jupyter_gpushare.backends.kubernetes.objects.presets import (
     DEVICE_PLUGIN_PRESETS,
     PresetError,
     resolve_preset,
 )
-from jupyter_gpushare.backends.kubernetes.objects.requests import ClusterFacts, pod_request
 from jupyter_gpushare.core.errors import InvalidRequestError, ModeUnavailableError
+from jupyter_gpushare.core.pods.cluster import ClusterFacts
 from jupyter_gpushare.core.sizes import GiB, parse_size
 from tests.support.k8s_pods import (
     GOLDEN,
@@ -131,7 +132,7 @@ def test_mig_picks_the_smallest_advertised_profile_that_fits(memory: str, profil
 
 def test_mig_prefers_less_compute_among_profiles_of_equal_memory_and_ignores_other_names() -> None:
     facts = ClusterFacts(resolve_preset("nvidia"), mig_profiles=("2g.10gb", "1g.10gb+me", "1g.10gb"))
-    request = pod_request("mig", parse_size("8G"), None, facts)
+    request = kernel_request("mig", parse_size("8G"), None, facts)
     assert request.resources == {"nvidia.com/mig-1g.10gb": "1"}
     assert request.memory == 10 * GiB
 
@@ -154,16 +155,16 @@ def test_mig_profiles_come_from_the_settings_when_the_nodes_are_not_known() -> N
 def test_mig_errors_say_what_is_missing() -> None:
     no_profiles = ClusterFacts(resolve_preset("nvidia"))
     with pytest.raises(ModeUnavailableError, match=r"no node advertises nvidia\.com/mig-\* resources"):
-        pod_request("mig", parse_size("6G"), None, no_profiles)
+        kernel_request("mig", parse_size("6G"), None, no_profiles)
     facts = ClusterFacts(resolve_preset("nvidia"), mig_profiles=MIG_PROFILES)
     with pytest.raises(
         InvalidRequestError,
         match=r"81G is larger than any MIG profile the cluster offers "
         r"\(3g\.40gb, 1g\.10gb, 7g\.80gb, 2g\.20gb\)",
     ):
-        pod_request("mig", parse_size("81G"), None, facts)
+        kernel_request("mig", parse_size("81G"), None, facts)
     with pytest.raises(InvalidRequestError, match="'whole' is not a MIG size; use mode 'exclusive'"):
-        pod_request("mig", parse_size("whole"), None, facts)
+        kernel_request("mig", parse_size("whole"), None, facts)
 
 
 # ---- resource name overrides and percentages ----------------------------------------------
@@ -261,4 +262,4 @@ def test_presets_without_a_core_limit_refuse_cores_clearly(preset: str) -> None:
 def test_a_preset_with_no_way_to_ask_for_memory_is_refused() -> None:
     facts = ClusterFacts(resolve_preset("kai", {"vgpu_memory_annotation": None}))
     with pytest.raises(ModeUnavailableError, match="resource preset 'kai' has no way to ask for GPU memory"):
-        pod_request("vgpu", parse_size("6G"), None, facts)
+        kernel_request("vgpu", parse_size("6G"), None, facts)

@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.backends.kubernetes.objects.pool import NodeGPUs, PodSlice
+from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice
 from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
 from jupyter_gpushare.backends.kubernetes.objects.preview import preview_pod
 from jupyter_gpushare.backends.local.inventory import Device, MigInstance
 from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Request, fit
 from jupyter_gpushare.core.placement.preview import preview_start
+from jupyter_gpushare.core.pods.cluster import NodeGPUs
 from jupyter_gpushare.core.sizes import GiB, parse_size
 
 POOL = (
