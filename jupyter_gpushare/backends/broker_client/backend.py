@@ -28,7 +28,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from jupyter_gpushare.backends.broker_client.feed import BrokerFeed
-from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
 from jupyter_gpushare.backends.broker_client.wire import (
     device_from_json,
     outcome_from_json,
@@ -282,7 +282,7 @@ class RemoteBackend:
 
     def _withdraw(self, kernel_id: str) -> None:
         # An unreachable broker drops the request itself once the asking process is gone.
-        with contextlib.suppress(BrokerUnreachableError):
+        with contextlib.suppress(UnreachableError):
             self.free(kernel_id)
 
     def attach_kernel(self, kernel_id: str, pid: int | None) -> None:
@@ -407,7 +407,7 @@ class _Place:
     def ask(self) -> Outcome:
         try:
             outcome: Outcome = self.backend._outcome("POST", f"slices/{self.kernel_id}/place", {})
-        except BrokerUnreachableError as error:
+        except UnreachableError as error:
             now = time.monotonic()
             self.away_since = self.away_since if self.away_since is not None else now
             if now - self.away_since >= self.backend.settings.queue_timeout:
@@ -435,4 +435,4 @@ def remote_backend(settings: GPUShare) -> RemoteBackend:
         return backend
 
 
-__all__ = ["BrokerUnreachableError", "RemoteBackend", "remote_backend"]
+__all__ = ["RemoteBackend", "remote_backend"]
