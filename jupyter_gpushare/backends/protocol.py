@@ -91,7 +91,7 @@ class Pool(ABC):
     """The pool as one process sees it: its devices and queue (other users' slices anonymous),
     whether it can be read, and where it is kept."""
 
-    settings: GPUShare  # what it was built with: sizes, defaults, intervals, limits
+    settings: GPUShare  # what it answers with: sizes, defaults, intervals, limits
 
     @property
     @abstractmethod
