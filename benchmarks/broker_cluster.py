@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
-from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError  # noqa: E402
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError  # noqa: E402
 from tests.cluster import PODS, ControlPlane, KubeCluster, Namespace, hami_nodes  # noqa: E402
 from tests.cluster.fixture import SERVER_ACCOUNT, SERVER_NAMESPACE  # noqa: E402
 
@@ -180,7 +180,7 @@ def start_broker(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[byte
             client.call("GET", "info")
             client.call("GET", "pool")  # the watch's first listing is in
             return broker, client
-        except BrokerUnreachableError:
+        except UnreachableError:
             if broker.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError((root / "broker.log").read_text()) from None
             time.sleep(0.05)

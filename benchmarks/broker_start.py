@@ -61,7 +61,7 @@ def isolate(root: Path) -> None:
 
 
 def start_broker(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+    from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
 
     socket = root / "broker.sock"
     env = dict(os.environ, JUPYTER_GPUSHARE_LEDGER_PATH=str(root / "broker" / "ledger.sqlite"))
@@ -77,7 +77,7 @@ def start_broker(root: Path) -> tuple[subprocess.Popen[bytes], str]:
         try:
             BrokerClient(url).call("GET", "info")
             return broker, url
-        except BrokerUnreachableError:
+        except UnreachableError:
             if broker.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError((root / "broker.log").read_text()) from None
             time.sleep(0.05)

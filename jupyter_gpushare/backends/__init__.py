@@ -4,21 +4,42 @@
 ledger, :mod:`.local`), ``kubernetes`` (kernel pods, :mod:`.kubernetes`) or one another package
 registers — unless ``c.GPUShare.broker_url`` names a GPU broker, which
 then holds the ledger or the cluster for every user (:mod:`.broker_client` is its client). Everything
-above — the server extension, the CLI, the metrics, the provisioners, ``%gpu`` — holds a
-:class:`~.protocol.Backend` and never asks which.
+above holds the role of it that it uses (:mod:`.protocol`) and never asks which backend it has:
+the server extension, the CLI and the broker's routes a :class:`~.protocol.Backend`
+(:func:`backend_for`); a local kernel's provisioner and the kernel's ``%gpu`` also its
+:class:`~.protocol.NodeSlices` (:func:`node_slices_for`); a kernel around each cell its
+:class:`~.protocol.CellNotes` (:func:`cell_notes_for`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from jupyter_gpushare.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.protocol import Backend, CellNotes, NodeSlices, ServerHooks, ServerKernels
+    from jupyter_gpushare.backends.protocol import (
+        Accounting,
+        Backend,
+        CellNotes,
+        Kernels,
+        NodeSlices,
+        Pool,
+        ServerHooks,
+        ServerKernels,
+    )
     from jupyter_gpushare.config import GPUShare
 
-_FROM_BASE = ("Backend", "CellNotes", "NodeSlices", "ServerHooks", "ServerKernels")
+_FROM_BASE = (
+    "Accounting",
+    "Backend",
+    "CellNotes",
+    "Kernels",
+    "NodeSlices",
+    "Pool",
+    "ServerHooks",
+    "ServerKernels",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -43,16 +64,18 @@ def backend_for(settings: GPUShare) -> Backend:
     return kind_for(settings).make_backend(settings)
 
 
-def kernel_slices_for(settings: GPUShare) -> NodeSlices:
-    """Where a kernel acting on its own slice reaches it (``%gpu`` in a local kernel): the GPU
-    broker, else its kind's backend, which then holds kernels' slices (a ``NodeSlices``)."""
+def node_slices_for(settings: GPUShare) -> NodeSlices:
+    """Where a local kernel's provisioner and the kernel itself (``%gpu``) take and change its
+    slice: the GPU broker, else the kind's backend where it holds kernels' slices."""
+    from jupyter_gpushare.backends.protocol import NodeSlices
+
     backend = backend_for(settings)
-    if not callable(getattr(backend, "own_slice", None)):
+    if not isinstance(backend, NodeSlices):
         raise ConfigurationError(
             f"the {backend.name} backend does not hold a kernel's own slice: its kind must name "
             "a kernel handle of its own (BackendKind.kernel_slice)"
         )
-    return cast("NodeSlices", backend)
+    return backend
 
 
 def cell_notes_for(settings: GPUShare) -> CellNotes | None:
@@ -67,16 +90,19 @@ def cell_notes_for(settings: GPUShare) -> CellNotes | None:
     kind = kind_for(settings)
     if kind.cell_notes is not None:
         return kind.cell_notes(settings)
-    return kernel_slices_for(settings)
+    return node_slices_for(settings)
 
 
 __all__ = [
+    "Accounting",
     "Backend",
     "CellNotes",
+    "Kernels",
     "NodeSlices",
+    "Pool",
     "ServerHooks",
     "ServerKernels",
     "backend_for",
     "cell_notes_for",
-    "kernel_slices_for",
+    "node_slices_for",
 ]

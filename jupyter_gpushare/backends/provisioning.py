@@ -2,7 +2,7 @@
 
 Each backend's provisioner (:mod:`.local.provisioner`, :mod:`.kubernetes.provisioner`) is one,
 and answers the questions below the same way, so a server never asks which it has. The
-``gpushare-provisioner`` entry point (:class:`jupyter_gpushare.backends.provisioner.GPUShareProvisioner`)
+``gpushare-provisioner`` entry point (:func:`jupyter_gpushare.backends.provisioner.gpushare_provisioner`)
 builds the configured one.
 """
 

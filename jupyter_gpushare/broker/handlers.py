@@ -232,16 +232,6 @@ class WaitingHandler(BrokerHandler):
         self.answer({"waiting": await self.run(self.scoped().is_waiting, kernel_id)})
 
 
-class ReleaseHandler(BrokerHandler):
-    """``DELETE slices/{id}/gpu``: give the slice back while the kernel runs on."""
-
-    @answering_domain_errors
-    async def delete(self, kernel_id: str) -> None:
-        await self.run(lambda: require_own(self.authority, self.caller, kernel_id, missing_ok=True))
-        await self.run(self.scoped().release, kernel_id)
-        self.answer({})
-
-
 class UsageHandler(BrokerHandler):
     @answering_domain_errors
     async def post(self, kernel_id: str) -> None:
@@ -273,7 +263,6 @@ ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     ("refresh", RefreshHandler),
     ("reconcile", ReconcileHandler),
     (f"slices/{KERNEL}/waiting", WaitingHandler),
-    (f"slices/{KERNEL}/gpu", ReleaseHandler),
     (f"slices/{KERNEL}/usage", UsageHandler),
 ]
 

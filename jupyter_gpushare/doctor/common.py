@@ -22,7 +22,7 @@ START_THE_BROKER = (
 
 def check_broker(settings: GPUShare) -> tuple[Check, dict[str, Any] | None]:
     """With ``broker_url``: the broker answers and says who it takes this user for; its pool."""
-    from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+    from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
     from jupyter_gpushare.core.errors import GPUShareError
 
     url = settings.effective_broker_url()
@@ -32,9 +32,7 @@ def check_broker(settings: GPUShare) -> tuple[Check, dict[str, Any] | None]:
         pool = client.call("GET", "pool")
     except GPUShareError as error:
         path = client.address.socket_path
-        fix = (
-            unreachable_fix(path) if path and isinstance(error, BrokerUnreachableError) else START_THE_BROKER
-        )
+        fix = unreachable_fix(path) if path and isinstance(error, UnreachableError) else START_THE_BROKER
         return Check("broker", "FAIL", str(error), fix), None
     admin = ", an admin" if info.get("admin") else ""
     found = Check(

@@ -4,7 +4,10 @@ A kernel proves who it is with the secret token its provisioner put in its envir
 (``JUPYTER_GPUSHARE_TOKEN``); the backend compares it with the digest stored beside the slice in
 the ledger, so a kernel can act on its own slice and on no other. Every change goes through the
 same backend as the server and the CLI: the node ledger in the kernel's process, or — when the
-provisioner handed it a broker's address — the GPU broker, and then the kernel opens no ledger.
+provisioner handed it a broker's address — the GPU broker, and then the kernel opens no ledger. The
+kernel reads the pool and checks requests through the service API (``backend``, a
+:class:`~jupyter_gpushare.backends.protocol.Backend`) and acts on its slice through ``slices`` (a
+:class:`~jupyter_gpushare.backends.protocol.NodeSlices`): two roles of that one backend.
 Held memory, forced shrinks and suspend/resume need the node ledger itself (not yet a broker):
 the backend's ``capabilities`` say so, and a broker refuses them with ``NotOfferedError``.
 """
@@ -39,7 +42,7 @@ from jupyter_gpushare.kernel import caps
 from jupyter_gpushare.kernel.display import PoolStatus, SliceStatus, free_on
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.protocol import CellNotes, NodeSlices
+    from jupyter_gpushare.backends.protocol import Backend, CellNotes, NodeSlices
     from jupyter_gpushare.config import GPUShare
     from jupyter_gpushare.kernel.activity import ActivityWatch
 
@@ -79,8 +82,10 @@ def _kernel_id_from_connection_file() -> str | None:
 class OwnSlice:
     """This kernel's slice, reached through its backend's kernel-facing calls (``NodeSlices``)."""
 
-    def __init__(self, backend: NodeSlices | None = None) -> None:
-        self._backend = backend
+    def __init__(self) -> None:
+        self._settings: GPUShare | None = None
+        self._backend: Backend | None = None
+        self._slices: NodeSlices | None = None
         self.kernel_id = (
             os.environ.get(env_names.KERNEL_ID)
             or _kernel_id_from_connection_file()
@@ -93,44 +98,58 @@ class OwnSlice:
         self._notes_lock = threading.Lock()
 
     @property
-    def backend(self) -> NodeSlices:
-        """The kernel's backend, built on first use (a kernel starts without it).
+    def settings(self) -> GPUShare:
+        """The provisioner handed this kernel its settings as JUPYTER_GPUSHARE_* variables; a
+        kernel reads no config files and leaves reconciling the node to the servers."""
+        if self._settings is None:
+            self._settings = _kernel_settings()
+        return self._settings
 
-        The provisioner handed this kernel its settings as JUPYTER_GPUSHARE_* variables; a
-        kernel reads no config files and leaves reconciling the node to the servers.
-        """
+    @property
+    def backend(self) -> Backend:
+        """The kernel's backend as any front end sees it (the pool, checks, usage reports), built
+        on first use (a kernel starts without it)."""
         if self._backend is None:
-            from jupyter_gpushare.backends import kernel_slices_for
+            from jupyter_gpushare.backends import backend_for
 
-            self._backend = kernel_slices_for(_kernel_settings())
-            if self._token:
-                self._backend.remember_token(self.kernel_id, self._token)
+            self._backend = backend_for(self.settings)
         return self._backend
+
+    @property
+    def slices(self) -> NodeSlices:
+        """The kernel's own slice as its backend holds it, built on first use."""
+        if self._slices is None:
+            from jupyter_gpushare.backends import node_slices_for
+
+            self._slices = node_slices_for(self.settings)
+            if self._token:
+                self._slices.remember_token(self.kernel_id, self._token)
+        return self._slices
 
     def _cell_notes(self) -> CellNotes | None:
         """Where the calls around every cell go: the backend once it is built, else what its kind
         answers them with at the least cost (no devices probed), found once."""
-        if self._backend is not None:
-            return self._backend
+        if self._slices is not None:
+            return self._slices
         with self._notes_lock:
             if not self._notes_found:
                 from jupyter_gpushare.backends import cell_notes_for
 
                 self._notes_found = True
                 try:
-                    self._notes = cell_notes_for(_kernel_settings())
+                    self._notes = cell_notes_for(self.settings)
                 except GPUShareError as error:  # cells run on; %gpu says what is wrong
                     log.warning("GPU: this kernel's cells are not noted: %s", error)
             return self._notes
 
     @property
     def sample_interval(self) -> float:
-        return self.backend.settings.sample_interval
+        return self.settings.sample_interval
 
     # ---- reading -------------------------------------------------------------------------
 
     def record(self) -> SliceRecord | None:
-        return self.backend.own_slice(self.kernel_id, self._token)
+        return self.slices.own_slice(self.kernel_id, self._token)
 
     def require(self) -> SliceRecord:
         record = self.record()
@@ -139,7 +158,7 @@ class OwnSlice:
         return record
 
     def device_label(self, record: SliceRecord | ReleasedSlice, short: bool = False) -> str:
-        for device in self.backend.devices():
+        for device in self.slices.devices():
             if device.uuid == record.device_uuid:
                 return device.label if short else f"{device.label} ({device.name})"
         return record.device_uuid or "?"
@@ -179,7 +198,6 @@ class OwnSlice:
         self, notes: list[str] | None = None, outcome: list[str] | None = None, ask_again: str | None = None
     ) -> SliceStatus:
         record = self.record()
-        backend = self.backend
         left = None if record is not None else self.released()
         where = record or (left if left is not None and left.device_uuid else None)
         return SliceStatus(
@@ -189,11 +207,11 @@ class OwnSlice:
             device=self.device_label(where) if where else "",
             device_short=self.device_label(record, short=True) if record else "",
             free_on_device=self.free_on_device(record) if record else None,
-            simulated=backend.simulated(),
+            simulated=self.slices.simulated(),
             caps=caps.descriptions(),
             notes=list(notes or []),
             outcome=list(outcome or []),
-            ask_again=ask_again or backend.settings.default_memory,
+            ask_again=ask_again or self.settings.default_memory,
         )
 
     def pool(self) -> PoolStatus:
@@ -217,23 +235,23 @@ class OwnSlice:
     def take(
         self, memory: object, mode: object = None, cores: object = None, on_wait: WaitCallback | None = None
     ) -> SliceRecord:
-        backend = self.backend
-        request = backend.check(memory, mode, cores, self.kernel_id)
+        slices = self.slices
+        request = self.backend.check(memory, mode, cores, self.kernel_id)
         current = self.record()
         if current is not None:
             raise GPUShareError(
                 f"this kernel already holds a {format_bytes(current.memory)} slice on "
                 f"{self.device_label(current)}; use %gpu resize or %gpu release first"
             )
-        backend.check_claim(self.kernel_id, self._token, current_process())
+        slices.check_claim(self.kernel_id, self._token, current_process())
         if self.kernel_id not in launch_kernel_ids():
             raise NotYourSliceError(
                 f"this process was not started as kernel {self.kernel_id}: a kernel takes a GPU "
                 "slice under its own id only"
             )
-        record: SliceRecord = _run_async(lambda: backend.acquire(self.kernel_id, request, on_wait=on_wait))
-        backend.attach_kernel(self.kernel_id, os.getpid())
-        self._token = backend.token_for(self.kernel_id)
+        record: SliceRecord = _run_async(lambda: slices.acquire(self.kernel_id, request, on_wait=on_wait))
+        slices.attach_kernel(self.kernel_id, os.getpid())
+        self._token = slices.token_for(self.kernel_id)
         self._adopt(record)
         return record
 
@@ -253,7 +271,7 @@ class OwnSlice:
                 f"Run %gpu resize {memory} --restart to resize and restart the kernel"
             )
         caps.free_caches()
-        record = self.backend.resize(self.kernel_id, memory, force=force)
+        record = self.slices.resize(self.kernel_id, memory, force=force)
         self._adopt(record)
         notes = [f"{result.framework}: {result.detail}" for result in caps.reapply_imported()]
         if record.held_beyond:
@@ -261,7 +279,7 @@ class OwnSlice:
         if restart:
             notes.append("restarting the kernel so every framework starts with the new cap")
             # While no kernel process exists, the slice follows the process that started us.
-            self.backend.attach_kernel(self.kernel_id, None)
+            self.slices.attach_kernel(self.kernel_id, None)
             _restart_soon()
         return self.status(notes)
 
@@ -277,7 +295,7 @@ class OwnSlice:
         still hold stays reserved. Returns what was released and what is held."""
         self.require()
         caps.free_caches()
-        record, held = self.backend.give_back(self.kernel_id)
+        record, held = self.slices.give_back(self.kernel_id)
         self._forget_slice()
         return record, held
 
@@ -310,7 +328,7 @@ class OwnSlice:
     def suspend_now(self) -> Suspension:
         self.backend.capabilities.require("can_suspend")  # before the caches are emptied
         caps.free_caches()
-        outcome = self.backend.suspend(self.kernel_id)
+        outcome = self.slices.suspend(self.kernel_id)
         self._forget_slice()
         return outcome
 
@@ -338,8 +356,8 @@ class OwnSlice:
         return self.status([self._resume(on_wait)])
 
     def _resume(self, on_wait: WaitCallback | None) -> str:
-        backend = self.backend
-        outcome = _run_async(lambda: backend.resume(self.kernel_id, on_wait=on_wait))
+        slices = self.slices
+        outcome = _run_async(lambda: slices.resume(self.kernel_id, on_wait=on_wait))
         self._adopt(outcome.record)
         caps.reapply_imported()
         state = outcome.state
@@ -400,12 +418,11 @@ class OwnSlice:
         Without a slice, a kernel still holding memory declares what it holds now (it can only
         free it: without a slice it takes nothing new).
         """
-        backend = self.backend
         record = self.record()
         left = None if record is not None else self.released()
         if record is None and (left is None or left.held <= 0 or left.suspended is not None):
             self.require()  # says the kernel holds no slice
-        if not backend.simulated():
+        if not self.slices.simulated():
             raise GPUShareError(
                 "declared usage is for simulated pools; on real GPUs usage is measured by NVML"
             )
@@ -419,9 +436,9 @@ class OwnSlice:
                     f"this kernel holds no GPU slice: it can declare at most the {format_bytes(left.held)} "
                     f"it still holds, not {format_bytes(used)}; take a slice with %gpu request"
                 )
-            backend.declare_held(self.kernel_id, used)
+            self.slices.declare_held(self.kernel_id, used)
             return
-        backend.report_usage(self.kernel_id, UsageReport(used, utilization, "simulated"))
+        self.backend.report_usage(self.kernel_id, UsageReport(used, utilization, "simulated"))
 
     def watch(self, **kwargs: Any) -> Any:
         from jupyter_gpushare.kernel.widgets import SliceWatch
@@ -438,7 +455,7 @@ class OwnSlice:
 
     def _adopt(self, record: SliceRecord) -> None:
         """Make this process's environment describe ``record``, for what starts from now on."""
-        os.environ.update(self.backend.kernel_env(record))
+        os.environ.update(self.slices.kernel_env(record))
 
 
 def _kernel_settings() -> GPUShare:

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any
 
-from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
 from jupyter_gpushare.core import env_names
 from jupyter_gpushare.core.errors import POD_HOLDS_ITS_GPU, GPUShareError, NeedsRestartError, NotOfferedError
 from jupyter_gpushare.core.sizes import parse_size
@@ -26,10 +26,6 @@ from jupyter_gpushare.kernel.display import PodSliceStatus, PoolStatus
 log = logging.getLogger("jupyter_gpushare")
 
 REQUEST_TIMEOUT = 5.0
-
-
-# The server that started this pod cannot be reached (or was never told): the transport's error.
-ServerUnreachableError = BrokerUnreachableError
 
 
 class PodKernel:
@@ -58,7 +54,7 @@ class PodKernel:
         """One request to this kernel's own routes on the server (the broker's transport, with
         the kernel's token); its JSON answer, or the server's refusal as a domain error."""
         if not self.kernel_url:
-            raise ServerUnreachableError(
+            raise UnreachableError(
                 "this kernel pod was started without a server to report to (no "
                 f"{env_names.REPORT_URL}); the GPU panel and %gpu need a jupyter server with the "
                 "Kubernetes backend"

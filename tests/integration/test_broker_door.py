@@ -176,7 +176,7 @@ def test_another_user_cannot_take_a_released_kernel_id(box: TeamBox) -> None:
 
 IN_A_KERNEL = """
 import json
-from jupyter_gpushare.backends.local.node_slices import node_slices_for
+from jupyter_gpushare.backends import node_slices_for
 from jupyter_gpushare.config import load_settings
 from jupyter_gpushare.core.errors import GPUShareError
 broker = node_slices_for(load_settings(from_files=False, reconcile=False))
@@ -184,7 +184,7 @@ answers = {{}}
 for name, call in (
     ("resize a sibling", lambda: broker.resize({sibling!r}, "1G")),
     ("free a sibling", lambda: broker.free({sibling!r})),
-    ("release a sibling", lambda: broker.release({sibling!r})),
+    ("release a sibling", lambda: broker.give_back({sibling!r})),
     ("take a released sibling's id", lambda: broker.client.call(
         "POST", "slices", {{"kernel_id": {released!r}, "gpu_memory": "4G"}})),
     ("resize itself", lambda: broker.resize({itself!r}, "3G")),
@@ -227,6 +227,20 @@ def test_a_kernel_acts_on_its_own_slice_and_no_siblings(box: TeamBox) -> None:
     # The user's server (and the user's own command line) act on any of the user's kernels.
     resized = server.request("PATCH", f"{API}/kernels/{two}", {"gpu_memory": "2G"})
     assert resized.status == 200 and resized.body["memory_request"] == 2 * GiB, resized
+    shut_down_everything(box)
+
+
+def test_a_kernel_releasing_its_own_slice_keeps_what_it_holds_reserved(box: TeamBox) -> None:
+    """``%gpu release`` in a kernel whose slice the broker holds: the broker measures what the
+    kernel's processes still hold (on this simulated card, what the kernel declared) and keeps it
+    reserved, as the node ledger does in a kernel's own process."""
+    server = server_of(box, ANN)
+    kernel_id = started(server, "4G")
+    run(server, kernel_id, "from jupyter_gpushare import kernel as gpu\ngpu.simulate_usage('3G')")
+    seen = run(server, kernel_id, "%gpu release")
+    assert "Released the 4G slice, but this kernel still holds 3G on GPU0" in seen, seen
+    left = Ledger(box.ledger).released(kernel_id)
+    assert Ledger(box.ledger).get(kernel_id) is None and left is not None and left.held == 3 * GiB, left
     shut_down_everything(box)
 
 

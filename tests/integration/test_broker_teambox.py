@@ -183,10 +183,10 @@ def test_users_see_and_act_on_their_own_kernels_only(box: TeamBox) -> None:
         from jupyter_gpushare.config import load_settings
         from jupyter_gpushare.core.errors import GPUShareError
         broker = RemoteBackend(load_settings(from_files=False, reconcile=False))
-        answers = {{"me": broker.owner, "own_slice": repr(broker.own_slice({bobs!r}, None))}}
+        answers = {{"me": broker.info()["user"], "own_slice": repr(broker.own_slice({bobs!r}, None))}}
         for name, call in (
             ("resize", lambda: broker.resize({bobs!r}, "2G")),
-            ("release", lambda: broker.release({bobs!r})),
+            ("release", lambda: broker.give_back({bobs!r})),
             ("free", lambda: broker.free({bobs!r})),
             ("usage", lambda: broker.client.call("POST", "slices/{bobs}/usage", {{"memory_used": 1}})),
             ("attach bob's pid", lambda: broker.attach_kernel({mine!r}, {record.kernel.pid})),

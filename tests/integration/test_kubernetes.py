@@ -41,7 +41,7 @@ from jupyter_gpushare.backends.kubernetes.objects.manifests import (
 from jupyter_gpushare.backends.kubernetes.provisioner import KernelPodError, KubernetesProvisioner
 from jupyter_gpushare.backends.processes import current_process, identify
 from jupyter_gpushare.backends.protocol import ServerHooks
-from jupyter_gpushare.backends.provisioner import GPUShareProvisioner, SliceProvisioner
+from jupyter_gpushare.backends.provisioner import SliceProvisioner
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.core.errors import DoesNotFitError
 
@@ -96,12 +96,17 @@ def secret_files(secret: dict[str, Any]) -> dict[str, str]:
     ("backend", "expected"), [("kubernetes", "KubernetesProvisioner"), ("local", "LocalGPUShareProvisioner")]
 )
 def test_the_gpushare_provisioner_is_the_configured_backends(backend: str, expected: str) -> None:
+    """jupyter_client's own provisioner factory loads the entry point and builds the kind's."""
     from jupyter_client.kernelspec import KernelSpec
     from jupyter_client.manager import AsyncKernelManager
+    from jupyter_client.provisioning import KernelProvisionerFactory
 
     km = AsyncKernelManager(config=Config({"GPUShare": {"backend": backend}}))
-    spec = KernelSpec(argv=["python"], display_name="x", language="python")
-    provisioner = GPUShareProvisioner(kernel_id="k", kernel_spec=spec, parent=km, gpu_memory="4G")
+    provisioning = {"provisioner_name": "gpushare-provisioner", "config": {"gpu_memory": "4G"}}
+    spec = KernelSpec(
+        argv=["python"], display_name="x", language="python", metadata={"kernel_provisioner": provisioning}
+    )
+    provisioner = KernelProvisionerFactory.instance().create_provisioner_instance("k", spec, km)
     assert type(provisioner).__name__ == expected
     assert isinstance(provisioner, SliceProvisioner)
     assert provisioner.gpu_memory == "4G" and provisioner.kernel_id == "k" and provisioner.parent is km

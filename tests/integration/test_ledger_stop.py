@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
 from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.broker.app import HOUSEKEEPING_EVERY
 from jupyter_gpushare.config.kernelspecs import install_kernelspecs
@@ -227,7 +227,7 @@ def start_broker(box: TeamBox, user: OSUser, ledger: Path, socket: Path) -> subp
 
     def answers() -> bool:
         assert process.poll() is None, log_path.read_text(errors="replace")
-        with contextlib.suppress(BrokerUnreachableError):
+        with contextlib.suppress(UnreachableError):
             client.call("GET", "info")
             return True
         return False

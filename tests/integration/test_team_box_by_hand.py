@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
 
 from ..support.polling import wait_until
 from ..support.teambox import OSUser, create_user, remove_user, user_python
@@ -175,7 +175,7 @@ class Box:
             try:
                 client.call("GET", "info")
                 return
-            except BrokerUnreachableError:
+            except UnreachableError:
                 time.sleep(0.1)
 
     def broker_log(self) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 import pytest
 
-from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
 from jupyter_gpushare.config.kernelspecs import install_kernelspecs
 
 from .servers import JupyterServer, free_port
@@ -172,7 +172,7 @@ class TeamBox:
             try:
                 client.call("GET", "info")
                 return
-            except BrokerUnreachableError:
+            except UnreachableError:
                 time.sleep(0.05)
 
     def _limit_open_files(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
 from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.core.sizes import GiB
 
@@ -59,7 +59,7 @@ def broker_lab() -> Iterator[tuple[Lab, Path]]:
         try:
             client.call("GET", "info")
             break
-        except BrokerUnreachableError:
+        except UnreachableError:
             assert broker.poll() is None and time.monotonic() < deadline, (root / "broker.log").read_text()
             time.sleep(0.05)
     env = make_environment(root)

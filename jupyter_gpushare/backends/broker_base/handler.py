@@ -25,6 +25,7 @@ from jupyter_gpushare.backends.broker_base.identity import (
     user_name,
 )
 from jupyter_gpushare.backends.broker_client.transport import HOST_HEADER, error_payload
+from jupyter_gpushare.backends.protocol import Backend
 from jupyter_gpushare.core import request_body
 from jupyter_gpushare.core.errors import BackendUnavailableError, GPUShareError, InvalidRequestError
 from jupyter_gpushare.core.request_body import MAX_BODY_BYTES
@@ -151,7 +152,8 @@ class BrokerHandler(web.RequestHandler):
     def authority(self) -> Authority:
         return self.state.authority
 
-    def scoped(self) -> Any:
+    def scoped(self) -> Backend:
+        """The broker's backend as the caller may use it (their quotas, others' kernels anonymous)."""
         return self.authority.as_seen_by(self.caller)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:

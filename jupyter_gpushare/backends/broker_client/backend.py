@@ -10,7 +10,7 @@ refuses comes back as the same domain error an embedded backend raises.
 Besides the service API (:class:`~jupyter_gpushare.backends.protocol.Backend`) it offers what local
 kernels' starts and the kernels themselves use
 (:class:`~jupyter_gpushare.backends.protocol.NodeSlices`); kernel pods are the broker's business
-(:mod:`jupyter_gpushare.backends.kubernetes.pods_from_broker`).
+(:mod:`jupyter_gpushare.backends.kubernetes.pods_from_broker`, through this client's ``client``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from collections.abc import Hashable
 from typing import Any
 
 from jupyter_gpushare.backends.broker_client.feed import BrokerFeed
-from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
 from jupyter_gpushare.backends.broker_client.wire import (
     device_from_json,
+    holding_from_json,
     outcome_from_json,
     record_from_json,
     server_kernels_to_json,
@@ -38,7 +39,7 @@ from jupyter_gpushare.backends.broker_client.wire import (
 )
 from jupyter_gpushare.backends.keys import token_digest
 from jupyter_gpushare.backends.processes import identify
-from jupyter_gpushare.backends.protocol import ServerHooks, ServerKernels, WaitCallback
+from jupyter_gpushare.backends.protocol import Backend, NodeSlices, ServerHooks, ServerKernels, WaitCallback
 from jupyter_gpushare.backends.queue_wait import wait_for_slice
 from jupyter_gpushare.config import GPUShare, settings_env
 from jupyter_gpushare.core import env_names
@@ -47,7 +48,6 @@ from jupyter_gpushare.core.devices import Device
 from jupyter_gpushare.core.errors import (
     BackendUnavailableError,
     GPUShareError,
-    NoSliceError,
     NotOfferedError,
     NotYourSliceError,
 )
@@ -73,8 +73,9 @@ log = logging.getLogger("jupyter_gpushare")
 MAX_POLL_INTERVAL = 2.0
 
 
-class RemoteBackend:
-    """The pool as the broker shows it to this process's user."""
+class RemoteBackend(Backend, NodeSlices):
+    """The pool as the broker shows it to this process's user, and local kernels' slices as the
+    broker holds them."""
 
     def __init__(self, settings: GPUShare, client: BrokerClient | None = None) -> None:
         self.settings = settings
@@ -113,12 +114,6 @@ class RemoteBackend:
     def name(self) -> str:
         info = self._info_or_none()
         return str(info["backend"]) if info else self.settings.backend
-
-    @property
-    def owner(self) -> str:
-        """Who the broker says we are (what we say of ourselves counts for nothing)."""
-        info = self._info_or_none()
-        return str(info["user"]) if info else self.settings.effective_owner()
 
     @property
     def remote_kernels(self) -> bool:
@@ -198,9 +193,6 @@ class RemoteBackend:
 
     def is_waiting(self, kernel_id: str) -> bool:
         return bool(self.client.call("GET", f"slices/{kernel_id}/waiting")["waiting"])
-
-    def release(self, kernel_id: str) -> None:
-        self.client.call("DELETE", f"slices/{kernel_id}/gpu")
 
     def report_usage(self, kernel_id: str, report: UsageReport) -> None:
         self.client.call("POST", f"slices/{kernel_id}/usage", usage_to_json(report))
@@ -282,7 +274,7 @@ class RemoteBackend:
 
     def _withdraw(self, kernel_id: str) -> None:
         # An unreachable broker drops the request itself once the asking process is gone.
-        with contextlib.suppress(BrokerUnreachableError):
+        with contextlib.suppress(UnreachableError):
             self.free(kernel_id)
 
     def attach_kernel(self, kernel_id: str, pid: int | None) -> None:
@@ -296,8 +288,8 @@ class RemoteBackend:
     def start_monitoring(self) -> None:
         """The broker samples every kernel on the node."""
 
-    def free(self, kernel_id: str, keep_claim: bool = False) -> SliceRecord | None:
-        answer = self.client.call("DELETE", f"slices/{kernel_id}" + ("?keep_claim=1" if keep_claim else ""))
+    def free(self, kernel_id: str) -> SliceRecord | None:
+        answer = self.client.call("DELETE", f"slices/{kernel_id}")
         self._envs.pop(kernel_id, None)
         return record_from_json(answer["record"]) if answer and answer.get("record") else None
 
@@ -320,12 +312,11 @@ class RemoteBackend:
         return record_from_json(answer["record"])
 
     def give_back(self, kernel_id: str) -> tuple[SliceRecord, Holding]:
-        """The broker releases the slice and keeps the kernel's claim on its id; what the
-        kernel's processes still hold is not measured there yet."""
-        released = self.free(kernel_id, keep_claim=True)
-        if released is None:
-            raise NoSliceError(f"kernel {kernel_id} holds no GPU slice")
-        return released, Holding(0, None)
+        """The broker measures what the kernel's processes hold (kept reserved), releases the
+        slice and keeps the kernel's claim on its id."""
+        answer = self.client.call("DELETE", f"slices/{kernel_id}/gpu")
+        self._envs.pop(kernel_id, None)
+        return record_from_json(answer["record"]), holding_from_json(answer["held"])
 
     def suspend(self, kernel_id: str) -> Suspension:
         self.capabilities.require("can_suspend")
@@ -407,7 +398,7 @@ class _Place:
     def ask(self) -> Outcome:
         try:
             outcome: Outcome = self.backend._outcome("POST", f"slices/{self.kernel_id}/place", {})
-        except BrokerUnreachableError as error:
+        except UnreachableError as error:
             now = time.monotonic()
             self.away_since = self.away_since if self.away_since is not None else now
             if now - self.away_since >= self.backend.settings.queue_timeout:
@@ -435,4 +426,4 @@ def remote_backend(settings: GPUShare) -> RemoteBackend:
         return backend
 
 
-__all__ = ["BrokerUnreachableError", "RemoteBackend", "remote_backend"]
+__all__ = ["RemoteBackend", "remote_backend"]

@@ -4,7 +4,8 @@ with another prefix, to the jupyter server that started a kernel pod (the pod's 
 ``unix:/run/jupyter-gpushare/broker.sock``: the broker learns who calls from the socket's peer
 credentials, so nothing is sent to prove it. ``http://…``: the caller presents its JupyterHub API
 token (a single-user server's own ``$JUPYTERHUB_API_TOKEN``), which the broker checks with the hub.
-A broker that cannot be reached fails the call at once with a sentence naming it; a broker that
+A broker that cannot be reached fails the call at once with a sentence naming it
+(:class:`UnreachableError`, as does a kernel pod's server); a broker that
 refuses answers with the domain error it raised, so callers handle both like the errors of a
 backend in their own process. This module is the one place that maps a refusal to its answer and
 back: it travels as ``{"message", "error"}`` (:func:`error_payload`), the sentence and the name of
@@ -79,8 +80,10 @@ def error_from(payload: Any, status: int) -> GPUShareError:
 
 
 @register_error
-class BrokerUnreachableError(BackendUnavailableError):
-    """The broker named by ``broker_url`` does not answer (not running, wrong address)."""
+class UnreachableError(BackendUnavailableError):
+    """The other side of a call does not answer (not running, wrong address, refused on the way):
+    the GPU broker named by ``broker_url``, or the jupyter server a kernel pod reports to. The
+    sentence names which (:class:`BrokerClient`'s ``unreachable``)."""
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -233,12 +236,12 @@ class BrokerClient:
         self.hub_token = hub_token if hub_token is not None else os.environ.get("JUPYTERHUB_API_TOKEN", "")
         self.on_change: Callable[[], None] | None = None  # told after every call that changes
 
-    def unreachable(self, error: BaseException) -> BrokerUnreachableError:
+    def unreachable(self, error: BaseException) -> UnreachableError:
         path = self.address.socket_path
         why = (
             socket_refusal(path) if path and isinstance(error, (PermissionError, FileNotFoundError)) else None
         )
-        return BrokerUnreachableError(self._unreachable.format(url=self.url, why=why or error))
+        return UnreachableError(self._unreachable.format(url=self.url, why=why or error))
 
     def headers(self, token: str | None = None) -> dict[str, str]:
         """Who we are (over HTTP: our hub token) and where we run; a kernel adds its token."""
@@ -255,7 +258,7 @@ class BrokerClient:
 
     def events(self, route: str, timeout: float) -> Iterator[Any]:
         """The events of a server-sent-events route as parsed JSON (None for a keep-alive line),
-        until the broker ends the stream; raises :class:`BrokerUnreachableError` when it breaks.
+        until the broker ends the stream; raises :class:`UnreachableError` when it breaks.
         ``timeout`` bounds the wait for any line: the broker sends one at least that often."""
         connection = self.address.connection(timeout)
         try:
@@ -289,7 +292,7 @@ class BrokerClient:
         timeout: float | None = None,
     ) -> Any:
         """The broker's JSON answer to one request; raises its refusal as a domain error, or
-        :class:`BrokerUnreachableError`."""
+        :class:`UnreachableError`."""
         headers = self.headers(token)
         data = json.dumps(body).encode() if body is not None else None
         connection = self.address.connection(timeout or self.timeout)
@@ -318,8 +321,8 @@ __all__ = [
     "TOKEN_HEADER",
     "BrokerAddress",
     "BrokerClient",
-    "BrokerUnreachableError",
     "SocketRefusal",
+    "UnreachableError",
     "error_from",
     "error_payload",
     "refusal_on_the_way",

@@ -15,6 +15,7 @@ from typing import Any
 from jupyter_gpushare.backends.protocol import ServerKernels
 from jupyter_gpushare.core.devices import Device, MigInstance
 from jupyter_gpushare.core.records import (
+    Holding,
     Outcome,
     Placed,
     ProcessIdentity,
@@ -39,6 +40,14 @@ def record_from_json(data: dict[str, Any]) -> SliceRecord:
     fields["kernel"] = ProcessIdentity(**fields["kernel"]) if fields.get("kernel") else None
     fields["warnings"] = tuple(fields.get("warnings") or ())
     return SliceRecord(**fields)
+
+
+def holding_to_json(held: Holding) -> dict[str, Any]:
+    return {"memory": held.memory, "source": held.source, "gpu_pids": list(held.gpu_pids)}
+
+
+def holding_from_json(data: dict[str, Any]) -> Holding:
+    return Holding(int(data["memory"]), data.get("source"), tuple(data.get("gpu_pids") or ()))
 
 
 def outcome_to_json(outcome: Outcome) -> dict[str, Any]:
@@ -129,6 +138,8 @@ def server_kernels_from_json(data: Any) -> ServerKernels:
 __all__ = [
     "device_from_json",
     "device_to_json",
+    "holding_from_json",
+    "holding_to_json",
     "outcome_from_json",
     "outcome_to_json",
     "record_from_json",

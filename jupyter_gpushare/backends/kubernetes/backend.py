@@ -55,15 +55,10 @@ from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
 from jupyter_gpushare.backends.kubernetes.objects.preview import preview_pod
 from jupyter_gpushare.backends.kubernetes.pod_usage import PodUsage
 from jupyter_gpushare.backends.processes import current_process
-from jupyter_gpushare.backends.protocol import ServerHooks, ServerKernels
+from jupyter_gpushare.backends.protocol import Accounting, Backend, ServerHooks, ServerKernels
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.core.capabilities import KERNEL_PODS, Capabilities
-from jupyter_gpushare.core.errors import (
-    POD_HOLDS_ITS_GPU,
-    DoesNotFitError,
-    NoAccountingError,
-    NotOfferedError,
-)
+from jupyter_gpushare.core.errors import DoesNotFitError, NoAccountingError
 from jupyter_gpushare.core.modes import MODES
 from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
 from jupyter_gpushare.core.placement.allocator import kernel_limit_refusal, user_limit_refusal
@@ -87,7 +82,7 @@ def server_identity(settings: GPUShare) -> tuple[str, str]:
     return f"{owner}@{socket.gethostname()}", owner
 
 
-class WithoutAccounting:
+class WithoutAccounting(Accounting):
     """What a backend that keeps no accounting answers."""
 
     def usage(self, since: float, by: str) -> UsagePayload:
@@ -100,7 +95,7 @@ class WithoutAccounting:
         return []
 
 
-class KubernetesBackend(WithoutAccounting):
+class KubernetesBackend(WithoutAccounting, Backend):
     """The cluster as one process sees it (one per process and settings: :func:`kubernetes_backend`)."""
 
     name = "kubernetes"
@@ -380,9 +375,6 @@ class KubernetesBackend(WithoutAccounting):
     def is_waiting(self, kernel_id: str) -> bool:
         item = next((item for item in self.slices() if item.kernel_id == kernel_id), None)
         return item is None or not (item.placed and item.phase == "Running")
-
-    def release(self, kernel_id: str) -> None:
-        raise NotOfferedError(f"kernel {kernel_id}: {POD_HOLDS_ITS_GPU}")
 
     def report_usage(self, kernel_id: str, report: UsageReport) -> None:
         self._usage.report(kernel_id, report)

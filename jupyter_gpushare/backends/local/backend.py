@@ -27,7 +27,7 @@ from jupyter_gpushare.backends.local.inventory import Device, Inventory, discove
 from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.backends.local.monitor import UsageMonitor
 from jupyter_gpushare.backends.processes import current_process, identify, runs_within
-from jupyter_gpushare.backends.protocol import ServerHooks, ServerKernels, WaitCallback
+from jupyter_gpushare.backends.protocol import Backend, NodeSlices, ServerHooks, ServerKernels, WaitCallback
 from jupyter_gpushare.backends.queue_wait import settle, wait_for_slice
 from jupyter_gpushare.config import GPUShare, settings_env
 from jupyter_gpushare.core import env_names
@@ -70,10 +70,10 @@ from jupyter_gpushare.core.slice_request import (
 log = logging.getLogger("jupyter_gpushare")
 
 
-class LocalBackend:
+class LocalBackend(Backend, NodeSlices):
     """Slices on this node for one process (a server, a console, an nbclient run): placing them,
     what a kernel gets with its slice and how it proves the slice is its own, and what slices
-    cost."""
+    cost. Every role of :mod:`jupyter_gpushare.backends.protocol`."""
 
     name = "local"
     remote_kernels = False
@@ -356,10 +356,9 @@ class LocalBackend:
         """Let the slice follow the kernel process ``pid`` (None: back to this process)."""
         self.ledger.attach_kernel(kernel_id, identify(pid) if pid is not None else None)
 
-    def free(self, kernel_id: str, keep_claim: bool = False) -> SliceRecord | None:
-        """Remove the kernel's slice or queued request, if any (a shutdown, a failed start);
-        ``keep_claim`` while its kernel runs on (see ``Ledger.release``)."""
-        return self.ledger.release(kernel_id, keep_claim=keep_claim)
+    def free(self, kernel_id: str) -> SliceRecord | None:
+        """Remove the kernel's slice or queued request, if any (a shutdown, a failed start)."""
+        return self.ledger.release(kernel_id)
 
     def report_fault(self, fault: BackendUnavailableError) -> None:
         self.ledger.report_fault(fault)  # with the guard's: once between them
@@ -408,7 +407,8 @@ class LocalBackend:
 
     def give_back(self, kernel_id: str) -> tuple[SliceRecord, Holding]:
         """Release the slice, measuring first what the kernel's processes hold: that stays
-        reserved (``held``) until it is freed. Returns what was released and what is held."""
+        reserved (``held``) until it is freed; a queued request is withdrawn (its start fails).
+        Returns what was released and what is held."""
         record = self.ledger.get(kernel_id)
         if record is None:
             released = self.ledger.released(kernel_id)
@@ -477,7 +477,7 @@ class LocalBackend:
         """Sample the kernels this process started (a kernel was just attached)."""
         self.monitor.ensure_running()
 
-    # ---- the service API (backends.base.Backend) --------------------------------------------
+    # ---- the pool and the kernels (protocol.Pool, protocol.Kernels) ------------------------
 
     def pool(self) -> PoolPayload:
         """The pool; when the ledger cannot be read, an empty pool whose ``problem`` says why and
@@ -542,11 +542,6 @@ class LocalBackend:
     def is_waiting(self, kernel_id: str) -> bool:
         record = self.ledger.get(kernel_id)
         return record is None or record.state == "queued"
-
-    def release(self, kernel_id: str) -> None:
-        """Give the slice back while the kernel runs on, keeping its claim on its id and what
-        its processes still hold reserved (or withdraw the queued request: its start fails)."""
-        self.give_back(kernel_id)
 
     def report_usage(self, kernel_id: str, report: UsageReport) -> None:
         self.ledger.report_usage(kernel_id, report.memory_used, report.utilization, report.source)

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from jupyter_gpushare.backends.local.accounting import store
 from jupyter_gpushare.backends.local.ledger import Ledger
+from jupyter_gpushare.backends.protocol import CellNotes
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.core.records import ReleasedSlice
 
 
-class LedgerNotes:
-    """One kernel's notes in the node ledger at ``path`` (a
-    :class:`~jupyter_gpushare.backends.protocol.CellNotes`)."""
+class LedgerNotes(CellNotes):
+    """One kernel's notes in the node ledger at ``path``."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

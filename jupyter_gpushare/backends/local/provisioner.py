@@ -10,7 +10,9 @@ Lifecycle (the kernel manager calls these in this order):
 * ``cleanup(restart=True)`` — keep the slice for the restarted process; ``cleanup()`` releases it.
 
 The slice comes from the node ledger in this process, or — with ``c.GPUShare.broker_url`` — from
-the GPU broker, which checks that the kernel process belongs to the caller before it attaches it.
+the GPU broker, which checks that the kernel process belongs to the caller before it attaches it:
+the provisioner holds their :class:`~jupyter_gpushare.backends.protocol.NodeSlices` (``slices``),
+and checks a request through the service API (``backend``) as a server does.
 The kernel's traffic is encrypted with CurveZMQ wherever other users share the node (a broker, or
 a ledger file other users may write); elsewhere the kernel manager's own policy decides
 (:mod:`.encryption`).
@@ -28,9 +30,9 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Any as AnyTrait
 
+from jupyter_gpushare.backends import backend_for, node_slices_for
 from jupyter_gpushare.backends.local.encryption import local_encryption
-from jupyter_gpushare.backends.local.node_slices import node_slices_for
-from jupyter_gpushare.backends.protocol import NodeSlices
+from jupyter_gpushare.backends.protocol import Backend, NodeSlices
 from jupyter_gpushare.backends.provisioning import REQUEST_TRAITS, SliceProvisioner
 from jupyter_gpushare.config import GPUShare, load_settings
 from jupyter_gpushare.core import env_names
@@ -63,8 +65,9 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
     gpu_mode = AnyTrait(None, help="Sharing mode; None takes GPUShare.default_mode.")
     gpu_cores = AnyTrait(None, help="Percent of SMs, where the mode can limit it.")
 
-    _backend: NodeSlices | None = None
     _settings: GPUShare | None = None
+    _backend: Backend | None = None
+    _slices: NodeSlices | None = None
 
     @property
     def settings(self) -> GPUShare:
@@ -73,17 +76,25 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
         return self._settings
 
     @property
-    def backend(self) -> NodeSlices:
+    def backend(self) -> Backend:
+        """Where a request is checked (the service API, as a server checks one)."""
         if self._backend is None:
-            self._backend = node_slices_for(self.settings)
+            self._backend = backend_for(self.settings)
         return self._backend
+
+    @property
+    def slices(self) -> NodeSlices:
+        """Where the kernel's slice is taken, followed, changed and freed."""
+        if self._slices is None:
+            self._slices = node_slices_for(self.settings)
+        return self._slices
 
     @property
     def has_process(self) -> bool:
         return self.process is not None
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        backend = self.backend
+        slices = self.slices
         # A start through the gpushare REST API may override the kernelspec's request.
         for name in REQUEST_TRAITS:
             if name in kwargs:
@@ -95,8 +106,10 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
         )
         try:
             encryption = local_encryption(self.settings, self.parent)
-            request = checked or backend.check(self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id)
-            record = await backend.acquire(
+            request = checked or self.backend.check(
+                self.gpu_memory, self.gpu_mode, self.gpu_cores, self.kernel_id
+            )
+            record = await slices.acquire(
                 self.kernel_id,
                 request,
                 kernel_name=getattr(self.parent, "kernel_name", "") or "",
@@ -114,12 +127,12 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
             env: dict[str, str] = kwargs["env"]
             for name in env_names.SLICE_VARIABLES & env.keys():
                 del env[name]  # a slice inherited from a parent kernel is not this kernel's
-            env.update(backend.kernel_env(record))
+            env.update(slices.kernel_env(record))
             if _is_ipykernel(kwargs["cmd"]):
                 # The %gpu magics and the framework caps, loaded before any user code runs.
                 kwargs["cmd"] = [*kwargs["cmd"], f"--ext={KERNEL_EXTENSION}"]
         except BaseException as error:
-            backend.free(self.kernel_id)
+            slices.free(self.kernel_id)
             raise self.failed_start(error) from None
         self.set_state(f"holds {record.size} on {record.unit_uuid}")
         self.log.info(
@@ -141,16 +154,16 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
         try:
             connection_info = await super().launch_kernel(cmd, **kwargs)
         except BaseException as error:
-            self.backend.free(self.kernel_id)
+            self.slices.free(self.kernel_id)
             raise self.failed_start(error) from None
         try:
-            self.backend.attach_kernel(self.kernel_id, self.pid)
+            self.slices.attach_kernel(self.kernel_id, self.pid)
         except BaseException as error:
             await super().kill()
             await super().cleanup()
             await asyncio.to_thread(self._free_quietly)
             raise self.failed_start(error) from None
-        self.backend.start_monitoring()
+        self.slices.start_monitoring()
         return connection_info
 
     async def cleanup(self, restart: bool = False) -> None:
@@ -159,14 +172,12 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
         # neither the server's event loop nor the other kernels' shutdowns.
         if restart:
             # Between the old process and the new one, the slice follows this process.
-            await _in_a_worker(
-                lambda: self._quietly(lambda: self.backend.attach_kernel(self.kernel_id, None))
-            )
+            await _in_a_worker(lambda: self._quietly(lambda: self.slices.attach_kernel(self.kernel_id, None)))
         else:
             await _in_a_worker(self._free_quietly)
 
     def _free_quietly(self) -> None:
-        self._quietly(lambda: self.backend.free(self.kernel_id))
+        self._quietly(lambda: self.slices.free(self.kernel_id))
 
     def _quietly(self, change: Callable[[], object]) -> None:
         # Never raises: a shutdown must end whatever the ledger or the broker does (a server
@@ -176,7 +187,7 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
         try:
             change()
         except BackendUnavailableError as fault:
-            self.backend.report_fault(fault)  # the fault once, however many kernels meet it
+            self.slices.report_fault(fault)  # the fault once, however many kernels meet it
             self.log.warning(
                 "Kernel %s: its GPU slice stays recorded until the ledger or the broker is usable "
                 "again, which then frees it",
@@ -190,27 +201,25 @@ class LocalGPUShareProvisioner(LocalProvisioner, SliceProvisioner):  # type: ign
     async def resize(self, memory: object, restart: bool, force: bool = False) -> bool:
         """Resize in place in the ledger; a restart only when asked (JAX/TensorFlow read their
         cap only at start)."""
-        await asyncio.to_thread(self.backend.resize, self.kernel_id, memory, force)
+        await asyncio.to_thread(self.slices.resize, self.kernel_id, memory, force)
         return restart
 
     async def give_back(self) -> None:
-        # The service API's release: on the node ledger it is give_back, what %gpu release calls;
-        # through a broker it is the broker's release, which measures what the kernel still holds
-        # there (a kernel's own give_back through a broker does not measure it yet).
-        await asyncio.to_thread(self.backend.release, self.kernel_id)
+        # What %gpu release does in the kernel: what its processes still hold stays reserved.
+        await asyncio.to_thread(self.slices.give_back, self.kernel_id)
 
     async def suspend(self) -> None:
         """This process started the kernel: it has the driver checkpoint it (a helper process
         does the calls) and gives the slice back once the driver says it is done."""
-        outcome = await asyncio.to_thread(self.backend.suspend, self.kernel_id)
+        outcome = await asyncio.to_thread(self.slices.suspend, self.kernel_id)
         self.set_state(f"suspended ({outcome.state.state_bytes} bytes of GPU state in host memory)")
 
     async def resume(self) -> None:
-        outcome = await self.backend.resume(self.kernel_id, on_wait=self._report_wait)
+        outcome = await self.slices.resume(self.kernel_id, on_wait=self._report_wait)
         self.set_state(f"holds {outcome.record.size} on {outcome.record.unit_uuid} (resumed)")
 
     def token_matches(self, token: str | None) -> bool:
-        own = self.backend.token_for(self.kernel_id)
+        own = self.slices.token_for(self.kernel_id)
         return bool(token and own) and hmac.compare_digest(str(token), str(own))
 
     async def get_provisioner_info(self) -> dict[str, Any]:

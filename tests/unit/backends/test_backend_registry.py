@@ -19,7 +19,7 @@ import pytest
 import yaml
 from traitlets import TraitError
 
-from jupyter_gpushare.backends import kernel_slices_for, registry
+from jupyter_gpushare.backends import node_slices_for, registry
 from jupyter_gpushare.backends.local.provisioner import LocalGPUShareProvisioner
 from jupyter_gpushare.backends.registry import BackendKind, kind_named
 from jupyter_gpushare.cli import build_parser
@@ -177,7 +177,7 @@ def test_a_kind_without_a_kernel_handle_of_its_own_needs_a_backend_that_holds_sl
     with pytest.raises(
         ConfigurationError, match=r"^the unit-test-elsewhere backend does not hold a kernel's own slice"
     ):
-        kernel_slices_for(GPUShare(backend="unit-test-elsewhere"))
+        node_slices_for(GPUShare(backend="unit-test-elsewhere"))
 
 
 def test_a_kind_is_light_to_look_up() -> None:

@@ -1,4 +1,5 @@
-"""Local kernels' slices through the broker: ask, wait, attach, resize, free (local backend only).
+"""Local kernels' slices through the broker: ask, wait, attach, resize, give back, free (local
+backend only).
 
 The decisions are the node ledger's, made in one transaction for everybody: quotas count every
 server of a user, the FIFO queue holds all users' requests. What the broker adds is whose they
@@ -24,7 +25,12 @@ from jupyter_gpushare.backends.broker_base.handler import (
     request_fields,
 )
 from jupyter_gpushare.backends.broker_client.transport import TOKEN_HEADER
-from jupyter_gpushare.backends.broker_client.wire import device_to_json, outcome_to_json, record_to_json
+from jupyter_gpushare.backends.broker_client.wire import (
+    device_to_json,
+    holding_to_json,
+    outcome_to_json,
+    record_to_json,
+)
 from jupyter_gpushare.backends.local.backend import LocalBackend
 from jupyter_gpushare.backends.local.broker.authority import LocalAuthority
 from jupyter_gpushare.backends.processes import identify, same_process
@@ -126,15 +132,26 @@ class SliceRecordHandler(SliceHandler):
         if memory is None:
             raise InvalidRequestError('gpu_memory must be a size such as "8G", not null')
         await self.run(require_own, self.authority, self.caller, kernel_id)
-        record = await self.run(self.scoped().resize, kernel_id, memory)
+        record = await self.run(self.local.as_seen_by(self.caller).resize, kernel_id, memory)
         self.answer(self.with_env(record))
 
     @answering_domain_errors
     async def delete(self, kernel_id: str) -> None:
-        keep_claim = bool(self.get_argument("keep_claim", ""))
         await self.run(lambda: require_own(self.authority, self.caller, kernel_id, missing_ok=True))
-        record = await self.run(self.local.local.free, kernel_id, keep_claim)
+        record = await self.run(self.local.local.free, kernel_id)
         self.answer({"record": record_to_json(record) if record else None})
+
+
+class GiveBackHandler(SliceHandler):
+    """``DELETE slices/{id}/gpu``: give the slice back while the kernel runs on (the server's
+    release, ``%gpu release``). What the kernel's processes hold is measured first and stays
+    reserved until freed; the kernel keeps its claim on its id."""
+
+    @answering_domain_errors
+    async def delete(self, kernel_id: str) -> None:
+        await self.run(lambda: require_own(self.authority, self.caller, kernel_id, missing_ok=True))
+        record, held = await self.run(self.local.as_seen_by(self.caller).give_back, kernel_id)
+        self.answer({"record": record_to_json(record), "held": holding_to_json(held)})
 
 
 class ClaimHandler(SliceHandler):
@@ -213,6 +230,7 @@ ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     (f"slices/{KERNEL}/place", PlaceHandler),
     (f"slices/{KERNEL}/kernel", AttachHandler),
     (f"slices/{KERNEL}/claim", ClaimHandler),
+    (f"slices/{KERNEL}/gpu", GiveBackHandler),
     (f"slices/{KERNEL}", SliceRecordHandler),
     ("devices", DevicesHandler),
 ]

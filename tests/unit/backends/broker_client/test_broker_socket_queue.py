@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpushare.backends.broker_client.transport import BrokerClient, BrokerUnreachableError
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
 
 BODY = b'{"ok": true}'
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
@@ -77,5 +77,5 @@ def test_a_queue_that_stays_full_fails_the_call_at_its_timeout_with_one_sentence
     full_queue: tuple[socket.socket, str, list[socket.socket]],
 ) -> None:
     _, path, _ = full_queue
-    with pytest.raises(BrokerUnreachableError, match=r"^the GPU broker at unix:.* is not reachable: "):
+    with pytest.raises(UnreachableError, match=r"^the GPU broker at unix:.* is not reachable: "):
         BrokerClient(f"unix:{path}", timeout=0.5).call("GET", "info")

@@ -287,7 +287,7 @@ async def test_only_the_kernel_that_gave_a_slice_back_may_claim_its_id_again(
     record = await service.acquire("k1", service.check("4G"), kernel_name="spec", path="x.ipynb")
     token = service.token_for("k1")
     assert token is not None and record.token_hash is not None
-    service.free("k1", keep_claim=True)
+    service.give_back("k1")
     me = current_process()
     service.check_claim("k1", token, me)  # this process holds the token: it is that kernel
     with pytest.raises(NotYourSliceError, match="belongs to another kernel"):
