@@ -10,20 +10,22 @@ export type KernelAction =
   'resize' | 'release' | 'request' | 'suspend' | 'resume' | 'shutdown';
 
 /**
- * What a kernel's backend offers when the server sent no capabilities (an older server):
- * everything, as the server then refuses with the reason.
+ * Nothing that needs a capability. Every kernel the server lists (`GET kernels`, the stream)
+ * carries its backend's capabilities — the server and this extension ship in one wheel — so a
+ * kernel without them is a shape this code was not written for: it is offered nothing a
+ * capability decides.
  */
-export const ALL_OFFERED: ICapabilities = {
-  can_request: true,
-  can_release: true,
-  can_suspend: true,
-  can_force_shrink: true,
+const NONE_OFFERED: ICapabilities = {
+  can_request: false,
+  can_release: false,
+  can_suspend: false,
+  can_force_shrink: false,
   resize_restarts: false
 };
 
 /** The capabilities of a kernel's backend. */
 export function capabilitiesOf(kernel: IKernelSlice): ICapabilities {
-  return kernel.capabilities ?? ALL_OFFERED;
+  return kernel.capabilities ?? NONE_OFFERED;
 }
 
 /**

@@ -24,14 +24,6 @@ import {
 /** The route prefix of the server extension, relative to the server's base URL. */
 export const API_PATH = 'api/gpushare';
 
-/** What the picker offers when a server has no `GET config` (an older server). */
-export const FALLBACK_CONFIG: IGPUShareConfig = {
-  sizes: ['2G', '4G', '8G', '16G', 'whole'],
-  default_memory: '4G',
-  default_mode: 'timeslice',
-  modes: ['timeslice']
-};
-
 /**
  * A refusal of the server, carrying its sentence (`{"message"}`) and HTTP status.
  */
@@ -99,19 +91,9 @@ export class GPUShareAPI {
     return { pool, kernels };
   }
 
-  /**
-   * `GET config`: the presets, defaults and modes; the built-in defaults when the server is
-   * older than the route.
-   */
+  /** `GET config`: the presets, defaults and modes the picker offers. */
   async config(): Promise<IGPUShareConfig> {
-    try {
-      return await this.request<IGPUShareConfig>('GET', ['config']);
-    } catch (error) {
-      if (error instanceof GPUShareError && error.status === 404) {
-        return FALLBACK_CONFIG;
-      }
-      throw error;
-    }
+    return this.request<IGPUShareConfig>('GET', ['config']);
   }
 
   /**

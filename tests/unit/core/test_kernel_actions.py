@@ -99,12 +99,13 @@ def test_a_kernel_pod_offers_no_release_request_or_suspend_while_a_local_kernel_
     assert offered_by_the_extension(cases) == [False, False, False, True, True, True]
 
 
-def test_without_capabilities_everything_the_state_allows_is_offered() -> None:
-    """An older server sends none: the buttons stay as they were, the server refuses with why."""
-    assert offered_by_the_extension([(None, "running", "suspend"), (None, "queued", "resize")]) == [
-        True,
-        False,
-    ]
+def test_without_capabilities_only_what_needs_none_is_offered() -> None:
+    """Every kernel the server lists carries its capabilities (server and extension ship in one
+    wheel); one without them is offered nothing a capability decides, and what the state alone
+    decides as before."""
+    cases = [(None, "running", "suspend"), (None, "running", "release"), (None, "queued", "release")]
+    cases += [(None, "running", "resize"), (None, "running", "shutdown")]
+    assert offered_by_the_extension(cases) == [False, False, True, True, True]
 
 
 def test_the_panel_and_the_commands_ask_offered_and_nothing_asks_for_a_pod() -> None:
