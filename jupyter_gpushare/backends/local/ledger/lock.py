@@ -8,9 +8,8 @@ is taken at once, and a contended one is waited for by a kept thread that the ca
 waiting for after ``timeout`` seconds:
 
 * a write transaction (:func:`run_in_writer`) runs whole in that thread, which holds the lock
-  only while it runs: handing the lock back to a waiting caller kept it held while the caller
-  waited for a CPU (x0.82 of e14ae77's pairs/s with four writing processes on two cores, x0.89
-  with the writer);
+  only while it runs: handing the lock back to a waiting caller would keep it held while the
+  caller waits for a CPU (docs/benchmarks.md, "The ledger at four processes");
 * the lock file's note (:func:`lock_exclusive`) is waited for by a helper that hands the lock to
   its caller; an abandoned helper lets go as soon as it gets the lock, and closes the descriptor.
 """
