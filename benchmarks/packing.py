@@ -72,7 +72,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from jupyter_gpushare.backends.local.inventory import Device, MigInstance
-from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Refusal, Request, fit
+from jupyter_gpushare.core.placement.allocator import Held, NoFit, Policy, Request, Spot, fit
 from jupyter_gpushare.core.sizes import GiB, Size, parse_size
 
 CARD = 80 * GiB
@@ -280,7 +280,7 @@ def simulate(trace: Sequence[Kernel], spec: PolicySpec, gpus: int, skip_ahead: b
     next_arrival = 0
 
     def fits_now(kernel: Kernel) -> bool:
-        return isinstance(fit(requests[kernel.number], devices, held.values(), policy), Placement)
+        return isinstance(fit(requests[kernel.number], devices, held.values(), policy), Spot)
 
     def advance(to: float) -> None:
         nonlocal area_running, area_reserved, area_requested, blocked, fragmented, oom_time, now
@@ -297,7 +297,7 @@ def simulate(trace: Sequence[Kernel], spec: PolicySpec, gpus: int, skip_ahead: b
             oom_time += span * sum(1 for need in need_on_card.values() if need > CARD)
         now = to
 
-    def place(kernel: Kernel, outcome: Placement) -> None:
+    def place(kernel: Kernel, outcome: Spot) -> None:
         nonlocal running_need, oom_starts, overbooked
         held[kernel.number] = Held(
             str(kernel.number),
@@ -327,11 +327,11 @@ def simulate(trace: Sequence[Kernel], spec: PolicySpec, gpus: int, skip_ahead: b
         while index < len(queue):
             kernel = queue[index]
             outcome = fit(requests[kernel.number], devices, held.values(), policy)
-            if isinstance(outcome, Placement):
+            if isinstance(outcome, Spot):
                 del queue[index]
                 place(kernel, outcome)
                 continue
-            assert isinstance(outcome, Refusal)
+            assert isinstance(outcome, NoFit)
             if not outcome.retry:  # can never run under this policy (e.g. > 10 GiB on MIG)
                 del queue[index]
                 rejected += 1

@@ -184,6 +184,11 @@ class DeviceSample:
     utilization: int | None
 
 
+# The outcome of asking the ledger for a slice: placed, waiting in the queue, or refused for good.
+# (The allocator's verdict on one try is a Spot or a NoFit: a NoFit that waiting could change
+# becomes Waiting, any other becomes Refused.)
+
+
 @dataclass(frozen=True)
 class Placed:
     record: SliceRecord

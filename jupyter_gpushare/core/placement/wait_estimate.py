@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from jupyter_gpushare.core.devices import Device
-from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Request, fit
+from jupyter_gpushare.core.placement.allocator import Held, Policy, Request, Spot, fit
 
 MIN_HISTORY = 5  # finished holds needed before anything is estimated
 SIMILAR = 2.0  # a hold "of about its size": memory within this factor
@@ -128,7 +128,7 @@ def _play(
             if not _may_fit(line[0], devices, taken, policy):
                 break  # not enough memory free anywhere: the allocator would refuse it too
             outcome = fit(line[0], devices, current, policy)
-            if not isinstance(outcome, Placement):
+            if not isinstance(outcome, Spot):
                 if outcome.retry:
                     break
                 if line[0] is me:

@@ -17,7 +17,7 @@ import pytest
 from jupyter_gpushare.backends.local.inventory import parse_simulation
 from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.backends.processes import boot_id, current_process, identify, is_alive
-from jupyter_gpushare.core.placement.allocator import Placement, Policy, Refusal
+from jupyter_gpushare.core.placement.allocator import NoFit, Policy, Spot
 from jupyter_gpushare.core.records import (
     DeviceSample,
     KernelSample,
@@ -353,7 +353,7 @@ def test_resize_grows_in_place_when_it_fits(ledger: Ledger) -> None:
     place(ledger, "k1", "4G")
     place(ledger, "k2", "4G")
     outcome = ledger.resize("k1", "12G", Policy())
-    assert isinstance(outcome, Placement)
+    assert isinstance(outcome, Spot)
     assert outcome.memory == 12 * GiB
     record = ledger.get("k1")
     assert (record.memory, record.size, record.device_uuid) == (12 * GiB, "12G", T4.uuid)
@@ -364,7 +364,7 @@ def test_resize_that_does_not_fit_says_how_much_is_free_and_changes_nothing(ledg
     place(ledger, "k1", "4G")
     place(ledger, "k2", "8.5G")
     outcome = ledger.resize("k1", "12G", Policy())
-    assert isinstance(outcome, Refusal)
+    assert isinstance(outcome, NoFit)
     assert "12G does not fit" in outcome.reason
     assert "3.5G free on GPU0, so this kernel can grow to 7.5G" in outcome.reason
     record = ledger.get("k1")
@@ -374,15 +374,15 @@ def test_resize_that_does_not_fit_says_how_much_is_free_and_changes_nothing(ledg
 def test_resize_shrinks(ledger: Ledger) -> None:
     place(ledger, "k1", "8G")
     outcome = ledger.resize("k1", "512M", Policy())
-    assert isinstance(outcome, Placement) and outcome.memory == 512 * MiB
+    assert isinstance(outcome, Spot) and outcome.memory == 512 * MiB
     assert reserved_on(ledger, T4.uuid) == 512 * MiB
 
 
 def test_resize_respects_overcommit(ledger: Ledger) -> None:
     place(ledger, "k1", "8G")
     place(ledger, "k2", "8G")
-    assert isinstance(ledger.resize("k1", "10G", Policy()), Refusal)
-    assert isinstance(ledger.resize("k1", "10G", Policy(overcommit=1.5)), Placement)
+    assert isinstance(ledger.resize("k1", "10G", Policy()), NoFit)
+    assert isinstance(ledger.resize("k1", "10G", Policy(overcommit=1.5)), Spot)
 
 
 @pytest.mark.parametrize(
@@ -391,16 +391,16 @@ def test_resize_respects_overcommit(ledger: Ledger) -> None:
 def test_resize_is_refused_for_whole_cards_and_mig(ledger: Ledger, kind: str, mode: str, size: str) -> None:
     before = place(ledger, "k1", size, kind=kind, mode=mode)
     outcome = ledger.resize("k1", "2G", Policy())
-    assert isinstance(outcome, Refusal)
+    assert isinstance(outcome, NoFit)
     assert not outcome.retry
     assert mode in outcome.reason
     assert ledger.get("k1") == before
 
 
 def test_resize_of_a_kernel_without_a_slice(ledger: Ledger) -> None:
-    assert isinstance(ledger.resize("nobody", "2G", Policy()), Refusal)
+    assert isinstance(ledger.resize("nobody", "2G", Policy()), NoFit)
     ledger.enqueue(request("queued", "2G"))
-    assert isinstance(ledger.resize("queued", "2G", Policy()), Refusal)
+    assert isinstance(ledger.resize("queued", "2G", Policy()), NoFit)
 
 
 # ---- devices and durability ---------------------------------------------------------------------
