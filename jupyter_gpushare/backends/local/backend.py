@@ -275,7 +275,7 @@ class LocalBackend(Backend, NodeSlices):
                 owner=self.owner,
                 server_id=self.server_id,
                 mode=request.mode.name,
-                kind=request.mode.placement,
+                placement=request.mode.placement,
                 size=request.size.canonical,
                 cores=request.cores,
                 holder=holder or self.holder,

@@ -96,7 +96,7 @@ def preview(asked: Asked, request: SliceRequest) -> Preview:
 
     def estimate() -> tuple[float | None, float]:
         since = {record.kernel_id: record.placed_at for record in records if record.placed_at is not None}
-        ahead = [Request(r.kernel_id, r.owner, parse_size(r.size), r.kind) for r in queued]
+        ahead = [Request(r.kernel_id, r.owner, parse_size(r.size), r.placement) for r in queued]
         history = asked.accounts.history()
         return expected_start(now, wanted, ahead, devices, held, since, history, asked.policy), now
 

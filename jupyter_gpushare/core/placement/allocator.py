@@ -20,7 +20,7 @@ from jupyter_gpushare.core.placement.queue_order import FIFO, QueueRule
 from jupyter_gpushare.core.sizes import Size, format_bytes
 
 # How a mode uses a device: many slices sharing its memory, the whole card, or one MIG instance.
-PlacementKind = Literal["shared", "exclusive", "mig"]
+Placement = Literal["shared", "exclusive", "mig"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Request:
     kernel_id: str
     owner: str
     size: Size
-    kind: PlacementKind = "shared"
+    placement: Placement = "shared"
     at_least: Size | None = None
 
 
@@ -101,7 +101,7 @@ def fit(
         return NoFit("no GPU in the pool", retry=False)
     held = list(held)
     others = [slice_ for slice_ in held if slice_.kernel_id != request.kernel_id]
-    if request.kind == "mig":
+    if request.placement == "mig":
         return _fit_mig(request, devices, others, policy)
     own = [slice_ for slice_ in held if slice_.kernel_id == request.kernel_id]
     return _fit_card(request, devices, others, policy, own)
@@ -126,7 +126,7 @@ def fit_on_device(
     if too_large is not None:
         return too_large
     device = same[0]
-    if request.size.kind == "bytes" and request.size.resolve(0) > device.memory_total:
+    if request.size.form == "bytes" and request.size.resolve(0) > device.memory_total:
         return NoFit(
             f"{request.size} is larger than {device.label} ({format_bytes(device.memory_total)}), and a "
             "live resize cannot move a kernel to another GPU: shut the kernel down and start it with "
@@ -139,7 +139,7 @@ def fit_on_device(
 def _larger_than_the_pool(request: Request, devices: Sequence[Device]) -> NoFit | None:
     usable = [device for device in devices if not device.mig_enabled]
     needed = request.at_least or request.size
-    if needed.kind != "bytes" or not usable:
+    if needed.form != "bytes" or not usable:
         return None
     largest = max(usable, key=lambda device: device.memory_total)
     if needed.resolve(0) <= largest.memory_total:
@@ -155,7 +155,7 @@ def _larger_than_the_pool(request: Request, devices: Sequence[Device]) -> NoFit 
 def _fit_card(
     request: Request, devices: Sequence[Device], held: list[Held], policy: Policy, own: list[Held]
 ) -> Spot | NoFit:
-    whole_card = request.kind == "exclusive" or request.size.is_whole
+    whole_card = request.placement == "exclusive" or request.size.is_whole
     usable = [device for device in devices if not device.mig_enabled]
     if not usable:
         return NoFit("every GPU is in MIG mode; ask for mode 'mig' or disable MIG on a card", retry=False)

@@ -162,7 +162,7 @@ def _play(
 def _may_fit(request: Request, devices: Sequence[Device], taken: Mapping[str, int], policy: Policy) -> bool:
     """Whether some device has the memory ``request`` needs free (a quick necessary condition
     of :func:`fit`, which decides; MIG instances and whole cards are left to it)."""
-    if request.kind == "mig" or request.size.is_whole or request.kind == "exclusive":
+    if request.placement == "mig" or request.size.is_whole or request.placement == "exclusive":
         return True
     return any(
         device.memory_total * policy.overcommit - taken.get(device.uuid, 0)

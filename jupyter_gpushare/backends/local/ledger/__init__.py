@@ -322,9 +322,9 @@ class Ledger:
             if record is None or record.state != "running":
                 return NoFit(f"kernel {kernel_id} holds no GPU slice", retry=False)
             assert record.device_uuid is not None
-            if record.kind != "shared":
+            if record.placement != "shared":
                 return NoFit(f"a {record.mode} slice cannot be resized in place", retry=False)
-            request = Request(kernel_id, record.owner, parsed, record.kind)
+            request = Request(kernel_id, record.owner, parsed, record.placement)
             devices = read_devices(db)
             outcome = fit_on_device(request, record.device_uuid, devices, queue.held(db), policy)
             if not isinstance(outcome, Spot):

@@ -115,7 +115,7 @@ def request_placed(
         devices = read_devices(db)
         if request.only_devices is not None:
             devices = [device for device in devices if device.uuid in request.only_devices]
-        wanted = Request(request.kernel_id, request.owner, parse_size(request.size), request.kind)
+        wanted = Request(request.kernel_id, request.owner, parse_size(request.size), request.placement)
         outcome = fit(wanted, devices, held(db), policy)
         if isinstance(outcome, Spot):
             return Placed(_insert(db, arrival, outcome))
@@ -150,7 +150,7 @@ def _insert(db: sqlite3.Connection, arrival: _Arrival, spot: Spot | None) -> Sli
         kernel_name=request.kernel_name,
         path=request.path,
         mode=request.mode,
-        kind=request.kind,
+        placement=request.placement,
         size=request.size,
         cores=request.cores,
         device_uuid=None if spot is None else spot.device_uuid,
@@ -180,7 +180,7 @@ def _insert(db: sqlite3.Connection, arrival: _Arrival, spot: Spot | None) -> Sli
             record.kernel_name,
             record.path,
             record.mode,
-            record.kind,
+            record.placement,
             record.size,
             record.cores,
             record.device_uuid,
@@ -263,7 +263,7 @@ def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: Livenes
             ahead, head = head_of_queue(db, record.seq)
         if ahead:
             return waiting(ahead)
-    request = Request(kernel_id, record.owner, parse_size(record.size), record.kind)
+    request = Request(kernel_id, record.owner, parse_size(record.size), record.placement)
     devices = read_devices(db)
     allowed = only_devices_of(rows[0])
     if allowed is not None:

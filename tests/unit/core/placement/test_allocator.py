@@ -32,8 +32,8 @@ def cards(*gib: int) -> tuple[Device, ...]:
     )
 
 
-def ask(size: str, kind: str = "shared", kernel_id: str = "new", owner: str = "alice") -> Request:
-    return Request(kernel_id, owner, parse_size(size), kind)  # type: ignore[arg-type]
+def ask(size: str, placement: str = "shared", kernel_id: str = "new", owner: str = "alice") -> Request:
+    return Request(kernel_id, owner, parse_size(size), placement)  # type: ignore[arg-type]
 
 
 def hold(
@@ -125,11 +125,13 @@ def test_overcommit_does_not_put_a_slice_on_a_card_smaller_than_the_slice() -> N
 # ---- whole cards ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("size", "kind"), [("4G", "exclusive"), ("whole", "shared"), ("WHOLE", "exclusive")])
-def test_a_whole_card_needs_an_empty_device(size: str, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("size", "placement"), [("4G", "exclusive"), ("whole", "shared"), ("WHOLE", "exclusive")]
+)
+def test_a_whole_card_needs_an_empty_device(size: str, placement: str) -> None:
     pool = cards(80, 40)
     held = [hold("a", pool[0], 1)]
-    spot = placed(fit(ask(size, kind), pool, held))
+    spot = placed(fit(ask(size, placement), pool, held))
     assert spot.device_index == 1
     assert spot.whole_card
     assert spot.memory == pool[1].memory_total
@@ -481,15 +483,15 @@ def test_no_sequence_of_requests_and_releases_breaks_the_pool(
             if held:
                 held.pop(step[1] % len(held))
         else:
-            _, size, kind, owner = step
-            request = Request(f"k{number}", owner, parse_size(size), kind)
+            _, size, placement, owner = step
+            request = Request(f"k{number}", owner, parse_size(size), placement)
             outcome = fit(request, devices, held, policy)
-            if kind == "mig" and size != "whole":
+            if placement == "mig" and size != "whole":
                 check_mig_choice(devices, held, policy, request, outcome)
             if isinstance(outcome, Spot):
                 device = next(device for device in devices if device.uuid == outcome.device_uuid)
                 assert device.index == outcome.device_index
-                if kind == "shared" and size != "whole":
+                if placement == "shared" and size != "whole":
                     assert outcome.memory == request.size.resolve(device.memory_total)
                 held.append(
                     Held(

@@ -36,8 +36,8 @@ MIG_POOL = (
 )
 
 
-def ask(size: str, kind: str = "shared", owner: str = "alice") -> Request:
-    return Request("", owner, parse_size(size), kind)  # type: ignore[arg-type]
+def ask(size: str, placement: str = "shared", owner: str = "alice") -> Request:
+    return Request("", owner, parse_size(size), placement)  # type: ignore[arg-type]
 
 
 LOCAL_CASES: list[tuple[str, dict[str, Any], str, str]] = [

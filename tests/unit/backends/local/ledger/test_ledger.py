@@ -71,7 +71,7 @@ def request(
     kernel_id: str,
     size: str,
     *,
-    kind: str = "shared",
+    placement: str = "shared",
     mode: str = "timeslice",
     owner: str = "alice",
     holder: ProcessIdentity = ME,
@@ -81,7 +81,7 @@ def request(
         owner=owner,
         server_id="server-1",
         mode=mode,
-        kind=kind,  # type: ignore[arg-type]
+        placement=placement,  # type: ignore[arg-type]
         size=size,
         cores=None,
         holder=holder,
@@ -176,7 +176,7 @@ def test_the_request_fields_are_recorded(ledger: Ledger) -> None:
         "python3-gpu-4g",
         "k1.ipynb",
     )
-    assert (record.mode, record.kind, record.size) == ("timeslice", "shared", "25%")
+    assert (record.mode, record.placement, record.size) == ("timeslice", "shared", "25%")
     assert record.memory == 4 * GiB  # 25% of the 16G card it landed on
     assert record.holder == ME
     assert record.kernel is None
@@ -216,12 +216,12 @@ def test_a_request_that_can_never_fit_is_refused(ledger: Ledger) -> None:
 
 
 def test_mig_slices_take_an_instance(ledger: Ledger) -> None:
-    first = place(ledger, "m1", "5G", kind="mig", mode="mig")
-    second = place(ledger, "m2", "5G", kind="mig", mode="mig")
-    third = place(ledger, "m3", "5G", kind="mig", mode="mig")
+    first = place(ledger, "m1", "5G", placement="mig", mode="mig")
+    second = place(ledger, "m2", "5G", placement="mig", mode="mig")
+    third = place(ledger, "m3", "5G", placement="mig", mode="mig")
     units = {first.unit_uuid, second.unit_uuid, third.unit_uuid}
     assert units == {instance.uuid for instance in POOL.devices[1].mig}
-    ledger.enqueue(request("m4", "5G", kind="mig", mode="mig"))
+    ledger.enqueue(request("m4", "5G", placement="mig", mode="mig"))
     outcome = ledger.try_place("m4", Policy())
     assert isinstance(outcome, Waiting) and "in use" in outcome.reason
 
@@ -386,10 +386,12 @@ def test_resize_respects_overcommit(ledger: Ledger) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "mode", "size"), [("exclusive", "exclusive", "whole"), ("mig", "mig", "5G")]
+    ("placement", "mode", "size"), [("exclusive", "exclusive", "whole"), ("mig", "mig", "5G")]
 )
-def test_resize_is_refused_for_whole_cards_and_mig(ledger: Ledger, kind: str, mode: str, size: str) -> None:
-    before = place(ledger, "k1", size, kind=kind, mode=mode)
+def test_resize_is_refused_for_whole_cards_and_mig(
+    ledger: Ledger, placement: str, mode: str, size: str
+) -> None:
+    before = place(ledger, "k1", size, placement=placement, mode=mode)
     outcome = ledger.resize("k1", "2G", Policy())
     assert isinstance(outcome, NoFit)
     assert not outcome.retry
