@@ -208,7 +208,7 @@ def _worker(
             owner=f"user{worker}",
             server_id=f"bench-{worker}",
             mode="timeslice",
-            kind="shared",
+            placement="shared",
             size=rng.choice(SIZES),
             cores=None,
             holder=me,

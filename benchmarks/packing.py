@@ -25,17 +25,17 @@ default); waits above 300 s are counted instead.
 
 **Policies**, on N simulated 80 GiB cards:
 
-a. ``whole-card`` - native device plugin: ``kind='exclusive'`` (the request becomes ``whole``,
+a. ``whole-card`` - native device plugin: ``placement='exclusive'`` (the request becomes ``whole``,
    as the package does for exclusive mode); one kernel per card.
 b. ``timeslice-4`` - the device plugin's time-slicing with 4 replicas per card. A replica gives
    no memory isolation and a pod gets one replica however much it needs (asking for more
    replicas does not buy more memory), so each kernel takes one replica whatever its need. Each
-   card is modelled as 4 devices of 20 GiB placed with ``kind='exclusive'``. Kernels needing more
+   card is modelled as 4 devices of 20 GiB placed with ``placement='exclusive'``. Kernels needing more
    than 20 GiB still run, at risk of OOM: the output counts them and how often the summed needs
    on one card exceed its 80 GiB (an OOM on a real card).
-c. ``mig-7x1g`` - static MIG, 7 x ``1g.10gb`` per card (``Device.mig``, ``kind='mig'``).
+c. ``mig-7x1g`` - static MIG, 7 x ``1g.10gb`` per card (``Device.mig``, ``placement='mig'``).
    Kernels needing more than 10 GiB cannot run at all: counted, left out of the wait statistics.
-d. ``gpushare`` - best-fit memory slices, ``kind='shared'``, ``Policy(overcommit=1.0)``.
+d. ``gpushare`` - best-fit memory slices, ``placement='shared'``, ``Policy(overcommit=1.0)``.
 
 For each policy the smallest N whose p95 queue wait (all runnable kernels, zeros included) is
 <= 60 s is found by a galloping then binary search over N (p95 wait falls as N grows).
@@ -72,7 +72,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from jupyter_gpushare.backends.local.inventory import Device, MigInstance
-from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Refusal, Request, fit
+from jupyter_gpushare.core.placement.allocator import Held, NoFit, Placement, Policy, Request, Spot, fit
 from jupyter_gpushare.core.sizes import GiB, Size, parse_size
 
 CARD = 80 * GiB
@@ -169,7 +169,7 @@ WHOLE = parse_size("whole")
 class PolicySpec:
     key: str
     label: str
-    kind: str  # PlacementKind
+    placement: Placement
     devices: Callable[[int], list[Device]]
     size: Callable[[Kernel], Size]
     card_of: Callable[[Device], int] = lambda device: device.index
@@ -260,7 +260,7 @@ def simulate(trace: Sequence[Kernel], spec: PolicySpec, gpus: int, skip_ahead: b
     devices = spec.devices(gpus)
     cards = {device.uuid: spec.card_of(device) for device in devices}
     policy = Policy(overcommit=1.0)
-    requests = {k.number: Request(str(k.number), k.user, spec.size(k), spec.kind) for k in trace}  # type: ignore[arg-type]
+    requests = {k.number: Request(str(k.number), k.user, spec.size(k), spec.placement) for k in trace}
     held: dict[int, Held] = {}
     need_on_card: dict[int, int] = {}
     departures: list[tuple[float, int]] = []
@@ -280,7 +280,7 @@ def simulate(trace: Sequence[Kernel], spec: PolicySpec, gpus: int, skip_ahead: b
     next_arrival = 0
 
     def fits_now(kernel: Kernel) -> bool:
-        return isinstance(fit(requests[kernel.number], devices, held.values(), policy), Placement)
+        return isinstance(fit(requests[kernel.number], devices, held.values(), policy), Spot)
 
     def advance(to: float) -> None:
         nonlocal area_running, area_reserved, area_requested, blocked, fragmented, oom_time, now
@@ -297,7 +297,7 @@ def simulate(trace: Sequence[Kernel], spec: PolicySpec, gpus: int, skip_ahead: b
             oom_time += span * sum(1 for need in need_on_card.values() if need > CARD)
         now = to
 
-    def place(kernel: Kernel, outcome: Placement) -> None:
+    def place(kernel: Kernel, outcome: Spot) -> None:
         nonlocal running_need, oom_starts, overbooked
         held[kernel.number] = Held(
             str(kernel.number),
@@ -327,11 +327,11 @@ def simulate(trace: Sequence[Kernel], spec: PolicySpec, gpus: int, skip_ahead: b
         while index < len(queue):
             kernel = queue[index]
             outcome = fit(requests[kernel.number], devices, held.values(), policy)
-            if isinstance(outcome, Placement):
+            if isinstance(outcome, Spot):
                 del queue[index]
                 place(kernel, outcome)
                 continue
-            assert isinstance(outcome, Refusal)
+            assert isinstance(outcome, NoFit)
             if not outcome.retry:  # can never run under this policy (e.g. > 10 GiB on MIG)
                 del queue[index]
                 rejected += 1

@@ -56,7 +56,7 @@ from replay_trace import Session, Trace, busy_share, generate, load
 
 from jupyter_gpushare.backends.local.inventory import parse_simulation
 from jupyter_gpushare.core.accounting.tally import Event, Figures, KernelAccount, add_spans, fold, recent_use
-from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Request, fit
+from jupyter_gpushare.core.placement.allocator import Held, Policy, Request, Spot, fit
 from jupyter_gpushare.core.placement.queue_order import QueuePolicy, QueueRule, Waiter, line_up
 from jupyter_gpushare.core.placement.wait_estimate import History, expected_start
 from jupyter_gpushare.core.sizes import parse_size
@@ -194,7 +194,7 @@ def replay(
             if not might_fit(head.request, asked[number]):
                 return
             outcome = fit(head.request, devices, list(held.values()), policy)
-            if not isinstance(outcome, Placement):
+            if not isinstance(outcome, Spot):
                 if outcome.retry:
                     return
                 waiting.remove(head)

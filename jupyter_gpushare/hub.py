@@ -49,7 +49,7 @@ def _label(size: str) -> str:
     parsed = parse_size(size)
     if parsed.is_whole:
         return "A whole GPU"
-    if parsed.kind == "percent":
+    if parsed.form == "percent":
         return f"{parsed.text} of a GPU"
     return f"{format_bytes(parsed.resolve(0))} of GPU memory"
 

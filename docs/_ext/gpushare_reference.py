@@ -109,8 +109,8 @@ class MetricsDirective(SphinxDirective):
         rows = [
             [nodes.literal(text=m.name), nodes.Text(m.documentation), _literals(m.labels)] for m in metrics
         ]
-        kinds = sorted({getattr(m, "kind", "gauge") for m in metrics})
-        return [_table([f"series ({', '.join(kinds)})", "meaning", "labels"], rows)]
+        types = sorted({getattr(m, "metric_type", "gauge") for m in metrics})
+        return [_table([f"series ({', '.join(types)})", "meaning", "labels"], rows)]
 
 
 class PresetsDirective(SphinxDirective):
@@ -143,7 +143,7 @@ class SettingsLayersDirective(SphinxDirective):
     first (``jupyter_gpushare.config.layers``), and the administered settings."""
 
     def run(self) -> list[nodes.Node]:
-        from jupyter_gpushare.config.layers import KINDS, WHERE
+        from jupyter_gpushare.config.layers import SOURCES, WHERE
         from jupyter_gpushare.config.loading import administered_traits
 
         # Only an administrator's file (one the user cannot change) may set what another one set
@@ -151,11 +151,11 @@ class SettingsLayersDirective(SphinxDirective):
         rows = [
             [
                 nodes.Text(str(rank)),
-                nodes.Text(kind),
-                nodes.Text(WHERE[kind]),
-                nodes.Text("if it is an administrator's file too" if kind.endswith("file") else "no"),
+                nodes.Text(source),
+                nodes.Text(WHERE[source]),
+                nodes.Text("if it is an administrator's file too" if source.endswith("file") else "no"),
             ]
-            for rank, kind in enumerate(KINDS, start=1)
+            for rank, source in enumerate(SOURCES, start=1)
         ]
         administered = nodes.paragraph()
         administered += nodes.Text(

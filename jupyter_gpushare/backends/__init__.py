@@ -73,7 +73,7 @@ def node_slices_for(settings: GPUShare) -> NodeSlices:
     if not isinstance(backend, NodeSlices):
         raise ConfigurationError(
             f"the {backend.name} backend does not hold a kernel's own slice: its kind must name "
-            "a kernel handle of its own (BackendKind.kernel_slice)"
+            "a kernel handle of its own (BackendKind.slice_handle)"
         )
     return backend
 

@@ -48,10 +48,10 @@ class BackendKind:
     # jupyter_gpushare.core.findings.Findings; empty where the kind has none of its own.
     doctor_checks: str = ""
     # "module:attribute" of a kernel's handle on its own slice (what %gpu and the Python API
-    # call): a callable taking no arguments that returns a jupyter_gpushare.kernel.my_slice.MySlice.
+    # call): a callable taking no arguments that returns a jupyter_gpushare.kernel.slice_handle.SliceHandle.
     # By default the kernel acts on its slice through this kind's backend, which must then be
     # a NodeSlices (as the local kind's is); a kind whose kernels run elsewhere names its own.
-    kernel_slice: str = "jupyter_gpushare.kernel.own_slice:OwnSlice"
+    slice_handle: str = "jupyter_gpushare.kernel.node_handle:NodeSliceHandle"
     # What a kernel tells and asks of its slice around every cell, where building the backend
     # costs more than a cell should (the local kind probes devices): a factory (settings) ->
     # CellNotes, or None for a kernel with nothing to note. None here: the backend answers.

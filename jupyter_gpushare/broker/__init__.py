@@ -9,7 +9,7 @@ JupyterHub user of the presented token over HTTP — and answers the same servic
 scoped to that caller. It is only a front door: the decisions are the backends'
 (:mod:`jupyter_gpushare.backends`), made once for everyone.
 
-Modules: :mod:`.settings` (where it reads its settings), :mod:`.handlers` (the routes every
+Modules: :mod:`.settings` (where it reads its settings), :mod:`.routes` (the routes every
 kind serves), :mod:`.usage_routes` (the accounting), :mod:`.door` (connection limits),
 :mod:`.app` (listening and running). What it builds on — who calls, the authority, the routes'
 base, a kind's side — is :mod:`jupyter_gpushare.backends.broker_base`; a kind's own routes and

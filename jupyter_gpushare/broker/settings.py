@@ -25,7 +25,7 @@ from traitlets.config import Config
 from jupyter_gpushare.backends.broker_base.side import broker_side
 from jupyter_gpushare.config import GPUShare, load_settings
 from jupyter_gpushare.config.broker import GPUShareBroker
-from jupyter_gpushare.config.layers import Kind
+from jupyter_gpushare.config.layers import Source
 from jupyter_gpushare.config.loading import config_directories, config_files
 from jupyter_gpushare.core.errors import ConfigurationError
 
@@ -63,7 +63,7 @@ def load_broker_configuration(
 ) -> BrokerConfiguration:
     """The broker's settings: its configuration directory's files, then those of the Jupyter
     config path, the environment, and ``overrides`` (the command's flags)."""
-    own: list[tuple[str, Kind]] = [(config_dir, "system file")] if config_dir else []
+    own: list[tuple[str, Source]] = [(config_dir, "system file")] if config_dir else []
     found = config_files(own)  # least specific first
     config = Config()
     for _, _, loaded in found:

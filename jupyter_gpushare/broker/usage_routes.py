@@ -1,6 +1,6 @@
 """The broker's routes of the accounting: ``GET usage``, ``GET usage/totals`` (every backend: a
 backend without accounting says so). (Local kernels' reports of their cells are the local kind's
-route: :mod:`jupyter_gpushare.backends.local.broker.activity`.)
+route: :mod:`jupyter_gpushare.backends.local.broker.activity_routes`.)
 
 The caller sees their own figures, an admin everyone's: the scoped backend decides, as for every
 other view (:mod:`jupyter_gpushare.backends.broker_base.authority`).

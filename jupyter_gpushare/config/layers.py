@@ -33,11 +33,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-# What a person reads as a layer's kind, lowest precedence first.
-Kind = Literal[
+# What a person reads as where a layer's values come from, lowest precedence first.
+Source = Literal[
     "system file", "environment file", "user file", "application", "environment variable", "command line"
 ]
-KINDS: tuple[Kind, ...] = (
+SOURCES: tuple[Source, ...] = (
     "system file",
     "environment file",
     "user file",
@@ -46,8 +46,8 @@ KINDS: tuple[Kind, ...] = (
     "command line",
 )
 
-# Where each kind of layer is (docs/admins/configuration.md tables these, in this order).
-WHERE: dict[Kind, str] = {
+# Where each source of settings is (docs/admins/configuration.md tables these, in this order).
+WHERE: dict[Source, str] = {
     "system file": "jupyter_config and jupyter_server_config (.py, .json) in /usr/local/etc/jupyter "
     "and /etc/jupyter: read by every Jupyter installation on the machine",
     "environment file": "the same files in <sys.prefix>/etc/jupyter: read by that Python "
@@ -70,7 +70,7 @@ class Layer:
     """One place that sets settings: a config file, one environment variable, the application."""
 
     name: str  # what a person reads: "/etc/jupyter/jupyter_server_config.py", "$JUPYTER_GPUSHARE_SIMULATE"
-    kind: Kind
+    source: Source
     values: Mapping[str, Any]  # the GPUShare traits it sets
     administrator: bool = False  # a file the user running the process cannot change
 
@@ -107,7 +107,7 @@ class Settled:
         return layer.name if layer is not None else "default"
 
     def files(self) -> tuple[Layer, ...]:
-        return tuple(layer for layer in self.layers if layer.kind.endswith("file"))
+        return tuple(layer for layer in self.layers if layer.source.endswith("file"))
 
     def broker_bypassed(self) -> str | None:
         """Why this process must start no kernel, if a file on the config path names a GPU
@@ -116,7 +116,7 @@ class Settled:
         if self.values.get("broker_url"):
             return None
         named = [
-            layer for layer in self.layers if layer.kind.endswith("file") and layer.values.get("broker_url")
+            layer for layer in self.layers if layer.source.endswith("file") and layer.values.get("broker_url")
         ]
         if not named:
             return None
@@ -165,4 +165,4 @@ def settle(layers: Sequence[Layer], administered: frozenset[str]) -> Settled:
     return Settled(values, origins, tuple(ignored), tuple(layer for layer in layers if layer.values))
 
 
-__all__ = ["ADMINISTERED", "KINDS", "Ignored", "Kind", "Layer", "Settled", "settle"]
+__all__ = ["ADMINISTERED", "SOURCES", "Ignored", "Layer", "Settled", "Source", "settle"]

@@ -23,7 +23,7 @@ from traitlets import Dict, List, TraitError
 from traitlets.config import Application, Config
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
-from jupyter_gpushare.config.layers import ADMINISTERED, Kind, Layer, Settled, settle
+from jupyter_gpushare.config.layers import ADMINISTERED, Layer, Settled, Source, settle
 from jupyter_gpushare.config.traits import GPUShare
 from jupyter_gpushare.core import env_names
 from jupyter_gpushare.core.errors import ConfigurationError
@@ -51,7 +51,7 @@ def load_settings(
     *,
     from_files: bool = True,
     reconcile: bool = True,
-    directories: Sequence[tuple[str, Kind]] = (),
+    directories: Sequence[tuple[str, Source]] = (),
 ) -> GPUShare:
     """The ``GPUShare`` settings for this process, with where each came from (``settled``).
 
@@ -63,7 +63,7 @@ def load_settings(
     """
     files: list[Layer] = []
     if from_files:
-        files = [file_layer(path, kind, loaded) for path, kind, loaded in config_files(directories)]
+        files = [file_layer(path, source, loaded) for path, source, loaded in config_files(directories)]
     own, command_line = application_layers(config, files)
     layers = [*files, own, *environment_layers(), command_line]
     settled = settle(layers, administered_traits())
@@ -141,8 +141,8 @@ def environment_layers() -> list[Layer]:
     return layers
 
 
-def file_layer(path: Path, kind: Kind, loaded: Config) -> Layer:
-    return Layer(str(path), kind, dict(loaded.get("GPUShare", {})), administrator=administrator_file(path))
+def file_layer(path: Path, source: Source, loaded: Config) -> Layer:
+    return Layer(str(path), source, dict(loaded.get("GPUShare", {})), administrator=administrator_file(path))
 
 
 def application_layers(config: Config | None, files: Iterable[Layer]) -> tuple[Layer, Layer]:
@@ -171,14 +171,14 @@ def _among(value: Any, values: list[Any]) -> bool:
         return False
 
 
-def config_directories(extra: Sequence[tuple[str, Kind]] = ()) -> list[tuple[str, Kind]]:
-    """The Jupyter config path, least specific first, each directory with its kind, and ``extra``
+def config_directories(extra: Sequence[tuple[str, Source]] = ()) -> list[tuple[str, Source]]:
+    """The Jupyter config path, least specific first, each directory with the source it is, and ``extra``
     directories above them all."""
     # Read when asked, not when imported: a test harness may point jupyter_core elsewhere.
     system = {os.path.realpath(directory) for directory in jupyter_paths.SYSTEM_CONFIG_PATH}
     environment = {os.path.realpath(directory) for directory in jupyter_paths.ENV_CONFIG_PATH}
     seen: set[str] = set()
-    directories: list[tuple[str, Kind]] = []
+    directories: list[tuple[str, Source]] = []
     # jupyter_config_path() is most specific first; a directory named twice counts where it is
     # most specific.
     for directory in [*(d for d, _ in reversed(extra)), *jupyter_paths.jupyter_config_path()]:
@@ -186,21 +186,21 @@ def config_directories(extra: Sequence[tuple[str, Kind]] = ()) -> list[tuple[str
         if real in seen:
             continue
         seen.add(real)
-        kind: Kind = dict(extra).get(directory) or (
+        source: Source = dict(extra).get(directory) or (
             "system file" if real in system else "environment file" if real in environment else "user file"
         )
-        directories.insert(0, (directory, kind))
+        directories.insert(0, (directory, source))
     return directories
 
 
-def config_files(extra: Sequence[tuple[str, Kind]] = ()) -> list[tuple[Path, Kind, Config]]:
+def config_files(extra: Sequence[tuple[str, Source]] = ()) -> list[tuple[Path, Source, Config]]:
     """Every config file on the path (and in ``extra``), least specific first, as loaded."""
     found = []
-    for directory, kind in config_directories(extra):
+    for directory, source in config_directories(extra):
         for filename in CONFIG_FILES:
             path = Path(directory) / filename
             if path.is_file():
-                found.append((path, kind, load_file(path)))
+                found.append((path, source, load_file(path)))
     return found
 
 

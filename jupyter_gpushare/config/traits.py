@@ -350,7 +350,7 @@ class GPUShare(Configurable, AccountingTraits):
             size = parse_size(value)
         except SizeError as error:
             raise ValueError(f"GPUShare.{name}: {error}") from None
-        if name.startswith(("max_", "min_")) and size.kind != "bytes":
+        if name.startswith(("max_", "min_")) and size.form != "bytes":
             raise ValueError(f"GPUShare.{name} must be an amount such as 16G, not {value!r}")
         return str(value)
 

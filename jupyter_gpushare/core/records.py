@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from jupyter_gpushare.core.devices import Device
-from jupyter_gpushare.core.placement.allocator import Held, PlacementKind
+from jupyter_gpushare.core.placement.allocator import Held, Placement
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class SliceRecord:
     kernel_name: str
     path: str
     mode: str
-    kind: PlacementKind
+    placement: Placement
     size: str
     cores: int | None
     device_uuid: str | None
@@ -84,7 +84,7 @@ class NewRequest:
     owner: str
     server_id: str
     mode: str
-    kind: PlacementKind
+    placement: Placement
     size: str
     cores: int | None
     holder: ProcessIdentity
@@ -96,6 +96,11 @@ class NewRequest:
     only_devices: tuple[str, ...] | None = None
 
 
+# The ledger's name for a slice's placement (its ``slices`` column, a suspended state's JSON key):
+# kept from before the field was renamed, as renaming a column would need a migration.
+STORED_PLACEMENT = "kind"
+
+
 @dataclass(frozen=True)
 class SuspendedState:
     """What a suspended kernel needs to come back: the slice it had and where its GPU state
@@ -103,7 +108,7 @@ class SuspendedState:
 
     size: str  # canonical size of the slice it had
     mode: str
-    kind: PlacementKind
+    placement: Placement
     cores: int | None
     memory: int  # bytes of the slice it had
     device_uuid: str
@@ -116,12 +121,15 @@ class SuspendedState:
     def as_json(self) -> dict[str, object]:
         values = dict(self.__dict__)
         values["holder"] = [self.holder.pid, self.holder.start]
+        # Stored in the ledger under its first name, so that existing ledgers read the same.
+        values[STORED_PLACEMENT] = values.pop("placement")
         return values
 
     @classmethod
     def from_json(cls, values: dict[str, Any]) -> SuspendedState:
         fields = dict(values)
         pid, start = fields.pop("holder")
+        fields["placement"] = fields.pop(STORED_PLACEMENT)
         return cls(holder=ProcessIdentity(int(pid), float(start)), **fields)
 
 
@@ -182,6 +190,11 @@ class DeviceSample:
     uuid: str
     memory_used: int | None
     utilization: int | None
+
+
+# The outcome of asking the ledger for a slice: placed, waiting in the queue, or refused for good.
+# (The allocator's verdict on one try is a Spot or a NoFit: a NoFit that waiting could change
+# becomes Waiting, any other becomes Refused.)
 
 
 @dataclass(frozen=True)

@@ -62,31 +62,31 @@ class SizeError(ValueError):
 class Size:
     """A parsed request: an exact byte count, a percentage of a device, or a whole card."""
 
-    kind: Literal["bytes", "percent", "whole"]
+    form: Literal["bytes", "percent", "whole"]
     amount: Decimal  # bytes for "bytes" (whole MiB), percent (0 < p <= 100), 1 for "whole"
     text: str  # the user's spelling (trimmed), kept for messages and labels
 
     @property
     def canonical(self) -> str:
         """The one spelling the ledger stores: ``4G``, ``1536M``, ``12.5%`` or ``whole``."""
-        if self.kind == "whole":
+        if self.form == "whole":
             return "whole"
-        if self.kind == "percent":
+        if self.form == "percent":
             return f"{_plain(self.amount)}%"
         size_bytes = int(self.amount)
         return f"{size_bytes // GiB}G" if size_bytes % GiB == 0 else f"{size_bytes // MiB}M"
 
     def resolve(self, device_memory: int) -> int:
         """Bytes this size means on a device (or MIG instance) with ``device_memory`` bytes."""
-        if self.kind == "bytes":
+        if self.form == "bytes":
             return int(self.amount)
-        if self.kind == "whole":
+        if self.form == "whole":
             return device_memory
         return int(Decimal(device_memory) * self.amount / 100)
 
     @property
     def is_whole(self) -> bool:
-        return self.kind == "whole"
+        return self.form == "whole"
 
     def __str__(self) -> str:
         return self.text

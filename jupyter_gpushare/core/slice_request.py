@@ -51,7 +51,7 @@ def make_slice_request(
         size = parse_size(chosen)
     except SizeError as error:
         raise InvalidRequestError(str(error)) from None
-    if size.kind == "bytes" and size.resolve(0) < min_memory:
+    if size.form == "bytes" and size.resolve(0) < min_memory:
         raise InvalidRequestError(
             f"a GPU slice must be at least {format_bytes(min_memory)} (GPUShare.min_memory), "
             f"not {chosen}: a CUDA context alone needs about that much"
@@ -63,7 +63,7 @@ def make_slice_request(
     card = None
     if chosen_mode.placement == "exclusive":
         # Exclusive means a whole card; the card is at least as large as any size that fits.
-        card = size if size.kind == "bytes" else None
+        card = size if size.form == "bytes" else None
         size = parse_size("whole")
     return SliceRequest(size, chosen_mode, _check_cores(cores), card)
 

@@ -109,7 +109,7 @@ def requested_bytes(record: SliceRecord) -> int | None:
     if record.state == "running":
         return record.memory
     size = parse_size(record.size)
-    return size.resolve(0) if size.kind == "bytes" else None
+    return size.resolve(0) if size.form == "bytes" else None
 
 
 def kernel_view(

@@ -21,7 +21,7 @@ def load_ipython_extension(shell: Any) -> None:
     global _started
     from jupyter_gpushare.kernel import caps
     from jupyter_gpushare.kernel.magics import GPUMagics
-    from jupyter_gpushare.kernel.my_slice import my_slice
+    from jupyter_gpushare.kernel.slice_handle import slice_handle
 
     caps.install_import_hook()
     shell.register_magics(GPUMagics)
@@ -29,7 +29,7 @@ def load_ipython_extension(shell: Any) -> None:
         from jupyter_gpushare.core.errors import GPUShareError
 
         try:
-            handle = my_slice()
+            handle = slice_handle()
         except GPUShareError as error:  # an unknown kind: the kernel runs on, %gpu says why
             logging.getLogger("jupyter_gpushare").warning("GPU: %s", error)
             return

@@ -23,7 +23,7 @@ from IPython.core.error import InputRejected
 
 
 class CellHooks(Protocol):
-    """What the hooks ask of this kernel's slice (``OwnSlice``; a pod's ``PodKernel``)."""
+    """What the hooks ask of this kernel's slice (``NodeSliceHandle``; a pod's ``PodSliceHandle``)."""
 
     def on_idle(self, idle_for: float) -> str | None:
         """Do the idle action; the notice for the next cell, or None when nothing was done."""

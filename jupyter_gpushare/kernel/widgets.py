@@ -35,7 +35,7 @@ def sparkline(values: list[int | None], width: int = 180, height: int = 28) -> s
 
 
 class WatchedSlice(Protocol):
-    """What the live view reads of this kernel's slice (the ledger's ``OwnSlice``)."""
+    """What the live view reads of this kernel's slice (a local kernel's ``NodeSliceHandle``)."""
 
     @property
     def sample_interval(self) -> float: ...

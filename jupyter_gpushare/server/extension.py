@@ -10,7 +10,7 @@ from jupyter_server.utils import url_path_join
 from jupyter_gpushare.backends import ServerHooks, backend_for
 from jupyter_gpushare.config import GPUShare, load_settings, unreported_warnings
 from jupyter_gpushare.core import log_filter as refusals
-from jupyter_gpushare.server import handlers, kernel_routes, metrics, usage_handlers
+from jupyter_gpushare.server import kernel_routes, metrics, routes, usage_routes
 from jupyter_gpushare.server.context import GPUShareContext
 from jupyter_gpushare.server.lifecycle import Reclaimer, settle_before_shutdown
 from jupyter_gpushare.server.websockets import close_kernel_websockets
@@ -63,22 +63,22 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
     web_app.add_handlers(
         ".*$",
         [
-            (url_path_join(base, "pool"), handlers.PoolHandler),
-            (url_path_join(base, "kernels"), handlers.KernelsHandler),
-            (url_path_join(base, "kernels", kernel), handlers.KernelHandler),
-            (url_path_join(base, "kernels", kernel, "gpu"), handlers.KernelGPUHandler),
-            (url_path_join(base, "kernels", kernel, "suspend"), handlers.KernelSuspendHandler),
-            (url_path_join(base, "kernels", kernel, "resume"), handlers.KernelResumeHandler),
+            (url_path_join(base, "pool"), routes.PoolHandler),
+            (url_path_join(base, "kernels"), routes.KernelsHandler),
+            (url_path_join(base, "kernels", kernel), routes.KernelHandler),
+            (url_path_join(base, "kernels", kernel, "gpu"), routes.KernelGPUHandler),
+            (url_path_join(base, "kernels", kernel, "suspend"), routes.KernelSuspendHandler),
+            (url_path_join(base, "kernels", kernel, "resume"), routes.KernelResumeHandler),
             (url_path_join(base, "kernels", kernel, "idle"), kernel_routes.KernelIdleHandler),
             (url_path_join(base, "kernels", kernel, "usage"), kernel_routes.KernelUsageHandler),
             (url_path_join(base, "kernels", kernel, "self"), kernel_routes.KernelSelfHandler),
             (url_path_join(base, "kernels", kernel, "resize"), kernel_routes.KernelResizeHandler),
-            (url_path_join(base, "stream"), handlers.StreamHandler),
-            (url_path_join(base, "config"), handlers.ConfigHandler),
-            (url_path_join(base, "fit"), handlers.FitHandler),
-            (url_path_join(base, "modes"), handlers.ModesHandler),
-            (url_path_join(base, "usage"), usage_handlers.UsageHandler),
-            (url_path_join(base, "openapi.yaml"), handlers.OpenAPIHandler),
+            (url_path_join(base, "stream"), routes.StreamHandler),
+            (url_path_join(base, "config"), routes.ConfigHandler),
+            (url_path_join(base, "fit"), routes.FitHandler),
+            (url_path_join(base, "modes"), routes.ModesHandler),
+            (url_path_join(base, "usage"), usage_routes.UsageHandler),
+            (url_path_join(base, "openapi.yaml"), routes.OpenAPIHandler),
         ],
     )
     metrics.register(context.metrics_snapshot, backend.usage_totals)

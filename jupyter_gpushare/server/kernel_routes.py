@@ -21,7 +21,7 @@ from jupyter_gpushare.core.errors import POD_HOLDS_ITS_GPU, NotOfferedError
 from jupyter_gpushare.core.records import UsageReport
 from jupyter_gpushare.http_errors import answering_domain_errors, message_of
 from jupyter_gpushare.server.context import GPUShareContext
-from jupyter_gpushare.server.handlers import request_fields
+from jupyter_gpushare.server.routes import request_fields
 
 RESTART_AFTER = 0.5  # seconds: the kernel reads the answer before it is restarted
 

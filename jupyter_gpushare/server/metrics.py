@@ -34,7 +34,7 @@ class MetricDefinition:
     documentation: str
     labels: tuple[str, ...]
 
-    kind = "gauge"
+    metric_type = "gauge"  # Prometheus' TYPE line
 
     def family(self) -> GaugeMetricFamily:
         return GaugeMetricFamily(self.name, self.documentation, labels=list(self.labels))
@@ -50,7 +50,7 @@ class CounterDefinition:
     field: str
     scale: float = 1.0
     labels: tuple[str, ...] = ("owner",)
-    kind = "counter"
+    metric_type = "counter"
 
     def family(self) -> CounterMetricFamily:
         return CounterMetricFamily(

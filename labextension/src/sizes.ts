@@ -42,9 +42,9 @@ const PERCENT = new RegExp(`^${NUMBER}%$`);
  * A size that parsed: bytes, a share of the device in percent, or a whole card.
  */
 export type ParsedSize =
-  | { ok: true; kind: 'bytes'; bytes: number; text: string }
-  | { ok: true; kind: 'percent'; percent: number; text: string }
-  | { ok: true; kind: 'whole'; text: 'whole' };
+  | { ok: true; form: 'bytes'; bytes: number; text: string }
+  | { ok: true; form: 'percent'; percent: number; text: string }
+  | { ok: true; form: 'whole'; text: 'whole' };
 
 /**
  * A size that did not parse: the problem, and the message shown (the accepted forms follow
@@ -116,7 +116,7 @@ export function parseSize(value: string): ParsedSize | ISizeError {
     return refuse('GPU size is empty');
   }
   if (text.toLowerCase() === 'whole') {
-    return { ok: true, kind: 'whole', text: 'whole' };
+    return { ok: true, form: 'whole', text: 'whole' };
   }
   if (text.startsWith('-')) {
     return refuse(`GPU size ${quote(text)} must be more than zero`, false);
@@ -141,7 +141,7 @@ export function parseSize(value: string): ParsedSize | ISizeError {
     }
     return {
       ok: true,
-      kind: 'percent',
+      form: 'percent',
       percent: Number(percent[1]),
       text
     };
@@ -171,7 +171,7 @@ export function parseSize(value: string): ParsedSize | ISizeError {
   // Whole MiB, rounded up, as the server stores it.
   const perMiB = scale * BigInt(MiB);
   const mib = (numerator * unitBytes + perMiB - BigInt(1)) / perMiB;
-  return { ok: true, kind: 'bytes', bytes: Number(mib * BigInt(MiB)), text };
+  return { ok: true, form: 'bytes', bytes: Number(mib * BigInt(MiB)), text };
 }
 
 /**
@@ -183,7 +183,7 @@ export function checkSize(
   deviceMemory: number[]
 ): ParsedSize | ISizeError {
   const parsed = parseSize(value);
-  if (!parsed.ok || parsed.kind !== 'bytes' || deviceMemory.length === 0) {
+  if (!parsed.ok || parsed.form !== 'bytes' || deviceMemory.length === 0) {
     return parsed;
   }
   const largest = Math.max(...deviceMemory);

@@ -276,7 +276,7 @@ async def test_a_kernel_runs_in_its_pod_encrypted_and_leaves_nothing_behind(
         cell = await run_cell(
             km,
             "import os\n"
-            "from jupyter_gpushare.kernel.pod import read_token_file\n"
+            "from jupyter_gpushare.kernel.pod_handle import read_token_file\n"
             "print(os.environ['JUPYTER_GPUSHARE_MODE'], os.environ['JUPYTER_GPUSHARE_MEMORY_BYTES'])\n"
             "token_file = os.environ['JUPYTER_GPUSHARE_TOKEN_FILE']\n"
             "print('JUPYTER_GPUSHARE_TOKEN' in os.environ, read_token_file(token_file))\n"

@@ -459,8 +459,8 @@ def test_a_kernel_cannot_take_a_slice_under_another_kernels_id(node: Node, serve
     # from that environment: refused, and nothing is recorded under X.
     pretend = (
         "import os\n"
-        "from jupyter_gpushare.kernel import my_slice\n"
-        "my_slice._chosen = None\n"
+        "from jupyter_gpushare.kernel import slice_handle\n"
+        "slice_handle._chosen = None\n"
         "os.environ.pop('JUPYTER_GPUSHARE_TOKEN', None)\n"
         "os.environ['JUPYTER_GPUSHARE_KERNEL_ID'] = {!r}\n"
         "get_ipython().run_line_magic('gpu', 'request 3G')\n"

@@ -132,8 +132,8 @@ async def test_a_kernel_cannot_act_on_another_kernels_slice(
         kernels.get_kernel(mine),
         "import os\n"
         f"os.environ['JUPYTER_GPUSHARE_KERNEL_ID'] = '{theirs}'\n"
-        "from jupyter_gpushare.kernel.own_slice import OwnSlice\n"
-        "OwnSlice().release()",
+        "from jupyter_gpushare.kernel.node_handle import NodeSliceHandle\n"
+        "NodeSliceHandle().release()",
     )
     assert cell.error == "NotYourSliceError"
     record = node.ledger.get(theirs)

@@ -139,15 +139,15 @@ def test_the_document_lists_every_route_and_method_the_extension_registers(
 ) -> None:
     from traitlets.config import Config
 
-    from jupyter_gpushare.server import extension, handlers, kernel_routes
+    from jupyter_gpushare.server import extension, kernel_routes, routes
 
-    routes: list[tuple[str, type]] = []
+    added: list[tuple[str, type]] = []
 
     class WebApp:
         settings: dict[str, Any] = {"base_url": "/base/"}  # noqa: RUF012
 
         def add_handlers(self, host: str, specs: list[tuple[str, type]]) -> None:
-            routes.extend(specs)
+            added.extend(specs)
 
     class ServerApp:
         config = Config()
@@ -161,7 +161,7 @@ def test_the_document_lists_every_route_and_method_the_extension_registers(
     extension.load_jupyter_server_extension(ServerApp())
 
     registered: dict[str, set[str]] = {}
-    for pattern, handler in routes:
+    for pattern, handler in added:
         assert pattern.startswith("/base/api/gpushare/"), pattern
         path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern.removeprefix("/base/api/gpushare"))
         methods = {
@@ -170,7 +170,7 @@ def test_the_document_lists_every_route_and_method_the_extension_registers(
             if any(
                 method in cls.__dict__
                 for cls in handler.__mro__
-                if issubclass(cls, (handlers.GPUShareHandler, kernel_routes.KernelTokenHandler))
+                if issubclass(cls, (routes.GPUShareHandler, kernel_routes.KernelTokenHandler))
             )
         }
         registered[path] = methods

@@ -299,7 +299,7 @@ def test_a_large_list_goes_gzip_compressed_to_a_client_that_accepts_it(
             owner=mine.owner,
             server_id=mine.server_id,
             mode=mine.mode,
-            kind=mine.kind,
+            placement=mine.placement,
             size="512M",
             cores=None,
             holder=mine.process,

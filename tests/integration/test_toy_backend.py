@@ -69,10 +69,10 @@ async def test_a_kernel_starts_through_a_kind_another_package_registers(
         out, err = await execute(
             toy_server,
             kernel_id,
-            "from jupyter_gpushare.kernel.my_slice import my_slice\n"
-            "handle = my_slice(); print(type(handle).__name__, handle.backend.name)",
+            "from jupyter_gpushare.kernel.slice_handle import slice_handle\n"
+            "handle = slice_handle(); print(type(handle).__name__, handle.backend.name)",
         )
-        assert out.strip() == "OwnSlice toy", (out, err)
+        assert out.strip() == "NodeSliceHandle toy", (out, err)
     finally:
         assert toy_server.request("DELETE", f"/api/kernels/{kernel_id}").status == 204
     wait_until(lambda: not node.running(), timeout=60, message="the toy kernel's slice given back")

@@ -49,11 +49,11 @@ def python_verdict(text: str) -> dict[str, Any]:
         size = parse_size(text)
     except SizeError as error:
         return {"ok": False, "problem": error.problem}
-    if size.kind == "bytes":
-        return {"ok": True, "kind": "bytes", "bytes": size.resolve(0)}
-    if size.kind == "percent":
-        return {"ok": True, "kind": "percent", "percent": float(size.amount)}
-    return {"ok": True, "kind": "whole"}
+    if size.form == "bytes":
+        return {"ok": True, "form": "bytes", "bytes": size.resolve(0)}
+    if size.form == "percent":
+        return {"ok": True, "form": "percent", "percent": float(size.amount)}
+    return {"ok": True, "form": "whole"}
 
 
 def node_verdicts(inputs: list[str]) -> list[dict[str, Any]]:
@@ -81,9 +81,9 @@ def node_verdicts(inputs: list[str]) -> list[dict[str, Any]]:
         "  const out = JSON.parse(input).map(text => {\n"
         "    const r = parseSize(text);\n"
         "    if (!r.ok) return { ok: false, problem: r.problem };\n"
-        "    if (r.kind === 'bytes') return { ok: true, kind: 'bytes', bytes: r.bytes };\n"
-        "    if (r.kind === 'percent') return { ok: true, kind: 'percent', percent: r.percent };\n"
-        "    return { ok: true, kind: 'whole' };\n"
+        "    if (r.form === 'bytes') return { ok: true, form: 'bytes', bytes: r.bytes };\n"
+        "    if (r.form === 'percent') return { ok: true, form: 'percent', percent: r.percent };\n"
+        "    return { ok: true, form: 'whole' };\n"
         "  });\n"
         "  process.stdout.write(JSON.stringify(out));\n"
         "});\n"

@@ -52,12 +52,12 @@ def test_the_package_keeps_its_contracts(package_copy: Path) -> None:
 def test_an_upward_import_inside_a_function_breaks_the_layers(package_copy: Path) -> None:
     sizes = package_copy / "jupyter_gpushare" / "core" / "sizes.py"
     sizes.write_text(
-        sizes.read_text() + "\n\ndef _shortcut():\n    from jupyter_gpushare.server import handlers\n"
+        sizes.read_text() + "\n\ndef _shortcut():\n    from jupyter_gpushare.server import routes\n"
     )
     result = lint(package_copy)
     assert result.returncode == 1
     assert "Layers run one way" in result.stdout and "BROKEN" in result.stdout
-    assert "jupyter_gpushare.core.sizes -> jupyter_gpushare.server.handlers" in result.stdout
+    assert "jupyter_gpushare.core.sizes -> jupyter_gpushare.server.routes" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -79,9 +79,9 @@ def test_a_mode_object_importing_the_cluster_layer_is_reported(
 
 
 def test_a_cycle_between_siblings_is_reported(package_copy: Path) -> None:
-    handlers = package_copy / "jupyter_gpushare" / "server" / "stream.py"
-    handlers.write_text(
-        handlers.read_text() + "\n\ndef _back():\n    from jupyter_gpushare.server import handlers\n"
+    stream = package_copy / "jupyter_gpushare" / "server" / "stream.py"
+    stream.write_text(
+        stream.read_text() + "\n\ndef _back():\n    from jupyter_gpushare.server import routes\n"
     )
     result = lint(package_copy)
     assert result.returncode == 1
@@ -117,11 +117,11 @@ def test_what_the_broker_sides_share_importing_a_kind_is_reported(package_copy: 
     handler = package_copy / "jupyter_gpushare" / "backends" / "broker_base" / "handler.py"
     handler.write_text(
         handler.read_text()
-        + "\n\ndef _local():\n    from jupyter_gpushare.backends.local.broker import slices\n"
+        + "\n\ndef _local():\n    from jupyter_gpushare.backends.local.broker import slice_routes\n"
     )
     result = lint(package_copy)
     assert result.returncode == 1
     lines = " ".join(result.stdout.split())
     assert "a room per kind over what the kinds share, the Protocol at the bottom BROKEN" in lines
     backends = "jupyter_gpushare.backends"
-    assert f"{backends}.broker_base.handler -> {backends}.local.broker.slices" in lines
+    assert f"{backends}.broker_base.handler -> {backends}.local.broker.slice_routes" in lines

@@ -15,6 +15,7 @@ from typing import Any
 from jupyter_gpushare.backends.protocol import ServerKernels
 from jupyter_gpushare.core.devices import Device, MigInstance
 from jupyter_gpushare.core.records import (
+    STORED_PLACEMENT,
     Holding,
     Outcome,
     Placed,
@@ -31,6 +32,9 @@ from jupyter_gpushare.core.records import (
 def record_to_json(record: SliceRecord) -> dict[str, Any]:
     data = dataclasses.asdict(record)
     data["warnings"] = list(record.warnings)
+    # The wire keeps the field's first name, as the ledger does: a broker and its servers may
+    # be upgraded one after the other.
+    data[STORED_PLACEMENT] = data.pop("placement")
     return data
 
 
@@ -39,6 +43,7 @@ def record_from_json(data: dict[str, Any]) -> SliceRecord:
     fields["holder"] = ProcessIdentity(**fields["holder"])
     fields["kernel"] = ProcessIdentity(**fields["kernel"]) if fields.get("kernel") else None
     fields["warnings"] = tuple(fields.get("warnings") or ())
+    fields["placement"] = fields.pop(STORED_PLACEMENT)
     return SliceRecord(**fields)
 
 

@@ -338,7 +338,7 @@ class KubernetesBackend(WithoutAccounting, Backend):
         request = make_slice_request(
             memory, mode, cores, settings.default_memory, settings.default_mode, settings.min_memory_bytes()
         )
-        if request.size.kind != "bytes":
+        if request.size.form != "bytes":
             return request
         wanted = request.size.resolve(0)
         refusal = kernel_limit_refusal(wanted, bytes_or_none(settings.max_memory_per_kernel))

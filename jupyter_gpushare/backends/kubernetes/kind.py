@@ -37,7 +37,7 @@ KIND = BackendKind(
     broker_side="jupyter_gpushare.backends.kubernetes.broker.side:SIDE",
     doctor_checks="jupyter_gpushare.backends.kubernetes.doctor:cluster_checks",
     # A kernel pod has no ledger: it asks the server that started it over HTTP.
-    kernel_slice="jupyter_gpushare.kernel.pod:PodKernel",
+    slice_handle="jupyter_gpushare.kernel.pod_handle:PodSliceHandle",
 )
 
 __all__ = ["KIND"]

@@ -20,7 +20,7 @@ def pod_slice_request(memory: object, mode: object, cores: object, settings: GPU
         settings.default_mode,
         settings.min_memory_bytes(),
     )
-    if request.size.kind == "bytes":
+    if request.size.form == "bytes":
         refusal = kernel_limit_refusal(request.size.resolve(0), bytes_or_none(settings.max_memory_per_kernel))
         if refusal is not None:
             raise DoesNotFitError(refusal)

@@ -165,7 +165,7 @@ class Accounts:
 
 
 def _request(record: SliceRecord) -> Request:
-    return Request(record.kernel_id, record.owner, parse_size(record.size), record.kind)
+    return Request(record.kernel_id, record.owner, parse_size(record.size), record.placement)
 
 
 def _expected(

@@ -42,7 +42,7 @@ from jupyter_gpushare.core.errors import (
 )
 from jupyter_gpushare.core.modes import MODES, Grant, NodeFacts, get_mode, probe_node
 from jupyter_gpushare.core.payloads import KernelPayload, PoolPayload, UsagePayload, UsageRowPayload
-from jupyter_gpushare.core.placement.allocator import Placement, Policy, Refusal
+from jupyter_gpushare.core.placement.allocator import NoFit, Policy, Spot
 from jupyter_gpushare.core.placement.holding import released_note
 from jupyter_gpushare.core.placement.preview import Preview
 from jupyter_gpushare.core.records import (
@@ -275,7 +275,7 @@ class LocalBackend(Backend, NodeSlices):
                 owner=self.owner,
                 server_id=self.server_id,
                 mode=request.mode.name,
-                kind=request.mode.placement,
+                placement=request.mode.placement,
                 size=request.size.canonical,
                 cores=request.cores,
                 holder=holder or self.holder,
@@ -398,9 +398,9 @@ class LocalBackend(Backend, NodeSlices):
         outcome = self.ledger.resize(
             kernel_id, size.canonical, self.policy, (held.memory, held.source), force
         )
-        if isinstance(outcome, Refusal):
+        if isinstance(outcome, NoFit):
             raise DoesNotFitError(outcome.reason)
-        assert isinstance(outcome, Placement)
+        assert isinstance(outcome, Spot)
         record = self.ledger.get(kernel_id)
         assert record is not None
         return record

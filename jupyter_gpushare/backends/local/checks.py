@@ -15,7 +15,7 @@ from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.backends.processes import is_alive
 from jupyter_gpushare.core.errors import DoesNotFitError, ModeUnavailableError, NoGPUError
 from jupyter_gpushare.core.modes import NodeFacts
-from jupyter_gpushare.core.placement.allocator import Policy, Refusal, Request, fit
+from jupyter_gpushare.core.placement.allocator import NoFit, Policy, Request, fit
 from jupyter_gpushare.core.placement.preview import Preview, never, preview_start
 from jupyter_gpushare.core.placement.queue_order import Waiter, ahead_of, why_waiting
 from jupyter_gpushare.core.placement.wait_estimate import expected_start
@@ -64,7 +64,7 @@ def check(asked: Asked, request: SliceRequest) -> SliceRequest:
     # waits or starts; what could fit once others end is the queue's business.
     wanted = Request(asked.kernel_id, asked.owner, request.size, request.mode.placement, request.card)
     never_fits = fit(wanted, devices, asked.ledger.held(), asked.policy)
-    if isinstance(never_fits, Refusal) and not never_fits.retry:
+    if isinstance(never_fits, NoFit) and not never_fits.retry:
         raise DoesNotFitError(never_fits.reason)
     return request
 
@@ -96,7 +96,7 @@ def preview(asked: Asked, request: SliceRequest) -> Preview:
 
     def estimate() -> tuple[float | None, float]:
         since = {record.kernel_id: record.placed_at for record in records if record.placed_at is not None}
-        ahead = [Request(r.kernel_id, r.owner, parse_size(r.size), r.kind) for r in queued]
+        ahead = [Request(r.kernel_id, r.owner, parse_size(r.size), r.placement) for r in queued]
         history = asked.accounts.history()
         return expected_start(now, wanted, ahead, devices, held, since, history, asked.policy), now
 

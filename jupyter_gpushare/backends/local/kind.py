@@ -42,7 +42,7 @@ KIND = BackendKind(
     provisioner=_provisioner,
     broker_side="jupyter_gpushare.backends.local.broker.side:SIDE",
     doctor_checks="jupyter_gpushare.backends.local.doctor:local_checks",
-    # Kernels act on their slices through the backend (the default kernel_slice); around each
+    # Kernels act on their slices through the backend (the default slice_handle); around each
     # cell through the ledger file alone, so that a kernel probes no device before %gpu.
     cell_notes=_cell_notes,
 )

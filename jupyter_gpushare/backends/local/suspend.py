@@ -91,7 +91,7 @@ def suspend(
     def refuse(why: str) -> CannotSuspendError:
         return CannotSuspendError(f"this kernel cannot be suspended: {why}; {keeps}", why=why)
 
-    if record.kind == "mig":
+    if record.placement == "mig":
         raise refuse("the GPU state of a MIG instance is not moved by jupyter-gpushare (release it instead)")
     if record.kernel is None or not is_alive(record.kernel):
         raise refuse("its process is not running")
@@ -124,7 +124,7 @@ def suspend(
     state = SuspendedState(
         size=record.size,
         mode=record.mode,
-        kind=record.kind,
+        placement=record.placement,
         cores=record.cores,
         memory=record.memory,
         device_uuid=record.device_uuid,

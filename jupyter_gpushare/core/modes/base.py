@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from jupyter_gpushare.core import env_names
 from jupyter_gpushare.core.framework_budget import framework_budget
-from jupyter_gpushare.core.placement.allocator import PlacementKind
+from jupyter_gpushare.core.placement.allocator import Placement
 from jupyter_gpushare.core.pods.cluster import ClusterFacts, DraDevice, NodeGPUs
 from jupyter_gpushare.core.pods.dra import Alternative
 from jupyter_gpushare.core.pods.presets import DraNames, ResourcePreset
@@ -53,7 +53,7 @@ class Mode(ABC):
     kernel pod asks a cluster for and which of the cluster's nodes offer it."""
 
     name: ClassVar[str]  # its name in requests, settings and the entry-point group
-    placement: ClassVar[PlacementKind] = "shared"  # how the allocator places it on a node
+    placement: ClassVar[Placement] = "shared"  # how the allocator places it on a node
     live_resize: ClassVar[bool] = False  # can a running kernel's cap change without a restart
     soft_limit: ClassVar[bool] = False  # nothing below us enforces the slice: the watchdog acts
     enforcement: ClassVar[str]  # a short phrase for docs, `status` and `GET modes`

@@ -1,10 +1,12 @@
 """Placement of GPU slices: pure code, no I/O.
 
-``fit`` answers one question — where does this request go right now, or why not — from
-immutable values: the devices, the slices already held and the policy. The ledger calls it inside
-a write transaction, so what ``fit`` sees is what it decides on. A refusal carries a sentence a
-person can read and whether waiting could help (``retry``), which is what decides between the
-queue and an immediate failure.
+``fit`` answers one question — where does this request go right now (a :class:`Spot`), or why
+not (a :class:`NoFit`) — from immutable values: the devices, the slices already held and the
+policy. The ledger calls it inside a write transaction, so what ``fit`` sees is what it decides
+on. A ``NoFit`` carries a sentence a person can read and whether waiting could help (``retry``),
+which is what decides between the queue and an immediate failure: the request's outcome
+(:class:`~jupyter_gpushare.core.records.Waiting` or
+:class:`~jupyter_gpushare.core.records.Refused`) is the ledger's to say.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from jupyter_gpushare.core.placement.queue_order import FIFO, QueueRule
 from jupyter_gpushare.core.sizes import Size, format_bytes
 
 # How a mode uses a device: many slices sharing its memory, the whole card, or one MIG instance.
-PlacementKind = Literal["shared", "exclusive", "mig"]
+Placement = Literal["shared", "exclusive", "mig"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Request:
     kernel_id: str
     owner: str
     size: Size
-    kind: PlacementKind = "shared"
+    placement: Placement = "shared"
     at_least: Size | None = None
 
 
@@ -57,8 +59,8 @@ class Policy:
 
 
 @dataclass(frozen=True)
-class Placement:
-    """Where a request goes and how many bytes it holds there."""
+class Spot:
+    """Where a request fits: the device (or MIG instance) and how many bytes it holds there."""
 
     device_uuid: str
     unit_uuid: str  # the device's UUID, or the MIG instance's
@@ -67,7 +69,7 @@ class Placement:
     device_index: int
 
 
-# What kind of refusal, for callers that answer differently (the start picker's short words).
+# Why a request does not fit, for callers that answer differently (the start picker's short words).
 TOO_LARGE = "too_large"
 KERNEL_LIMIT = "kernel_limit"
 USER_LIMIT = "user_limit"
@@ -76,8 +78,9 @@ NO_ROOM = "no_room"  # the only one waiting can change
 
 
 @dataclass(frozen=True)
-class Refusal:
-    """Why a request cannot be placed; ``retry`` is True when freed memory could change that."""
+class NoFit:
+    """Why a request does not fit now; ``retry`` is True when freed memory could change that (the
+    ledger then queues it, else refuses it)."""
 
     reason: str
     retry: bool
@@ -89,16 +92,16 @@ def fit(
     devices: Sequence[Device],
     held: Iterable[Held],
     policy: Policy = Policy(),
-) -> Placement | Refusal:
+) -> Spot | NoFit:
     """Best-fit placement of ``request`` among ``devices`` given the slices ``held``.
 
     Slices of ``request.kernel_id`` itself are ignored, so the same call answers a resize.
     """
     if not devices:
-        return Refusal("no GPU in the pool", retry=False)
+        return NoFit("no GPU in the pool", retry=False)
     held = list(held)
     others = [slice_ for slice_ in held if slice_.kernel_id != request.kernel_id]
-    if request.kind == "mig":
+    if request.placement == "mig":
         return _fit_mig(request, devices, others, policy)
     own = [slice_ for slice_ in held if slice_.kernel_id == request.kernel_id]
     return _fit_card(request, devices, others, policy, own)
@@ -110,7 +113,7 @@ def fit_on_device(
     devices: Sequence[Device],
     held: Iterable[Held],
     policy: Policy = Policy(),
-) -> Placement | Refusal:
+) -> Spot | NoFit:
     """Like :func:`fit`, restricted to one device: a live resize cannot move a kernel.
 
     What no device of the pool could hold is refused with the pool's largest device, as
@@ -118,13 +121,13 @@ def fit_on_device(
     """
     same = [device for device in devices if device.uuid == device_uuid]
     if not same:
-        return Refusal("the kernel's device is no longer in the pool", retry=False)
+        return NoFit("the kernel's device is no longer in the pool", retry=False)
     too_large = _larger_than_the_pool(request, devices)
     if too_large is not None:
         return too_large
     device = same[0]
-    if request.size.kind == "bytes" and request.size.resolve(0) > device.memory_total:
-        return Refusal(
+    if request.size.form == "bytes" and request.size.resolve(0) > device.memory_total:
+        return NoFit(
             f"{request.size} is larger than {device.label} ({format_bytes(device.memory_total)}), and a "
             "live resize cannot move a kernel to another GPU: shut the kernel down and start it with "
             f"{request.size}",
@@ -133,15 +136,15 @@ def fit_on_device(
     return fit(request, same, held, policy)
 
 
-def _larger_than_the_pool(request: Request, devices: Sequence[Device]) -> Refusal | None:
+def _larger_than_the_pool(request: Request, devices: Sequence[Device]) -> NoFit | None:
     usable = [device for device in devices if not device.mig_enabled]
     needed = request.at_least or request.size
-    if needed.kind != "bytes" or not usable:
+    if needed.form != "bytes" or not usable:
         return None
     largest = max(usable, key=lambda device: device.memory_total)
     if needed.resolve(0) <= largest.memory_total:
         return None
-    return Refusal(
+    return NoFit(
         f"{needed} is larger than any GPU in the pool "
         f"(largest: {format_bytes(largest.memory_total)} on {largest.label})",
         retry=False,
@@ -151,17 +154,17 @@ def _larger_than_the_pool(request: Request, devices: Sequence[Device]) -> Refusa
 
 def _fit_card(
     request: Request, devices: Sequence[Device], held: list[Held], policy: Policy, own: list[Held]
-) -> Placement | Refusal:
-    whole_card = request.kind == "exclusive" or request.size.is_whole
+) -> Spot | NoFit:
+    whole_card = request.placement == "exclusive" or request.size.is_whole
     usable = [device for device in devices if not device.mig_enabled]
     if not usable:
-        return Refusal("every GPU is in MIG mode; ask for mode 'mig' or disable MIG on a card", retry=False)
+        return NoFit("every GPU is in MIG mode; ask for mode 'mig' or disable MIG on a card", retry=False)
     too_large = _larger_than_the_pool(request, usable)
     if too_large is not None:
         return too_large
 
     candidates: list[tuple[int, int, Device, int]] = []
-    quota_refusals: list[Refusal] = []
+    quota_refusals: list[NoFit] = []
     too_small: list[Device] = []
     for device in usable:
         wanted = device.memory_total if whole_card else request.size.resolve(device.memory_total)
@@ -191,9 +194,9 @@ def _fit_card(
 
     if candidates:
         _, _, device, wanted = min(candidates, key=lambda candidate: candidate[:2])
-        return Placement(device.uuid, device.uuid, wanted, whole_card, device.index)
+        return Spot(device.uuid, device.uuid, wanted, whole_card, device.index)
     if len(too_small) == len(usable):
-        return Refusal(
+        return NoFit(
             f"{request.size} is below the smallest GPU slice, {format_bytes(policy.min_memory)} "
             "(GPUShare.min_memory), on every GPU of the pool",
             retry=False,
@@ -202,17 +205,15 @@ def _fit_card(
     if len(quota_refusals) + len(too_small) == len(usable):
         # Quotas do not change by waiting for other users' kernels to end: fail now.
         return quota_refusals[0]
-    return Refusal(_does_not_fit(request, usable, held, policy, whole_card, own), retry=True, code=NO_ROOM)
+    return NoFit(_does_not_fit(request, usable, held, policy, whole_card, own), retry=True, code=NO_ROOM)
 
 
-def _fit_mig(
-    request: Request, devices: Sequence[Device], held: list[Held], policy: Policy
-) -> Placement | Refusal:
+def _fit_mig(request: Request, devices: Sequence[Device], held: list[Held], policy: Policy) -> Spot | NoFit:
     if request.size.is_whole:
-        return Refusal("'whole' is not a MIG size; use mode 'exclusive' for a whole card", retry=False)
+        return NoFit("'whole' is not a MIG size; use mode 'exclusive' for a whole card", retry=False)
     taken = {slice_.unit_uuid for slice_ in held}
     fitting: list[tuple[int, int, Device, str]] = []
-    quota_refusals: list[Refusal] = []
+    quota_refusals: list[NoFit] = []
     any_big_enough = False
     for device in devices:
         for instance in device.mig:
@@ -229,33 +230,33 @@ def _fit_mig(
                 continue
             fitting.append((instance.memory_total, device.index, device, instance.uuid))
     if not any(device.mig for device in devices):
-        return Refusal("no GPU in the pool has MIG instances; ask an admin to enable MIG", retry=False)
+        return NoFit("no GPU in the pool has MIG instances; ask an admin to enable MIG", retry=False)
     if fitting:
         memory, _, device, unit_uuid = min(fitting, key=lambda candidate: candidate[:2])
-        return Placement(device.uuid, unit_uuid, memory, False, device.index)
+        return Spot(device.uuid, unit_uuid, memory, False, device.index)
     if quota_refusals:
         return quota_refusals[0]
     if not any_big_enough:
         biggest = max(instance.memory_total for device in devices for instance in device.mig)
-        return Refusal(
+        return NoFit(
             f"{request.size} is larger than any MIG instance (largest: {format_bytes(biggest)})",
             retry=False,
             code=TOO_LARGE,
         )
-    return Refusal(
+    return NoFit(
         f"{request.size} does not fit: every MIG instance that large is in use", retry=True, code=NO_ROOM
     )
 
 
-def _quota_refusal(request: Request, wanted: int, held: list[Held], policy: Policy) -> Refusal | None:
+def _quota_refusal(request: Request, wanted: int, held: list[Held], policy: Policy) -> NoFit | None:
     reason = kernel_limit_refusal(wanted, policy.max_memory_per_kernel)
     if reason is not None:
-        return Refusal(reason, retry=False, code=KERNEL_LIMIT)
+        return NoFit(reason, retry=False, code=KERNEL_LIMIT)
     if policy.max_memory_per_user is None:
         return None  # (what the owner holds is summed only where there is a limit to hold it to)
     in_use = sum(slice_.memory for slice_ in held if slice_.owner == request.owner)
     reason = user_limit_refusal(request.owner, wanted, in_use, policy.max_memory_per_user)
-    return None if reason is None else Refusal(reason, retry=False, code=USER_LIMIT)
+    return None if reason is None else NoFit(reason, retry=False, code=USER_LIMIT)
 
 
 def kernel_limit_refusal(wanted: int, limit: int | None) -> str | None:

@@ -20,9 +20,9 @@ from jupyter_gpushare.core.placement.allocator import (
     TOO_LARGE,
     USER_LIMIT,
     Held,
-    Placement,
     Policy,
     Request,
+    Spot,
     fit,
     free_memory,
 )
@@ -108,7 +108,7 @@ def preview_start(
     start that would wait is expected to be placed (see :func:`waiting`).
     """
     outcome = fit(request, devices, held, policy)
-    if isinstance(outcome, Placement):
+    if isinstance(outcome, Spot):
         if queued_ahead:
             plural = "s" if queued_ahead > 1 else ""
             why = why_ahead or f"behind {queued_ahead} earlier GPU request{plural}"

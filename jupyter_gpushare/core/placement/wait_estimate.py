@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from jupyter_gpushare.core.devices import Device
-from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Request, fit
+from jupyter_gpushare.core.placement.allocator import Held, Policy, Request, Spot, fit
 
 MIN_HISTORY = 5  # finished holds needed before anything is estimated
 SIMILAR = 2.0  # a hold "of about its size": memory within this factor
@@ -128,7 +128,7 @@ def _play(
             if not _may_fit(line[0], devices, taken, policy):
                 break  # not enough memory free anywhere: the allocator would refuse it too
             outcome = fit(line[0], devices, current, policy)
-            if not isinstance(outcome, Placement):
+            if not isinstance(outcome, Spot):
                 if outcome.retry:
                     break
                 if line[0] is me:
@@ -162,7 +162,7 @@ def _play(
 def _may_fit(request: Request, devices: Sequence[Device], taken: Mapping[str, int], policy: Policy) -> bool:
     """Whether some device has the memory ``request`` needs free (a quick necessary condition
     of :func:`fit`, which decides; MIG instances and whole cards are left to it)."""
-    if request.kind == "mig" or request.size.is_whole or request.kind == "exclusive":
+    if request.placement == "mig" or request.size.is_whole or request.placement == "exclusive":
         return True
     return any(
         device.memory_total * policy.overcommit - taken.get(device.uuid, 0)

@@ -57,7 +57,7 @@ class DraDevice:
     node: str
     pool: str
     name: str
-    kind: str  # the driver's "type" attribute: gpu, mig, hami-gpu…
+    device_type: str  # the driver's "type" attribute: gpu, mig, hami-gpu…
     memory: int  # bytes of its memory capacity (0 when it publishes none)
     product: str | None = None
     uuid: str | None = None
@@ -70,7 +70,7 @@ class DraDevice:
 
     @property
     def is_mig(self) -> bool:
-        return self.kind == MIG_TYPE or self.profile is not None
+        return self.device_type == MIG_TYPE or self.profile is not None
 
 
 def counts_virtual_gpus(preset: ResourcePreset, allocatable: Mapping[str, str]) -> bool:

@@ -121,7 +121,7 @@ def whole_card_alternative(size: Size, cluster: ClusterFacts, at_least: int | No
     On a driver with consumable capacity a claim without capacity requests consumes the request
     policy's default: the whole card for HAMi-DRA and NVIDIA's ``memory`` shares."""
     names = dra_names(cluster)
-    if at_least is None and size.kind == "bytes":
+    if at_least is None and size.form == "bytes":
         at_least = size.resolve(0)
     return Alternative(
         WHOLE_CARD_MODE,

@@ -60,7 +60,7 @@ def shared_replica(resource: str, size: Size, cluster: ClusterFacts) -> PodReque
 
 def bytes_for(size: Size, gpu_memory: int | None, percent_resource: bool) -> int | None:
     """Bytes a size means in the cluster; None when a percentage resource will carry it."""
-    if size.kind == "bytes":
+    if size.form == "bytes":
         return size.resolve(0)
     if gpu_memory is not None:
         return size.resolve(gpu_memory)

@@ -216,9 +216,9 @@ export class SizePicker extends Widget implements Dialog.IBodyWidget<IPick> {
       const result = checkSize(this._custom.value, this._options.deviceMemory);
       if (!result.ok) {
         problem = capitalise(result.message);
-      } else if (result.kind === 'bytes') {
+      } else if (result.form === 'bytes') {
         note = `${formatBytes(result.bytes)} of GPU memory.`;
-      } else if (result.kind === 'percent') {
+      } else if (result.form === 'percent') {
         note = `${result.percent}% of the GPU the kernel is placed on.`;
       } else {
         note = 'A whole GPU.';

@@ -6,7 +6,7 @@ It registers a :class:`~jupyter_gpushare.backends.registry.BackendKind` under th
 group ``jupyter_gpushare.backends`` (the test writes the distribution's ``entry_points.txt``).
 Its slices are the node ledger's, as the local kind's are; what is its own is its name, the pool
 it reports under that name, the provisioner that marks its kernels, and a doctor check. Its
-kernels keep the default handle (``BackendKind.kernel_slice``): ``%gpu`` in a toy kernel acts
+kernels keep the default handle (``BackendKind.slice_handle``): ``%gpu`` in a toy kernel acts
 through the toy backend, which also answers the calls around every cell (no ``cell_notes``).
 """
 

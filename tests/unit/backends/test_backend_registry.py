@@ -26,9 +26,9 @@ from jupyter_gpushare.cli import build_parser
 from jupyter_gpushare.config import GPUShare, kinds
 from jupyter_gpushare.core import env_names
 from jupyter_gpushare.core.errors import ConfigurationError
-from jupyter_gpushare.kernel import my_slice as my_slice_module
-from jupyter_gpushare.kernel.own_slice import OwnSlice
-from jupyter_gpushare.kernel.pod import PodKernel
+from jupyter_gpushare.kernel import slice_handle as slice_handle_module
+from jupyter_gpushare.kernel.node_handle import NodeSliceHandle
+from jupyter_gpushare.kernel.pod_handle import PodSliceHandle
 
 PACKAGE = Path(__file__).resolve().parents[3] / "jupyter_gpushare"
 
@@ -129,27 +129,29 @@ def test_an_unknown_backend_names_the_installed_kinds() -> None:
 
 
 def test_each_kind_names_its_kernels_handle() -> None:
-    handles = {name: registry.load(kind.kernel_slice) for name, kind in registry.installed_kinds().items()}
-    assert handles == {"local": OwnSlice, "kubernetes": PodKernel}
-    assert TEST_KIND.kernel_slice == kind_named("local").kernel_slice  # the default: OwnSlice
+    handles = {name: registry.load(kind.slice_handle) for name, kind in registry.installed_kinds().items()}
+    assert handles == {"local": NodeSliceHandle, "kubernetes": PodSliceHandle}
+    assert TEST_KIND.slice_handle == kind_named("local").slice_handle  # the default: NodeSliceHandle
 
 
-@pytest.mark.parametrize(("kind", "handle"), [("local", OwnSlice), ("kubernetes", PodKernel), ("", OwnSlice)])
+@pytest.mark.parametrize(
+    ("kind", "handle"), [("local", NodeSliceHandle), ("kubernetes", PodSliceHandle), ("", NodeSliceHandle)]
+)
 def test_a_kernel_takes_the_handle_of_the_kind_its_provisioner_named(
     kind: str, handle: type, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(env_names.BACKEND, kind)
-    monkeypatch.setattr(my_slice_module, "_chosen", None)
-    assert type(my_slice_module.my_slice()) is handle
+    monkeypatch.setattr(slice_handle_module, "_chosen", None)
+    assert type(slice_handle_module.slice_handle()) is handle
 
 
 def test_a_kernel_of_a_kind_not_installed_runs_on_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(env_names.BACKEND, "slurm")
-    monkeypatch.setattr(my_slice_module, "_chosen", None)
+    monkeypatch.setattr(slice_handle_module, "_chosen", None)
     with pytest.raises(
         ConfigurationError, match=r"unknown backend 'slurm': the installed kinds are kubernetes, local"
     ):
-        my_slice_module.my_slice()
+        slice_handle_module.slice_handle()
     # The extension still loads (in a process of its own: it hooks imports): %gpu is there to
     # say the same sentence, and the kernel runs on.
     probe = (

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from jupyter_gpushare.backends.broker_base.handler import BrokerHandler
 from jupyter_gpushare.backends.local import LocalBackend
-from jupyter_gpushare.broker.handlers import BROKER_RUN, broker_marker
+from jupyter_gpushare.broker.routes import BROKER_RUN, broker_marker
 from jupyter_gpushare.config import GPUShare
 
 

@@ -10,7 +10,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyter_gpushare.config import GPUShare, Layer, load_settings, unreported_warnings
-from jupyter_gpushare.config.layers import KINDS, settle
+from jupyter_gpushare.config.layers import SOURCES, settle
 from jupyter_gpushare.config.loading import (
     APPLICATION,
     administered_traits,
@@ -181,7 +181,7 @@ def test_the_directories_are_the_jupyter_config_path_least_specific_first(
     assert directories[-2] == (str(tmp_path / "extra"), "user file")
     assert (os.environ["JUPYTER_CONFIG_DIR"], "user file") in directories
     assert directories[0][1] == "system file"
-    assert {kind for _, kind in directories} <= set(KINDS)
+    assert {source for _, source in directories} <= set(SOURCES)
 
 
 def test_environment_variables_are_one_layer_each(monkeypatch: pytest.MonkeyPatch) -> None:

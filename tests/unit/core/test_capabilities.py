@@ -24,7 +24,7 @@ from jupyter_gpushare.core.capabilities import (
 from jupyter_gpushare.core.errors import POD_HOLDS_ITS_GPU, GPUShareError, NotOfferedError
 from jupyter_gpushare.core.payloads import CapabilitiesPayload
 from jupyter_gpushare.http_errors import answerable, status_of
-from jupyter_gpushare.kernel.pod import PodKernel
+from jupyter_gpushare.kernel.pod_handle import PodSliceHandle
 
 OPENAPI = Path(__file__).resolve().parents[3] / "jupyter_gpushare" / "openapi.yaml"
 
@@ -83,8 +83,8 @@ def test_a_broker_refuses_what_it_does_not_offer_with_its_sentence(
 
 @pytest.mark.parametrize("call", ["release", "suspend", "resume", "request"])
 def test_a_pod_kernel_refuses_with_the_same_error_as_any_backend(call: str) -> None:
-    kernel = PodKernel(environ={})
-    method = getattr(kernel, call)
+    handle = PodSliceHandle(environ={})
+    method = getattr(handle, call)
     with pytest.raises(NotOfferedError) as refused:
         method("4G") if call == "request" else method()
     assert str(refused.value) == POD_HOLDS_ITS_GPU

@@ -40,7 +40,7 @@ GiB = 2**30
 )
 def test_byte_sizes_parse_to_exact_binary_bytes(text: object, expected_bytes: int) -> None:
     size = parse_size(text)
-    assert size.kind == "bytes"
+    assert size.form == "bytes"
     assert not size.is_whole
     # A byte size means the same on any device.
     assert size.resolve(16 * GiB) == expected_bytes
@@ -62,7 +62,7 @@ def test_percent_is_a_share_of_the_device_it_lands_on(
     text: str, device_memory: int, expected_bytes: int
 ) -> None:
     size = parse_size(text)
-    assert size.kind == "percent"
+    assert size.form == "percent"
     assert not size.is_whole
     assert size.resolve(device_memory) == expected_bytes
 
@@ -237,4 +237,4 @@ def test_the_canonical_form_means_the_same_size(n: int, unit: str) -> None:
     text = f"{n}{unit}" if unit != "%" else f"{n % 100 + 1}%"
     size = parse_size(text)
     again = parse_size(size.canonical)
-    assert (again.kind, again.amount) == (size.kind, size.amount)
+    assert (again.form, again.amount) == (size.form, size.amount)

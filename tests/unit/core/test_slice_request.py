@@ -115,7 +115,7 @@ def test_an_amount_below_the_smallest_slice_is_refused_with_the_trait_named() ->
     assert "at least 256M (GPUShare.min_memory), not 0.0000001G" in str(caught.value)
     assert make_slice_request("256M", None, None, "4G", "timeslice", 256 * 2**20).size.canonical == "256M"
     # A share is checked where it lands (the allocator), a whole card is always large enough.
-    assert make_slice_request("1%", None, None, "4G", "timeslice", 256 * 2**20).size.kind == "percent"
+    assert make_slice_request("1%", None, None, "4G", "timeslice", 256 * 2**20).size.form == "percent"
 
 
 @pytest.mark.parametrize(

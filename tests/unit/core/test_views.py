@@ -36,9 +36,11 @@ KERNEL_KEYS = {
 }  # fmt: skip
 
 
-def new(kernel_id: str, owner: str, size: str, kind: str = "shared", mode: str = "timeslice") -> NewRequest:
+def new(
+    kernel_id: str, owner: str, size: str, placement: str = "shared", mode: str = "timeslice"
+) -> NewRequest:
     return NewRequest(
-        kernel_id, owner, f"{owner}-server", mode, kind, size, None, current_process(),  # type: ignore[arg-type]
+        kernel_id, owner, f"{owner}-server", mode, placement, size, None, current_process(),  # type: ignore[arg-type]
         kernel_name=f"{kernel_id}-spec", path=f"secret/{kernel_id}.ipynb",
     )  # fmt: skip
 
@@ -47,7 +49,7 @@ def new(kernel_id: str, owner: str, size: str, kind: str = "shared", mode: str =
 def ledger(tmp_path: Path) -> Iterator[Ledger]:
     ledger = Ledger(tmp_path / "ledger.sqlite")
     ledger.register_devices(POOL, simulated=True)
-    for kernel_id, owner, size, kind, mode in [
+    for kernel_id, owner, size, placement, mode in [
         ("alice-1", "alice", "10G", "shared", "timeslice"),
         ("bob-1", "bob", "30G", "shared", "timeslice"),
         ("bob-mig", "bob", "5G", "mig", "mig"),
@@ -55,7 +57,7 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
         ("bob-big", "bob", "60G", "shared", "timeslice"),  # does not fit: queued
         ("alice-2", "alice", "2G", "shared", "timeslice"),  # behind bob-big: queued
     ]:
-        ledger.enqueue(new(kernel_id, owner, size, kind, mode))
+        ledger.enqueue(new(kernel_id, owner, size, placement, mode))
         ledger.try_place(kernel_id, Policy())
     yield ledger
     ledger.close()

@@ -33,7 +33,7 @@ def test_the_collector_emits_the_declared_metrics_with_their_labels() -> None:
     declared = [*METRICS, *COUNTERS]
     assert [family.name for family in families] == [d.name.removesuffix("_total") for d in declared]
     for family, definition in zip(families, declared, strict=True):
-        assert family.type == definition.kind
+        assert family.type == definition.metric_type
         assert family.documentation == definition.documentation
         assert family.samples, family.name
         assert tuple(family.samples[0].labels) == definition.labels

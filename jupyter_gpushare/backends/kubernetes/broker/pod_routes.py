@@ -23,13 +23,15 @@ HEX_KEY = re.compile(r"[0-9a-f]{16,128}")
 CURVE_KEY_LENGTH = 40  # Z85 of 32 bytes
 
 
-class PodHandler(BrokerHandler):
+class PodStartsHandler(BrokerHandler):
+    """What the pods' routes share: the broker's kernel pod starts."""
+
     @property
     def pods(self) -> PodStarts:
         return cast(KubernetesAuthority, self.authority).pods
 
 
-class PodsHandler(PodHandler):
+class PodsHandler(PodStartsHandler):
     """``POST pods``: check and queue a kernel pod start; answers how it stands (202)."""
 
     @answering_domain_errors
@@ -40,7 +42,7 @@ class PodsHandler(PodHandler):
         self.answer(await self.run(self.pods.view, caller.user, ask.kernel_id, caller.admin), status=202)
 
 
-class PodHandlerById(PodHandler):
+class PodHandler(PodStartsHandler):
     """``GET pods/{id}``: how a start or a running kernel pod stands (renews its lease);
     ``DELETE pods/{id}[?grace=N]``: delete its pod and Secret, or withdraw its queued start."""
 
@@ -115,7 +117,7 @@ def parse_ask(body: Mapping[str, Any]) -> PodAsk:
 
 ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     ("pods", PodsHandler),
-    (f"pods/{KERNEL}", PodHandlerById),
+    (f"pods/{KERNEL}", PodHandler),
 ]
 
 __all__ = ["ROUTES", "parse_ask"]

@@ -32,7 +32,7 @@ DEFAULT_NAMESPACE = "default"
 
 # Settings a kernel pod gets as JUPYTER_GPUSHARE_* so its %gpu follows its server's rules.
 _FORWARDED = (
-    "backend",  # the kind whose kernel handle %gpu uses (BackendKind.kernel_slice)
+    "backend",  # the kind whose kernel handle %gpu uses (BackendKind.slice_handle)
     "default_memory",
     "default_mode",
     "over_limit_action",

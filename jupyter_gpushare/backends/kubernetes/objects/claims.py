@@ -83,11 +83,11 @@ def claim_request(
     # Whichever alternative the scheduler picks holds at least the size asked: the kernel's caps
     # are the size's (a MIG device may be larger; MPS is pinned to the size). The variables of
     # each alternative apply only where it was chosen (MPS's are read by MPS clients alone).
-    asked = size.resolve(0) if size.kind == "bytes" else alternatives[0].memory
+    asked = size.resolve(0) if size.form == "bytes" else alternatives[0].memory
     env: dict[str, str] = {}
     for item in reversed(alternatives):
         env.update(item.env)
-    if asked is not None and size.kind != "whole":
+    if asked is not None and size.form != "whole":
         env.update(soft_caps(asked, cluster.gpu_memory))
     return PodRequest({}, env=env, memory=asked, claim=spec)
 

@@ -96,7 +96,7 @@ def read_slices(slices: Iterable[Mapping[str, Any]], names: DraNames) -> list[Dr
                     node=str(spec["nodeName"]),
                     pool=pool,
                     name=str(device.get("name") or "?"),
-                    kind=_attribute(attributes, "type") or "gpu",
+                    device_type=_attribute(attributes, "type") or "gpu",
                     memory=parse_quantity(capacity.get("value")) or 0,
                     product=_attribute(attributes, names.product_attribute),
                     uuid=_attribute(attributes, "uuid"),

@@ -35,7 +35,7 @@ def preview_pod(
     """What a kernel pod of ``size`` in ``mode`` for ``owner`` would do now."""
     if not nodes:
         return never("the cluster has no GPU node", "no GPU node in the cluster")
-    if size.kind == "bytes":
+    if size.form == "bytes":
         wanted = size.resolve(0)
         too_large = never_fits(wanted, nodes)
         if too_large is not None:

@@ -1,5 +1,5 @@
 """The broker's side of the local backend: it makes the node ledger its own and serves the
-slices' routes and the kernels' reports of their cells (:mod:`.slices`, :mod:`.activity`)."""
+slices' routes and the kernels' reports of their cells (:mod:`.slice_routes`, :mod:`.activity_routes`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jupyter_gpushare.backends.broker_base.side import Route
 from jupyter_gpushare.backends.local.backend import LocalBackend
-from jupyter_gpushare.backends.local.broker import activity, slices
+from jupyter_gpushare.backends.local.broker import activity_routes, slice_routes
 from jupyter_gpushare.backends.local.broker.authority import LocalAuthority
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.config.broker import GPUShareBroker
@@ -50,7 +50,7 @@ def local_authority(settings: GPUShare, broker: GPUShareBroker | None = None) ->
 
 
 class LocalSide:
-    routes: Sequence[Route] = (*activity.ROUTES, *slices.ROUTES)
+    routes: Sequence[Route] = (*activity_routes.ROUTES, *slice_routes.ROUTES)
 
     def prepare(self, settings: GPUShare) -> None:
         if not settings.ledger_path and not os.environ.get(env_names.LEDGER_PATH):

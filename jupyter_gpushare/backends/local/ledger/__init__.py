@@ -40,7 +40,7 @@ from jupyter_gpushare.backends.local.ledger.state import StateCache
 from jupyter_gpushare.backends.processes import is_alive
 from jupyter_gpushare.core.devices import Device
 from jupyter_gpushare.core.errors import BackendUnavailableError, LedgerError
-from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Refusal, Request, fit_on_device
+from jupyter_gpushare.core.placement.allocator import Held, NoFit, Policy, Request, Spot, fit_on_device
 from jupyter_gpushare.core.placement.holding import shrink_refusal
 from jupyter_gpushare.core.records import (
     DeviceSample,
@@ -307,7 +307,7 @@ class Ledger:
         policy: Policy,
         holding: tuple[int, str | None] = (0, None),
         force: bool = False,
-    ) -> Placement | Refusal:
+    ) -> Spot | NoFit:
         """Change a running slice's size in place (a live resize cannot move the kernel).
 
         ``holding``: what the kernel's processes were just measured to hold (bytes, source). A
@@ -316,23 +316,23 @@ class Ledger:
         """
         parsed = parse_size(size)
 
-        def change(db: sqlite3.Connection) -> Placement | Refusal:
+        def change(db: sqlite3.Connection) -> Spot | NoFit:
             rows = slice_rows(db, "WHERE kernel_id = ?", (kernel_id,))
             record = record_of(rows[0]) if rows else None
             if record is None or record.state != "running":
-                return Refusal(f"kernel {kernel_id} holds no GPU slice", retry=False)
+                return NoFit(f"kernel {kernel_id} holds no GPU slice", retry=False)
             assert record.device_uuid is not None
-            if record.kind != "shared":
-                return Refusal(f"a {record.mode} slice cannot be resized in place", retry=False)
-            request = Request(kernel_id, record.owner, parsed, record.kind)
+            if record.placement != "shared":
+                return NoFit(f"a {record.mode} slice cannot be resized in place", retry=False)
+            request = Request(kernel_id, record.owner, parsed, record.placement)
             devices = read_devices(db)
             outcome = fit_on_device(request, record.device_uuid, devices, queue.held(db), policy)
-            if not isinstance(outcome, Placement):
+            if not isinstance(outcome, Spot):
                 return outcome
             held, source = holding
             if held > outcome.memory and not force:
                 label = next((d.label for d in devices if d.uuid == record.device_uuid), "its GPU")
-                return Refusal(shrink_refusal(size, outcome.memory, held, source, label), retry=False)
+                return NoFit(shrink_refusal(size, outcome.memory, held, source, label), retry=False)
             db.execute(
                 "UPDATE slices SET memory = ?, size = ?, whole_card = ? WHERE kernel_id = ?",
                 (outcome.memory, parsed.canonical, int(outcome.whole_card), kernel_id),

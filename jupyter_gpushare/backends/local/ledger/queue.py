@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from jupyter_gpushare.backends.local.accounting import Keeping
 from jupyter_gpushare.backends.local.accounting import store as accounts
 from jupyter_gpushare.backends.local.ledger.schema import only_devices_of, read_devices, record_of, slice_rows
-from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Refusal, Request, fit
+from jupyter_gpushare.core.placement.allocator import Held, NoFit, Policy, Request, Spot, fit
 from jupyter_gpushare.core.placement.queue_order import QueueRule, Waiter, line_up, why_waiting
 from jupyter_gpushare.core.records import (
     NewRequest,
@@ -115,9 +115,9 @@ def request_placed(
         devices = read_devices(db)
         if request.only_devices is not None:
             devices = [device for device in devices if device.uuid in request.only_devices]
-        wanted = Request(request.kernel_id, request.owner, parse_size(request.size), request.kind)
+        wanted = Request(request.kernel_id, request.owner, parse_size(request.size), request.placement)
         outcome = fit(wanted, devices, held(db), policy)
-        if isinstance(outcome, Placement):
+        if isinstance(outcome, Spot):
             return Placed(_insert(db, arrival, outcome))
     _queue(db, arrival)
     return place(db, request.kernel_id, policy, alive)
@@ -135,8 +135,8 @@ def _queue(db: sqlite3.Connection, arrival: _Arrival) -> None:
         _insert(db, arrival, None)
 
 
-def _insert(db: sqlite3.Connection, arrival: _Arrival, placement: Placement | None) -> SliceRecord:
-    """A new row: queued, or (``placement``) running there; the record as written."""
+def _insert(db: sqlite3.Connection, arrival: _Arrival, spot: Spot | None) -> SliceRecord:
+    """A new row: queued, or (``spot``) running there; the record as written."""
     request, (held_bytes, held_source) = arrival.request, arrival.held_before
     if arrival.left_something:
         db.execute("DELETE FROM released WHERE kernel_id = ?", (request.kernel_id,))
@@ -144,23 +144,23 @@ def _insert(db: sqlite3.Connection, arrival: _Arrival, placement: Placement | No
     record = SliceRecord(
         kernel_id=request.kernel_id,
         seq=arrival.seq,
-        state="queued" if placement is None else "running",
+        state="queued" if spot is None else "running",
         owner=request.owner,
         server_id=request.server_id,
         kernel_name=request.kernel_name,
         path=request.path,
         mode=request.mode,
-        kind=request.kind,
+        placement=request.placement,
         size=request.size,
         cores=request.cores,
-        device_uuid=None if placement is None else placement.device_uuid,
-        unit_uuid=None if placement is None else placement.unit_uuid,
-        memory=0 if placement is None else placement.memory,
-        whole_card=placement is not None and placement.whole_card,
+        device_uuid=None if spot is None else spot.device_uuid,
+        unit_uuid=None if spot is None else spot.unit_uuid,
+        memory=0 if spot is None else spot.memory,
+        whole_card=spot is not None and spot.whole_card,
         holder=request.holder,
         kernel=None,
         requested_at=now,
-        placed_at=None if placement is None else now,
+        placed_at=None if spot is None else now,
         token_hash=request.token_hash,
         memory_used=held_bytes or None,
         usage_source=held_source,
@@ -180,7 +180,7 @@ def _insert(db: sqlite3.Connection, arrival: _Arrival, placement: Placement | No
             record.kernel_name,
             record.path,
             record.mode,
-            record.kind,
+            record.placement,
             record.size,
             record.cores,
             record.device_uuid,
@@ -263,15 +263,15 @@ def place(db: sqlite3.Connection, kernel_id: str, policy: Policy, alive: Livenes
             ahead, head = head_of_queue(db, record.seq)
         if ahead:
             return waiting(ahead)
-    request = Request(kernel_id, record.owner, parse_size(record.size), record.kind)
+    request = Request(kernel_id, record.owner, parse_size(record.size), record.placement)
     devices = read_devices(db)
     allowed = only_devices_of(rows[0])
     if allowed is not None:
         devices = [device for device in devices if device.uuid in allowed]
     outcome = fit(request, devices, held(db), policy)
-    if isinstance(outcome, Refusal) and outcome.retry and release_dead(db, alive, running(db)):
+    if isinstance(outcome, NoFit) and outcome.retry and release_dead(db, alive, running(db)):
         outcome = fit(request, devices, held(db), policy)
-    if isinstance(outcome, Refusal):
+    if isinstance(outcome, NoFit):
         # Retry-able: first in line, waiting for memory. Otherwise waiting cannot help.
         return Waiting(1, outcome.reason) if outcome.retry else Refused(outcome.reason)
     placed_at = time.time()

@@ -48,10 +48,10 @@ def slice_of(node: str, driver: str, devices: list[dict[str, Any]]) -> dict[str,
 
 
 def gpu(
-    name: str, memory: str, shared: bool = False, kind: str = "gpu", profile: str | None = None
+    name: str, memory: str, shared: bool = False, device_type: str = "gpu", profile: str | None = None
 ) -> dict[str, Any]:
     attributes: dict[str, Any] = {
-        "type": {"string": kind},
+        "type": {"string": device_type},
         "productName": {"string": "NVIDIA A100-SXM4-80GB"},
     }
     if profile:
@@ -68,7 +68,7 @@ def gpu(
 
 SLICES = [
     slice_of("a", "gpu.nvidia.com", [gpu("gpu-0", "80Gi", shared=True), gpu("gpu-1", "40Gi")]),
-    slice_of("b", "gpu.nvidia.com", [gpu("mig-0", "10Gi", kind="mig", profile="1g.10gb")]),
+    slice_of("b", "gpu.nvidia.com", [gpu("mig-0", "10Gi", device_type="mig", profile="1g.10gb")]),
     slice_of("c", "other.example.com", [gpu("x", "16Gi")]),  # another driver's: not ours to show
     {"spec": {"driver": "gpu.nvidia.com", "allNodes": True, "devices": [gpu("net", "1Gi")]}},  # no node
 ]

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from jupyter_gpushare.backends.local.inventory import Device, MigInstance, parse_simulation
 from jupyter_gpushare.core.placement.allocator import (
     Held,
-    Placement,
+    NoFit,
     Policy,
-    Refusal,
     Request,
+    Spot,
     fit,
     fit_on_device,
     free_memory,
@@ -32,8 +32,8 @@ def cards(*gib: int) -> tuple[Device, ...]:
     )
 
 
-def ask(size: str, kind: str = "shared", kernel_id: str = "new", owner: str = "alice") -> Request:
-    return Request(kernel_id, owner, parse_size(size), kind)  # type: ignore[arg-type]
+def ask(size: str, placement: str = "shared", kernel_id: str = "new", owner: str = "alice") -> Request:
+    return Request(kernel_id, owner, parse_size(size), placement)  # type: ignore[arg-type]
 
 
 def hold(
@@ -42,13 +42,13 @@ def hold(
     return Held(kernel_id, owner, device.uuid, unit or device.uuid, int(gib * GiB), whole)
 
 
-def placed(outcome: Placement | Refusal) -> Placement:
-    assert isinstance(outcome, Placement), outcome
+def placed(outcome: Spot | NoFit) -> Spot:
+    assert isinstance(outcome, Spot), outcome
     return outcome
 
 
-def refused(outcome: Placement | Refusal) -> Refusal:
-    assert isinstance(outcome, Refusal), outcome
+def refused(outcome: Spot | NoFit) -> NoFit:
+    assert isinstance(outcome, NoFit), outcome
     return outcome
 
 
@@ -58,11 +58,11 @@ def refused(outcome: Placement | Refusal) -> Refusal:
 def test_best_fit_picks_the_fullest_device_that_still_fits() -> None:
     pool = cards(80, 80, 80)
     held = [hold("a", pool[0], 10), hold("b", pool[1], 60), hold("c", pool[2], 75)]
-    placement = placed(fit(ask("10G"), pool, held))
-    assert placement.device_uuid == pool[1].uuid
-    assert placement.device_index == 1
-    assert placement.memory == 10 * GiB
-    assert not placement.whole_card
+    spot = placed(fit(ask("10G"), pool, held))
+    assert spot.device_uuid == pool[1].uuid
+    assert spot.device_index == 1
+    assert spot.memory == 10 * GiB
+    assert not spot.whole_card
     # 30G no longer fits on GPU1 (20G free): the next fullest takes it.
     assert placed(fit(ask("30G"), pool, held)).device_index == 0
 
@@ -101,8 +101,8 @@ def test_overcommit_lets_reservations_reach_capacity_times_overcommit(
     policy = Policy(overcommit=overcommit)
     held: list[Held] = []
     for number in range(slices_of_8g):
-        placement = placed(fit(ask("8G", kernel_id=f"k{number}"), pool, held, policy))
-        held.append(Held(f"k{number}", "alice", placement.device_uuid, placement.unit_uuid, placement.memory))
+        spot = placed(fit(ask("8G", kernel_id=f"k{number}"), pool, held, policy))
+        held.append(Held(f"k{number}", "alice", spot.device_uuid, spot.unit_uuid, spot.memory))
     assert sum(slice_.memory for slice_ in held) == int(device.memory_total * overcommit)
     refusal = refused(fit(ask("1M", kernel_id="one-more"), pool, held, policy))
     assert refusal.retry  # memory may come back
@@ -118,21 +118,23 @@ def test_overcommit_never_makes_one_slice_larger_than_its_card(overcommit: float
 def test_overcommit_does_not_put_a_slice_on_a_card_smaller_than_the_slice() -> None:
     # 20G "fits" the 16G card's overcommitted capacity (24G) but not its memory: it belongs on GPU0.
     pool = cards(80, 16)
-    placement = placed(fit(ask("20G"), pool, [], Policy(overcommit=1.5)))
-    assert placement.device_index == 0
+    spot = placed(fit(ask("20G"), pool, [], Policy(overcommit=1.5)))
+    assert spot.device_index == 0
 
 
 # ---- whole cards ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("size", "kind"), [("4G", "exclusive"), ("whole", "shared"), ("WHOLE", "exclusive")])
-def test_a_whole_card_needs_an_empty_device(size: str, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("size", "placement"), [("4G", "exclusive"), ("whole", "shared"), ("WHOLE", "exclusive")]
+)
+def test_a_whole_card_needs_an_empty_device(size: str, placement: str) -> None:
     pool = cards(80, 40)
     held = [hold("a", pool[0], 1)]
-    placement = placed(fit(ask(size, kind), pool, held))
-    assert placement.device_index == 1
-    assert placement.whole_card
-    assert placement.memory == pool[1].memory_total
+    spot = placed(fit(ask(size, placement), pool, held))
+    assert spot.device_index == 1
+    assert spot.whole_card
+    assert spot.memory == pool[1].memory_total
 
 
 def test_a_whole_card_waits_while_every_device_has_slices() -> None:
@@ -156,11 +158,11 @@ def test_a_whole_card_keeps_everyone_else_off_it() -> None:
 
 def test_percent_resolves_on_the_device_it_lands_on() -> None:
     pool = cards(80, 16)
-    placement = placed(fit(ask("25%"), pool, []))
-    assert (placement.device_index, placement.memory) == (1, 4 * GiB)
+    spot = placed(fit(ask("25%"), pool, []))
+    assert (spot.device_index, spot.memory) == (1, 4 * GiB)
     held = [hold("a", pool[1], 14)]
-    placement = placed(fit(ask("25%"), pool, held))
-    assert (placement.device_index, placement.memory) == (0, 20 * GiB)
+    spot = placed(fit(ask("25%"), pool, held))
+    assert (spot.device_index, spot.memory) == (0, 20 * GiB)
 
 
 # ---- MIG --------------------------------------------------------------------------------------
@@ -193,12 +195,12 @@ def test_mig_takes_the_smallest_free_instance_that_fits(
     size: str, held: list[int], expected_instance: int
 ) -> None:
     holds = [hold_mig(f"k{index}", index) for index in held]
-    placement = placed(fit(ask(size, "mig"), MIG_POOL, holds))
+    spot = placed(fit(ask(size, "mig"), MIG_POOL, holds))
     instance = mig_unit(expected_instance)
-    assert placement.unit_uuid == instance.uuid
-    assert placement.device_uuid == MIG_POOL[0].uuid
-    assert placement.memory == instance.memory_total
-    assert not placement.whole_card
+    assert spot.unit_uuid == instance.uuid
+    assert spot.device_uuid == MIG_POOL[0].uuid
+    assert spot.memory == instance.memory_total
+    assert not spot.whole_card
 
 
 def test_mig_refuses_whole() -> None:
@@ -240,8 +242,8 @@ def test_mig_quota_is_checked_against_the_instance_actually_chosen() -> None:
     # A 5G request lands on a 1g.10gb (10G): within a 16G per-kernel limit, although the larger
     # 3g.40gb instance listed first would not be.
     policy = Policy(max_memory_per_kernel=16 * GiB)
-    placement = placed(fit(ask("5G", "mig"), MIG_POOL, [], policy))
-    assert placement.memory == 10 * GiB
+    spot = placed(fit(ask("5G", "mig"), MIG_POOL, [], policy))
+    assert spot.memory == 10 * GiB
 
 
 def test_mig_quota_refusal_when_the_only_instance_left_is_above_the_limit() -> None:
@@ -322,8 +324,8 @@ def test_fit_on_device_stays_on_the_kernels_device_and_ignores_its_own_slice() -
     pool = cards(80, 16)
     held = [hold("k", pool[1], 8)]
     # Growing to 14G: GPU0 is emptier, but a live resize cannot move the kernel.
-    placement = placed(fit_on_device(ask("14G", kernel_id="k"), pool[1].uuid, pool, held))
-    assert (placement.device_index, placement.memory) == (1, 14 * GiB)
+    spot = placed(fit_on_device(ask("14G", kernel_id="k"), pool[1].uuid, pool, held))
+    assert (spot.device_index, spot.memory) == (1, 14 * GiB)
     # The kernel's own 8G would not leave room for 14G if it were counted.
     assert placed(fit_on_device(ask("16G", kernel_id="k"), pool[1].uuid, pool, held)).memory == 16 * GiB
 
@@ -421,7 +423,7 @@ def check_mig_choice(
     held: Sequence[Held],
     policy: Policy,
     request: Request,
-    outcome: Placement | Refusal,
+    outcome: Spot | NoFit,
 ) -> None:
     """A MIG request gets the smallest free instance that fits within the quotas, if there is one."""
     taken = {slice_.unit_uuid for slice_ in held}
@@ -438,10 +440,10 @@ def check_mig_choice(
         )
     )
     if allowed:
-        assert isinstance(outcome, Placement), outcome
+        assert isinstance(outcome, Spot), outcome
         assert outcome.memory == allowed[0]
     else:
-        assert isinstance(outcome, Refusal)
+        assert isinstance(outcome, NoFit)
 
 
 @given(
@@ -481,15 +483,15 @@ def test_no_sequence_of_requests_and_releases_breaks_the_pool(
             if held:
                 held.pop(step[1] % len(held))
         else:
-            _, size, kind, owner = step
-            request = Request(f"k{number}", owner, parse_size(size), kind)
+            _, size, placement, owner = step
+            request = Request(f"k{number}", owner, parse_size(size), placement)
             outcome = fit(request, devices, held, policy)
-            if kind == "mig" and size != "whole":
+            if placement == "mig" and size != "whole":
                 check_mig_choice(devices, held, policy, request, outcome)
-            if isinstance(outcome, Placement):
+            if isinstance(outcome, Spot):
                 device = next(device for device in devices if device.uuid == outcome.device_uuid)
                 assert device.index == outcome.device_index
-                if kind == "shared" and size != "whole":
+                if placement == "shared" and size != "whole":
                     assert outcome.memory == request.size.resolve(device.memory_total)
                 held.append(
                     Held(
@@ -523,7 +525,7 @@ def test_shared_best_fit_is_the_tightest_device_and_never_refuses_a_fitting_requ
     held: list[Held] = []
     for number, gib in enumerate(held_gib):
         outcome = fit(Request(f"h{number}", "ann", parse_size(f"{gib}G")), devices, held, policy)
-        if isinstance(outcome, Placement):
+        if isinstance(outcome, Spot):
             held.append(Held(f"h{number}", "ann", outcome.device_uuid, outcome.unit_uuid, outcome.memory))
     request = Request("new", "ben", parse_size(size))
     room = {}
@@ -534,11 +536,11 @@ def test_shared_best_fit_is_the_tightest_device_and_never_refuses_a_fitting_requ
             room[device.index] = left
     outcome = fit(request, devices, held, policy)
     if room:
-        assert isinstance(outcome, Placement), outcome
+        assert isinstance(outcome, Spot), outcome
         best = min(room.values())
         assert outcome.device_index == min(index for index, left in room.items() if left == best)
     else:
-        assert isinstance(outcome, Refusal)
+        assert isinstance(outcome, NoFit)
 
 
 # ---- issue 11: the pool's largest device, the smallest slice ---------------------------------------

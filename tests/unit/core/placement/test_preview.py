@@ -11,7 +11,7 @@ from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice
 from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
 from jupyter_gpushare.backends.kubernetes.objects.preview import preview_pod
 from jupyter_gpushare.backends.local.inventory import Device, MigInstance
-from jupyter_gpushare.core.placement.allocator import Held, Placement, Policy, Request, fit
+from jupyter_gpushare.core.placement.allocator import Held, Policy, Request, Spot, fit
 from jupyter_gpushare.core.placement.preview import preview_start
 from jupyter_gpushare.core.pods.cluster import NodeGPUs
 from jupyter_gpushare.core.sizes import GiB, parse_size
@@ -36,8 +36,8 @@ MIG_POOL = (
 )
 
 
-def ask(size: str, kind: str = "shared", owner: str = "alice") -> Request:
-    return Request("", owner, parse_size(size), kind)  # type: ignore[arg-type]
+def ask(size: str, placement: str = "shared", owner: str = "alice") -> Request:
+    return Request("", owner, parse_size(size), placement)  # type: ignore[arg-type]
 
 
 LOCAL_CASES: list[tuple[str, dict[str, Any], str, str]] = [
@@ -81,10 +81,10 @@ def test_a_local_preview_says_where_when_or_why_not(
     # queue), the same device and bytes; a refusal otherwise, for the same reason.
     outcome = fit(request, POOL, HELD, policy)
     if preview.verdict == "now":
-        assert isinstance(outcome, Placement)
+        assert isinstance(outcome, Spot)
         assert (outcome.device_index, outcome.memory) == (preview.device, preview.memory)
     elif not options.get("queued_ahead"):
-        assert not isinstance(outcome, Placement) and outcome.reason == preview.reason
+        assert not isinstance(outcome, Spot) and outcome.reason == preview.reason
     if preview.verdict == "queue":
         assert preview.queue_position == options.get("queued_ahead", 0) + 1
 

@@ -17,7 +17,7 @@ import pytest
 from jupyter_gpushare.backends.local.inventory import parse_simulation
 from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.backends.processes import boot_id, current_process, identify, is_alive
-from jupyter_gpushare.core.placement.allocator import Placement, Policy, Refusal
+from jupyter_gpushare.core.placement.allocator import NoFit, Policy, Spot
 from jupyter_gpushare.core.records import (
     DeviceSample,
     KernelSample,
@@ -71,7 +71,7 @@ def request(
     kernel_id: str,
     size: str,
     *,
-    kind: str = "shared",
+    placement: str = "shared",
     mode: str = "timeslice",
     owner: str = "alice",
     holder: ProcessIdentity = ME,
@@ -81,7 +81,7 @@ def request(
         owner=owner,
         server_id="server-1",
         mode=mode,
-        kind=kind,  # type: ignore[arg-type]
+        placement=placement,  # type: ignore[arg-type]
         size=size,
         cores=None,
         holder=holder,
@@ -176,7 +176,7 @@ def test_the_request_fields_are_recorded(ledger: Ledger) -> None:
         "python3-gpu-4g",
         "k1.ipynb",
     )
-    assert (record.mode, record.kind, record.size) == ("timeslice", "shared", "25%")
+    assert (record.mode, record.placement, record.size) == ("timeslice", "shared", "25%")
     assert record.memory == 4 * GiB  # 25% of the 16G card it landed on
     assert record.holder == ME
     assert record.kernel is None
@@ -216,12 +216,12 @@ def test_a_request_that_can_never_fit_is_refused(ledger: Ledger) -> None:
 
 
 def test_mig_slices_take_an_instance(ledger: Ledger) -> None:
-    first = place(ledger, "m1", "5G", kind="mig", mode="mig")
-    second = place(ledger, "m2", "5G", kind="mig", mode="mig")
-    third = place(ledger, "m3", "5G", kind="mig", mode="mig")
+    first = place(ledger, "m1", "5G", placement="mig", mode="mig")
+    second = place(ledger, "m2", "5G", placement="mig", mode="mig")
+    third = place(ledger, "m3", "5G", placement="mig", mode="mig")
     units = {first.unit_uuid, second.unit_uuid, third.unit_uuid}
     assert units == {instance.uuid for instance in POOL.devices[1].mig}
-    ledger.enqueue(request("m4", "5G", kind="mig", mode="mig"))
+    ledger.enqueue(request("m4", "5G", placement="mig", mode="mig"))
     outcome = ledger.try_place("m4", Policy())
     assert isinstance(outcome, Waiting) and "in use" in outcome.reason
 
@@ -353,7 +353,7 @@ def test_resize_grows_in_place_when_it_fits(ledger: Ledger) -> None:
     place(ledger, "k1", "4G")
     place(ledger, "k2", "4G")
     outcome = ledger.resize("k1", "12G", Policy())
-    assert isinstance(outcome, Placement)
+    assert isinstance(outcome, Spot)
     assert outcome.memory == 12 * GiB
     record = ledger.get("k1")
     assert (record.memory, record.size, record.device_uuid) == (12 * GiB, "12G", T4.uuid)
@@ -364,7 +364,7 @@ def test_resize_that_does_not_fit_says_how_much_is_free_and_changes_nothing(ledg
     place(ledger, "k1", "4G")
     place(ledger, "k2", "8.5G")
     outcome = ledger.resize("k1", "12G", Policy())
-    assert isinstance(outcome, Refusal)
+    assert isinstance(outcome, NoFit)
     assert "12G does not fit" in outcome.reason
     assert "3.5G free on GPU0, so this kernel can grow to 7.5G" in outcome.reason
     record = ledger.get("k1")
@@ -374,33 +374,35 @@ def test_resize_that_does_not_fit_says_how_much_is_free_and_changes_nothing(ledg
 def test_resize_shrinks(ledger: Ledger) -> None:
     place(ledger, "k1", "8G")
     outcome = ledger.resize("k1", "512M", Policy())
-    assert isinstance(outcome, Placement) and outcome.memory == 512 * MiB
+    assert isinstance(outcome, Spot) and outcome.memory == 512 * MiB
     assert reserved_on(ledger, T4.uuid) == 512 * MiB
 
 
 def test_resize_respects_overcommit(ledger: Ledger) -> None:
     place(ledger, "k1", "8G")
     place(ledger, "k2", "8G")
-    assert isinstance(ledger.resize("k1", "10G", Policy()), Refusal)
-    assert isinstance(ledger.resize("k1", "10G", Policy(overcommit=1.5)), Placement)
+    assert isinstance(ledger.resize("k1", "10G", Policy()), NoFit)
+    assert isinstance(ledger.resize("k1", "10G", Policy(overcommit=1.5)), Spot)
 
 
 @pytest.mark.parametrize(
-    ("kind", "mode", "size"), [("exclusive", "exclusive", "whole"), ("mig", "mig", "5G")]
+    ("placement", "mode", "size"), [("exclusive", "exclusive", "whole"), ("mig", "mig", "5G")]
 )
-def test_resize_is_refused_for_whole_cards_and_mig(ledger: Ledger, kind: str, mode: str, size: str) -> None:
-    before = place(ledger, "k1", size, kind=kind, mode=mode)
+def test_resize_is_refused_for_whole_cards_and_mig(
+    ledger: Ledger, placement: str, mode: str, size: str
+) -> None:
+    before = place(ledger, "k1", size, placement=placement, mode=mode)
     outcome = ledger.resize("k1", "2G", Policy())
-    assert isinstance(outcome, Refusal)
+    assert isinstance(outcome, NoFit)
     assert not outcome.retry
     assert mode in outcome.reason
     assert ledger.get("k1") == before
 
 
 def test_resize_of_a_kernel_without_a_slice(ledger: Ledger) -> None:
-    assert isinstance(ledger.resize("nobody", "2G", Policy()), Refusal)
+    assert isinstance(ledger.resize("nobody", "2G", Policy()), NoFit)
     ledger.enqueue(request("queued", "2G"))
-    assert isinstance(ledger.resize("queued", "2G", Policy()), Refusal)
+    assert isinstance(ledger.resize("queued", "2G", Policy()), NoFit)
 
 
 # ---- devices and durability ---------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """This kernel's handle on its own slice, chosen once: what ``%gpu`` and the Python API call.
 
-Each backend kind names its kernels' handle (``BackendKind.kernel_slice``). A kernel started by a
-local provisioner acts on its slice through its backend — the node ledger, or the GPU broker that
-holds it (:class:`~.own_slice.OwnSlice`, the default); a kernel in a pod asks the server that
-started it over HTTP (:class:`~.pod.PodKernel`). All prove who they are with the kernel's own
-token, answer the same calls and print the same kinds of views; the magics never ask which one
-they have.
+Each backend kind names its kernels' handle (``BackendKind.slice_handle``); the two here are named
+for where they reach the slice. A kernel started by a local provisioner acts on its slice through
+its node's slices — the node ledger, or the GPU broker that holds it
+(:class:`~.node_handle.NodeSliceHandle`, the default); a kernel in a pod asks the server that
+started the pod over HTTP (:class:`~.pod_handle.PodSliceHandle`). Both prove who they are with the
+kernel's own token, answer the same calls and print the same views; the magics never ask which
+one they have.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
 WaitCallback = Callable[[int, str], None]
 
 
-class MySlice(Protocol):
+class SliceHandle(Protocol):
+    """A kernel's handle on its own slice: what ``%gpu`` and the Python API call."""
+
     kernel_id: str
 
     def status(self, notes: list[str] | None = None) -> TextView:
@@ -57,15 +60,15 @@ class MySlice(Protocol):
         """A live ipywidgets view of the slice."""
 
     def start(self, shell: Any) -> None:
-        """What this kind of slice does in the background once the extension is loaded."""
+        """What this handle does in the background once the extension is loaded."""
 
 
-_chosen: MySlice | None = None
+_chosen: SliceHandle | None = None
 
 
-def my_slice() -> MySlice:
+def slice_handle() -> SliceHandle:
     """This kernel's slice handle, chosen on first use: the one its backend kind names
-    (``BackendKind.kernel_slice``), the kind being the one its provisioner wrote into its
+    (``BackendKind.slice_handle``), the kind being the one its provisioner wrote into its
     environment (``$JUPYTER_GPUSHARE_BACKEND``; a kernel no provisioner started has the default).
     Light to build: nothing is opened before it is needed."""
     global _chosen
@@ -73,5 +76,5 @@ def my_slice() -> MySlice:
         from jupyter_gpushare.backends.registry import kind_named, load
 
         name = os.environ.get(env_names.BACKEND) or kinds.DEFAULT_KIND
-        _chosen = load(kind_named(name).kernel_slice)()
+        _chosen = load(kind_named(name).slice_handle)()
     return _chosen

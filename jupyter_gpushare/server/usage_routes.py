@@ -14,7 +14,7 @@ from tornado import web
 
 from jupyter_gpushare.core.accounting.usage_report import usage_query
 from jupyter_gpushare.http_errors import answering_domain_errors
-from jupyter_gpushare.server.handlers import GPUShareHandler
+from jupyter_gpushare.server.routes import GPUShareHandler
 
 
 class UsageHandler(GPUShareHandler):

@@ -1,4 +1,5 @@
-"""A local kernel acting on its own slice (one of the two ``MySlice`` kinds).
+"""A local kernel's handle on its own slice, reaching it through its node's slices (one of the two
+:class:`~.slice_handle.SliceHandle` implementations; the other is a pod's, :mod:`.pod_handle`).
 
 A kernel proves who it is with the secret token its provisioner put in its environment
 (``JUPYTER_GPUSHARE_TOKEN``); the backend compares it with the digest stored beside the slice in
@@ -79,8 +80,9 @@ def _kernel_id_from_connection_file() -> str | None:
     return match.group(1) if match else None
 
 
-class OwnSlice:
-    """This kernel's slice, reached through its backend's kernel-facing calls (``NodeSlices``)."""
+class NodeSliceHandle:
+    """This kernel's slice, reached through its backend's kernel-facing calls (the ``NodeSlices``
+    role: the node ledger, or the GPU broker that holds it)."""
 
     def __init__(self) -> None:
         self._settings: GPUShare | None = None

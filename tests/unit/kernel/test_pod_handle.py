@@ -10,7 +10,7 @@ import pytest
 from jupyter_gpushare.backends.broker_client.transport import UnreachableError
 from jupyter_gpushare.core.errors import GPUShareError, NeedsRestartError
 from jupyter_gpushare.core.sizes import GiB, SizeError
-from jupyter_gpushare.kernel.pod import PodKernel
+from jupyter_gpushare.kernel.pod_handle import PodSliceHandle
 
 
 def pod_env(tmp_path: Path, report_url: str = "") -> dict[str, str]:
@@ -29,41 +29,41 @@ def pod_env(tmp_path: Path, report_url: str = "") -> dict[str, str]:
 
 
 def test_the_pod_reads_its_slice_and_token_from_its_environment(tmp_path: Path) -> None:
-    kernel = PodKernel(pod_env(tmp_path, "http://10.0.0.1:8888/user/a/api/gpushare/kernels/k-1/usage"))
-    assert (kernel.kernel_id, kernel.mode, kernel.memory, kernel.interval) == ("k-1", "vgpu", 6 * GiB, 0.5)
-    assert kernel.kernel_url == "http://10.0.0.1:8888/user/a/api/gpushare/kernels/k-1"
-    assert kernel._token == "secret-token"
+    handle = PodSliceHandle(pod_env(tmp_path, "http://10.0.0.1:8888/user/a/api/gpushare/kernels/k-1/usage"))
+    assert (handle.kernel_id, handle.mode, handle.memory, handle.interval) == ("k-1", "vgpu", 6 * GiB, 0.5)
+    assert handle.kernel_url == "http://10.0.0.1:8888/user/a/api/gpushare/kernels/k-1"
+    assert handle._token == "secret-token"
 
 
 def test_without_a_server_the_pod_says_so_and_reports_nothing(tmp_path: Path) -> None:
-    kernel = PodKernel(pod_env(tmp_path))
+    handle = PodSliceHandle(pod_env(tmp_path))
     with pytest.raises(UnreachableError, match="started without a server to report to"):
-        kernel.view()
-    kernel.report_once()  # nothing to report to: no error, no thread
-    kernel.start_reporting()
-    assert kernel._thread is None
+        handle.view()
+    handle.report_once()  # nothing to report to: no error, no thread
+    handle.start_reporting()
+    assert handle._thread is None
 
 
 def test_an_unreachable_server_is_named(tmp_path: Path) -> None:
-    kernel = PodKernel(pod_env(tmp_path, "http://127.0.0.1:9/api/gpushare/kernels/k-1/usage"))
+    handle = PodSliceHandle(pod_env(tmp_path, "http://127.0.0.1:9/api/gpushare/kernels/k-1/usage"))
     with pytest.raises(UnreachableError, match=re.escape("cannot reach the server at http://127.0.0.1:9")):
-        kernel.view()
-    kernel.declared = (1, None)
-    kernel.report_once()  # the reporter thread's path: logged once, never raised
+        handle.view()
+    handle.declared = (1, None)
+    handle.report_once()  # the reporter thread's path: logged once, never raised
 
 
 def test_bad_declarations_and_resizes_change_nothing(tmp_path: Path) -> None:
-    kernel = PodKernel(pod_env(tmp_path))
-    assert kernel.measure() is None  # no declaration, and PyTorch has not used CUDA here
+    handle = PodSliceHandle(pod_env(tmp_path))
+    assert handle.measure() is None  # no declaration, and PyTorch has not used CUDA here
     with pytest.raises(SizeError):
-        kernel.declare("abc")
+        handle.declare("abc")
     with pytest.raises(GPUShareError, match="utilization must be a whole percentage 0-100"):
-        kernel.declare("1G", 101)
-    assert kernel.declared is None
+        handle.declare("1G", 101)
+    assert handle.declared is None
     with pytest.raises(SizeError):
-        kernel.resize("abc", restart=True)
+        handle.resize("abc", restart=True)
     refusal = re.escape("nothing was changed. Run %gpu resize 8G --restart")
     with pytest.raises(NeedsRestartError, match=refusal):
-        kernel.resize("8G", restart=False)
-    kernel.declared = (2 * GiB, 40)
-    assert kernel.measure() == (2 * GiB, 40, "simulated")
+        handle.resize("8G", restart=False)
+    handle.declared = (2 * GiB, 40)
+    assert handle.measure() == (2 * GiB, 40, "simulated")

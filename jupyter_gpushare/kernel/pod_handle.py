@@ -1,4 +1,6 @@
-"""A kernel in a Kubernetes pod acting on its slice (one of the two ``MySlice`` kinds).
+"""A kernel pod's handle on its slice, reaching it through the server that started the pod (one of
+the two :class:`~.slice_handle.SliceHandle` implementations; the other is a local kernel's,
+:mod:`.node_handle`).
 
 A pod kernel has no node ledger: Kubernetes placed it and holds its slice for the pod's life.
 It talks to the server that started it over HTTP, at ``JUPYTER_GPUSHARE_REPORT_URL`` (set by the
@@ -28,8 +30,9 @@ log = logging.getLogger("jupyter_gpushare")
 REQUEST_TIMEOUT = 5.0
 
 
-class PodKernel:
-    """This kernel, running in a pod the Kubernetes backend made."""
+class PodSliceHandle:
+    """The handle of this kernel, running in a pod the Kubernetes backend made: it also reports
+    the kernel's GPU use to the server."""
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         env = dict(os.environ if environ is None else environ)
@@ -74,7 +77,7 @@ class PodKernel:
         answer: dict[str, Any] = self.call("GET", "/self")
         return answer
 
-    # ---- MySlice ---------------------------------------------------------------------------
+    # ---- SliceHandle -----------------------------------------------------------------------
 
     def status(self, notes: list[str] | None = None) -> PodSliceStatus:
         try:

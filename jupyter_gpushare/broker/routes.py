@@ -232,7 +232,7 @@ class WaitingHandler(BrokerHandler):
         self.answer({"waiting": await self.run(self.scoped().is_waiting, kernel_id)})
 
 
-class UsageHandler(BrokerHandler):
+class KernelUsageHandler(BrokerHandler):
     @answering_domain_errors
     async def post(self, kernel_id: str) -> None:
         report = usage_report(self.json_body())
@@ -263,7 +263,7 @@ ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     ("refresh", RefreshHandler),
     ("reconcile", ReconcileHandler),
     (f"slices/{KERNEL}/waiting", WaitingHandler),
-    (f"slices/{KERNEL}/usage", UsageHandler),
+    (f"slices/{KERNEL}/usage", KernelUsageHandler),
 ]
 
 __all__ = [
