@@ -74,6 +74,9 @@ def driver_root() -> DriverRoot:
         raise RuntimeError(f"gcc could not build {SOURCE.name}: {error.stderr.strip()}") from error
     finally:
         Path(partial.name).unlink(missing_ok=True)
+    for stale in BUILDS.iterdir():
+        if stale != built.root:
+            shutil.rmtree(stale, ignore_errors=True)  # an older source's build
     return built
 
 
