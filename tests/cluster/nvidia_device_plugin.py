@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -66,17 +67,24 @@ def _digest() -> str:
 
 def _binaries() -> Binaries:
     digest = _digest()
+    plugin = os.environ.get("NVIDIA_DEVICE_PLUGIN")  # another build, e.g. of another version
     return Binaries(
-        plugin=BINARIES / f"nvidia-device-plugin-{version()}-{digest}",
+        plugin=Path(plugin) if plugin else BINARIES / f"nvidia-device-plugin-{version()}-{digest}",
         kubelet_stub=BINARIES / f"kubeletstub-{digest}",
     )
 
 
 def build(log: object = sys.stderr) -> Binaries:
     """The binaries for the current module files, built first when missing (cold: a minute or
-    two of downloads and compiling; cgo, so gcc too)."""
+    two of downloads and compiling; cgo, so gcc too). ``$NVIDIA_DEVICE_PLUGIN``, when set, is
+    the plugin binary instead of ours."""
     binaries = _binaries()
-    if binaries.plugin.exists() and binaries.kubelet_stub.exists():
+    wanted = [
+        (binaries.plugin, PLUGIN_PACKAGE, "nvidia-device-plugin-"),
+        (binaries.kubelet_stub, "./kubeletstub", "kubeletstub-"),
+    ]
+    missing = [(target, package, prefix) for target, package, prefix in wanted if not target.exists()]
+    if not missing:
         return binaries
     go = shutil.which("go")
     if go is None:
@@ -86,29 +94,31 @@ def build(log: object = sys.stderr) -> Binaries:
         )
     BINARIES.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    print(f"building NVIDIA's device plugin {version()} (cold: minutes)…", file=log)
-    for target, package in [(binaries.plugin, PLUGIN_PACKAGE), (binaries.kubelet_stub, "./kubeletstub")]:
+    names = ", ".join(target.name for target, _, _ in missing)
+    print(f"building {names} (NVIDIA's device plugin {version()}; cold: minutes)…", file=log)
+    for target, package, prefix in missing:
         partial = target.with_name(target.name + ".partial")
         # -s -w: no symbol table or DWARF, a third smaller, and linking needs less memory.
         command = [go, "build", "-ldflags=-s -w", "-o", str(partial), package]
         subprocess.run(command, cwd=SOURCE, env={**go_environment(), "CGO_ENABLED": "1"}, check=True)
         partial.rename(target)
-    for stale in [*BINARIES.glob("nvidia-device-plugin-*"), *BINARIES.glob("kubeletstub-*")]:
-        if stale not in (binaries.plugin, binaries.kubelet_stub):
-            stale.unlink(missing_ok=True)  # an older build
+        for stale in BINARIES.glob(prefix + "*"):
+            if stale != target:
+                stale.unlink(missing_ok=True)  # an older build of the same binary
     elapsed = time.monotonic() - started
-    print(f"built {binaries.plugin.name} and {binaries.kubelet_stub.name} in {elapsed:.0f} s", file=log)
+    print(f"built {names} in {elapsed:.0f} s", file=log)
     return binaries
 
 
 def find() -> Binaries:
     """The built binaries; fails with what to run when they are missing."""
     binaries = _binaries()
-    if not (binaries.plugin.exists() and binaries.kubelet_stub.exists()):
-        raise FileNotFoundError(
-            f"NVIDIA's device plugin is not built ({binaries.plugin.name} is missing under {BINARIES}): "
-            "run `make deviceplugin` (a cold build takes minutes)"
-        )
+    for binary in (binaries.plugin, binaries.kubelet_stub):
+        if not binary.exists():
+            raise FileNotFoundError(
+                f"NVIDIA's device plugin is not built ({binary.name} is missing under {binary.parent}): "
+                "run `make deviceplugin` (a cold build takes minutes)"
+            )
     return binaries
 
 

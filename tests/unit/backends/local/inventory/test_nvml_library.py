@@ -9,6 +9,9 @@ call pynvml that the real bindings would refuse fails here.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -130,6 +133,18 @@ def test_the_next_call_sees_what_the_simulation_wrote(cards: WriteCards) -> None
         ]
     )
     assert read_snapshot(["GPU-a"]).processes == {7: ProcessUsage(GiB, None)}
+
+
+def test_a_process_started_with_its_environment_finds_the_library(tmp_path: Path) -> None:
+    """How a server, a kernel or a container finds it: by name, on LD_LIBRARY_PATH."""
+    state = write_state(tmp_path / "state", [SimulatedCard("GPU-env", "NVIDIA H200", 140 * GiB)])
+    code = (
+        "from jupyter_gpushare.backends.local.inventory.nvml import read_nvml_inventory as read; "
+        "print([d.uuid for d in read().devices])"
+    )
+    env = {**os.environ, **driver_root().environment(state)}
+    answer = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert answer.stdout.strip() == "['GPU-env']"
 
 
 def test_a_card_gone_from_the_pool_fails_the_snapshot_and_nvml_still_shuts_down(cards: WriteCards) -> None:
