@@ -16,7 +16,7 @@ How it runs (:func:`environment`, :func:`command`): the library is found through
 that driver root; go-nvlib's platform check loads it by name); the simulated cards come from the
 state file in ``GPUSHARE_NVML_STATE``; the device list goes to containers as
 ``NVIDIA_VISIBLE_DEVICES`` (``DEVICE_LIST_STRATEGY=envvar``, UUIDs); sharing comes from the
-plugin's own config file (``CONFIG_FILE``, :func:`write_time_slicing_config`). Nothing is
+plugin's own config file (``CONFIG_FILE``, :func:`write_config`). Nothing is
 disabled: health checks run on the library's event calls, and ``PASS_DEVICE_SPECS`` stays off
 (its default) so no /dev/nvidia* node is asked of the runtime. The plugin serves its socket in
 /var/lib/kubelet/device-plugins/ (a fixed path in v0.17: only the kubelet's socket has a flag);
@@ -122,18 +122,25 @@ def find() -> Binaries:
     return binaries
 
 
-def write_time_slicing_config(path: Path, replicas: int, resource: str = "nvidia.com/gpu") -> Path:
-    """The plugin's own config file: every card of ``resource`` shared by ``replicas`` containers."""
-    if replicas < 1:
-        raise ValueError(f"time-slicing needs at least one replica, not {replicas}")
-    path.write_text(
-        "version: v1\n"
-        "sharing:\n"
-        "  timeSlicing:\n"
-        "    resources:\n"
-        f"    - name: {resource}\n"
-        f"      replicas: {replicas}\n"
-    )
+def write_config(
+    path: Path, time_slicing_replicas: int | None = None, resource: str = "nvidia.com/gpu"
+) -> Path:
+    """The plugin's own config file: every card of ``resource`` shared by
+    ``time_slicing_replicas`` containers, or (None) whole cards."""
+    text = "version: v1\n"
+    if time_slicing_replicas is not None:
+        if time_slicing_replicas < 2:
+            raise ValueError(
+                f"time-slicing shares a card between 2 or more replicas, not {time_slicing_replicas}"
+            )
+        text += (
+            "sharing:\n"
+            "  timeSlicing:\n"
+            "    resources:\n"
+            f"    - name: {resource}\n"
+            f"      replicas: {time_slicing_replicas}\n"
+        )
+    path.write_text(text)
     return path
 
 

@@ -43,7 +43,12 @@ class Node:
     """kubeletstub serving the device plugin directory, and NVIDIA's plugin registering there."""
 
     def __init__(
-        self, tmp_path: Path, binaries: nvidia_device_plugin.Binaries, *, driver: bool = True
+        self,
+        tmp_path: Path,
+        binaries: nvidia_device_plugin.Binaries,
+        *,
+        driver: bool = True,
+        replicas: int | None = REPLICAS,  # None: whole cards, no sharing
     ) -> None:
         self.state = tmp_path / "nvml-state"
         if driver:  # without the state file, the library answers as a machine without the driver
@@ -58,7 +63,7 @@ class Node:
         threading.Thread(target=self._read, daemon=True).start()
         wait_until(lambda: self.seen("listening"), 30, message="the kubelet stub listening")
         root = driver_root()
-        config = nvidia_device_plugin.write_time_slicing_config(tmp_path / "config.yaml", REPLICAS)
+        config = nvidia_device_plugin.write_config(tmp_path / "config.yaml", replicas)
         env = nvidia_device_plugin.environment(root.root, root.library_directory, self.state, config)
         self.log = tmp_path / "plugin.log"
         with self.log.open("w") as log:
@@ -140,6 +145,26 @@ def test_allocating_a_replica_gives_the_container_its_cards_uuid(node: Node) -> 
     (container,) = answer["container_responses"]
     assert container["envs"]["NVIDIA_VISIBLE_DEVICES"] == card.uuid
     assert "devices" not in container  # no /dev/nvidia* asked of the runtime (PASS_DEVICE_SPECS off)
+
+
+def test_whole_cards_are_chosen_and_allocated(
+    tmp_path: Path, binaries: nvidia_device_plugin.Binaries
+) -> None:
+    node = Node(tmp_path, binaries, replicas=None)  # no sharing: one device per card
+    try:
+        assert node.health() == {card.uuid: "Healthy" for card in CARDS}
+        both = " ".join(card.uuid for card in CARDS)
+        # Choosing whole cards asks NVML for the cards' topology (go-gpuallocator).
+        (chosen,) = node.ask("prefer", f"prefer nvidia.com/gpu 1 {both}")["container_responses"][0][
+            "deviceIDs"
+        ]
+        assert chosen in both.split()
+        answer = node.ask("allocate", f"allocate nvidia.com/gpu {both}")
+        assert answer["container_responses"][0]["envs"]["NVIDIA_VISIBLE_DEVICES"] == ",".join(
+            c.uuid for c in CARDS
+        )
+    finally:
+        node.stop()
 
 
 def test_a_critical_xid_marks_the_card_unhealthy(node: Node) -> None:

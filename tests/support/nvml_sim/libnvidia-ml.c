@@ -40,8 +40,9 @@
  * order they happened: an event set registered for that card's Xid events returns each once, so a
  * test can make NVIDIA's device plugin mark a card unhealthy.
  *
+ * Topology: every two cards are NVML_TOPOLOGY_SYSTEM apart (no PCIe switch or NVLink between them).
  * Not simulated: MIG (mode is reported off: MIG-capable boards with MIG disabled answer that way),
- * NVLink, P2P, topology, clocks, power, temperatures, ECC counters, vGPU, accounting, GPM, and
+ * NVLink, P2P, clocks, power, temperatures, ECC counters, vGPU, accounting, GPM, and
  * every setter: they answer NVML_ERROR_NOT_SUPPORTED (or NOT_FOUND for lookups), as a real
  * driver does on a board without the feature. An entry point that is not defined here at all
  * makes pynvml raise FunctionNotFound and go-nvml's process stop with "symbol lookup error".
@@ -822,6 +823,23 @@ EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, 
     return nvmlEventSetWait_v2(set, data, timeout);
 }
 
+/* ---- topology: every two cards are a system apart (no shared PCIe switch, no NVLink) ---- */
+
+#define NVML_TOPOLOGY_INTERNAL 0
+#define NVML_TOPOLOGY_SYSTEM 50
+
+/* NVIDIA's device plugin asks this of every pair of cards to choose whole cards for a container
+ * (GetPreferredAllocation, through go-gpuallocator): without an answer, the kubelet's request fails. */
+EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device, nvmlDevice_t other, int *level) {
+    nvmlReturn_t ret = enter_device(device);
+    if (ret == NVML_SUCCESS && (other == NULL || other < gpus || other - gpus >= current.gpu_count))
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    if (ret != NVML_SUCCESS) return leave(ret);
+    if (level == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *level = device == other ? NVML_TOPOLOGY_INTERNAL : NVML_TOPOLOGY_SYSTEM;
+    return leave(NVML_SUCCESS);
+}
+
 /* ---- what a simulated board does not have ---- */
 
 #pragma GCC diagnostic ignored "-Wunused-parameter" /* the arguments of what is not supported */
@@ -834,7 +852,6 @@ EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, 
 
 NOT_SUPPORTED(nvmlDeviceGetAttributes_v2, void *attributes)
 NOT_SUPPORTED(nvmlDeviceGetAttributes, void *attributes)
-NOT_SUPPORTED(nvmlDeviceGetTopologyCommonAncestor, nvmlDevice_t other, int *level)
 NOT_SUPPORTED(nvmlDeviceGetP2PStatus, nvmlDevice_t other, int index, int *status)
 NOT_SUPPORTED(nvmlDeviceGetNvLinkState, unsigned int link, int *active)
 NOT_SUPPORTED(nvmlDeviceGetNvLinkRemotePciInfo_v2, unsigned int link, nvmlPciInfo_t *pci)
