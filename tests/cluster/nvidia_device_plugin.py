@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.cluster.build import BINARIES, go_environment
+from tests.support.nvml_sim import DriverRoot
 
 SOURCE = Path(__file__).resolve().parent / "deviceplugin"
 PLUGIN_PACKAGE = "github.com/NVIDIA/k8s-device-plugin/cmd/nvidia-device-plugin"
@@ -144,13 +145,12 @@ def write_config(
     return path
 
 
-def environment(driver_root: Path, library_directory: Path, state: Path, config: Path) -> dict[str, str]:
-    """The plugin's environment over the simulated NVML (the flags have these environment
-    variables as their equivalents; the plugin's other defaults stand)."""
+def environment(root: DriverRoot, state: Path, config: Path) -> dict[str, str]:
+    """The plugin's environment over the simulated NVML in ``root`` serving ``state`` (the flags
+    have these environment variables as their equivalents; the plugin's other defaults stand)."""
     return {
-        "LD_LIBRARY_PATH": str(library_directory),
-        "DRIVER_ROOT_CTR_PATH": str(driver_root),
-        "GPUSHARE_NVML_STATE": str(state),
+        **root.environment(state),  # LD_LIBRARY_PATH, GPUSHARE_NVML_STATE
+        "DRIVER_ROOT_CTR_PATH": str(root.root),
         "CONFIG_FILE": str(config),
         "DEVICE_LIST_STRATEGY": "envvar",
         "DEVICE_ID_STRATEGY": "uuid",

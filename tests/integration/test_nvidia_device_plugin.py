@@ -64,7 +64,7 @@ class Node:
         wait_until(lambda: self.seen("listening"), 30, message="the kubelet stub listening")
         root = driver_root()
         config = nvidia_device_plugin.write_config(tmp_path / "config.yaml", replicas)
-        env = nvidia_device_plugin.environment(root.root, root.library_directory, self.state, config)
+        env = nvidia_device_plugin.environment(root, self.state, config)
         self.log = tmp_path / "plugin.log"
         with self.log.open("w") as log:
             self.plugin = subprocess.Popen(
