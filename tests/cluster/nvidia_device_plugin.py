@@ -11,7 +11,7 @@ that check the plugin alone. Binaries are kept as
 of deviceplugin/'s module files and Go sources, so an edit rebuilds and an unchanged tree never
 does.
 
-How it runs (:func:`environment`, :func:`command`): the library is found through
+How it runs (:func:`start`, with :func:`environment` and :func:`command`): the library is found through
 ``LD_LIBRARY_PATH`` and ``DRIVER_ROOT_CTR_PATH`` (the plugin loads ``libnvidia-ml.so.1`` below
 that driver root; go-nvlib's platform check loads it by name); the simulated cards come from the
 state file in ``GPUSHARE_NVML_STATE``; the device list goes to containers as
@@ -179,6 +179,19 @@ def command(plugin: Path, socket_directory: Path | None = None) -> list[str]:
         str(socket_directory),
         str(plugin),
     ]
+
+
+def start(
+    plugin: Path, root: DriverRoot, state: Path, config: Path, log: Path, socket_directory: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """The plugin running over the simulated NVML, its output in ``log``: registering with the
+    kubelet in /var/lib/kubelet/device-plugins, or (``socket_directory``) in a directory of the
+    caller's (:func:`command`). SIGTERM stops it; it removes its socket."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **environment(root, state, config)}
+    with log.open("wb") as output:
+        return subprocess.Popen(
+            command(plugin, socket_directory), env=env, stdout=output, stderr=subprocess.STDOUT
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

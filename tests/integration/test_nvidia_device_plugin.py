@@ -62,15 +62,11 @@ class Node:
         )  # fmt: skip
         threading.Thread(target=self._read, daemon=True).start()
         wait_until(lambda: self.seen("listening"), 30, message="the kubelet stub listening")
-        root = driver_root()
         config = nvidia_device_plugin.write_config(tmp_path / "config.yaml", replicas)
-        env = nvidia_device_plugin.environment(root, self.state, config)
         self.log = tmp_path / "plugin.log"
-        with self.log.open("w") as log:
-            self.plugin = subprocess.Popen(
-                nvidia_device_plugin.command(binaries.plugin, self.sockets),
-                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env}, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+        self.plugin = nvidia_device_plugin.start(
+            binaries.plugin, driver_root(), self.state, config, self.log, socket_directory=self.sockets
+        )
 
     def _read(self) -> None:
         assert self.stub.stdout is not None

@@ -319,6 +319,12 @@ static nvmlReturn_t enter(void) {
     return NVML_SUCCESS;
 }
 
+/* For the calls NVML answers before nvmlInit (the versions): the lock and the state only. */
+static nvmlReturn_t enter_any_time(void) {
+    pthread_mutex_lock(&lock);
+    return refresh() ? NVML_SUCCESS : NVML_ERROR_DRIVER_NOT_LOADED;
+}
+
 static nvmlReturn_t enter_device(nvmlDevice_t device) {
     nvmlReturn_t ret = enter();
     if (ret != NVML_SUCCESS) return ret;
@@ -385,7 +391,7 @@ EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int lengt
 }
 
 EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
-    nvmlReturn_t ret = enter();
+    nvmlReturn_t ret = enter_any_time();
     if (ret != NVML_SUCCESS) return leave(ret);
     char text[96];
     snprintf(text, sizeof text, "%d.%s", current.cuda / 1000, current.driver); /* "12.550.54.15" */
@@ -393,7 +399,7 @@ EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 }
 
 EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
-    nvmlReturn_t ret = enter();
+    nvmlReturn_t ret = enter_any_time();
     if (ret != NVML_SUCCESS) return leave(ret);
     if (version == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
     *version = current.cuda;
@@ -733,7 +739,8 @@ EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned in
     return leave(NVML_SUCCESS);
 }
 
-/* A full GPU is not a MIG device: NVML answers INVALID_ARGUMENT for these. */
+/* A full GPU is not a MIG device: it has no parent (an invalid MIG handle), and no GPU or
+ * compute instance (a query the device does not support). */
 EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvmlDevice_t *device) {
     (void)device;
     nvmlReturn_t ret = enter_device(mig);
@@ -742,12 +749,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mi
 EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
     (void)id;
     nvmlReturn_t ret = enter_device(device);
-    return leave(ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT);
+    return leave(ret != NVML_SUCCESS ? ret : NVML_ERROR_NOT_SUPPORTED);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
     (void)id;
     nvmlReturn_t ret = enter_device(device);
-    return leave(ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT);
+    return leave(ret != NVML_SUCCESS ? ret : NVML_ERROR_NOT_SUPPORTED);
 }
 
 /* ---- events: Xid critical errors from the state's "xid" records ---- */
