@@ -10,7 +10,7 @@ SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
 PORT ?= 8888
 HEADLESS ?=
 
-.PHONY: demo test conformance install install-test lint bench bench-quick docs controlplane controlplane-newest cluster cluster-newest test-newest
+.PHONY: demo test conformance install install-test lint bench bench-quick docs controlplane controlplane-newest deviceplugin cluster cluster-newest test-newest
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,7 +57,7 @@ docs: $(DOCS_STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs build/docs/html
 	@echo "The documentation: build/docs/html/index.html"
 
-test: lint docs controlplane
+test: lint docs controlplane deviceplugin
 	$(BIN)/pytest
 	$(BIN)/python tests/conformance/run.py
 
@@ -72,6 +72,12 @@ conformance: install-test
 # and source into build/cluster/bin. Needs Go; a cold build takes minutes (docs/development.md).
 controlplane:
 	$(PYTHON) tests/cluster/build.py --kubernetes oldest
+
+# NVIDIA's device plugin (k8s-device-plugin, built unmodified from its Go module; cgo, so gcc too)
+# and the tests' kubelet stub, into build/cluster/bin once per module files
+# (tests/cluster/nvidia_device_plugin.py). It runs over the simulated NVML, tests/support/nvml_sim.
+deviceplugin: $(BIN)/python
+	$(BIN)/python -m tests.cluster.nvidia_device_plugin
 
 # The newest Kubernetes served (a newer Go toolchain, fetched by Go itself, where it needs one).
 controlplane-newest:

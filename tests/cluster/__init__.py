@@ -11,6 +11,8 @@ kubelets running bound pods as local processes, and the node half of DRA drivers
 One job per module:
 
 * build.py — builds and finds the control plane binary (keyed by version and source hash);
+* nvidia_device_plugin.py — NVIDIA's device plugin built unmodified from its Go module
+  (deviceplugin/), with a kubelet stub, and how it runs over the simulated NVML;
 * controlplane.py — :class:`ControlPlane`: the binary as a process, its readiness, identities
   (administrator, a user in groups, a ServiceAccount's token) and kubeconfigs;
 * pki.py — client and serving certificates from the cluster's CA;

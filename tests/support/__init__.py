@@ -9,8 +9,10 @@
 - ``kernels``: real kernels through jupyter_client, hand-made kernelspecs, processes' ends, and
   the scripts a test starts as OS processes of their own (``starter.py``, ``many_starter.py``).
 - ``teambox``: real OS users, a root-held broker and each user's servers as that user.
-- ``nvml_fake``, ``checkpoint_fake``: fakes at the edges we do not own (NVML, the CUDA driver's
-  checkpoint calls).
+- ``nvml_sim``: NVML simulated at its C ABI, a ``libnvidia-ml.so.1`` built from C serving a state
+  file written from Python, for the real ``pynvml`` and NVIDIA's device plugin.
+- ``nvml_fake``, ``checkpoint_fake``: fakes at the edges we do not own (NVML where only a fake
+  can answer, the CUDA driver's checkpoint calls).
 
 The test cluster (Kubernetes' own control plane and a simulated node side) is a package of its
 own, tests/cluster/; the browser tests' page helpers stay in tests/ui/lab.py.

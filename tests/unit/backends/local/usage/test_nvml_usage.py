@@ -145,29 +145,6 @@ def device_view(service: LocalBackend, uuid: str) -> dict[str, Any]:
 # ---- read_snapshot ---------------------------------------------------------------------------
 
 
-def test_snapshot_reads_each_device_and_each_process(nvml: InstallNVML) -> None:
-    big = FakeBoard(
-        "GPU-a", "NVIDIA A100-SXM4-80GB", 80 * GiB, memory_used=10 * GiB, utilization=42,
-        processes=[FakeProcess(101, 3 * GiB), FakeProcess(102, None)],
-        process_utilization=[FakeProcessUtilization(101, 30), FakeProcessUtilization(102, 5)],
-    )  # fmt: skip
-    other = FakeBoard(
-        "GPU-b", "Tesla T4", 16 * GiB, memory_used=2 * GiB, utilization=None,
-        processes=[FakeProcess(101, 1 * GiB), FakeProcess(103, 512 * MiB)],
-        process_utilization=None,  # per-process utilisation not supported here
-    )  # fmt: skip
-    state = nvml([big, other])
-
-    snapshot = read_snapshot(["GPU-a", "GPU-b"])
-
-    assert snapshot.devices == {"GPU-a": (10 * GiB, 42), "GPU-b": (2 * GiB, None)}
-    assert set(snapshot.processes) == {101, 102, 103}
-    assert snapshot.processes[101].memory == 4 * GiB  # summed over both devices
-    assert snapshot.processes[102] == ProcessUsage(memory=0, utilization=5)  # hidden memory: 0
-    assert snapshot.processes[103] == ProcessUsage(memory=512 * MiB, utilization=None)
-    assert (state.init_calls, state.shutdown_calls) == (1, 1)
-
-
 def test_snapshot_reads_only_the_devices_asked_for(nvml: InstallNVML) -> None:
     nvml(
         [
