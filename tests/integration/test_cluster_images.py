@@ -103,16 +103,14 @@ def test_containerd_imports_it_and_runs_the_kernel_side_as_its_user(
         subprocess.run([*ctr, "images", "import", str(kernel.archive)], check=True, capture_output=True)
         listed = subprocess.run([*ctr, "images", "ls", "-q"], check=True, capture_output=True, text=True)
         assert kernel.reference in listed.stdout.split()
-        # runc's state and the I/O fifos in the test's directory; containerd 1.6's shims put their
-        # sockets in /run/containerd/s whatever its configuration says, and remove them on exit.
+        # runc's state and the I/O fifos in the test's directory, and a cgroup of one level that
+        # runc removes with the container (ctr's default, /k8s.io/<id>, leaves /k8s.io behind);
+        # containerd 1.6's shims put their sockets in /run/containerd/s whatever its
+        # configuration says, and remove them on exit.
+        name = f"jupyter-gpushare-image-check-{tmp_path.name}"
         private = ["--runc-root", str(tmp_path / "runc"), "--fifo-dir", str(tmp_path / "fifo")]
-        run = [*ctr, "run", "--rm", *private, kernel.reference]
-        ran = subprocess.run(
-            [*run, f"check-{tmp_path.name}", "python", "-c", CHECK],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        run = [*ctr, "run", "--rm", *private, "--cgroup", f"/{name}", kernel.reference, name]
+        ran = subprocess.run([*run, "python", "-c", CHECK], capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout) == {
         "uid": 1000,
