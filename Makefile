@@ -10,7 +10,7 @@ SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
 PORT ?= 8888
 HEADLESS ?=
 
-.PHONY: demo test conformance install install-test lint bench bench-quick docs controlplane controlplane-newest deviceplugin cluster cluster-newest test-newest
+.PHONY: demo test conformance install install-test lint bench bench-quick docs controlplane controlplane-newest deviceplugin cluster cluster-newest test-newest images
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,7 +57,7 @@ docs: $(DOCS_STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs build/docs/html
 	@echo "The documentation: build/docs/html/index.html"
 
-test: lint docs controlplane deviceplugin
+test: lint docs controlplane deviceplugin images
 	$(BIN)/pytest
 	$(BIN)/python tests/conformance/run.py
 
@@ -78,6 +78,13 @@ controlplane:
 # (tests/cluster/nvidia_device_plugin.py). It runs over the simulated NVML, tests/support/nvml_sim.
 deviceplugin: $(BIN)/python
 	$(BIN)/python -m tests.cluster.nvidia_device_plugin
+
+# The real node's kernel image (tests/cluster/images.py): examples/kubernetes/kernel-image's
+# Dockerfile built with buildah on a Debian base made with debootstrap, kept in build/images by a
+# hash of its inputs. Needs root; a cold build takes a few minutes (docs/development.md).
+images: install-test
+	bash scripts/install-image-tools.sh
+	$(BIN)/python tests/cluster/images.py kernel
 
 # The newest Kubernetes served (a newer Go toolchain, fetched by Go itself, where it needs one).
 controlplane-newest:
