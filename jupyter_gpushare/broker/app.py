@@ -30,7 +30,7 @@ from jupyter_gpushare.backends.broker_base.authority import Authority
 from jupyter_gpushare.backends.broker_base.handler import BrokerState
 from jupyter_gpushare.backends.broker_base.identity import HubIdentity
 from jupyter_gpushare.backends.broker_base.side import Route, broker_side
-from jupyter_gpushare.broker import routes, usage_routes
+from jupyter_gpushare.broker import routes, stream, usage_routes
 from jupyter_gpushare.broker.banner import startup_lines, unknown_admins
 from jupyter_gpushare.broker.door import BrokerServer, broker_server, raise_open_files_limit
 from jupyter_gpushare.broker.settings import BrokerConfiguration, names_this_broker
@@ -56,6 +56,7 @@ def make_application(state: BrokerState, kind_routes: Sequence[Route] = ()) -> w
         # A route that is not ours answers in JSON too.
         default_handler_class=routes.NotFoundHandler,
         default_handler_args={"state": state},
+        marker_ticks=stream.MarkerTicks.of(state.authority.backend),  # shared by every stream
     )
 
 

@@ -14,17 +14,13 @@ status and carry their type's name, so the client raises the same error an embed
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib.metadata
 import json
 import logging
-import time
-import uuid
 from typing import Any
 
 from tornado import web
-from tornado.iostream import StreamClosedError
 
 from jupyter_gpushare.backends.broker_base.authority import require_own
 from jupyter_gpushare.backends.broker_base.handler import (
@@ -33,16 +29,15 @@ from jupyter_gpushare.backends.broker_base.handler import (
     kernel_id_field,
     request_fields,
 )
-from jupyter_gpushare.backends.broker_client.feed import KEEP_ALIVE
 from jupyter_gpushare.backends.broker_client.wire import server_kernels_from_json
+from jupyter_gpushare.broker import stream
+from jupyter_gpushare.broker.stream import broker_marker
 from jupyter_gpushare.core.capabilities import through_a_broker
-from jupyter_gpushare.core.errors import GPUShareError, InvalidRequestError
+from jupyter_gpushare.core.errors import InvalidRequestError
 from jupyter_gpushare.core.records import UsageReport
 from jupyter_gpushare.http_errors import answering_domain_errors
 
-STREAM_TICK_MIN, STREAM_TICK_MAX = 0.1, 1.0  # seconds between looks at the marker, per stream
 log = logging.getLogger("jupyter_gpushare.broker")
-BROKER_RUN = uuid.uuid4().hex  # this broker process, in its change markers
 
 
 def package_version() -> str:
@@ -119,57 +114,12 @@ class ServerKernelsHandler(BrokerHandler):
         self.answer(await self.run(self.scoped().kernels, known))
 
 
-async def broker_marker(handler: BrokerHandler) -> str:
-    """The backend's change marker, with this broker process's id. A restarted broker counts
-    afresh, so a server's cached view from before the restart is never taken for current. Told
-    on the event loop where the backend can (from memory, or a stat of the ledger: microseconds,
-    while a worker thread's hop costs every stream's tick more than the read), else read in one."""
-    backend = handler.authority.backend
-    marker = backend.change_marker_at_once()
-    if marker is None:
-        marker = await handler.run(backend.change_marker)
-    return f"{BROKER_RUN}:{marker}"
-
-
 class MarkerHandler(BrokerHandler):
     """``GET marker``: changes whenever the pool or any kernel may look different."""
 
     @answering_domain_errors
     async def get(self) -> None:
-        self.answer({"marker": await broker_marker(self)})
-
-
-class StreamHandler(BrokerHandler):
-    """``GET stream``: server-sent events ``{"marker", "pool"}`` (the caller's view) whenever the
-    marker changes, and a keep-alive line every ``KEEP_ALIVE`` seconds otherwise. Servers follow it
-    instead of asking for the pool and the marker over and over
-    (:mod:`jupyter_gpushare.backends.broker_client.feed`)."""
-
-    async def get(self) -> None:
-        self.set_header("Content-Type", "text/event-stream")
-        self.set_header("Cache-Control", "no-cache")
-        backend, scoped = self.authority.backend, self.scoped()
-        interval = min(max(backend.settings.sample_interval, STREAM_TICK_MIN), STREAM_TICK_MAX)
-        last, quiet_since = "", time.monotonic()
-        try:
-            while True:
-                try:
-                    marker = await broker_marker(self)
-                    if marker != last:
-                        pool = await self.run(scoped.pool)
-                        event = {"marker": marker, "pool": pool, "tick": interval}
-                        self.write(f"data: {json.dumps(event)}\n\n")
-                        await self.flush()
-                        last, quiet_since = marker, time.monotonic()
-                except GPUShareError as error:  # the pool cannot be read now: say it on the next try
-                    log.debug("stream: %s", error)
-                if time.monotonic() - quiet_since >= KEEP_ALIVE:
-                    self.write(": alive\n\n")
-                    await self.flush()
-                    quiet_since = time.monotonic()
-                await asyncio.sleep(interval)
-        except StreamClosedError:
-            return
+        self.answer({"marker": await broker_marker(self.authority.backend)})
 
 
 class ModesHandler(BrokerHandler):
@@ -255,7 +205,7 @@ ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     ("kernels", KernelsHandler),
     ("server-kernels", ServerKernelsHandler),
     ("marker", MarkerHandler),
-    ("stream", StreamHandler),
+    ("stream", stream.StreamHandler),
     ("modes", ModesHandler),
     ("check", CheckHandler),
     ("preview", PreviewHandler),

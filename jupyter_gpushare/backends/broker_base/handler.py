@@ -11,7 +11,7 @@ import asyncio
 import json
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tornado import web
@@ -47,7 +47,6 @@ class BrokerState:
     authority: Authority
     hub: HubIdentity | None = None  # None: HTTP callers are refused (a socket-only broker)
     admin_users: frozenset[str] = frozenset()
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @web.stream_request_body

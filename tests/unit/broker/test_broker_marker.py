@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
 
-from jupyter_gpushare.backends.broker_base.handler import BrokerHandler
 from jupyter_gpushare.backends.local import LocalBackend
-from jupyter_gpushare.broker.routes import BROKER_RUN, broker_marker
+from jupyter_gpushare.broker.stream import BROKER_RUN, MarkerTicks, broker_marker
 from jupyter_gpushare.config import GPUShare
+from jupyter_gpushare.core.errors import BackendUnavailableError
 
 
 class Watched(LocalBackend):
@@ -35,19 +33,9 @@ def backend_in(directory: Path) -> Watched:
     return backend
 
 
-def route_of(backend: LocalBackend) -> BrokerHandler:
-    """What ``broker_marker`` uses of a route: its authority's backend, and ``run`` as the
-    route's own (a worker thread). A tornado handler needs a request and a server around it."""
-
-    async def run(call: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.to_thread(call, *args)
-
-    return cast(BrokerHandler, SimpleNamespace(authority=SimpleNamespace(backend=backend), run=run))
-
-
 async def test_a_ledger_not_opened_yet_is_read_in_a_worker_thread(tmp_path: Path) -> None:
     backend = backend_in(tmp_path)
-    marker = await broker_marker(route_of(backend))
+    marker = await broker_marker(backend)
     [thread] = backend.waited_in
     assert thread is not threading.current_thread()
     assert marker == f"{BROKER_RUN}:{backend.change_marker()}"
@@ -55,12 +43,96 @@ async def test_a_ledger_not_opened_yet_is_read_in_a_worker_thread(tmp_path: Path
 
 async def test_then_the_marker_is_told_on_the_loop_and_moves_with_every_commit(tmp_path: Path) -> None:
     backend = backend_in(tmp_path)
-    route = route_of(backend)
-    first = await broker_marker(route)  # opens the ledger's watching connection
+    first = await broker_marker(backend)  # opens the ledger's watching connection
     backend.waited_in.clear()
-    assert await broker_marker(route) == first
+    assert await broker_marker(backend) == first
     await backend.acquire("kernel-1", backend.check("4G"))
-    moved = await broker_marker(route)
+    moved = await broker_marker(backend)
     assert moved != first
     assert backend.waited_in == []  # neither read took a worker thread
     assert moved == f"{BROKER_RUN}:{backend.change_marker()}"
+
+
+# ---- one look per tick for every stream ----------------------------------------------------------
+
+
+class Counted(Watched):
+    """Also counts the looks told at once (what a stream's tick costs once the ledger is open)."""
+
+    told: int
+
+    def change_marker_at_once(self) -> Hashable | None:
+        self.told += 1
+        return super().change_marker_at_once()
+
+
+async def follow(ticks: MarkerTicks, seen: list[str], stop: asyncio.Event) -> None:
+    """What a stream does with the ticks: wait for each move, note it."""
+    with ticks.following():
+        last: str | None = None
+        while not stop.is_set():
+            marker = await ticks.after(last, 0.2)
+            if marker is not None:
+                seen.append(marker)
+                last = marker
+
+
+async def test_many_streams_share_one_look_per_tick_and_each_sees_every_move(tmp_path: Path) -> None:
+    backend = Counted(GPUShare(simulate="1xA100-80GB", ledger_path=str(tmp_path / "ledger.sqlite")))
+    backend.waited_in, backend.told = [], 0
+    ticks = MarkerTicks(lambda: broker_marker(backend), 0.05)
+    stop = asyncio.Event()
+    seen: list[list[str]] = [[] for _ in range(30)]
+    streams = [asyncio.ensure_future(follow(ticks, own, stop)) for own in seen]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while not all(seen) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    assert all(seen), "a stream never had its first marker"
+    first = seen[0][0]
+    looks_before, told_before = ticks.looks, backend.told
+    await asyncio.sleep(0.5)  # about ten ticks with nothing changing
+    looks = ticks.looks - looks_before
+    assert 1 <= looks <= 20
+    assert backend.told - told_before == looks  # one read per tick, not one per stream
+    await backend.acquire("kernel-1", backend.check("4G"))
+    while not all(own[-1] != first for own in seen) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.gather(*streams)
+    assert all(own == [first, seen[0][-1]] for own in seen), "each stream sees the move once"
+
+
+async def test_the_ticks_stop_when_no_stream_follows_and_start_afresh(tmp_path: Path) -> None:
+    looked: list[str] = []
+
+    async def look() -> str:
+        looked.append("x")
+        return "marker-1"
+
+    ticks = MarkerTicks(look, 0.01)
+    with ticks.following():
+        assert await ticks.after(None, 5.0) == "marker-1"
+        assert await ticks.after("marker-1", 0.05) is None  # no move: None at the timeout
+    await asyncio.sleep(0.1)  # the ticker sees nobody follows and ends
+    stopped_at = len(looked)
+    await asyncio.sleep(0.1)
+    assert len(looked) == stopped_at
+    with ticks.following():
+        assert await ticks.after(None, 5.0) == "marker-1"
+    assert len(looked) > stopped_at
+
+
+async def test_a_marker_that_cannot_be_read_is_tried_again_on_the_next_tick() -> None:
+    answers: list[str | Exception] = [BackendUnavailableError("the ledger is busy"), "marker-2"]
+
+    async def look() -> str:
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    ticks = MarkerTicks(look, 0.01)
+    with ticks.following():
+        assert await ticks.after(None, 5.0) == "marker-2"
+    assert ticks.looks >= 2
