@@ -68,8 +68,9 @@ conformance: install-test
 	$(BIN)/python tests/conformance/run.py
 
 # The test cluster's control plane: Kubernetes' own kube-apiserver, kube-scheduler and
-# kube-controller-manager in one Go program (tests/cluster/controlplane), built once per version
-# and source into build/cluster/bin. Needs Go; a cold build takes minutes (docs/development.md).
+# kube-controller-manager in one Go program (tests/cluster/controlplane), which is also the real
+# node's kubelet and kubectl, built once per version and source into build/cluster/bin. Needs Go;
+# a cold build takes minutes (docs/development.md).
 controlplane:
 	$(PYTHON) tests/cluster/build.py --kubernetes oldest
 
