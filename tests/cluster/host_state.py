@@ -42,6 +42,7 @@ PATHS = (
     "/var/lib/cni",
     "/run/netns",
     "/run/containerd",
+    "/run/jupyter-gpushare-real-node",  # the node's containerd's sockets (a socket's path is short)
 )
 CGROUPS = Path("/sys/fs/cgroup")
 CGROUP_NAME = "kubepods"  # the kubelet's root for pods (cgroupsPerQOS), in every v1 hierarchy

@@ -69,6 +69,8 @@ CHAIN = "JGS-REAL-NODE"
 KUBELET_ROOT = Path("/var/lib/kubelet")  # the kubelet's default: device plugins find it here
 DEVICE_PLUGINS = KUBELET_ROOT / "device-plugins"  # where a device plugin registers (kubelet.sock)
 LOCK = Path("/run/jupyter-gpushare-real-node.lock")
+# containerd's sockets: a Unix socket's path has at most 107 bytes, a test's work directory more.
+SOCKETS = Path("/run/jupyter-gpushare-real-node")
 NOT_READY = "node.kubernetes.io/not-ready"
 READY_TIMEOUT = 180.0  # seconds; under a second on an idle machine, a loaded 2-core one is slower
 STOP_TIMEOUT = 90.0
@@ -136,7 +138,7 @@ class RealNode:
         self.progress = progress or (lambda message: print(message, file=sys.stderr))
         self.pause = pause_image()
         self.busybox = busybox_image()  # the test image: sh, httpd, wget, dd…
-        self.socket = workdir / "containerd" / "containerd.sock"
+        self.socket = SOCKETS / "containerd.sock"
         self.footprint = footprint(workdir)
         self.leftovers: list[str] = []  # what the last stop could not restore
         self._lock: IO[bytes] | None = None
@@ -228,6 +230,7 @@ class RealNode:
             with contextlib.suppress(OSError, ValueError):
                 if entry.name.isdigit() and workdir.encode() in (entry / "cmdline").read_bytes():
                     os.kill(int(entry.name), signal.SIGKILL)
+        self._kill_shims()  # they name the socket, the same for every node
         self._remove_chain()
         for link in (NODE_LINK, BRIDGE):
             _run(["ip", "link", "delete", link], check=False)
@@ -289,7 +292,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   address = "{self.socket}"
 
 [ttrpc]
-  address = "{base / "containerd.sock.ttrpc"}"
+  address = "{SOCKETS / "containerd.sock.ttrpc"}"
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "{base / "opt"}"
@@ -320,6 +323,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def _start_containerd(self) -> None:
         base = self.workdir / "containerd"
         base.mkdir(parents=True, exist_ok=True)
+        SOCKETS.mkdir(mode=0o700, exist_ok=True)
         config = base / "config.toml"
         config.write_text(self._containerd_config())
         self._containerd = self._spawn(["containerd", "--config", str(config)], base / "containerd.log")
