@@ -45,7 +45,7 @@ PATHS = (
     "/run/jupyter-gpushare-real-node",  # the node's containerd's sockets (a socket's path is short)
 )
 CGROUPS = Path("/sys/fs/cgroup")
-CGROUP_NAME = "kubepods"  # the kubelet's root for pods (cgroupsPerQOS), in every v1 hierarchy
+CGROUP_NAME = "kubepods"  # the kubelet's root for pods (cgroupsPerQOS), in every v1 hierarchy or v2's
 IPTABLES_TABLES = ("filter", "nat", "mangle")
 
 
@@ -89,7 +89,8 @@ def _links(footprint: Footprint) -> frozenset[str]:
 def _cgroups() -> frozenset[str]:
     if not CGROUPS.is_dir():
         return frozenset()
-    return frozenset(str(path) for path in CGROUPS.glob(f"*/{CGROUP_NAME}") if path.is_dir())
+    candidates = [CGROUPS / CGROUP_NAME, *CGROUPS.glob(f"*/{CGROUP_NAME}")]  # v2, v1
+    return frozenset(str(path) for path in candidates if path.is_dir())
 
 
 def _iptables(footprint: Footprint) -> dict[str, tuple[str, ...]]:

@@ -173,8 +173,8 @@ class RealNode:
     def start(self) -> RealNode:
         started = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._take_lock()
         try:
+            self._take_lock()
             self._before = HostState.now(self.footprint)
             self._record(self._before)
             self._network()
@@ -460,7 +460,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             self._kubelet = self._containerd = None
             self.leftovers = restore(self._before, self.footprint) if self._before else []
         finally:
-            if not self.leftovers:
+            # A record that a recovery could not clear stays for the next node to try again.
+            if self._before is not None and not self.leftovers:
                 self._lock.truncate(0)  # nothing for a later node to undo
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
