@@ -155,27 +155,29 @@ class HostState:
             iptables={table: tuple(rules) for table, rules in data["iptables"].items()},
         )
 
-    def differences(self, later: HostState) -> list[str]:
-        """What ``later`` has that this snapshot had not (or has no more), one sentence each."""
+    def changes(self, later: HostState) -> list[str]:
+        """What ``later`` has that this snapshot had not (a sysctl's other value, a path, an
+        interface, a mount, a cgroup, a rule), one sentence each: what a restore undoes."""
         found = []
         for name, value in self.sysctls.items():
             if later.sysctls.get(name) != value:
                 found.append(f"sysctl {name} is {later.sysctls.get(name)}, was {value}")
-        for path in sorted(later.paths - self.paths):
-            found.append(f"{path} was created")
-        for path in sorted(self.paths - later.paths):
-            found.append(f"{path} was removed")
-        for link in sorted(later.links - self.links):
-            found.append(f"network interface {link} was created")
-        for point in sorted(set(later.mounts) - set(self.mounts)):
-            found.append(f"{point} is mounted")
-        for cgroup in sorted(later.cgroups - self.cgroups):
-            found.append(f"cgroup {cgroup} was created")
+        found += [f"{path} was created" for path in sorted(later.paths - self.paths)]
+        found += [f"network interface {link} was created" for link in sorted(later.links - self.links)]
+        found += [f"{point} is mounted" for point in sorted(set(later.mounts) - set(self.mounts))]
+        found += [f"cgroup {cgroup} was created" for cgroup in sorted(later.cgroups - self.cgroups)]
         for table, rules in later.iptables.items():
-            for rule in sorted(set(rules) - set(self.iptables.get(table, ()))):
-                found.append(f"iptables -t {table}: {rule} was added")
-            for rule in sorted(set(self.iptables.get(table, ())) - set(rules)):
-                found.append(f"iptables -t {table}: {rule} was removed")
+            added = set(rules) - set(self.iptables.get(table, ()))
+            found += [f"iptables -t {table}: {rule} was added" for rule in sorted(added)]
+        return found
+
+    def differences(self, later: HostState) -> list[str]:
+        """:meth:`changes`, and what this snapshot had that ``later`` has no more."""
+        found = self.changes(later)
+        found += [f"{path} was removed" for path in sorted(self.paths - later.paths)]
+        for table, rules in self.iptables.items():
+            gone = set(rules) - set(later.iptables.get(table, ()))
+            found += [f"iptables -t {table}: {rule} was removed" for rule in sorted(gone)]
         return found
 
 
@@ -206,7 +208,8 @@ def _remove_cgroup_tree(root: Path, deadline: float) -> None:
 
 
 def restore(before: HostState, footprint: Footprint, timeout: float = 60.0) -> list[str]:
-    """Put back what changed since ``before`` and return what still differs (empty: all of it).
+    """Undo what changed since ``before`` and return what is still changed (empty: all of it;
+    what went meanwhile, a path or a rule, is no change to undo).
 
     iptables rules are not touched here: only their owner knows which are its own; the
     differences say what is left."""
@@ -230,4 +233,4 @@ def restore(before: HostState, footprint: Footprint, timeout: float = 60.0) -> l
         if now.sysctls.get(name) != value:
             with contextlib.suppress(OSError):
                 _sysctl_path(name).write_text(value)
-    return before.differences(HostState.now(footprint))
+    return before.changes(HostState.now(footprint))

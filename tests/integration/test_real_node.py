@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import http.server
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from ..cluster import NODES, PODS, ControlPlane, KubeCluster, RealNode
+from ..cluster.build import REPOSITORY
 from ..cluster.host_state import HostState
 from ..cluster.real_node import NODE_IP, footprint
 from .conftest import MakeKube
@@ -104,7 +109,7 @@ def host_server() -> Iterator[tuple[str, int]]:
     server.server_close()
 
 
-# These two start nodes of their own: they run before the module's shared node exists (one per
+# These three start nodes of their own: they run before the module's shared node exists (one per
 # machine).
 
 
@@ -156,6 +161,57 @@ def test_a_stopped_node_leaves_the_machine_as_it_found_it(
     assert node.leftovers == []
     assert before.differences(HostState.now(footprint(workdir))) == []
     assert control_plane.admin.get(NODES, node.name) is None
+
+
+KILLED_RUN = """
+import os, signal, sys, time
+from pathlib import Path
+from tests.cluster import PODS, ControlPlane
+from tests.cluster.real_node import RealNode
+plane = ControlPlane(Path(sys.argv[1]), Path(sys.argv[2]))
+plane.server = sys.argv[3]
+node = RealNode(plane, Path(sys.argv[4])).start()
+pod = {"metadata": {"name": "orphan", "namespace": "default"}, "spec": {
+    "nodeSelector": {"kubernetes.io/hostname": node.name},
+    "containers": [{"name": "main", "image": node.busybox.ref, "command": ["sleep", "3600"]}]}}
+plane.admin.create(PODS, pod)
+while (plane.admin.get(PODS, "orphan", "default") or {}).get("status", {}).get("phase") != "Running":
+    time.sleep(0.2)
+print("running", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_next_node_undoes_a_node_whose_run_was_killed(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    killed, workdir = tmp_path / "killed", tmp_path / "next"
+    before = HostState.now(footprint(killed))
+    command = [sys.executable, "-c", KILLED_RUN, str(control_plane.directory), str(control_plane.binary)]
+    command += [control_plane.server, str(killed)]
+    run = subprocess.run(
+        command, cwd=REPOSITORY, capture_output=True, text=True, timeout=DEADLINE, check=False
+    )
+    assert run.returncode == -signal.SIGKILL and "running" in run.stdout, run.stdout + run.stderr
+    # Its kubelet and containerd went with it (SIGTERM when their parent died); its pod did not.
+    wait_for(
+        "the killed run's kubelet and containerd are gone",
+        lambda: (
+            not [
+                process
+                for process in psutil.process_iter(["cmdline"])
+                if str(killed) in " ".join(process.info["cmdline"] or [])
+            ]
+        ),
+        60,
+    )
+    assert before.differences(HostState.now(footprint(killed)))  # what the next node must undo
+
+    node = RealNode(control_plane, workdir).start()
+    node.stop()
+    assert node.leftovers == []
+    assert before.differences(HostState.now(footprint(killed))) == []
+    assert control_plane.admin.get(PODS, "orphan", "default") is None
 
 
 # The module's real node from here on.
