@@ -28,6 +28,7 @@ from ..cluster import NODES, PODS, ControlPlane, KubeCluster, RealNode
 from ..cluster.build import REPOSITORY
 from ..cluster.host_state import HostState
 from ..cluster.real_node import NODE_IP, footprint
+from ..support.polling import wait_until
 from .conftest import MakeKube
 
 pytestmark = pytest.mark.integration
@@ -35,15 +36,8 @@ DEADLINE = 180.0  # seconds: a loaded 2-core machine starts a pod in a few
 
 
 def wait_for(what: str, read: Callable[[], Any], deadline: float = DEADLINE) -> Any:
-    """Poll ``read`` until it returns something true; fail saying ``what`` did not happen."""
-    end = time.monotonic() + deadline
-    while True:
-        value = read()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {deadline:.0f} s: {what}")
-        time.sleep(0.2)
+    """``read()`` once it is true (tests/support/polling.py), failing with ``what`` after ``deadline``."""
+    return wait_until(read, deadline, 0.2, what)
 
 
 def pod_manifest(node: RealNode, name: str, command: str, **spec: Any) -> dict[str, Any]:
