@@ -47,6 +47,30 @@ PATHS = (
 CGROUPS = Path("/sys/fs/cgroup")
 CGROUP_NAME = "kubepods"  # the kubelet's root for pods (cgroupsPerQOS), in every v1 hierarchy or v2's
 IPTABLES_TABLES = ("filter", "nat", "mangle")
+# A fixed path every containerd on the machine uses (its shims' sockets, /run/containerd/s),
+# not only the node's: while another containerd runs, it is that one's too, and stays.
+SHARED = {"/run/containerd": b"containerd"}  # its processes' names begin so (the shims' too)
+
+
+def alive(process: Path) -> bool:
+    """Whether the process of ``/proc/PID`` runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        return process.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _in_use(path: str) -> bool:
+    """Whether a process of the programs sharing ``path`` runs (the node's own have stopped)."""
+    program = SHARED.get(path)
+    if program is None:
+        return False
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_bytes().startswith(program) and alive(entry):
+                    return True
+    return False
 
 
 def _sysctl_path(name: str) -> Path:
@@ -118,6 +142,7 @@ class HostState:
     mounts: tuple[str, ...]
     cgroups: frozenset[str]
     iptables: dict[str, tuple[str, ...]]
+    shared: frozenset[str] = frozenset()  # SHARED paths another program uses now: not the node's to undo
 
     @classmethod
     def now(cls, footprint: Footprint) -> HostState:
@@ -128,6 +153,7 @@ class HostState:
         return cls(
             sysctls=sysctls,
             paths=frozenset(path for path in PATHS if os.path.lexists(path)),
+            shared=frozenset(path for path in SHARED if _in_use(path)),
             links=_links(footprint),
             mounts=_mounts(footprint),
             cgroups=_cgroups(),
@@ -142,6 +168,7 @@ class HostState:
             "mounts": list(self.mounts),
             "cgroups": sorted(self.cgroups),
             "iptables": {table: list(rules) for table, rules in self.iptables.items()},
+            "shared": sorted(self.shared),
         }
 
     @classmethod
@@ -153,6 +180,7 @@ class HostState:
             mounts=tuple(data["mounts"]),
             cgroups=frozenset(data["cgroups"]),
             iptables={table: tuple(rules) for table, rules in data["iptables"].items()},
+            shared=frozenset(data.get("shared", ())),
         )
 
     def changes(self, later: HostState) -> list[str]:
@@ -162,7 +190,7 @@ class HostState:
         for name, value in self.sysctls.items():
             if later.sysctls.get(name) != value:
                 found.append(f"sysctl {name} is {later.sysctls.get(name)}, was {value}")
-        found += [f"{path} was created" for path in sorted(later.paths - self.paths)]
+        found += [f"{path} was created" for path in sorted(later.paths - self.paths - later.shared)]
         found += [f"network interface {link} was created" for link in sorted(later.links - self.links)]
         found += [f"{point} is mounted" for point in sorted(set(later.mounts) - set(self.mounts))]
         found += [f"cgroup {cgroup} was created" for cgroup in sorted(later.cgroups - self.cgroups)]
@@ -225,7 +253,7 @@ def restore(before: HostState, footprint: Footprint, timeout: float = 60.0) -> l
     for cgroup in sorted(now.cgroups - before.cgroups):
         with contextlib.suppress(OSError):
             _remove_cgroup_tree(Path(cgroup), deadline)
-    for path in sorted(now.paths - before.paths):
+    for path in sorted(now.paths - before.paths - now.shared):
         shutil.rmtree(path, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError, IsADirectoryError):
             os.unlink(path)

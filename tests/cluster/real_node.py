@@ -56,7 +56,7 @@ import httpx
 import yaml
 
 from .controlplane import ControlPlane
-from .host_state import PATHS, Footprint, HostState, restore
+from .host_state import PATHS, Footprint, HostState, alive, restore
 from .node_images import LocalImage, busybox_image, pause_image
 from .rest import LEASES, NODES, PODS, ApiError
 
@@ -502,15 +502,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             admin.delete(NODES, self.name)
 
     def _kill_shims(self) -> None:
-        """containerd's shims outlive it (by design: containers survive a restart); ours go."""
-        address = str(self.socket)
+        """containerd's shims outlive it (by design: containers survive a restart); ours go,
+        and are gone before the restore looks at what still uses /run/containerd."""
+        address = str(self.socket).encode()
+        killed = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             with contextlib.suppress(OSError):
                 arguments = (entry / "cmdline").read_bytes().split(b"\0")
-                if arguments[0].endswith(b"containerd-shim-runc-v2") and address.encode() in arguments:
+                if arguments[0].endswith(b"containerd-shim-runc-v2") and address in arguments:
                     os.kill(int(entry.name), signal.SIGKILL)
+                    killed.append(entry)
+        deadline = time.monotonic() + 10
+        while any(alive(entry) for entry in killed) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _remove_chain(self) -> None:
         while _run(["iptables", "-w", "-D", "FORWARD", "-j", CHAIN], check=False).returncode == 0:
