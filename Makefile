@@ -19,13 +19,15 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[lab]'
 
-# Test dependencies, configurable-http-proxy from npm for the JupyterHub test, and Debian's
-# Chromium for the browser tests.
+# Test dependencies, configurable-http-proxy from npm for the JupyterHub test, Debian's
+# Chromium for the browser tests, and Debian's containerd, runc, CNI plugins and umoci for the
+# test cluster's real node.
 install-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[lab,test,docs]'
 	touch $(DOCS_STAMP)
 	npm install --prefix build/node --no-audit --no-fund --silent configurable-http-proxy@4
 	bash scripts/install-chromium.sh
+	bash scripts/install-real-node.sh
 
 demo: install
 	$(BIN)/jupyter gpushare kernelspec install --sys-prefix
@@ -68,8 +70,9 @@ conformance: install-test
 	$(BIN)/python tests/conformance/run.py
 
 # The test cluster's control plane: Kubernetes' own kube-apiserver, kube-scheduler and
-# kube-controller-manager in one Go program (tests/cluster/controlplane), built once per version
-# and source into build/cluster/bin. Needs Go; a cold build takes minutes (docs/development.md).
+# kube-controller-manager in one Go program (tests/cluster/controlplane), which is also the real
+# node's kubelet and kubectl, built once per version and source into build/cluster/bin. Needs Go;
+# a cold build takes minutes (docs/development.md).
 controlplane:
 	$(PYTHON) tests/cluster/build.py --kubernetes oldest
 
@@ -90,14 +93,17 @@ images: install-test
 controlplane-newest:
 	$(PYTHON) tests/cluster/build.py --kubernetes newest
 
-# The test cluster in the foreground: four simulated 80 GiB GPU nodes, the admin's kubeconfig in
-# build/cluster/kubeconfig; Ctrl-C stops it. Options: make cluster CLUSTER_ARGS="--nodes hami".
+# The test cluster in the foreground: four simulated 80 GiB GPU nodes and one real node (kubelet,
+# containerd, runc; root), the admin's kubeconfig in build/cluster/kubeconfig; Ctrl-C stops it.
+# Options: make cluster CLUSTER_ARGS="--nodes hami" (--no-real-node: the simulated ones only).
 cluster: $(BIN)/python controlplane
 	$(BIN)/pip install --quiet -e '.[lab,cluster]'
+	bash scripts/install-real-node.sh
 	$(BIN)/python -m tests.cluster $(CLUSTER_ARGS)
 
 cluster-newest: $(BIN)/python controlplane-newest
 	$(BIN)/pip install --quiet -e '.[lab,cluster]'
+	bash scripts/install-real-node.sh
 	$(BIN)/python -m tests.cluster --kubernetes newest $(CLUSTER_ARGS)
 
 # The cluster tests against the newest Kubernetes served.

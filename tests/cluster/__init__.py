@@ -5,8 +5,11 @@ Real: kube-apiserver (with etcd), kube-scheduler and kube-controller-manager, fr
 ``k8s.io/kubernetes`` at the version ``controlplane/go.mod`` pins, in one process
 (``controlplane/``, a Go program; build.py builds it once into ``build/cluster/bin``), with RBAC
 and the Node authorizer on, ServiceAccount tokens, and the DRA feature gates our docs ask for.
-Simulated, and only this (the node side): the Nodes and what they advertise, their Leases, the
-kubelets running bound pods as local processes, and the node half of DRA drivers.
+Simulated (the node side of most tests, for scale and speed): the Nodes and what they advertise,
+their Leases, the kubelets running bound pods as local processes, and the node half of DRA
+drivers. Real, where a test asks for it (``make_kube(real_node=True)``, and ``make cluster``):
+one node of Kubernetes' own kubelet on containerd and runc with CNI bridge networking
+(real_node.py).
 
 One job per module:
 
@@ -24,6 +27,10 @@ One job per module:
   them (:func:`nvidia_driver`, :func:`hami_driver`), and the environment an allocated claim gives;
 * volumes.py — Secret volumes laid out as kubelet lays them out;
 * kubelet.py, kubelet_server.py — running bound pods, their status and events; pod logs;
+* real_node.py — :class:`RealNode`: the kubelet (``kube-testcluster kubelet``), containerd,
+  CNI and the node's network, started and stopped;
+* host_state.py — the host-wide state a real node changes, recorded and restored;
+* node_images.py — the real node's local images (pause, busybox) as OCI archives;
 * node_side.py — :class:`NodeSide`: nodes registered as themselves, Leases, slices, one pod
   watch per node, on its own event loop;
 * fixture.py — :class:`KubeCluster`, what a test holds (its namespace, nodes, kubeconfigs,
@@ -36,6 +43,7 @@ from __future__ import annotations
 from .controlplane import ControlPlane, ControlPlaneError
 from .dra_devices import HAMI, NVIDIA, DraDriver, claim_environment, hami_driver, nvidia_driver
 from .fixture import KubeCluster, Namespace, namespace_for, shipped_rbac
+from .node_images import LocalImage
 from .node_side import NodeSide
 from .nodes import (
     SimNode,
@@ -48,6 +56,7 @@ from .nodes import (
     quantity,
     volcano_nodes,
 )
+from .real_node import DEVICE_PLUGINS, RealNode, RealNodeError
 from .rest import (
     DEVICE_CLASSES,
     EVENTS,
@@ -69,6 +78,7 @@ from .rest import (
 
 __all__ = [
     "DEVICE_CLASSES",
+    "DEVICE_PLUGINS",
     "EVENTS",
     "HAMI",
     "LEASES",
@@ -90,8 +100,11 @@ __all__ = [
     "Identity",
     "Kind",
     "KubeCluster",
+    "LocalImage",
     "Namespace",
     "NodeSide",
+    "RealNode",
+    "RealNodeError",
     "SimNode",
     "aliyun_nodes",
     "claim_environment",

@@ -2,13 +2,17 @@
 
 Kubernetes' own control plane and four simulated 80 GiB GPU nodes advertising the NVIDIA device
 plugin's ``nvidia.com/gpu`` and publishing NVIDIA's DRA driver's ResourceSlices; the
-administrator's kubeconfig in ``build/cluster/kubeconfig``. Kernel pods run as local processes
-of this one (with this Python), so a Jupyter server of this checkout can start them.
+administrator's kubeconfig in ``build/cluster/kubeconfig``. Kernel pods on the simulated nodes
+run as local processes of this one (with this Python), so a Jupyter server of this checkout can
+start them. Beside them, one real node (``real-node``: Kubernetes' kubelet on containerd and
+runc, real_node.py; root, Linux and Debian's containerd, runc, CNI plugins and umoci), whose
+pods run in containers; ``--no-real-node`` leaves it out, ``--real-node-label KEY=VALUE`` labels it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import signal
 import sys
@@ -21,6 +25,7 @@ from .controlplane import ControlPlane
 from .dra_devices import hami_driver, nvidia_driver
 from .node_side import NodeSide
 from .nodes import aliyun_nodes, device_plugin_nodes, dra_nodes, hami_nodes, kai_nodes, volcano_nodes
+from .real_node import DEVICE_PLUGINS, NODE_IP, RealNode
 
 NODE_KINDS = {
     "nvidia": device_plugin_nodes,
@@ -43,9 +48,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dra", choices=sorted(DRIVERS), default="nvidia", help="the DRA driver's slices")
     parser.add_argument("--port", type=int, default=0, help="the API server's port (default: a free one)")
     parser.add_argument("--kubernetes", choices=["oldest", "newest"], default="oldest")
+    parser.add_argument(
+        "--real-node",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="one real node (kubelet, containerd, runc) beside the simulated ones (default: yes)",
+    )
+    parser.add_argument(
+        "--real-node-label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label of the real node's own (repeatable), e.g. one a device plugin's GFD would set",
+    )
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error("--count must be at least 1")
+    labels = dict(label.split("=", 1) for label in args.real_node_label if "=" in label)
+    if len(labels) != len(args.real_node_label):
+        parser.error("--real-node-label takes KEY=VALUE")
 
     started = time.monotonic()
     state = args.directory / "state"
@@ -58,18 +79,31 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     nodes = NODE_KINDS[args.nodes](args.count)
-    with plane, NodeSide(plane, nodes, args.directory / "nodes", driver=driver):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(plane)
+        stack.enter_context(NodeSide(plane, nodes, args.directory / "nodes", driver=driver))
+        real = ""
+        if args.real_node:
+            workdir = args.directory / "real-node"  # beside state: a killed run's is cleared up by the next
+            node = stack.enter_context(RealNode(plane, workdir, labels=labels, progress=print))
+            real = (
+                f"  The real node {node.name} ({NODE_IP}; device plugins register in {DEVICE_PLUGINS};"
+                f" images: {node.busybox.ref}, or import an OCI archive with\n"
+                f"    ctr --address {node.socket} -n k8s.io images import --base-name NAME ARCHIVE.tar)\n"
+            )
         shutil.copyfile(plane.admin_kubeconfig, kubeconfig)
         kubeconfig.chmod(0o600)
         print(
             f"\nThe cluster is up after {time.monotonic() - started:.0f} s: Kubernetes {plane.version},"
             f" {args.count} simulated GPU nodes ({args.nodes} device plugin"
-            f"{'' if driver is None else f', {args.dra} DRA driver'}).\n"
+            f"{'' if driver is None else f', {args.dra} DRA driver'})"
+            f"{', one real node' if args.real_node else ''}.\n"
             f"  export KUBECONFIG={kubeconfig}\n"
             f"  kubectl of the same version: {plane.binary} kubectl get nodes\n"
             "  Point a Jupyter server at it (kernel pods run as processes of this command):\n"
             f"    KUBECONFIG={kubeconfig} .venv/bin/jupyter lab --GPUShare.backend=kubernetes \\\n"
             "      --GPUShare.namespace=default --GPUShare.resource_preset=nvidia-dra\n"
+            f"{real}"
             "  Ctrl-C stops everything.",
             flush=True,
         )

@@ -1,5 +1,6 @@
 """Builds the control plane (tests/cluster/controlplane/, a Go program) once per Kubernetes version
-and source, and says where the binary is.
+and source, and says where the binary is. The same binary is the real node's kubelet
+(``kube-testcluster kubelet``) and kubectl: one build, sharing the compiled Kubernetes packages.
 
 ``python -m tests.cluster.build [--kubernetes oldest|newest]`` prints the binary's path,
 building it first when it is missing (``make controlplane`` runs this). The binary is kept as

@@ -28,6 +28,7 @@ from .controlplane import ControlPlane
 from .dra_devices import DraDriver
 from .node_side import NodeSide
 from .nodes import SimNode, hami_nodes
+from .real_node import RealNode
 from .rest import (
     EVENTS,
     NAMESPACES,
@@ -106,6 +107,9 @@ class KubeCluster:
     ``kubeconfig`` is the Jupyter server's identity as the shipped RBAC sets it up (the
     ServiceAccount ``jupyter/jupyter-gpushare``, a token from the TokenRequest API), with the
     test's namespace as its context's; ``admin_kubeconfig`` is the administrator's.
+    ``real_node`` is the cluster's real node (:class:`~.real_node.RealNode`) when the test asked
+    for one (``make_kube(real_node=True)``), else None: the simulated nodes stay every other
+    test's, for their speed.
     """
 
     def __init__(
@@ -117,9 +121,13 @@ class KubeCluster:
         *,
         driver: DraDriver | None = None,
         broken_images: Iterable[str] = (),
+        real_node: RealNode | None = None,
         **node_options: Any,
     ) -> None:
         self.control_plane = control_plane
+        # The real node (kubelet, containerd, runc), when the test asked for it: it outlives
+        # the test (one per machine, started once per module); its pods go with the namespace's.
+        self.real_node = real_node
         self.namespace = namespace
         self.root = root
         self.url = control_plane.server

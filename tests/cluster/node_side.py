@@ -153,7 +153,8 @@ class NodeSide:
             self._tasks.append(asyncio.create_task(self._reflect(node.name), name=f"pods-{node.name}"))
         if self.record_namespace:
             self._tasks.append(asyncio.create_task(self._record(self.record_namespace), name="record"))
-        await self._canary()
+        if self.nodes:  # none: a test of the real node alone (real_node.py)
+            await self._canary()
 
     async def _register(self, node: SimNode) -> None:
         """The Node, as its kubelet registers it, and its Lease, renewed from now on."""

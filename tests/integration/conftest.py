@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ..cluster import ControlPlane, DraDriver, KubeCluster, SimNode
+from ..cluster import ControlPlane, DraDriver, KubeCluster, RealNode, SimNode
 from ..support.kernels import write_kernelspec
 from ..support.nodes import BROKEN_IMAGE, Node, make_node
 
@@ -61,6 +61,15 @@ def close_kernel_manager_contexts() -> Iterator[None]:
 MakeKube = Callable[..., KubeCluster]
 
 
+@pytest.fixture(scope="module")
+def real_node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
+    """The cluster's real node (Kubernetes' kubelet on containerd and runc, tests/cluster/
+    real_node.py), once per test module that asks for it: one per machine, so a module's tests
+    share it. Its stop restores every host-wide change or fails the module's last test."""
+    with RealNode(control_plane, tmp_path_factory.mktemp("real-node")) as node:
+        yield node
+
+
 @pytest.fixture
 def make_kube(
     control_plane: ControlPlane,
@@ -68,12 +77,14 @@ def make_kube(
     node: Node,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> Iterator[MakeKube]:
     """Starts this test's nodes on the real control plane: ``make_kube(nodes, driver=...)``
     returns the test's :class:`~tests.cluster.KubeCluster` (``$KUBECONFIG``: the Jupyter
     server's ServiceAccount under the shipped RBAC, in the module's namespace; the kernels' owner
     alice). Its nodes and everything in the namespace go when the test ends; the node side must
-    have seen nothing a real cluster would refuse."""
+    have seen nothing a real cluster would refuse. ``make_kube(real_node=True)`` adds the real
+    node (the module's ``real_node``; ``nodes=[]``: the real node alone)."""
     made: list[KubeCluster] = []
     with contextlib.ExitStack() as stack:
 
@@ -82,6 +93,7 @@ def make_kube(
             *,
             driver: DraDriver | None = None,
             broken_images: Iterable[str] = (BROKEN_IMAGE,),
+            real_node: bool = False,
             **node_options: Any,
         ) -> KubeCluster:
             root = tmp_path / f"cluster-{len(made)}"
@@ -92,6 +104,7 @@ def make_kube(
                 nodes,
                 driver=driver,
                 broken_images=broken_images,
+                real_node=request.getfixturevalue("real_node") if real_node else None,
                 **node_options,
             )
             stack.enter_context(cluster)

@@ -59,10 +59,17 @@ func runAPIServer(ctx context.Context, listener net.Listener, etcdURL string, p 
 		"--kubelet-client-key=" + p.path("apiserver-kubelet-client.key"),
 		// The simulated kubelets serve pod logs with certificates from the cluster's CA.
 		"--kubelet-certificate-authority=" + p.path("ca.crt"),
+		// A node's address, not its name: nothing resolves node names here (the real node's
+		// kubelet serves on its InternalIP, tests/cluster/real_node.py).
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		// One API server on loopback: no endpoints to reconcile for the kubernetes Service.
 		"--endpoint-reconciler-type=none",
 		"--advertise-address=127.0.0.1",
 		"--profiling=false",
+		// On SIGTERM, drain the requests in flight, then give the open watches (a kubelet's
+		// among them) 2 s to go, not the 60 s of the request timeout: a test cluster stops in
+		// seconds with a real node attached.
+		"--shutdown-send-retry-after=true",
 		"--feature-gates=" + gates,
 	}
 	if err := parse(s.Flags(), append(args, extra...)); err != nil {

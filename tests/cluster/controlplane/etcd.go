@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -14,11 +15,14 @@ import (
 
 type etcdServer struct {
 	server *embed.Etcd
+	once   *sync.Once
 }
 
 func (e etcdServer) ClientURL() string { return "http://" + e.server.Clients[0].Addr().String() }
 
-func (e etcdServer) Close() { e.server.Close() }
+// Close stops etcd; it may be called again (run closes it on the way out, and defers a Close
+// for the early returns): embed.Etcd's own Close closes a channel, and a second one panics.
+func (e etcdServer) Close() { e.once.Do(e.server.Close) }
 
 func startEtcd(dataDir string) (etcdServer, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
@@ -58,7 +62,7 @@ func startEtcd(dataDir string) (etcdServer, error) {
 		server.Close()
 		return etcdServer{}, err
 	}
-	return etcdServer{server}, nil
+	return etcdServer{server, &sync.Once{}}, nil
 }
 
 // freeURL is a loopback address on a port free a moment ago (etcd opens it right after).

@@ -5,10 +5,12 @@
 // configured through its own command-line flags (components.go), the way an administrator
 // configures it, and started through its cmd/*/app package. Everything it needs lives in --dir:
 // the certificates it generates (pki.go), etcd's data, and a kubeconfig per identity. Nothing
-// of the node side runs here (no kubelet, no container runtime): tests/cluster/ in Python plays
-// the nodes.
+// of the node side runs in this process: tests/cluster/ in Python plays the simulated nodes, and
+// starts the real node's kubelet as another process of this binary.
 //
 // Usage: kube-testcluster --dir DIR [--port N] [--apiserver-arg=--flag=value ...]
+//
+// It is also the kubelet of the same version (kubelet.go): `kube-testcluster kubelet ARGS...`.
 //
 // It is also kubectl of the same version (kubectl.go): invoked through a symlink named kubectl,
 // or as `kube-testcluster kubectl ARGS...`.
@@ -41,6 +43,9 @@ func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 func main() {
 	if args, ok := kubectlArguments(os.Args); ok {
 		runKubectl(args) // before the control plane's flags: kubectl parses its own
+	}
+	if args, ok := kubeletArguments(os.Args); ok {
+		runKubelet(args) // likewise
 	}
 	var (
 		dir            = flag.String("dir", "", "directory for certificates, etcd data and kubeconfigs (created if missing)")
