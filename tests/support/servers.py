@@ -79,9 +79,13 @@ def start_server(
     name: str = "server",
     extra_env: dict[str, str] | None = None,
     as_user: tuple[int, int] | None = None,
+    *,
+    ip: str = "127.0.0.1",
+    port: int | None = None,
 ) -> JupyterServer:
-    """A server on ``node``; ``as_user`` (uid, gid) runs it as that OS user (the caller is root)."""
-    port = free_port()
+    """A server on ``node``; ``as_user`` (uid, gid) runs it as that OS user (the caller is root).
+    ``ip``: the address it listens on (a real node's pods reach the host at its own)."""
+    port = port or free_port()
     token = f"token-{name}"
     root = node.root / f"{name}-root"
     root.mkdir(exist_ok=True)
@@ -91,7 +95,7 @@ def start_server(
         [
             str(BIN / "jupyter-server"),
             f"--ServerApp.port={port}",
-            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.ip={ip}",
             f"--IdentityProvider.token={token}",
             "--ServerApp.open_browser=False",
             "--ServerApp.allow_root=True",
@@ -102,7 +106,7 @@ def start_server(
         stderr=subprocess.STDOUT,
         **({"user": as_user[0], "group": as_user[1], "extra_groups": []} if as_user else {}),
     )
-    server = JupyterServer(process, f"http://127.0.0.1:{port}", token, log_path)
+    server = JupyterServer(process, f"http://{ip}:{port}", token, log_path)
     try:
         return wait_ready(server, 60)
     except RuntimeError:

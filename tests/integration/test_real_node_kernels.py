@@ -1,0 +1,157 @@
+"""A user's kernel in a real pod: a ``timeslice`` kernel started through a real ``jupyter server``
+on the Kubernetes backend is scheduled onto the cluster's real node (Kubernetes' kubelet on
+containerd and runc, tests/cluster/real_node.py), runs in a container of the kernel image built
+from examples/kubernetes/kernel-image's Dockerfile (tests/cluster/images.py), gets its GPU from
+NVIDIA's device plugin over the simulated NVML (tests/cluster/nvidia_device_plugin.py,
+tests/support/nvml_sim), and the server reaches it over the pod's address with Curve-encrypted
+ZMQ. The pod is the one the backend renders, unmodified (Secret volume mode 0400, ``fsGroup``,
+the image's user, ports)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
+from jupyter_gpushare.core.sizes import GiB
+
+from ..cluster import NODES, ControlPlane, KubeCluster
+from ..cluster.images import kernel_image
+from ..cluster.nodes import gfd_labels
+from ..cluster.nvidia_device_plugin import find, start, write_config
+from ..cluster.real_node import NODE_IP, RealNode
+from ..support.nodes import Node
+from ..support.nvml_sim import SimulatedCard, driver_root, write_state
+from ..support.polling import wait_until
+from ..support.servers import JupyterServer, execute, free_port, start_server
+from .conftest import MakeKube
+from .kubernetes_server.support import get, running_view
+from .kubernetes_server.support import start as start_kernel
+from .test_kubernetes import answered_without_curve, nothing_left, secret_files
+
+pytestmark = pytest.mark.integration
+
+CARD = SimulatedCard("GPU-5e0c1a2b-0000-4000-8000-00000000c0de", "NVIDIA A100-SXM4-80GB", 80 * GiB)
+REPLICAS = 4  # the device plugin's time-slicing: four kernels may share the card
+
+
+@pytest.fixture(scope="module")
+def real_node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
+    """The real node as a GPU node: the kernel image in its containerd, NVIDIA's device plugin
+    registered with its kubelet, advertising ``REPLICAS`` shares of the simulated card, and the
+    labels GPU Feature Discovery would give it (GFD itself cannot be built here)."""
+    workdir = tmp_path_factory.mktemp("real-gpu-node")
+    image = kernel_image()
+    labels = gfd_labels(memory_mib=CARD.memory_total // 2**20, replicas=REPLICAS)
+    with RealNode(control_plane, workdir / "node", labels=labels) as node:
+        node.ctr("images", "import", str(image.archive))
+        state = write_state(workdir / "nvml-state", [CARD])
+        config = write_config(workdir / "device-plugin.yaml", REPLICAS)
+        plugin = start(find().plugin, driver_root(), state, config, workdir / "device-plugin.log")
+        try:
+            admin = control_plane.admin
+            wait_until(
+                lambda: (
+                    ((admin.get(NODES, node.name) or {}).get("status") or {})
+                    .get("allocatable", {})
+                    .get("nvidia.com/gpu")
+                ),
+                120,
+                0.5,
+                f"{REPLICAS} nvidia.com/gpu on {node.name} from NVIDIA's device plugin",
+                until=lambda count: count == str(REPLICAS),
+            )
+            yield node
+        finally:
+            plugin.terminate()
+            plugin.wait(30)
+
+
+@pytest.fixture
+def kube(make_kube: MakeKube) -> KubeCluster:
+    return make_kube([], real_node=True)
+
+
+@pytest.fixture
+def server(node: Node, kube: KubeCluster) -> Iterator[JupyterServer]:
+    """A jupyter server on the Kubernetes backend (NVIDIA's device plugin preset), listening on
+    the node's address, where its kernel pods reach it to report their use."""
+    port = free_port()
+    started = start_server(
+        node,
+        "real-node",
+        {
+            "KUBECONFIG": str(kube.kubeconfig),
+            "JUPYTER_GPUSHARE_BACKEND": "kubernetes",
+            "JUPYTER_GPUSHARE_RESOURCE_PRESET": "nvidia",
+            "JUPYTER_GPUSHARE_KERNEL_IMAGE": kernel_image().reference,
+            "JUPYTER_GPUSHARE_SERVER_URL": f"http://{NODE_IP}:{port}/",
+            "JUPYTER_GPUSHARE_OWNER": "alice",
+            "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
+        },
+        ip=NODE_IP,
+        port=port,
+    )
+    yield started
+    started.stop()
+
+
+async def test_a_timeslice_kernel_runs_in_a_real_pod_with_the_gpu_the_device_plugin_gave_it(
+    server: JupyterServer, kube: KubeCluster, real_node: RealNode
+) -> None:
+    body = {"name": "python3-gpu-4g", "path": "work/real.ipynb", "gpu_memory": "4G", "gpu_mode": "timeslice"}
+    started = await asyncio.to_thread(start_kernel, server, body)
+    kernel_id = started["kernel_id"]
+    view = await asyncio.to_thread(running_view, server, kernel_id, 300)
+    assert view["node"] == real_node.name and view["pod"] == pod_name(kernel_id)
+    [pod] = kube.pods()
+    assert pod["spec"]["nodeName"] == real_node.name
+    assert pod["status"]["podIP"].startswith("198.18.0.")
+    [container] = pod["status"]["containerStatuses"]
+    assert container["image"].endswith(kernel_image().reference.rsplit("/", 1)[-1])
+    task = container["containerID"].removeprefix("containerd://")
+    assert task in real_node.ctr("tasks", "list")
+    # Running in its pod; jupyter_server lists it once the kernel answered (as the panel waits).
+    await asyncio.to_thread(
+        wait_until,
+        lambda: server.request("GET", f"/api/kernels/{kernel_id}").status,
+        120,
+        0.2,
+        f"jupyter_server's kernel {kernel_id}",
+        until=lambda status: status == 200,
+    )
+
+    # Over the pod's address, Curve-encrypted (the server's ZMQ sockets carry the keys of the
+    # connection file the pod's Secret holds): the kernel runs as the image's user, with the
+    # card NVIDIA's device plugin allocated, and its %gpu reaches the server.
+    code = (
+        "import os, json\n"
+        "print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), "
+        "'visible': os.environ.get('NVIDIA_VISIBLE_DEVICES')}))\n"
+    )
+    out, errors = await execute(server, kernel_id, code, timeout=120)
+    assert errors == ""
+    assert json.loads(out) == {"uid": 1000, "gid": 100, "visible": CARD.uuid}
+    # Without the Curve keys of the pod's Secret, its shell socket answers nobody.
+    [secret] = kube.secrets()
+    connection = json.loads(secret_files(secret)["connection.json"])
+    assert connection["curve_publickey"]
+    assert not await answered_without_curve(pod["status"]["podIP"], connection["key"])
+    out, errors = await execute(server, kernel_id, "%gpu status", timeout=120)
+    assert errors == ""
+    assert f"GPU slice: 4G (timeslice) in pod {pod_name(kernel_id)}" in out, out
+
+    pool = get(server, "pool")
+    [device] = [device for device in pool["devices"] if device["node"] == real_node.name]
+    assert device["memory_reserved"] == 4 * GiB
+
+    stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
+    assert stopped.status == 204, stopped.body
+    await nothing_left(kube)
+    freed = get(server, "pool")
+    assert [d["memory_reserved"] for d in freed["devices"] if d["node"] == real_node.name] == [0]
+    # The kernel's container is gone from the node's containerd, not only the pod from the API.
+    assert task not in real_node.ctr("tasks", "list")
