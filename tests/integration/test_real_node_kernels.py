@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -25,12 +26,12 @@ from ..cluster.nvidia_device_plugin import find, start, write_config
 from ..cluster.real_node import NODE_IP, RealNode
 from ..support.nodes import Node
 from ..support.nvml_sim import SimulatedCard, driver_root, write_state
-from ..support.polling import wait_until
+from ..support.polling import async_wait_until, wait_until
 from ..support.servers import JupyterServer, execute, free_port, start_server
 from .conftest import MakeKube
 from .kubernetes_server.support import get, running_view
 from .kubernetes_server.support import start as start_kernel
-from .test_kubernetes import answered_without_curve, nothing_left, secret_files
+from .test_kubernetes import answered_without_curve, manager, nothing_left, secret_files
 
 pytestmark = pytest.mark.integration
 
@@ -155,3 +156,38 @@ async def test_a_timeslice_kernel_runs_in_a_real_pod_with_the_gpu_the_device_plu
     assert [d["memory_reserved"] for d in freed["devices"] if d["node"] == real_node.name] == [0]
     # The kernel's container is gone from the node's containerd, not only the pod from the API.
     assert task not in real_node.ctr("tasks", "list")
+
+
+async def test_a_kernel_past_its_container_memory_limit_is_oom_killed_by_the_cgroup_and_says_so(
+    kube: KubeCluster, real_node: RealNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kubelet's words for the end of a kernel whose container outgrew its memory limit
+    (the kernel's own cgroup, not a test's kill), as the provisioner reads them from the pod."""
+    limit = {"spec": {"containers": [{"name": "kernel", "resources": {"limits": {"memory": "256Mi"}}}]}}
+    kernels = manager(
+        resource_preset="nvidia",
+        kernel_image=kernel_image().reference,
+        pod_template=limit,
+        launch_timeout=300.0,
+    )
+    kernel_id = await kernels.start_kernel(kernel_name="python3-gpu-4g")
+    try:
+        km = kernels.get_kernel(kernel_id)
+        [pod] = kube.pods()
+        assert pod["spec"]["nodeName"] == real_node.name
+        [kernel] = [c for c in pod["spec"]["containers"] if c["name"] == "kernel"]
+        assert kernel["resources"]["limits"] == {"memory": "256Mi", "nvidia.com/gpu": "1"}
+        caplog.set_level(logging.WARNING)
+        client = km.client()
+        client.start_channels()
+        client.execute("hog = bytearray(512 * 2**20)")  # zeroed page by page: past 256Mi
+        await async_wait_until(km.is_alive, 120, 0.2, "the kernel's end", until=lambda alive: not alive)
+        assert await km.provisioner.poll() == 137
+        assert km.provisioner.ended_reason == "OOMKilled (exit code 137)"
+        assert "OOMKilled (exit code 137)" in caplog.text
+        terminated = kube.pods()[0]["status"]["containerStatuses"][0]["state"]["terminated"]
+        assert terminated["reason"] == "OOMKilled"  # the kubelet's own status, which the reason quotes
+        client.stop_channels()
+    finally:
+        await kernels.shutdown_all()
+    await nothing_left(kube)
