@@ -394,7 +394,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     began = time.monotonic()
     if arguments.trace:
-        trace = load(arguments.trace)
+        try:
+            trace = load(arguments.trace)
+        except (OSError, ValueError) as error:
+            parser.error(str(error))
     else:
         shape = SHAPES[arguments.shape]
         days, users = (2, min(30, shape.users)) if arguments.quick else (arguments.days, arguments.users)

@@ -137,7 +137,14 @@ def read_openb(path: Path, card_memory: int = 80 * GiB) -> Trace:
     sessions: list[Session] = []
     skipped = 0
     with path.open(newline="") as file:
-        rows = list(csv.DictReader(file))
+        reader = csv.DictReader(file)
+        missing = {"name", "num_gpu", "creation_time", "deletion_time"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(
+                f"{path} has no {', '.join(sorted(missing))} column: not a list of when pods ran "
+                "(the openb multigpu lists, for one, have no times)"
+            )
+        rows = list(reader)
     ends = [float(row["deletion_time"]) for row in rows if (row.get("deletion_time") or "").strip()]
     horizon = max(ends, default=0.0)
     for row in rows:

@@ -145,3 +145,16 @@ def test_the_wait_estimate_is_no_worse_than_the_naive_one(shape: str) -> None:
     tight = replay(trace, plans, max(1, found.cards - 1), "A100-80GB", way, estimate=True)
     assert len(tight.errors) >= 20, "too few waits to compare"
     assert mae(tight.errors) <= mae(tight.naive)
+
+
+def test_a_pod_list_without_times_is_refused_in_one_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = tmp_path / "openb_pod_list_multigpu20.csv"
+    csv.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nopenb-pod-0000,12000,16384,1,1000\n")
+    with pytest.raises(ValueError, match="has no creation_time, deletion_time column: not a list of when"):
+        read_openb(csv)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--trace", str(csv)])
+    assert exit_.value.code == 2
+    assert "has no creation_time, deletion_time column" in capsys.readouterr().err
