@@ -40,7 +40,9 @@ num_gpu, gpu_milli, gpu_spec, qos, pod_phase, creation_time, deletion_time, sche
 each pod asking for one GPU or a share of one (``num_gpu`` 1, ``gpu_milli`` per mille of the
 card) becomes a session of ``gpu_milli`` / 1000 of the card's memory from ``creation_time`` to
 ``deletion_time`` (or the end of the trace), without cells. Pods without a GPU are left out;
-pods of several whole GPUs are left out and counted (a notebook kernel takes one card).
+pods of several whole GPUs are left out and counted (a notebook kernel takes one card). A list
+without creation and deletion times (openb's ``multigpu`` lists) is refused: it says nothing of
+when pods ran.
 """
 
 from __future__ import annotations
