@@ -4,7 +4,8 @@ idle policy, on a pool you name — what idle notebooks cost, and how much suspe
 Method
 ------
 **Trace.** ``replay_trace.generate``: a seeded week of ~60 people's notebooks (heavy-tailed
-sessions, some left on for days; cells running about a third of the working time). Or a trace
+sessions, some left on for days; cells running about a third of the working time; ``--shape``
+for heavier tails, bursts of starts or few users). Or a trace
 file (``--trace``: the ``gpushare-trace/1`` JSON format, or an ``openb_pod_list`` CSV of a
 cluster's pods, which have no cells). See ``replay_trace.py`` for the format.
 
@@ -25,16 +26,23 @@ same queue with ``kind = "exclusive"`` (the native device plugin) and no suspens
 also folded through :func:`jupyter_gpushare.core.accounting.tally.fold` (the accounting's own
 arithmetic); its reserved figure must equal the simulation's.
 
-**Figures.** For each way, the smallest N whose p95 wait (starts and resumes together) is at
-most 60 s (galloping, then bisection over N), and at that N: waits, GPU-hours reserved
-(memory-weighted: a 20G slice for an hour on an 80G card is a quarter GPU-hour), the busy GPU-hours
-inside them (memory x time while cells run), resumes and their waits. The **bound** reserves
-memory only while cells run: its GPU-hours are the busy ones, and its N is the peak of the memory
-of running cells over a card. The **wait estimate** (:func:`jupyter_gpushare.core.placement.wait_estimate
-.expected_start`, from the slices held and the holds finished so far) is asked for every request
-that waits, at that moment; its median absolute error against the real wait is reported, with
-the share it could not tell (fewer than five finished holds), next to a naive estimate (queue
-position x the median hold).
+**Figures.** For each way, the smallest N whose p95 wait (starts and resumes together, nearest
+rank: at most 5% of the requests wait longer) is at most 60 s, and at that N: waits, GPU-hours
+reserved (memory-weighted: a 20G slice for an hour on an 80G card is a quarter GPU-hour), the busy
+GPU-hours inside them (memory x time while cells run), resumes and their waits. Every way is
+searched the same way, from one card up (galloping, then bisection): under a goal that lets 5%
+wait, one card is the only lower bound that holds for all of them (the most memory held at once
+is none), so slices cannot come out needing more cards than whole cards because of where the
+search began. The **bound** is a way too, searched the same way under the same goal: memory held
+only while cells run (each cell asks for its slice and gives it back when it ends; a trace
+without cells holds throughout), so its GPU-hours are the busy ones. The **wait estimate**
+(:func:`jupyter_gpushare.core.placement.wait_estimate.expected_start`, from the slices held and
+the holds finished so far) is asked for every request that waits, at that moment, on the most
+cards below those needed where at least 50 requests wait; its median absolute error against the
+real wait is reported next to the naive estimate's
+(:func:`~jupyter_gpushare.core.placement.wait_estimate.naive_start`: the place in line x the
+median hold / the cards), with the share of estimates that were the naive one (the estimate's
+model did not hold on the past) and those it could not tell (fewer than five finished holds).
 
 Run: ``.venv/bin/python benchmarks/replay.py [--plot docs/replay.png]`` (a generated week, under
 two minutes on 2 cores); ``--quick`` (two days, 30 users) in under a minute.
@@ -52,17 +60,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from replay_trace import Session, Trace, busy_share, generate, load
+from replay_trace import SHAPES, Session, Trace, busy_share, generate, load
 
 from jupyter_gpushare.backends.local.inventory import parse_simulation
 from jupyter_gpushare.core.accounting.tally import Event, Figures, KernelAccount, add_spans, fold, recent_use
 from jupyter_gpushare.core.placement.allocator import Held, Policy, Request, Spot, fit
 from jupyter_gpushare.core.placement.queue_order import QueuePolicy, QueueRule, Waiter, line_up
-from jupyter_gpushare.core.placement.wait_estimate import History, expected_start
+from jupyter_gpushare.core.placement.wait_estimate import History, expected_start, naive_start
 from jupyter_gpushare.core.sizes import parse_size
 
 GOAL_P95 = 60.0
+GOAL_QUANTILE = 95  # the goal: this percentile of the waits within GOAL_P95
 HOLDS_KEPT = 2000
+MIN_ESTIMATES = 50  # estimated waits wanted on the pool where the wait estimate is measured
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,10 @@ class Way:
     policy: QueuePolicy = "fifo"
     suspend_after: float | None = None
     whole_card: bool = False
+    cells_only: bool = False  # the bound: memory held only while cells run
+
+
+BOUND = Way("bound (memory only while cells run)", cells_only=True)
 
 
 @dataclass(frozen=True)
@@ -83,8 +97,14 @@ class Hold:
     resume: bool
 
 
-def plan(number: int, session: Session, suspend_after: float | None) -> list[Hold]:
-    """The holds of a session under the idle policy (one, without suspension or cells)."""
+def plan(number: int, session: Session, suspend_after: float | None, cells_only: bool = False) -> list[Hold]:
+    """The holds of a session under the idle policy (one, without suspension or cells);
+    ``cells_only``: one hold per cell, the bound's (a session without cells holds throughout)."""
+    if cells_only and session.cells:
+        return [
+            Hold(number, index, at, duration, duration, index > 0)
+            for index, (at, duration) in enumerate(session.cells)
+        ]
     cells = session.cells or ()
     if suspend_after is None or not cells:
         busy = session.busy() if cells else session.end - session.start
@@ -113,12 +133,20 @@ class Result:
     errors: list[float] = field(default_factory=list)  # |estimate - real| of waits, seconds
     naive: list[float] = field(default_factory=list)
     unknown: int = 0
+    fell_back: int = 0  # estimates that were the naive one (the model did not hold)
     events: list[Event] = field(default_factory=list)
     by_user: dict[str, list[float]] = field(default_factory=dict)  # each user's waits
 
+    gave_up: bool = False  # stopped once too many had waited past the goal: fails it
+
     def p(self, q: float) -> float:
-        every = self.waits + self.resume_waits
-        return statistics.quantiles(every, n=100)[int(q) - 1] if len(every) > 1 else 0.0
+        """The ``q``th percentile of the waits, nearest rank (so that p95 <= the goal is exactly
+        "at most 5% of the requests wait longer", which a replay can stop early on)."""
+        every = sorted(self.waits + self.resume_waits)
+        return every[max(0, math.ceil(q / 100 * len(every)) - 1)] if every else 0.0
+
+    def meets(self) -> bool:
+        return not self.gave_up and self.p(95) <= GOAL_P95
 
 
 @dataclass
@@ -132,8 +160,17 @@ class _Waiting:
 
 
 def replay(
-    trace: Trace, plans: Sequence[Sequence[Hold]], cards: int, card: str, way: Way, estimate: bool = False
+    trace: Trace,
+    plans: Sequence[Sequence[Hold]],
+    cards: int,
+    card: str,
+    way: Way,
+    estimate: bool = False,
+    give_up: bool = False,
 ) -> Result:
+    """The trace on ``cards`` cards. ``give_up``: stop as soon as more than 5% of all the requests
+    have waited longer than the goal (placed late, or still waiting past it): the goal is missed
+    whatever follows, and on too few cards the queue would grow to the whole trace."""
     devices = parse_simulation(f"{cards}x{card}").devices
     rule = QueueRule(way.policy)  # the package's defaults: half life a day, age bound 120 s
     policy = Policy(queue=rule)
@@ -149,12 +186,15 @@ def replay(
     heapq.heapify(heap)
     waiting: list[_Waiting] = []  # in the order they arrived
     arrivals = 0
+    allowed = math.floor((1 - GOAL_QUANTILE / 100) * sum(len(holds) for holds in plans))
+    late = 0  # placed after waiting longer than the goal
     held: dict[str, Held] = {}
     since: dict[str, float] = {}
     on_card = {device.uuid: 0 for device in devices}
     stored: dict[str, tuple[float, float]] = {}
     running: dict[str, KernelAccount] = {}
     finished: list[tuple[int, float]] = []
+    ended: list[float] = []  # when each of ``finished`` ended
     total = devices[0].memory_total
 
     def might_fit(request: Request, memory: int) -> bool:
@@ -186,8 +226,18 @@ def replay(
         head = line_up((w.waiter for w in firsts.values()), usage, now, rule)[0]
         return firsts[head.owner]
 
+    def too_late(now: float) -> bool:
+        """More than ``allowed`` requests wait longer than the goal (the line is in arrival order
+        for the clock: count its oldest)."""
+        waited = late
+        for entry in waiting:
+            if now - entry.waiter.requested_at <= GOAL_P95 or waited > allowed:
+                break
+            waited += 1
+        return waited > allowed
+
     def drain(now: float) -> None:
-        nonlocal counter
+        nonlocal counter, late
         while waiting:
             head = first(now)
             number = head.hold.session
@@ -214,6 +264,7 @@ def replay(
             on_card[outcome.device_uuid] += outcome.memory
             running[key] = KernelAccount(key, head.waiter.owner, "", "running", now, memory=outcome.memory)
             wait = now - head.waiter.requested_at
+            late += wait > GOAL_P95
             (result.resume_waits if head.hold.resume else result.waits).append(wait)
             result.by_user.setdefault(head.waiter.owner, []).append(wait)
             if head.estimated:
@@ -221,6 +272,7 @@ def replay(
                     result.unknown += 1
                 else:
                     result.errors.append(abs(head.expected - now))
+                    result.fell_back += head.expected == head.naive
                 if head.naive is not None:
                     result.naive.append(abs(head.naive - now))
             result.reserved += outcome.memory * head.hold.length
@@ -241,6 +293,7 @@ def replay(
             value, at = stored.get(account.owner, (0.0, now))
             stored[account.owner] = add_spans(value, at, [(since[key], now, slice_.memory)], rule.half_life)
             finished.append((slice_.memory, now - since.pop(key)))
+            ended.append(now)
             result.events.append(Event(now, key, account.owner, "ended", slice_.memory))
             if index + 1 < len(plans[number]):
                 following = plans[number][index + 1]
@@ -253,10 +306,13 @@ def replay(
             entry = _Waiting(Waiter(key, session.user, arrivals, now), request, hold)
             waiting.append(entry)
         drain(now)
+        if give_up and too_late(now):
+            result.gave_up = True
+            return result
         if estimate and not release and entry in waiting:
             ahead = line(now)
             position = ahead.index(entry)
-            recent = finished[-HOLDS_KEPT:]
+            history = History(tuple(finished[-HOLDS_KEPT:]), tuple(ended[-HOLDS_KEPT:]))
             entry.estimated = True
             entry.expected = expected_start(
                 now,
@@ -265,48 +321,56 @@ def replay(
                 devices,
                 list(held.values()),
                 since,
-                History(tuple(recent)),
+                history,
                 policy,
             )
-            if len(recent) >= 5:  # the naive one: its place in line x the median hold, per card
-                median = statistics.median(seconds for _, seconds in recent)
-                entry.naive = now + (position + 1) * median / len(devices)
+            entry.naive = naive_start(now, position, devices, history)
     return result
 
 
-def needed(trace: Trace, plans: Sequence[Sequence[Hold]], card: str, way: Way, low: int) -> Result:
-    """The run on the fewest cards whose p95 wait is within the goal (p95 falls as N grows)."""
-    bad, good = low - 1, None
-    n = max(1, low)
+def needed(trace: Trace, plans: Sequence[Sequence[Hold]], card: str, way: Way) -> Result:
+    """The run on the fewest cards whose p95 wait is within the goal, for every way the same
+    search: galloping up from one card, the only lower bound that holds for every way under a
+    goal that lets 5% of the requests wait (the most memory held at once is none: those 5% may
+    wait through it), then bisection (p95 falls as N grows). Runs that miss the goal stop as soon
+    as they have (``give_up``), so the runs on far too few cards cost little."""
+    bad, good = 0, None
+    n = 1
     while good is None:
-        outcome = replay(trace, plans, n, card, way)
-        if outcome.p(95) <= GOAL_P95:
+        outcome = replay(trace, plans, n, card, way, give_up=True)
+        if outcome.meets():
             good = outcome
         else:
             bad, n = n, n * 2
     while good.cards - bad > 1:
         middle = (good.cards + bad) // 2
-        outcome = replay(trace, plans, middle, card, way)
-        if outcome.p(95) <= GOAL_P95:
+        outcome = replay(trace, plans, middle, card, way, give_up=True)
+        if outcome.meets():
             good = outcome
         else:
             bad = middle
     return good
 
 
-def peak_busy_memory(trace: Trace, card_memory: int) -> int:
-    """The most memory cells run with at once (all sessions, a card's worth for ``whole``)."""
-    edges: list[tuple[float, int]] = []
-    for session in trace.sessions:
-        memory = parse_size(session.memory).resolve(card_memory)
-        spans = session.cells if session.cells else ((session.start, session.end - session.start),)
-        for at, duration in spans:
-            edges += [(at, memory), (at + duration, -memory)]
-    peak = current = 0
-    for _, change in sorted(edges, key=lambda edge: (edge[0], edge[1])):
-        current += change
-        peak = max(peak, current)
-    return peak
+def waiting_pool(
+    trace: Trace, plans: Sequence[Sequence[Hold]], needed: Result, card: str, way: Way
+) -> Result | None:
+    """The run, with the wait estimate asked for each request that waits, on the most cards
+    below those needed on which at least ``MIN_ESTIMATES`` requests wait (a card fewer, two
+    fewer, four fewer...): the estimate matters where starts wait, and a handful of waits says
+    nothing of it."""
+    cards, step, result = needed.cards - 1, 1, None
+    while cards >= 1:
+        result = replay(trace, plans, cards, card, way, estimate=True)
+        if len(result.errors) + result.unknown >= MIN_ESTIMATES:
+            break
+        cards, step = cards - step, step * 2
+    return result
+
+
+def mae(errors: Sequence[float]) -> float:
+    """The median absolute error (the errors are absolute already); nan without any."""
+    return statistics.median(errors) if errors else float("nan")
 
 
 def hours(byte_seconds: float, card_memory: int) -> float:
@@ -320,17 +384,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--suspend-after", type=float, default=600.0, help="idle seconds before a suspension")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--days", type=int, default=7)
-    parser.add_argument("--users", type=int, default=60)
+    parser.add_argument("--users", type=int, help="people in the generated trace (the shape's: 60)")
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), default="default", help="the generated trace's shape"
+    )
     parser.add_argument("--quick", action="store_true", help="two days of 30 users (CI, < 1 min)")
     parser.add_argument("--save-trace", type=Path, help="write the generated trace here")
     parser.add_argument("--plot", type=Path, help="write a chart of the figures (PNG, needs matplotlib)")
     arguments = parser.parse_args(argv)
     began = time.monotonic()
     if arguments.trace:
-        trace = load(arguments.trace)
+        try:
+            trace = load(arguments.trace)
+        except (OSError, ValueError) as error:
+            parser.error(str(error))
     else:
-        days, users = (2, 30) if arguments.quick else (arguments.days, arguments.users)
-        trace = generate(arguments.seed, days=days, users=users)
+        shape = SHAPES[arguments.shape]
+        days, users = (2, min(30, shape.users)) if arguments.quick else (arguments.days, arguments.users)
+        trace = generate(arguments.seed, days=days, users=users, shape=shape)
     if arguments.save_trace:
         from replay_trace import dump
 
@@ -348,45 +419,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         ways.append(Way(f"gpushare {policy}, no suspend", policy))
         if suspend is not None:
             ways.append(Way(f"gpushare {policy}, suspend {suspend / 60:g} min", policy, suspend))
-    bound_cards = max(1, math.ceil(peak_busy_memory(trace, card_memory) / card_memory))
     rows = []
-    for way in ways:
-        plans = [plan(number, session, way.suspend_after) for number, session in enumerate(trace.sessions)]
-        final = needed(trace, plans, arguments.card, way, 1 if way.whole_card else bound_cards)
+    for way in [*ways, BOUND]:
+        plans = [
+            plan(number, session, way.suspend_after, way.cells_only)
+            for number, session in enumerate(trace.sessions)
+        ]
+        final = needed(trace, plans, arguments.card, way)
         folded = fold({}, final.events).buckets.values()
         accounted = sum((figures.reserved for figures in folded), Figures().reserved)
         assert math.isclose(accounted, final.reserved, rel_tol=1e-6), (accounted, final.reserved)
-        # The wait estimate where waits are common: one card fewer than needed.
-        tight = None
-        if not way.whole_card and final.cards > 1:
-            tight = replay(trace, plans, final.cards - 1, arguments.card, way, estimate=True)
+        tight = (
+            None
+            if way.whole_card or way.cells_only
+            else waiting_pool(trace, plans, final, arguments.card, way)
+        )
         rows.append((way, final, tight))
     busy = rows[1][1].busy
     print()
     header = (
-        f"{'way':34} {'GPUs':>4} {'p50 s':>5} {'p95 s':>5} {'GPU-h reserved':>14} {'x busy':>6} "
+        f"{'way':37} {'GPUs':>4} {'p50 s':>5} {'p95 s':>5} {'GPU-h reserved':>14} {'x busy':>6} "
         f"{'resumes':>7} {'resume p95 s':>12}"
     )
     print(header)
     print("-" * len(header))
     for way, result, _ in rows:
         every = result.waits + result.resume_waits
-        resumes = result.resume_waits
+        resumes = [] if way.cells_only else result.resume_waits
         resume_p95 = statistics.quantiles(resumes, n=100)[94] if len(resumes) > 1 else 0.0
         print(
-            f"{way.name:34} {result.cards:>4} {statistics.median(every):>5.0f} {result.p(95):>5.0f} "
+            f"{way.name:37} {result.cards:>4} {statistics.median(every):>5.0f} {result.p(95):>5.0f} "
             f"{hours(result.reserved, card_memory):>14,.0f} {result.reserved / busy:>6.1f} "
             f"{len(resumes):>7,} {resume_p95:>12.0f}"
         )
-    print(
-        f"{'bound (reserved only while cells run)':34} {bound_cards:>4} {'-':>5} {'-':>5} "
-        f"{hours(busy, card_memory):>14,.0f} {1.0:>6.1f}"
-    )
     print()
-    print("On one card fewer than needed (where starts wait): the wait estimate, and each user's waits")
+    print(
+        "Where starts wait (the most cards, below those needed, on which at least "
+        f"{MIN_ESTIMATES} requests wait): the wait estimate against the naive one, and each user's waits"
+    )
     header = (
-        f"{'way':34} {'GPUs':>4} {'waits':>6} {'median wait s':>13} {'MAE s':>6} {'naive MAE s':>11} "
-        f"{'unknown':>7} {'users mean wait s: median':>25} {'worst':>6}"
+        f"{'way':37} {'GPUs':>4} {'waits':>6} {'median wait s':>13} {'MAE s':>6} {'naive MAE s':>11} "
+        f"{'naive used':>10} {'unknown':>7} {'users mean wait s: median':>25} {'worst':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -397,15 +470,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         asked = len(tight.errors) + tight.unknown
         means = [statistics.mean(waits) for waits in tight.by_user.values()]
         print(
-            f"{way.name:34} {tight.cards:>4} {asked:>6,} "
+            f"{way.name:37} {tight.cards:>4} {asked:>6,} "
             f"{(statistics.median(waited) if waited else 0):>13.0f} "
-            f"{(statistics.median(tight.errors) if tight.errors else float('nan')):>6.0f} "
-            f"{(statistics.median(tight.naive) if tight.naive else float('nan')):>11.0f} "
+            f"{(mae(tight.errors)):>6.0f} {(mae(tight.naive)):>11.0f} "
+            f"{(tight.fell_back / asked if asked else 0):>10.0%} "
             f"{(tight.unknown / asked if asked else 0):>7.0%} "
             f"{statistics.median(means):>25.0f} {max(means):>6.0f}"
         )
     whole = rows[0][1]
-    best_way, best, _ = min(rows[1:], key=lambda row: row[1].reserved)
+    best_way, best, _ = min(rows[1:-1], key=lambda row: row[1].reserved)
     print()
     whole_h, best_h, bound_h = (hours(x, card_memory) for x in (whole.reserved, best.reserved, busy))
     print(
@@ -414,12 +487,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(gpushare reserves {best.reserved / busy:.1f}x the bound, whole card {whole.reserved / busy:.1f}x)"
     )
     elapsed = time.monotonic() - began
-    limit = 60 if arguments.quick else 120
-    print(f"replayed in {elapsed:.0f} s (goal < {limit} s): {'met' if elapsed < limit else 'MISSED'}")
+    if arguments.trace:  # the goal is the generated week's
+        print(f"replayed in {elapsed:.0f} s")
+    else:
+        limit = 60 if arguments.quick else 120
+        print(f"replayed in {elapsed:.0f} s (goal < {limit} s): {'met' if elapsed < limit else 'MISSED'}")
     if arguments.plot:
         from replay_plot import plot
 
-        plot(rows, busy, bound_cards, card_memory, trace.name, arguments.plot)
+        plot(rows, card_memory, trace.name, arguments.plot)
         print(f"chart: {arguments.plot}", file=sys.stderr)
     return 0
 

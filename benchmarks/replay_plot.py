@@ -10,8 +10,6 @@ from typing import Any
 
 def plot(
     rows: Sequence[tuple[Any, Any, Any]],
-    busy: float,
-    bound_cards: int,
     card_memory: int,
     title: str,
     path: Path,
@@ -21,9 +19,9 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [way.name for way, _, _ in rows] + ["bound: memory only while cells run"]
-    cards = [result.cards for _, result, _ in rows] + [bound_cards]
-    hours = [result.reserved / card_memory / 3600 for _, result, _ in rows] + [busy / card_memory / 3600]
+    names = [way.name for way, _, _ in rows]  # the last is the bound
+    cards = [result.cards for _, result, _ in rows]
+    hours = [result.reserved / card_memory / 3600 for _, result, _ in rows]
     colours = ["#9e9e9e"] + ["#1f77b4" if "no suspend" in n else "#2ca02c" for n in names[1:-1]] + ["#ff7f0e"]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
     positions = range(len(names))

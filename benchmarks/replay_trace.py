@@ -30,7 +30,8 @@ sigma 1.2), and one in twelve is left on after its work — until the evening, o
 days (Pareto, alpha 1.3, from 2 h, at most 3 days). Within the working part, cells alternate
 with think time so that cells run about a third of the time: cells lognormal (median 20 s, a
 heavy tail of long training cells), gaps lognormal (median 40 s) with the odd long break
-(a meeting, lunch: 15-90 min).
+(a meeting, lunch: 15-90 min). Other shapes (``SHAPES``: heavier tails, bursts of starts, few
+users) change these figures.
 
 ``openb_pod_list`` CSV
 ----------------------
@@ -39,7 +40,9 @@ num_gpu, gpu_milli, gpu_spec, qos, pod_phase, creation_time, deletion_time, sche
 each pod asking for one GPU or a share of one (``num_gpu`` 1, ``gpu_milli`` per mille of the
 card) becomes a session of ``gpu_milli`` / 1000 of the card's memory from ``creation_time`` to
 ``deletion_time`` (or the end of the trace), without cells. Pods without a GPU are left out;
-pods of several whole GPUs are left out and counted (a notebook kernel takes one card).
+pods of several whole GPUs are left out and counted (a notebook kernel takes one card). A list
+without creation and deletion times (openb's ``multigpu`` lists) is refused: it says nothing of
+when pods ran.
 """
 
 from __future__ import annotations
@@ -136,7 +139,14 @@ def read_openb(path: Path, card_memory: int = 80 * GiB) -> Trace:
     sessions: list[Session] = []
     skipped = 0
     with path.open(newline="") as file:
-        rows = list(csv.DictReader(file))
+        reader = csv.DictReader(file)
+        missing = {"name", "num_gpu", "creation_time", "deletion_time"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(
+                f"{path} has no {', '.join(sorted(missing))} column: not a list of when pods ran "
+                "(the openb multigpu lists, for one, have no times)"
+            )
+        rows = list(reader)
     ends = [float(row["deletion_time"]) for row in rows if (row.get("deletion_time") or "").strip()]
     horizon = max(ends, default=0.0)
     for row in rows:
@@ -188,18 +198,60 @@ def _cells(rng: random.Random, start: float, work_end: float) -> list[tuple[floa
     return cells
 
 
-def generate(seed: int = 1, days: int = 7, users: int = 60, kernels_per_user: float = 4.0) -> Trace:
-    """A seeded trace of ``days`` days (the first a Monday) of ``users`` people's notebooks."""
+@dataclass(frozen=True)
+class Shape:
+    """How a generated trace's people work (the default: the module's text)."""
+
+    users: int = 60
+    kernels_per_user: float = 4.0
+    work_sigma: float = 1.2  # lognormal sigma of a session's working part (median 45 min)
+    left_on: float = 1 / 12  # share of sessions left on after their work
+    left_on_alpha: float = 1.3  # Pareto alpha of how long (from 2 h)
+    bursts: int = 0  # per weekday: a class or a deadline, a third of the users start within 2 min
+
+
+SHAPES = {
+    "default": Shape(),
+    # Sessions with much heavier tails: a third left on, for far longer.
+    "heavy-tail": Shape(work_sigma=1.8, left_on=1 / 3, left_on_alpha=1.05),
+    # Three times a weekday a third of the users start a kernel at once.
+    "bursts": Shape(bursts=3),
+    # Eight people who each start many kernels.
+    "few-users": Shape(users=8, kernels_per_user=20.0),
+}
+
+
+def generate(
+    seed: int = 1, days: int = 7, users: int | None = None, shape: Shape = SHAPES["default"]
+) -> Trace:
+    """A seeded trace of ``days`` days (the first a Monday) of ``users`` people's notebooks
+    (``shape.users`` unless given)."""
     rng = random.Random(seed)
+    users = shape.users if users is None else users
     hours = len(DAY_PROFILE)
     peak, mean = max(DAY_PROFILE), sum(DAY_PROFILE) / hours
     activity = [rng.gammavariate(2.0, 0.5) for _ in range(users)]
     sessions: list[Session] = []
+
+    def add(user: int, start: float) -> None:
+        work = min(rng.lognormvariate(math.log(45 * 60), shape.work_sigma), 10 * 3600)
+        work_end = start + max(120.0, work)
+        end = work_end + rng.lognormvariate(math.log(60), 1.0)  # closing the notebook
+        if rng.random() < shape.left_on:  # left on after the work is done
+            end = work_end + min(2 * 3600 * rng.paretovariate(shape.left_on_alpha), 3 * DAY)
+        number, size = len(sessions), _size(rng)  # drawn before the cells: seeds keep their traces
+        cells = tuple(_cells(rng, start, work_end))
+        sessions.append(Session(f"u{user:02d}-{number}", f"u{user:02d}", start, end, size, cells))
+
     for day in range(days):
         weekend = day % 7 >= 5
         for user in range(users):
             rate = (
-                kernels_per_user * activity[user] * (0.15 if weekend else 1.0) / (hours * 3600 * mean) * peak
+                shape.kernels_per_user
+                * activity[user]
+                * (0.15 if weekend else 1.0)
+                / (hours * 3600 * mean)
+                * peak
             )
             t = 0.0
             while True:
@@ -208,25 +260,15 @@ def generate(seed: int = 1, days: int = 7, users: int = 60, kernels_per_user: fl
                     break
                 if rng.random() * peak > DAY_PROFILE[int(t // 3600)]:
                     continue
-                start = day * DAY + WORK_START_H * 3600 + t
-                work = min(rng.lognormvariate(math.log(45 * 60), 1.2), 10 * 3600)
-                work_end = start + max(120.0, work)
-                end = work_end + rng.lognormvariate(math.log(60), 1.0)  # closing the notebook
-                if rng.random() < 1 / 12:  # left on after the work is done
-                    end = work_end + min(2 * 3600 * rng.paretovariate(1.3), 3 * DAY)
-                number = len(sessions)
-                sessions.append(
-                    Session(
-                        f"u{user:02d}-{number}",
-                        f"u{user:02d}",
-                        start,
-                        end,
-                        _size(rng),
-                        tuple(_cells(rng, start, work_end)),
-                    )
-                )
+                add(user, day * DAY + WORK_START_H * 3600 + t)
+        for _ in range(0 if weekend else shape.bursts):
+            at = day * DAY + WORK_START_H * 3600 + rng.uniform(1, 8) * 3600
+            for user in rng.sample(range(users), max(1, users // 3)):
+                add(user, at + rng.uniform(0, 120))
     sessions.sort(key=lambda session: session.start)
-    return Trace(f"generated {days}-day trace, {users} users, seed {seed}", tuple(sessions))
+    named = next((name for name, known in SHAPES.items() if known == shape), "custom")
+    kind = "" if named == "default" else f", {named}"
+    return Trace(f"generated {days}-day trace{kind}, {users} users, seed {seed}", tuple(sessions))
 
 
 def busy_share(sessions: Iterable[Session]) -> float:
@@ -240,4 +282,15 @@ def busy_share(sessions: Iterable[Session]) -> float:
     return busy / worked if worked else 0.0
 
 
-__all__ = ["FORMAT", "Session", "Trace", "busy_share", "dump", "generate", "load", "read_openb"]
+__all__ = [
+    "FORMAT",
+    "SHAPES",
+    "Session",
+    "Shape",
+    "Trace",
+    "busy_share",
+    "dump",
+    "generate",
+    "load",
+    "read_openb",
+]

@@ -14,15 +14,27 @@ The draws are stratified (play *k* of *n* draws each slice's quantile ``(k + ½)
 by a fixed offset per slice), so the estimate is a function of its inputs: the same queue gets
 the same answer. With fewer than ``MIN_HISTORY`` finished holds there is nothing to go by:
 unknown (None).
+
+The model holds where past holds say how long the slices held now will last. Where they do not
+(a cluster's pods that run for weeks, of which only the short ones have finished; a change of
+habits), the naive estimate — the place in line × the median hold / the cards — can be nearer.
+So before it plays the queue the estimate checks itself against the naive one on the past, from
+the finished holds alone (when each ended is known): at the start of each of the last
+``CHECKED`` holds it asks both when the *k*-th of the slices held then ended (*k*: the place in
+line of the start asked about), each from the holds finished by that moment, and compares with
+when it did end (known when at least *k* of them have ended since). Where its median error is
+larger than the naive one's, it answers the naive estimate.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
+import statistics
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from jupyter_gpushare.core.devices import Device
 from jupyter_gpushare.core.placement.allocator import Held, Policy, Request, Spot, fit
@@ -31,22 +43,34 @@ MIN_HISTORY = 5  # finished holds needed before anything is estimated
 SIMILAR = 2.0  # a hold "of about its size": memory within this factor
 SAMPLES = 31  # plays of the queue (odd: the median is one of them)
 MAX_STEPS = 500  # slices ended or placed in one play before it gives up (unknown)
+CHECKED = 20  # past starts the model is checked on against the naive estimate
+CHECK_SAMPLES = 11  # plays of each past moment in that check
 
 
 @dataclass(frozen=True)
 class History:
-    """Finished holds: ``(bytes, seconds)`` each."""
+    """Finished holds: ``(bytes, seconds)`` each; ``ended_at``: when each ended (seconds since the
+    epoch, in the same order), empty where not known (the model is then not checked)."""
 
     holds: tuple[tuple[int, float], ...]
+    ended_at: tuple[float, ...] = ()
     # Sorted durations by memory, worked out once per size asked about (plays ask thousands).
     _sorted: dict[int, list[float]] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def _by_memory(self) -> tuple[list[int], list[float]]:
+        ordered = sorted(self.holds)
+        return [memory for memory, _ in ordered], [seconds for _, seconds in ordered]
 
     def durations(self, memory: int) -> list[float]:
         """Sorted durations of holds of about ``memory`` bytes (all of them when few are)."""
         known = self._sorted.get(memory)
         if known is None:
-            similar = [seconds for held, seconds in self.holds if _similar(held, memory)]
-            known = sorted(similar if len(similar) >= MIN_HISTORY else (s for _, s in self.holds))
+            memories, seconds = self._by_memory
+            low = bisect.bisect_left(memories, memory / SIMILAR)
+            high = bisect.bisect_right(memories, memory * SIMILAR)
+            similar = seconds[low:high] if memory > 0 else []
+            known = sorted(similar if len(similar) >= MIN_HISTORY else seconds)
             self._sorted[memory] = known
         return known
 
@@ -54,15 +78,15 @@ class History:
         """How much longer a slice of ``memory`` bytes held for ``age`` seconds lasts, at
         ``quantile`` of the holds of its size that lasted longer than that."""
         durations = self.durations(memory)
-        longer = durations[bisect.bisect_right(durations, age) :]
+        first = bisect.bisect_right(durations, age)
+        longer = len(durations) - first
         if not longer:
             # Older than every hold: as likely to end within as long again as not.
             return max(age, 1.0) * quantile / (1.0 - quantile)
-        return longer[min(len(longer) - 1, int(quantile * len(longer)))] - age
+        return durations[first + min(longer - 1, int(quantile * longer))] - age
 
-
-def _similar(held: int, memory: int) -> bool:
-    return memory > 0 and held > 0 and 1 / SIMILAR <= held / memory <= SIMILAR
+    def median(self) -> float:
+        return statistics.median(seconds for _, seconds in self.holds)
 
 
 def _offset(key: str) -> float:
@@ -87,6 +111,9 @@ def expected_start(
     """
     if len(history.holds) < MIN_HISTORY:
         return None
+    naive = naive_start(now, len(ahead), devices, history)
+    if naive is not None and not model_holds(now, len(ahead) + 1, devices, held, held_since, history):
+        return naive
     plays = []
     for play in range(SAMPLES):
         base = (play + 0.5) / SAMPLES
@@ -98,6 +125,61 @@ def expected_start(
     # The median, a play that never places it counting as later than every other.
     finite = sorted(start for start in plays if start is not None)
     return finite[SAMPLES // 2] if len(finite) > SAMPLES // 2 else None
+
+
+def naive_start(now: float, position: int, devices: Sequence[Device], history: History) -> float | None:
+    """The naive estimate for the start ``position`` places from the head of the line (0: first):
+    its place in line × the median hold / the cards; None with too little history."""
+    if len(history.holds) < MIN_HISTORY or not devices:
+        return None
+    return now + (position + 1) * history.median() / len(devices)
+
+
+def model_holds(
+    now: float,
+    ends: int,
+    devices: Sequence[Device],
+    held: Sequence[Held],
+    held_since: Mapping[str, float],
+    history: History,
+) -> bool:
+    """Whether the model has told when the ``ends``-th of the slices held at a past start would
+    end at least as well as the naive estimate (the module's text); True where it cannot be
+    checked (no end times, or no past start whose ``ends``-th end is known yet)."""
+    if not history.ended_at:
+        return True
+    by_end = sorted(zip(history.ended_at, history.holds, strict=True))
+    ends_at = [end for end, _ in by_end]
+    spans = sorted((end - seconds, end, memory) for end, (memory, seconds) in by_end)
+    model_errors: list[float] = []
+    naive_errors: list[float] = []
+    for moment, _, _ in spans[-CHECKED:]:
+        # What the estimate knew then: the holds that had ended by that moment.
+        past = History(tuple(hold for _, hold in by_end[: bisect.bisect_right(ends_at, moment)]))
+        if len(past.holds) < MIN_HISTORY:
+            continue
+        then = [(memory, moment - start, end) for start, end, memory in spans if start < moment < end]
+        if len(then) < ends:
+            continue
+        real = sorted(end for _, _, end in then)[ends - 1] - moment
+        still = [
+            (slice_.memory, moment - held_since[slice_.kernel_id])
+            for slice_ in held
+            if held_since.get(slice_.kernel_id, now) < moment
+        ]
+        ages = [(memory, age) for memory, age, _ in then] + still
+        plays = sorted(
+            sorted(
+                past.remaining(memory, age, ((play + 0.5) / CHECK_SAMPLES + number / len(ages)) % 1.0)
+                for number, (memory, age) in enumerate(ages)
+            )[ends - 1]
+            for play in range(CHECK_SAMPLES)
+        )
+        model_errors.append(abs(plays[CHECK_SAMPLES // 2] - real))
+        naive_errors.append(abs(ends * past.median() / len(devices) - real))
+    if not model_errors:
+        return True
+    return statistics.median(model_errors) <= statistics.median(naive_errors)
 
 
 def _play(
@@ -185,4 +267,4 @@ def describe(seconds: float | None) -> str:
     return f"about {hours:.0f} h" if hours >= 10 else f"about {hours:.1f} h".replace(".0 h", " h")
 
 
-__all__ = ["MIN_HISTORY", "SAMPLES", "History", "describe", "expected_start"]
+__all__ = ["MIN_HISTORY", "SAMPLES", "History", "describe", "expected_start", "model_holds", "naive_start"]

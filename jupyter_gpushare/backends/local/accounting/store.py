@@ -319,8 +319,12 @@ def groups(db: sqlite3.Connection) -> dict[str, list[str]]:
 
 
 def history(db: sqlite3.Connection) -> History:
-    rows = db.execute("SELECT memory, seconds FROM acct_holds ORDER BY id DESC LIMIT ?", (HOLDS_KEPT,))
-    return History(tuple((row["memory"], row["seconds"]) for row in rows))
+    rows = db.execute(
+        "SELECT memory, seconds, ended_at FROM acct_holds ORDER BY id DESC LIMIT ?", (HOLDS_KEPT,)
+    ).fetchall()
+    return History(
+        tuple((row["memory"], row["seconds"]) for row in rows), tuple(row["ended_at"] for row in rows)
+    )
 
 
 def recent(db: sqlite3.Connection, now: float, half_life: float) -> dict[str, float]:

@@ -107,6 +107,17 @@ def test_a_folded_session_is_what_was_held_and_used(ledger: Ledger, accounts: Ac
     )
 
 
+def test_the_wait_estimates_know_when_each_finished_hold_ended(ledger: Ledger, accounts: Accounts) -> None:
+    ledger.request(request("k1", "4G"), Policy())
+    time.sleep(0.1)
+    ledger.release("k1")
+    ended = time.time()
+    accounts.fold()
+    history = accounts.history()
+    assert history.holds[0][0] == 4 * GiB and history.holds[0][1] == pytest.approx(0.1, abs=0.1)
+    assert len(history.ended_at) == 1 and history.ended_at[0] == pytest.approx(ended, abs=0.5)
+
+
 def test_a_running_slice_counts_up_to_now_without_a_fold(ledger: Ledger, accounts: Accounts) -> None:
     ledger.request(request("k1", "2G"), Policy())
     accounts.fold()

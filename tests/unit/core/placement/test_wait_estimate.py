@@ -6,7 +6,14 @@ import pytest
 
 from jupyter_gpushare.backends.local.inventory import parse_simulation
 from jupyter_gpushare.core.placement.allocator import Held, Policy, Request
-from jupyter_gpushare.core.placement.wait_estimate import MIN_HISTORY, History, describe, expected_start
+from jupyter_gpushare.core.placement.wait_estimate import (
+    MIN_HISTORY,
+    History,
+    describe,
+    expected_start,
+    model_holds,
+    naive_start,
+)
 from jupyter_gpushare.core.sizes import parse_size
 
 GiB = 2**30
@@ -88,3 +95,48 @@ def test_never_fitting_is_unknown() -> None:
 )
 def test_describe(seconds: float | None, text: str) -> None:
     assert describe(seconds) == text
+
+
+def days_of_a_class(days: int) -> History:
+    """Each day nine 8G slices start 100 s apart and all end together at 1000 s (a class ends):
+    holds of 200-1000 s, but none ends on its own clock."""
+    holds, ended = [], []
+    for day in range(days):
+        for i in range(9):
+            holds.append((8 * GiB, 1000.0 - 100 * i))
+            ended.append(NOW - (days - day) * 10_000 + 1000)
+    return History(tuple(holds), tuple(ended))
+
+
+def staggered(count: int) -> History:
+    """Slices of 30 min, one starting every 5 min: each ends on its own clock."""
+    holds = tuple((8 * GiB, 1800.0) for _ in range(count))
+    starts = [NOW - 2400 - 300 * (count - 1 - i) for i in range(count)]  # the last ended 600 s ago
+    return History(holds, tuple(start + 1800 for start in starts))
+
+
+def test_the_naive_estimate_is_the_place_in_line_times_the_median_hold_per_card() -> None:
+    cards = parse_simulation("4xA100-80GB").devices
+    assert naive_start(NOW, 2, cards, SPREAD) == pytest.approx(NOW + 3 * SPREAD.median() / 4)
+    assert naive_start(NOW, 0, cards, History(SPREAD.holds[: MIN_HISTORY - 1])) is None
+
+
+def test_where_past_holds_did_not_tell_when_slices_ended_the_estimate_is_the_naive_one() -> None:
+    history = days_of_a_class(5)
+    slices = [held("a", 40), held("b", 40)]
+    since = {"a": NOW - 600, "b": NOW - 300}
+    assert not model_holds(NOW, 1, [CARD], slices, since, history)
+    start = expected_start(NOW, request("me", "40G"), [], [CARD], slices, since, history, Policy())
+    # The median hold is 600 s; first in line on one card.
+    assert start == pytest.approx(NOW + 600)
+
+
+def test_where_past_holds_told_when_slices_ended_the_queue_is_played() -> None:
+    history = staggered(30)
+    slices = [held("a", 40), held("b", 40)]
+    since = {"a": NOW - 1500, "b": NOW - 300}
+    assert model_holds(NOW, 1, [CARD], slices, since, history)
+    start = expected_start(NOW, request("me", "40G"), [], [CARD], slices, since, history, Policy())
+    assert start == pytest.approx(NOW + 300)  # a ends 1800 s after its start; naive: 1800 s
+    # Without end times the model cannot be checked, and is trusted.
+    assert model_holds(NOW, 1, [CARD], slices, since, History(history.holds))
