@@ -26,7 +26,9 @@ once a tick for all its streams: before, each stream looked on its own, 76–117
 reaches the last of the streams within 0.3 s (median; three ticks).
 
 Run: ``.venv/bin/python benchmarks/broker_streams.py`` (50 streams, 10 s each phase, 10 changes;
-about half a minute); ``--quick``: 20 streams, 3 s, 3 changes. ``--against REV [--repeat N]``
+about half a minute); ``--quick``: 40 streams, 6 s, 3 changes (about the shortest run whose CPU
+figure, counted in clock ticks by /proc, can tell the per-stream goal; a figure within its error
+of the goal is reported as such, not judged). ``--against REV [--repeat N]``
 runs it alternately on this checkout and on the package of git revision REV (see
 ``against.py``) and prints the ratios. A user may hold 64 connections to the broker's socket
 (``GPUShareBroker.max_connections_per_user``): at most 60 streams.
@@ -161,6 +163,9 @@ def measure(streams: int, seconds: float, changes: int, root: Path) -> list[Figu
         unasked = sum(len(stream.events) for stream in opened) - before
         stream_ticks_per_second = streams / TICK_S
         per_stream_tick_us = max(with_streams - idle, 0.0) / stream_ticks_per_second * 1e6
+        # /proc counts CPU in clock ticks: each phase's figure is within one tick either way,
+        # so the difference of two phases is known to within two ticks over the phase.
+        error_us = 2 / os.sysconf("SC_CLK_TCK") / seconds / stream_ticks_per_second * 1e6
 
         latencies: list[float] = []
         for _ in range(changes):
@@ -189,17 +194,23 @@ def measure(streams: int, seconds: float, changes: int, root: Path) -> list[Figu
     if unasked:
         print(f"(the broker committed during that phase: {unasked} events sent, their cost included)")
     print(
-        f"one stream, one tick: {per_stream_tick_us:.1f} µs of broker CPU ({stream_ticks_per_second:.0f}/s)"
+        f"one stream, one tick: {per_stream_tick_us:.1f} ± {error_us:.1f} µs of broker CPU "
+        f"({stream_ticks_per_second:.0f}/s)"
     )
     print(
         f"a change to all {streams} streams ({len(latencies)} changes): median {1000 * median:.0f} ms, "
         f"max {1000 * max(latencies):.0f} ms"
     )
-    cpu_met = per_stream_tick_us <= GOAL_CPU_PER_STREAM_TICK_US
+    # Judged only where the measurement can tell: a run too short for the goal says so.
+    if per_stream_tick_us + error_us <= GOAL_CPU_PER_STREAM_TICK_US:
+        cpu_verdict = "met"
+    elif per_stream_tick_us - error_us > GOAL_CPU_PER_STREAM_TICK_US:
+        cpu_verdict = "MISSED"
+    else:
+        cpu_verdict = f"cannot tell at ± {error_us:.0f} µs (a longer --seconds can)"
     latency_met = median <= GOAL_CHANGE_TO_ALL_S
     print(
-        f"VERDICT one stream's tick <= {GOAL_CPU_PER_STREAM_TICK_US:.0f} µs: "
-        f"{'met' if cpu_met else 'MISSED'}; "
+        f"VERDICT one stream's tick <= {GOAL_CPU_PER_STREAM_TICK_US:.0f} µs: {cpu_verdict}; "
         f"a change to all streams <= {1000 * GOAL_CHANGE_TO_ALL_S:.0f} ms (median): "
         f"{'met' if latency_met else 'MISSED'}"
     )
@@ -216,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=50, help=f"streams open at once (1-{MAX_STREAMS})")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each CPU phase")
     parser.add_argument("--changes", type=int, default=10, help="slices asked for and freed")
-    parser.add_argument("--quick", action="store_true", help="20 streams, 3 s phases, 3 changes")
+    parser.add_argument("--quick", action="store_true", help="40 streams, 6 s phases, 3 changes")
     add_options(parser)
     arguments = parser.parse_args(argv)
     if arguments.against:
@@ -224,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             __file__, sys.argv[1:] if argv is None else argv, arguments.against, arguments.repeat
         )
     streams, seconds, changes = (
-        (20, 3.0, 3) if arguments.quick else (arguments.streams, arguments.seconds, arguments.changes)
+        (40, 6.0, 3) if arguments.quick else (arguments.streams, arguments.seconds, arguments.changes)
     )
     if not 1 <= streams <= MAX_STREAMS or seconds <= 0 or changes < 1:
         parser.error(f"--streams must be 1-{MAX_STREAMS}, --seconds above 0 and --changes at least 1")
