@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -24,7 +25,7 @@ from ..cluster.images import kernel_image
 from ..cluster.nodes import gfd_labels
 from ..cluster.nvidia_device_plugin import find, start, write_config
 from ..cluster.real_node import NODE_IP, RealNode
-from ..support.nodes import Node
+from ..support.nodes import BIN, Node
 from ..support.nvml_sim import SimulatedCard, driver_root, write_state
 from ..support.polling import async_wait_until, wait_until
 from ..support.servers import JupyterServer, execute, free_port, start_server
@@ -191,3 +192,29 @@ async def test_a_kernel_past_its_container_memory_limit_is_oom_killed_by_the_cgr
     finally:
         await kernels.shutdown_all()
     await nothing_left(kube)
+
+
+def test_the_doctors_test_kernel_is_green_on_the_real_node(node: Node, kube: KubeCluster) -> None:
+    """``jupyter gpushare doctor`` as an administrator runs it against the cluster: its test
+    kernel is a pod on the real node and sees the card the device plugin allocated."""
+    env = dict(
+        node.env,
+        KUBECONFIG=str(kube.kubeconfig),
+        JUPYTER_GPUSHARE_BACKEND="kubernetes",
+        JUPYTER_GPUSHARE_NAMESPACE=kube.namespace,
+        JUPYTER_GPUSHARE_RESOURCE_PRESET="nvidia",
+        JUPYTER_GPUSHARE_KERNEL_IMAGE=kernel_image().reference,
+        JUPYTER_GPUSHARE_LAUNCH_TIMEOUT="300",
+    )
+    ran = subprocess.run(
+        [str(BIN / "jupyter"), "gpushare", "doctor", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    checks = {check["name"]: check for check in json.loads(ran.stdout)["checks"]}
+    kernel = checks["test kernel"]
+    assert kernel["status"] == "OK", (kernel, ran.stderr[-2000:])
+    assert kernel["detail"].startswith(f"NVIDIA_VISIBLE_DEVICES={CARD.uuid}, slice 512 MiB"), kernel
+    assert kube.pods() == []  # the test kernel's pod went with it
