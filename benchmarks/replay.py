@@ -486,6 +486,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{best_way.name} {best_h:,.0f} (saves {whole_h - best_h:,.0f}), bound {bound_h:,.0f} "
         f"(gpushare reserves {best.reserved / busy:.1f}x the bound, whole card {whole.reserved / busy:.1f}x)"
     )
+    # The goals of what the tables print: memory slices never need more cards than whole cards,
+    # and each way's wait estimate errs no more than the naive one where starts wait.
+    most_slices = max(result.cards for way, result, _ in rows[1:-1])
+    worse = [
+        f"{way.name} ({mae(tight.errors):.0f} s vs {mae(tight.naive):.0f} s)"
+        for way, _, tight in rows
+        if tight is not None and tight.errors and tight.naive and mae(tight.errors) > mae(tight.naive)
+    ]
+    print(
+        f"VERDICT slices need no more GPUs than whole cards ({most_slices} vs {whole.cards}): "
+        f"{'met' if most_slices <= whole.cards else 'MISSED'}; the wait estimate's MAE <= the naive "
+        f"one's: {'met' if not worse else 'MISSED for ' + ', '.join(worse)}"
+    )
     elapsed = time.monotonic() - began
     if arguments.trace:  # the goal is the generated week's
         print(f"replayed in {elapsed:.0f} s")
