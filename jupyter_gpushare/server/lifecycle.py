@@ -70,6 +70,11 @@ def judge(
     )
 
 
+def connected_kernels() -> set[str]:
+    """The kernels of this server a client is connected to now (by websocket)."""
+    return {str(key).partition(":")[0] for key in open_kernel_websockets()}
+
+
 def unused_warning(timeout: float) -> str:
     """What ``GET kernels`` says of a kernel no session refers to and no client uses."""
     if timeout <= 0:
@@ -96,9 +101,14 @@ class Reclaimer:
         context.unused = self.unused
 
     def unused(self) -> dict[str, str]:
-        """The kernels that are unused now, each with what ``GET kernels`` says of it."""
+        """The kernels that are unused now, each with what ``GET kernels`` says of it.
+
+        The last look's verdict, less the kernels a client has connected to since: a notebook
+        connects as soon as its session takes the kernel, and the picker must not take up a
+        kernel in use as one left behind (the sessions are only read at the next look)."""
         warning = unused_warning(self.timeout())
-        return dict.fromkeys(self.unused_since, warning)
+        connected = connected_kernels()
+        return {kernel_id: warning for kernel_id in self.unused_since if kernel_id not in connected}
 
     def start(self) -> None:
         if self._task is None:
@@ -154,7 +164,7 @@ class Reclaimer:
         context = self.context
         sessions = await self.session_manager.list_sessions() if self.session_manager else []
         referenced = {str((session.get("kernel") or {}).get("id")) for session in sessions}
-        connected = {str(key).partition(":")[0] for key in open_kernel_websockets()}
+        connected = connected_kernels()
         return {
             kernel_id: kernel_id in referenced or kernel_id in connected
             for kernel_id in context.kernel_manager.list_kernel_ids()

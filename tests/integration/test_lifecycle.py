@@ -8,6 +8,7 @@ ledger and the server's kernels, never after a fixed sleep.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import threading
@@ -38,6 +39,10 @@ def open_in_a_session(server: JupyterServer, kernel_id: object, path: str) -> No
     answer = server.request("POST", "/api/sessions", body)
     assert answer.status == 201, answer.body
     assert answer.body["kernel"]["id"] == kernel_id, answer.body
+
+
+def kernel_views(server: JupyterServer) -> dict[str, dict[str, object]]:
+    return {view["kernel_id"]: view for view in server.request("GET", f"{API}/kernels").body}
 
 
 def kernel_ids(server: JupyterServer) -> set[str]:
@@ -141,5 +146,40 @@ def test_a_kernel_no_session_uses_is_shown_unused_then_shut_down(node: Node) -> 
         assert node.reserved() == 4 * GiB
         assert [record.kernel_id for record in node.running()] == [used["kernel_id"]]
         assert "no notebook or console used it for 5 s" in server.log()
+    finally:
+        server.stop()
+
+
+def test_a_kernel_a_client_connects_to_is_no_longer_unused_at_once(node: Node) -> None:
+    """The picker takes up a kernel marked unused as one left behind: a notebook that has just
+    connected to its kernel must not see it so until the next look (every 2 s) reads the
+    sessions, or changing that notebook's kernel would take the same kernel up again."""
+    node.write_server_config({"unused_kernel_timeout": 600})
+    server = start_server(node)
+    try:
+        kernel = start(server, "4G")
+        kernel_id = str(kernel["kernel_id"])
+        wait_until(
+            lambda: kernel_views(server),
+            30,
+            message="the kernel marked unused",
+            until=lambda views: views.get(kernel_id, {}).get("unused"),
+        )
+
+        async def connected_view() -> dict[str, object]:
+            from tornado.httpclient import HTTPRequest
+            from tornado.websocket import websocket_connect
+
+            url = f"{server.url.replace('http', 'ws')}/api/kernels/{kernel_id}/channels"
+            request = HTTPRequest(url, headers={"Authorization": f"token {server.token}"})
+            connection = await websocket_connect(request)
+            try:
+                return await asyncio.to_thread(lambda: kernel_views(server)[kernel_id])
+            finally:
+                connection.close()
+
+        view = asyncio.run(connected_view())
+        assert "unused" not in view, view
+        assert not any("no notebook or console" in warning for warning in view["warnings"]), view
     finally:
         server.stop()

@@ -51,9 +51,9 @@ export class GPUShareSessionAPIClient extends SessionAPI.SessionAPIClient {
   }
 
   async startNew(options: Session.ISessionOptions): Promise<Session.IModel> {
-    const kernel = await this._sized(options.kernel, async () =>
-      sessionPath(options)
-    );
+    const kernel = await this._sized(options.kernel, async () => ({
+      path: sessionPath(options)
+    }));
     return super.startNew(kernel ? { ...options, kernel } : options);
   }
 
@@ -62,7 +62,15 @@ export class GPUShareSessionAPIClient extends SessionAPI.SessionAPIClient {
   ): Promise<Session.IModel> {
     const kernel = await this._sized(
       model.kernel as Partial<Kernel.IModel> | undefined,
-      async () => model.path ?? (await this.getModel(model.id)).path
+      async () => {
+        // The session's kernel now is the one being replaced: the server may still judge it
+        // unused for a moment after the session took it, and it must not be its own successor.
+        const session = await this.getModel(model.id);
+        return {
+          path: model.path ?? session.path,
+          replaces: session.kernel?.id ?? null
+        };
+      }
     );
     return super.update(kernel ? { ...model, kernel } : model);
   }
@@ -70,14 +78,14 @@ export class GPUShareSessionAPIClient extends SessionAPI.SessionAPIClient {
   /** `{id, name}` of a kernel started at the picked size, or null when none is needed. */
   private async _sized(
     kernel: Partial<Kernel.IModel> | null | undefined,
-    path: () => Promise<string>
+    target: () => Promise<{ path: string; replaces?: string | null }>
   ): Promise<Partial<Kernel.IModel> | null> {
     if (!kernel?.name || kernel.id || !this._starts.isGPUKernel(kernel.name)) {
       return null;
     }
     const id = await this._starts.start({
       kernelName: kernel.name,
-      path: await path()
+      ...(await target())
     });
     if (id === null) {
       throw new StartCancelled();

@@ -28,6 +28,11 @@ export interface IStartRequest {
   kernelName: string;
   /** The path of the notebook the kernel is for (its directory is the kernel's). */
   path: string;
+  /**
+   * The kernel the new one replaces (a session's kernel being changed): never taken up as
+   * left behind, however recently the server judged it unused.
+   */
+  replaces?: string | null;
 }
 
 /** What picks the size: the UI plugin's dialog; null when the user cancels. */
@@ -200,6 +205,7 @@ export class KernelStarts {
         kernel =>
           kernel.kernel_id !== null &&
           !followed.has(kernel.kernel_id) &&
+          kernel.kernel_id !== request.replaces &&
           kernel.path === request.path &&
           kernel.kernel_name === request.kernelName &&
           (kernel.state === 'queued' || kernel.unused === true)
