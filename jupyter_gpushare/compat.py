@@ -37,6 +37,31 @@ def pending_kernel_starts(multi_kernel_manager: Any) -> dict[str, Any]:
     return dict(pending) if isinstance(pending, dict) else {}
 
 
+def watch_new_kernel_activity(mapping_kernel_manager: Any, kernel_id: str) -> bool:
+    """Make a server's watch of a kernel's activity follow the kernel to a new address.
+
+    jupyter_server (checked: 2.21.1) follows a kernel's execution state on an iopub socket of its
+    own (``kernel._activity_stream``), made once at the start and again only in its own
+    ``restart_kernel`` when the ports changed. A kernel its restarter brought back (after its
+    pod was OOMKilled) in a new pod at another address would be watched at the old one for
+    ever: ``GET /api/kernels`` says "busy" (the cell that died) and the culler never sees it
+    idle. ``stop_watching_activity`` would also end a pending restart's wait for its
+    ``kernel_info`` reply, so only the socket is closed here. False where the manager does not
+    know the kernel or has no such watch.
+    """
+    kernels = getattr(mapping_kernel_manager, "_kernels", None)
+    kernel = kernels.get(kernel_id) if isinstance(kernels, dict) else None
+    if kernel is None or not hasattr(mapping_kernel_manager, "start_watching_activity"):
+        return False
+    stream = getattr(kernel, "_activity_stream", None)
+    if stream is not None and not stream.socket.closed:
+        stream.close()
+    kernel._activity_stream = None
+    kernel.execution_state = "starting"  # the new kernel's first status is taken as it comes
+    mapping_kernel_manager.start_watching_activity(kernel_id)
+    return True
+
+
 def open_kernel_websockets() -> dict[str, Any]:
     """jupyter_server's open kernel websockets, by ``"<kernel id>:<session>"``.
 

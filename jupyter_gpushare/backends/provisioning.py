@@ -30,12 +30,16 @@ class SliceProvisioner(KernelProvisionerBase):  # type: ignore[misc]
 
     What a server reads of every gpushare kernel, whatever its kind:
     ``state`` (what its slice or pod is doing, as a person reads it), ``ended_reason``,
-    ``resize_failure``, ``has_process``; :meth:`resize`, :meth:`give_back` and
+    ``restarted_after``, ``resize_failure``, ``has_process``; :meth:`resize`, :meth:`give_back` and
     :meth:`token_matches`.
     """
 
     state: str = ""  # "waiting for a GPU slice: position 2 (…)", "running on gpu-node-2"…
     ended_reason: str | None = None  # why its pod or process ended, where known
+    # Why the kernel's previous pod or process ended on its own, when jupyter_server restarted
+    # it (its restarter, after an OOMKilled pod, say): the kernel runs again, but its variables
+    # are gone, and its row must say why. None after a start, or a restart someone asked for.
+    restarted_after: str | None = None
     resize_failure: str | None = None  # why the last resize did not happen, until the next one
     _on_state: Callable[[str], object] | None = None  # a server's listener, per start
     _launched: bool = False  # a first launch was prepared (later ones are restarts)

@@ -101,10 +101,16 @@ class GPUShareContext:
                 gpushare.add(kernel_id)
                 if provisioner.ended_reason and not provisioner.has_process:
                     ended.add(kernel_id)
-                if provisioner.resize_failure:  # until the next resize: why it kept its old size
-                    warnings[kernel_id] = (
-                        f"{provisioner.resize_failure}; the kernel kept its previous size",
+                said: tuple[str, ...] = ()
+                if provisioner.restarted_after:  # until the next restart or shutdown
+                    said += (
+                        f"the kernel was restarted after it ended: {provisioner.restarted_after}; "
+                        "its variables are gone",
                     )
+                if provisioner.resize_failure:  # until the next resize: why it kept its old size
+                    said += (f"{provisioner.resize_failure}; the kernel kept its previous size",)
+                if said:
+                    warnings[kernel_id] = said
             detail = (start.detail if start is not None else None) or (
                 provisioner.state if provisioner else ""
             )

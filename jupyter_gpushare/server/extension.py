@@ -8,6 +8,7 @@ from typing import Any
 from jupyter_server.utils import url_path_join
 
 from jupyter_gpushare.backends import ServerHooks, backend_for
+from jupyter_gpushare.compat import watch_new_kernel_activity
 from jupyter_gpushare.config import GPUShare, load_settings, unreported_warnings
 from jupyter_gpushare.core import log_filter as refusals
 from jupyter_gpushare.server import kernel_routes, metrics, routes, usage_routes
@@ -37,8 +38,15 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
     refusals.install(serverapp.log)
     settings = load_settings(serverapp.config)
     backend = backend_for(settings)
+
+    def kernel_in_new_pod(kernel_id: str) -> int:
+        # The browsers reconnect (to the new pod, through the server); so does the server's own
+        # watch of the kernel's state.
+        watch_new_kernel_activity(serverapp.kernel_manager, kernel_id)
+        return close_kernel_websockets(kernel_id)
+
     backend.attach_server(
-        ServerHooks(report_base=lambda: report_base(settings, serverapp), on_new_pod=close_kernel_websockets)
+        ServerHooks(report_base=lambda: report_base(settings, serverapp), on_new_pod=kernel_in_new_pod)
     )
     context = GPUShareContext(
         backend=backend,

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import subprocess
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -79,10 +80,16 @@ def kube(make_kube: MakeKube) -> KubeCluster:
 
 @pytest.fixture
 def server(node: Node, kube: KubeCluster) -> Iterator[JupyterServer]:
+    started = real_node_server(node, kube)
+    yield started
+    started.stop()
+
+
+def real_node_server(node: Node, kube: KubeCluster) -> JupyterServer:
     """A jupyter server on the Kubernetes backend (NVIDIA's device plugin preset), listening on
     the node's address, where its kernel pods reach it to report their use."""
     port = free_port()
-    started = start_server(
+    return start_server(
         node,
         "real-node",
         {
@@ -97,8 +104,6 @@ def server(node: Node, kube: KubeCluster) -> Iterator[JupyterServer]:
         ip=NODE_IP,
         port=port,
     )
-    yield started
-    started.stop()
 
 
 async def test_a_timeslice_kernel_runs_in_a_real_pod_with_the_gpu_the_device_plugin_gave_it(
@@ -192,6 +197,84 @@ async def test_a_kernel_past_its_container_memory_limit_is_oom_killed_by_the_cgr
     finally:
         await kernels.shutdown_all()
     await nothing_left(kube)
+
+
+async def test_a_kernel_the_oom_killer_ended_is_restarted_in_a_new_pod_and_says_why(
+    node: Node, kube: KubeCluster, real_node: RealNode
+) -> None:
+    """Through a real server: the kernel's container outgrows its memory limit, the kubelet
+    reports OOMKilled, jupyter_server restarts the kernel into a new pod on the real node, the
+    notebook's next cell runs there, and the REST view (the panel's row) says why it restarted,
+    in the kubelet's words."""
+    node.write_server_config(
+        {
+            "pod_template": {
+                "spec": {"containers": [{"name": "kernel", "resources": {"limits": {"memory": "256Mi"}}}]}
+            }
+        }
+    )
+    server = await asyncio.to_thread(real_node_server, node, kube)
+    try:
+        body = {"name": "python3-gpu-4g", "path": "work/oom.ipynb", "gpu_memory": "4G"}
+        kernel_id = (await asyncio.to_thread(start_kernel, server, body))["kernel_id"]
+        await asyncio.to_thread(running_view, server, kernel_id, 300)
+        [first] = kube.pods()
+        assert first["spec"]["nodeName"] == real_node.name
+        await asyncio.to_thread(
+            wait_until,
+            lambda: server.request("GET", f"/api/kernels/{kernel_id}").status,
+            120,
+            0.2,
+            f"jupyter_server's kernel {kernel_id}",
+            until=lambda status: status == 200,
+        )
+        # Zeroed page by page, past the 256Mi limit: the kernel's own cgroup ends it (no reply
+        # comes: the cell is sent, as a notebook sends it, and the kernel's end is waited for).
+        await submit(server, kernel_id, "hog = bytearray(512 * 2**20)")
+
+        def restarted() -> dict[str, object]:
+            view = server.request("GET", f"/api/gpushare/kernels/{kernel_id}").body
+            pods = kube.pods()
+            return {"view": view, "pods": pods}
+
+        seen = await asyncio.to_thread(
+            wait_until,
+            restarted,
+            300,
+            0.5,
+            "the kernel running again in a new pod",
+            until=lambda now: (
+                now["view"].get("state") == "running"
+                and [p["metadata"]["uid"] for p in now["pods"]] not in ([], [first["metadata"]["uid"]])
+            ),
+        )
+        view = seen["view"]
+        assert any("OOMKilled (exit code 137)" in warning for warning in view["warnings"]), view
+        [second] = seen["pods"]
+        assert second["spec"]["nodeName"] == real_node.name
+        assert "OOMKilled (exit code 137)" in server.log()
+        out, errors = await execute(server, kernel_id, "print(6 * 7)", timeout=120)
+        assert (out.strip(), errors) == ("42", "")
+        stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
+        assert stopped.status == 204, stopped.body
+        await nothing_left(kube)
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def submit(server: JupyterServer, kernel_id: str, code: str) -> None:
+    """Send one cell to the server's kernel over its websocket, waiting for no reply."""
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    url = f"{server.url.replace('http', 'ws')}/api/kernels/{kernel_id}/channels"
+    connection = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {server.token}"}))
+    header = {"msg_id": uuid.uuid4().hex, "msg_type": "execute_request", "username": "test"}
+    header |= {"session": uuid.uuid4().hex, "version": "5.3", "date": ""}
+    content = {"code": code, "silent": False, "allow_stdin": False}
+    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": "shell"}
+    await connection.write_message(json.dumps(message))
+    connection.close()
 
 
 def test_the_doctors_test_kernel_is_green_on_the_real_node(node: Node, kube: KubeCluster) -> None:

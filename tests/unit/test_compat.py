@@ -13,7 +13,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from tornado.web import HTTPError
 
-from jupyter_gpushare.compat import forget_pending_kernel, open_kernel_websockets
+from jupyter_gpushare.compat import forget_pending_kernel, open_kernel_websockets, watch_new_kernel_activity
 from jupyter_gpushare.core.errors import DoesNotFitError
 from jupyter_gpushare.http_errors import answerable
 
@@ -43,6 +43,41 @@ def test_jupyter_server_still_keeps_open_kernel_websockets_privately() -> None:
 
     assert isinstance(ZMQChannelsWebsocketConnection._open_sessions, dict)
     assert open_kernel_websockets() is ZMQChannelsWebsocketConnection._open_sessions
+
+
+def test_jupyter_server_still_watches_a_kernels_activity_on_one_iopub_socket_made_at_its_start() -> None:
+    """The reason for watch_new_kernel_activity: only jupyter_server's own restart re-watches."""
+    import inspect
+
+    from jupyter_server.services.kernels.kernelmanager import MappingKernelManager
+
+    assert "_activity_stream" in inspect.getsource(MappingKernelManager.start_watching_activity)
+    assert "start_watching_activity" in inspect.getsource(MappingKernelManager._async_restart_kernel)
+
+    class Stream:
+        def __init__(self) -> None:
+            self.socket = type("Socket", (), {"closed": False})()
+
+        def close(self) -> None:
+            self.socket.closed = True
+
+    class Manager:
+        def __init__(self) -> None:
+            self.old = Stream()
+            self._kernels = {
+                "k": type("Kernel", (), {"_activity_stream": self.old, "execution_state": "busy"})()
+            }
+            self.watched: list[str] = []
+
+        def start_watching_activity(self, kernel_id: str) -> None:
+            self.watched.append(kernel_id)
+
+    manager = Manager()
+    assert watch_new_kernel_activity(manager, "k")
+    assert manager.old.socket.closed and manager.watched == ["k"]
+    assert manager._kernels["k"].execution_state == "starting"
+    assert not watch_new_kernel_activity(manager, "unknown") and manager.watched == ["k"]
+    assert not watch_new_kernel_activity(object(), "k")  # another manager: nothing to do
 
 
 def test_tornado_still_escapes_percent_in_log_message_and_ours_does_not() -> None:

@@ -210,6 +210,9 @@ class KubernetesProvisioner(SliceProvisioner):
 
     async def _launch(self) -> KernelConnectionInfo:
         assert self._settings is not None, "pre_launch first"
+        # A pod that ended on its own (not deleted by a shutdown or a restart asked for) and is
+        # launched again: jupyter_server's restarter brings the kernel back after it died.
+        self.restarted_after = self.ended_reason
         self._exit_code, self.ended_reason, self._deleted, self._pod_ip = None, None, False, None
         try:
             found = await self.pods.launch(self._kernel_pod(self._settings), self._settings.launch_timeout)
