@@ -54,6 +54,7 @@ HUB_CONFIG = (
 c.JupyterHub.spawner_class = "simple"
 c.SimpleLocalProcessSpawner.home_dir_template = "{root}/home/{{username}}"
 c.Spawner.cmd = [{singleuser!r}]
+c.Spawner.ip = {server_ip!r}
 c.Spawner.args = ["--allow-root", "--KubernetesProvisioner.poll_interval=0.1"]
 c.Spawner.start_timeout = 90
 c.Spawner.http_timeout = 90
@@ -122,11 +123,14 @@ def hub_and_broker(
     preset: str,
     gpushare: dict[str, Any],
     launcher: tuple[str, ...] = (),
+    kernel_image: str = IMAGE,
+    server_ip: str = "127.0.0.1",
 ) -> Iterator[Setup]:
     """A hub whose users' servers know only the broker's URL, and the broker (``preset``, the
     broker's ``gpushare`` settings; its command line started by ``launcher`` when given) holding
     ``cluster``'s kubeconfig; the ``kernelspecs`` (name: the provisioner's config) installed for
-    every server."""
+    every server. The users' servers listen on ``server_ip`` (where their kernel pods reach them),
+    and their pods run ``kernel_image``."""
     prefix = root / "prefix" / "share" / "jupyter"
     for name, provisioner_config in kernelspecs.items():
         directory = prefix / "kernels" / name
@@ -173,6 +177,7 @@ def hub_and_broker(
             proxy=proxy_command(),
             root=root / "hub",
             singleuser=str(BIN / "jupyterhub-singleuser"),
+            server_ip=server_ip,
             environment=environment,
             admin_token=ADMIN_TOKEN,
             broker_port=broker_port,
@@ -201,7 +206,7 @@ def hub_and_broker(
         "JUPYTERHUB_API_TOKEN": BROKER_TOKEN,
         "JUPYTERHUB_SERVICE_NAME": "gpushare-broker",
         "JUPYTER_GPUSHARE_RESOURCE_PRESET": preset,
-        "JUPYTER_GPUSHARE_KERNEL_IMAGE": IMAGE,
+        "JUPYTER_GPUSHARE_KERNEL_IMAGE": kernel_image,
         "JUPYTER_GPUSHARE_NAMESPACE": cluster.namespace,
         "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
         **isolated_from_the_machine(),

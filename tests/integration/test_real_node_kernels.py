@@ -15,10 +15,11 @@ import logging
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
+from jupyter_gpushare.backends.kubernetes.objects.manifests import OWNER_LABEL, pod_name
 from jupyter_gpushare.core.sizes import GiB
 
 from ..cluster import NODES, ControlPlane, KubeCluster
@@ -33,6 +34,7 @@ from ..support.servers import JupyterServer, execute, free_port, start_server
 from .conftest import MakeKube
 from .kubernetes_server.support import get, running_view
 from .kubernetes_server.support import start as start_kernel
+from .test_broker_kubernetes import call, hub_and_broker, server_of
 from .test_kubernetes import answered_without_curve, manager, nothing_left, secret_files
 
 pytestmark = pytest.mark.integration
@@ -260,6 +262,59 @@ async def test_a_kernel_the_oom_killer_ended_is_restarted_in_a_new_pod_and_says_
         await nothing_left(kube)
     finally:
         await asyncio.to_thread(server.stop)
+
+
+def test_a_users_kernel_started_through_the_broker_runs_on_the_real_node(
+    kube: KubeCluster, real_node: RealNode, tmp_path: Path
+) -> None:
+    """The hub's user asks their server, which asks the broker (the only holder of the cluster's
+    credentials): the pod runs on the real node with the card NVIDIA's device plugin gave it,
+    the user's server reaches it over the pod's address, and the slice is free once it ends."""
+    kernelspecs = {"gpu-4g": {"gpu_memory": "4G", "gpu_mode": "timeslice"}}
+    with hub_and_broker(
+        tmp_path, kube, kernelspecs, "nvidia", {}, kernel_image=kernel_image().reference, server_ip=NODE_IP
+    ) as setup:
+        started = call(setup, "alice", "POST", "kernels", {"name": "gpu-4g", "path": "real.ipynb"})
+        assert started[0] in (201, 202), (started, setup.log()[-3000:])
+        kernel_id = started[1]["kernel_id"]
+        view = wait_until(
+            lambda: call(setup, "alice", "GET", f"kernels/{kernel_id}"),
+            300,
+            0.5,
+            f"alice's kernel {kernel_id} running",
+            until=lambda answer: answer[0] == 200 and answer[1]["state"] == "running",
+        )[1]
+        assert view["node"] == real_node.name, view
+        [pod] = kube.pods()
+        assert pod["spec"]["nodeName"] == real_node.name
+        assert pod["metadata"]["labels"][OWNER_LABEL] == "alice"
+        alice = server_of(setup, "alice")
+        wait_until(
+            lambda: setup.hub.call("GET", f"/user/alice/api/kernels/{kernel_id}", token=alice.token)[0],
+            120,
+            0.2,
+            f"alice's server listing kernel {kernel_id}",
+            until=lambda status: status == 200,
+        )
+        code = "import os\nprint(os.environ.get('NVIDIA_VISIBLE_DEVICES'))\n%gpu status"
+        out, errors = asyncio.run(execute(alice, kernel_id, code, timeout=120))
+        assert errors == "", errors
+        assert out.splitlines()[0] == CARD.uuid, out
+        assert f"GPU slice: 4G (timeslice) in pod {pod_name(kernel_id)}" in out, out
+
+        ended = setup.hub.call("DELETE", f"/user/alice/api/kernels/{kernel_id}", token=alice.token)
+        assert ended[0] == 204, ended
+        asyncio.run(nothing_left(kube))
+        pool = wait_until(
+            lambda: call(setup, "alice", "GET", "pool")[1],
+            60,
+            0.5,
+            "the slice free in alice's pool",
+            until=lambda pool: (
+                [d["memory_reserved"] for d in pool["devices"] if d["node"] == real_node.name] == [0]
+            ),
+        )
+        assert pool
 
 
 async def submit(server: JupyterServer, kernel_id: str, code: str) -> None:
