@@ -103,6 +103,50 @@ async def test_many_streams_share_one_look_per_tick_and_each_sees_every_move(tmp
     assert all(own == [first, seen[0][-1]] for own in seen), "each stream sees the move once"
 
 
+async def test_no_stream_is_woken_by_the_accounting_fold_but_every_one_by_a_start_and_an_end(
+    tmp_path: Path,
+) -> None:
+    """The fold of a start's or an end's accounting events (the broker's housekeeping, a second
+    or so later) commits figures no pool shows: no stream sends the unchanged pool again."""
+    backend = Counted(GPUShare(simulate="1xA100-80GB", ledger_path=str(tmp_path / "ledger.sqlite")))
+    backend.waited_in, backend.told = [], 0
+    ticks = MarkerTicks(lambda: broker_marker(backend), 0.05)
+    stop = asyncio.Event()
+    seen: list[list[str]] = [[] for _ in range(30)]
+    streams = [asyncio.ensure_future(follow(ticks, own, stop)) for own in seen]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+
+    async def settled(count: int) -> None:
+        """Until every stream has seen ``count`` markers, and the ticks looked again since."""
+        while not all(len(own) >= count for own in seen) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        assert all(len(own) >= count for own in seen), "a stream missed a move"
+        await looked_again(3)
+
+    async def looked_again(looks: int) -> None:
+        """Until the ticks have looked at the marker ``looks`` more times (each after now)."""
+        wanted = ticks.looks + looks
+        while ticks.looks < wanted and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        assert ticks.looks >= wanted
+
+    await settled(1)
+    await backend.acquire("kernel-1", backend.check("4G"))
+    await settled(2)
+    assert await asyncio.to_thread(backend.accounts.fold) == 1  # the start's event
+    await looked_again(3)
+    assert all(len(own) == 2 for own in seen), "a stream was woken by the fold"
+    assert backend.free("kernel-1") is not None
+    await settled(3)
+    assert await asyncio.to_thread(backend.accounts.fold) == 1  # the end's event
+    await looked_again(3)
+    stop.set()
+    await asyncio.gather(*streams)
+    assert all(own == seen[0] and len(set(own)) == 3 for own in seen), "the start and the end, once each"
+    assert backend.told == ticks.looks, "one read of the marker per tick for all the streams"
+
+
 async def test_the_ticks_stop_when_no_stream_follows_and_start_afresh(tmp_path: Path) -> None:
     looked: list[str] = []
 

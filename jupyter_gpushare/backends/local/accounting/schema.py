@@ -170,9 +170,15 @@ def create(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {name}")
         else:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
-    for statement in _statements(TRIGGERS, separator="END;"):
-        # A trigger of an earlier version is replaced; an unchanged one is left alone (dropping
-        # it would change the schema, which every other connection to the file then reloads).
+    create_triggers(db, TRIGGERS)
+
+
+def create_triggers(db: sqlite3.Connection, script: str) -> None:
+    """Create the triggers of ``script`` (``CREATE TRIGGER IF NOT EXISTS name … END;`` each)
+    where missing, inside the caller's transaction. A trigger of an earlier version is
+    replaced; an unchanged one is left alone (dropping it would change the schema, which every
+    other connection to the file then reloads)."""
+    for statement in _statements(script, separator="END;"):
         name = statement.split()[5]
         stored = db.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?", (name,))
         row = stored.fetchone()
@@ -188,4 +194,4 @@ def _statements(script: str, separator: str = ";") -> list[str]:
     return [part.strip() + " END;" for part in script.split(separator) if part.strip()]
 
 
-__all__ = ["CHANGED_COLUMNS", "FIGURE_COLUMNS", "NOW", "TABLES", "TRIGGERS", "create"]
+__all__ = ["CHANGED_COLUMNS", "FIGURE_COLUMNS", "NOW", "TABLES", "TRIGGERS", "create", "create_triggers"]

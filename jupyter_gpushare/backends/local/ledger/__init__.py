@@ -100,12 +100,14 @@ class Ledger:
 
     @_faults_named
     def change_marker(self) -> int:
-        """A number that changes whenever anyone commits to the ledger (a few microseconds).
+        """A number that changes whenever anyone commits what a view of the pool or of the
+        kernels could show (a few microseconds).
 
-        Read on a connection of its own that never writes, so sqlite's ``data_version`` counts
-        every commit — by other processes and by this process's other connections alike. It
-        changes too when this process moves to a restored file, and when the file is made
-        read-only or writable again (no commit, but every view then shows another problem).
+        The views' version (:mod:`.view_version`), read when sqlite's ``data_version`` says
+        anyone committed (by other processes and by this process's other connections alike):
+        the accounting's fold, which no view shows, leaves it as it was. It changes too when
+        this process moves to a restored file, and when the file is made read-only or writable
+        again (no commit, but every view then shows another problem).
         """
         read_only = ledger_faults.not_writable(self.path) is not None
         return (self._access.change_marker() << 1) + read_only

@@ -160,23 +160,23 @@ class LedgerAccess:
             raise self._threads.busy() from None
 
     def change_marker(self) -> int:
-        """A number that changes whenever anyone commits to the ledger, and whenever this process
-        moves to another file or opens a new watching connection (whose count starts afresh)."""
+        """A number that changes whenever anyone commits what a view could show (the views'
+        version, :mod:`.view_version`), and whenever this process moves to another file."""
         marker = self._marker(self._current(), wait=True)
         assert marker is not None
         return marker
 
     def change_marker_at_once(self) -> int | None:
-        """The same if it takes no more than a stat and a read of sqlite's shared memory; None
-        if the file is to be opened, followed or put back, or the watching connection is busy."""
+        """The same if it takes no more than a stat and a read of sqlite's shared memory (and
+        after a commit, of one cached page); None if the file is to be opened, followed or put
+        back, or the watching connection is busy."""
         return self._marker(self._unchanged_file(), wait=False)
 
     def _marker(self, file: OpenFile | None, wait: bool) -> int | None:
-        counted = None if file is None else self._threads.data_version(file.generation, wait)
-        if counted is None:
+        version = None if file is None else self._threads.view_version(file.generation, wait)
+        if version is None:
             return None
-        opened, version = counted
-        return (((self._generation << 24) + opened) << 40) + version
+        return (self._generation << 48) + version
 
     def forget_thread_connections(self) -> None:
         """Drop this thread's connections (after an error: the next call opens new ones, which

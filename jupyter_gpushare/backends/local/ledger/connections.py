@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from jupyter_gpushare.backends.local.ledger import faults as ledger_faults
+from jupyter_gpushare.backends.local.ledger import view_version
 from jupyter_gpushare.backends.local.ledger.file import current_pid, lock_holders
 from jupyter_gpushare.backends.local.ledger.lock import LockTimeout, lock_exclusive, unlock
 from jupyter_gpushare.core.errors import LedgerError
@@ -38,7 +39,8 @@ class ThreadConnections:
         self._local = threading.local()
         self._watcher: tuple[tuple[int, int], sqlite3.Connection] | None = None
         self._watcher_lock = threading.Lock()
-        self._watchers_opened = 0
+        # The watcher's data_version at its last read of the views' version, and that version.
+        self._seen: tuple[int, int] | None = None
 
     def connect(self, check_same_thread: bool = True) -> sqlite3.Connection:
         uri = f"file:{urllib.parse.quote(str(self.path))}?mode=rw"
@@ -70,16 +72,18 @@ class ThreadConnections:
         local.connection = (key, connection)
         return connection
 
-    def data_version(self, generation: int, wait: bool = True) -> tuple[int, int] | None:
-        """``PRAGMA data_version`` on the process's connection that never writes (it counts every
-        commit, by other processes and by this process's other connections alike), and how many
-        such connections this process has opened: a new one counts from 1 again.
+    def view_version(self, generation: int, wait: bool = True) -> int | None:
+        """The views' version (:mod:`.view_version`), read on the process's connection that never
+        writes, and only when its ``PRAGMA data_version`` says someone committed since the last
+        read (it counts every commit, by other processes and by this process's other connections
+        alike): a look that finds no commit reads sqlite's shared memory only.
 
-        One connection for all threads, used under a lock: each connection counts from its own
-        start, so figures read on two connections could repeat each other across a change.
+        One connection for all threads, used under a lock: the count ``data_version`` gives is
+        the connection's own, so one read on another connection could pass for no commit.
         Without ``wait``, None instead of waiting for another thread or for a connection to be
-        opened: the pragma then reads sqlite's shared memory only (write-ahead log mode), which
-        a writer holds for microseconds (recovering a log after a crash: milliseconds)."""
+        opened: a look then reads sqlite's shared memory (write-ahead log mode), which a writer
+        holds for microseconds (recovering a log after a crash: milliseconds), and after a
+        commit the count's page (the operating system's cache: microseconds)."""
         key = (current_pid(), generation)
         if not self._watcher_lock.acquire(blocking=wait):
             return None
@@ -90,10 +94,14 @@ class ThreadConnections:
                 if self._watcher is not None and self._watcher[0][0] == key[0]:
                     with contextlib.suppress(sqlite3.Error):
                         self._watcher[1].close()
-                self._watcher = (key, self.connect(check_same_thread=False))
-                self._watchers_opened += 1
-            version = int(self._watcher[1].execute("PRAGMA data_version").fetchone()[0])
-            return self._watchers_opened, version
+                self._watcher, self._seen = (key, self.connect(check_same_thread=False)), None
+            watcher = self._watcher[1]
+            committed = int(watcher.execute("PRAGMA data_version").fetchone()[0])
+            if self._seen is None or self._seen[0] != committed:
+                # data_version first: a commit between the two reads is counted in the version
+                # read, and moves data_version again, so it is looked at once more; never missed.
+                self._seen = (committed, view_version.read(watcher))
+            return self._seen[1]
         finally:
             self._watcher_lock.release()
 
@@ -110,7 +118,7 @@ class ThreadConnections:
             if self._watcher is not None and self._watcher[0][0] == current_pid():
                 with contextlib.suppress(sqlite3.Error):
                     self._watcher[1].close()
-            self._watcher = None
+            self._watcher, self._seen = None, None
         self._drop_connection()
 
     def close(self) -> None:

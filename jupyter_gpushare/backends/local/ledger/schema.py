@@ -15,13 +15,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from jupyter_gpushare.backends.local import accounting
+from jupyter_gpushare.backends.local.ledger import view_version
 from jupyter_gpushare.backends.local.ledger.lock import unlock
 from jupyter_gpushare.core.devices import Device, MigInstance
 from jupyter_gpushare.core.records import ProcessIdentity, ReleasedSlice, SliceRecord, SuspendedState
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5  # 5: the views' version (view_version.py)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -139,6 +140,7 @@ def initialise(db: sqlite3.Connection, ledger_id: str | None) -> str:
         if column not in present:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
     accounting.create(db)  # its tables, and the triggers on ours that record every change
+    view_version.create(db)  # after both: its triggers are on ours and on the accounting's
     db.execute(
         "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
     )

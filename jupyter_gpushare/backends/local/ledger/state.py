@@ -2,9 +2,9 @@
 
 ``GET pool``, ``GET kernels``, the stream and the sampler all look at every slice, once a second
 or on every request. They share one :class:`~jupyter_gpushare.core.records.LedgerState` until the
-next commit (``PRAGMA data_version`` says when), and a read after a change turns only the rows
-that changed into records: a row equal to one of the last read keeps its record (records are
-frozen, so sharing them is safe).
+next commit that changes what they show (the change marker says when: :mod:`.view_version`), and
+a read after a change turns only the rows that changed into records: a row equal to one of the
+last read keeps its record (records are frozen, so sharing them is safe).
 """
 
 from __future__ import annotations

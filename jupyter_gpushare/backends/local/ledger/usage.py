@@ -17,7 +17,7 @@ def write_samples(
     now: float,
 ) -> None:
     # Rows are written only where a figure changed: a round that changes nothing leaves the
-    # database as it was, so readers' caches (keyed on PRAGMA data_version) stay valid and
+    # database as it was, so readers' caches (keyed on the change marker) stay valid and
     # the REST API does not re-render every slice once per sampling round.
     db.executemany(
         """UPDATE slices SET memory_used = ?, utilization = ?, usage_source = ?,

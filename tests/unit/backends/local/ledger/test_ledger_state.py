@@ -2,7 +2,8 @@
 
 The views, the stream and the sampler read the whole ledger on every request or tick; they share
 ``Ledger.state()`` until the next commit, and a read after a commit turns only changed rows
-into records. Stale is never an option: any commit, by any connection or process, renews it.
+into records. Stale is never an option: any commit a view could show, by any connection or
+process, renews it.
 """
 
 from __future__ import annotations
@@ -82,29 +83,30 @@ def test_a_row_that_did_not_change_keeps_its_record(ledger: Ledger) -> None:
 
 
 def test_the_change_marker_does_not_repeat_when_its_connection_is_replaced(ledger: Ledger) -> None:
-    """A new watching connection counts commits from 1 again: a cache keyed on the count alone
-    would take a later state for one it already holds (after an error drops the connections)."""
+    """sqlite's ``data_version`` counts from its own connection's start; the marker is the views'
+    version kept in the file, so a new watching connection (after an error drops the
+    connections) reads the same marker, and never an earlier one for a later state."""
     access = LedgerAccess(ledger.path, lambda row: True)
-    seen = {access.change_marker()}
+    seen = [access.change_marker()]
     for index in range(3):
         ledger.report_usage("k-0", index * 2**20, 10, "simulated")  # another connection commits
-        seen.add(access.change_marker())
-        access.forget_thread_connections()  # what an sqlite error does
         marker = access.change_marker()
         assert marker not in seen
-        seen.add(marker)
+        seen.append(marker)
+        access.forget_thread_connections()  # what an sqlite error does
+        assert access.change_marker() == marker, "nothing changed: the same marker"
     access.close()
 
 
-def test_each_watching_connection_is_counted(tmp_path: Path) -> None:
+def test_each_watching_connection_reads_the_views_version_again(tmp_path: Path) -> None:
     Ledger(tmp_path / "ledger.sqlite").register_devices(POOL.devices, simulated=True)
     threads = ThreadConnections(tmp_path / "ledger.sqlite", 5.0)
-    first = threads.data_version(1)
-    assert threads.data_version(1) == first
+    first = threads.view_version(1)
+    assert first is not None and first > 0, "registering the devices counted"
+    assert threads.view_version(1) == first
     threads.forget()
-    opened, version = threads.data_version(1)
-    assert (opened, version) == (first[0] + 1, first[1]), "a fresh connection counts from the start"
-    assert threads.data_version(2)[0] == opened + 1, "a new file generation opens a new one too"
+    assert threads.view_version(1) == first, "a fresh connection reads the same version"
+    assert threads.view_version(2) == first, "so does the one a new file generation opens"
     threads.close()
 
 
@@ -149,8 +151,8 @@ def test_the_marker_is_not_told_at_once_where_telling_it_means_opening_or_mendin
 def test_a_watching_connection_not_yet_opened_is_not_opened_by_a_read_at_once(tmp_path: Path) -> None:
     Ledger(tmp_path / "ledger.sqlite").register_devices(POOL.devices, simulated=True)
     threads = ThreadConnections(tmp_path / "ledger.sqlite", 5.0)
-    assert threads.data_version(1, wait=False) is None
-    counted = threads.data_version(1)
-    assert threads.data_version(1, wait=False) == counted
-    assert threads.data_version(2, wait=False) is None, "another file generation: a new connection"
+    assert threads.view_version(1, wait=False) is None
+    counted = threads.view_version(1)
+    assert threads.view_version(1, wait=False) == counted
+    assert threads.view_version(2, wait=False) is None, "another file generation: a new connection"
     threads.close()
