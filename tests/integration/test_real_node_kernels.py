@@ -162,8 +162,16 @@ async def test_a_timeslice_kernel_runs_in_a_real_pod_with_the_gpu_the_device_plu
     await nothing_left(kube)
     freed = get(server, "pool")
     assert [d["memory_reserved"] for d in freed["devices"] if d["node"] == real_node.name] == [0]
-    # The kernel's container is gone from the node's containerd, not only the pod from the API.
-    assert task not in real_node.ctr("tasks", "list")
+    # The kernel's container goes from the node's containerd too, not only the pod from the API
+    # (a shutdown deletes the pod at once: the kubelet stops its containers after).
+    await asyncio.to_thread(
+        wait_until,
+        lambda: real_node.ctr("tasks", "list"),
+        60,
+        0.5,
+        "the kernel's container gone from containerd",
+        until=lambda tasks: task not in tasks,
+    )
 
 
 async def test_a_kernel_past_its_container_memory_limit_is_oom_killed_by_the_cgroup_and_says_so(
