@@ -36,13 +36,14 @@ is none), so slices cannot come out needing more cards than whole cards because 
 search began. The **bound** is a way too, searched the same way under the same goal: memory held
 only while cells run (each cell asks for its slice and gives it back when it ends; a trace
 without cells holds throughout), so its GPU-hours are the busy ones. The **wait estimate**
-(:func:`jupyter_gpushare.core.placement.wait_estimate.expected_start`, from the slices held and
-the holds finished so far) is asked for every request that waits, at that moment, on the most
-cards below those needed where at least 50 requests wait; its median absolute error against the
-real wait is reported next to the naive estimate's
-(:func:`~jupyter_gpushare.core.placement.wait_estimate.naive_start`: the place in line x the
-median hold / the cards), with the share of estimates that were the naive one (the estimate's
-model did not hold on the past) and those it could not tell (fewer than five finished holds).
+(:func:`jupyter_gpushare.core.placement.wait_estimate.estimates`, from the slices held, the
+holds finished so far and the placed starts' kept estimates, as the node ledger keeps them) is
+asked for every request that waits, at that moment, on the most cards below those needed where
+at least 50 requests wait; its median absolute error against the real wait is reported next to
+the naive estimate's (:func:`~jupyter_gpushare.core.placement.wait_estimate.naive_start`: the
+place in line x the median hold / the cards), with the share of estimates that were the naive
+one (the model had erred more on the starts placed before, or, before there were ten, on the
+past holds) and those it could not tell (fewer than five finished holds).
 
 Run: ``.venv/bin/python benchmarks/replay.py [--plot docs/replay.png]`` (a generated week, under
 two minutes on 2 cores); ``--quick`` (two days, 30 users) in under a minute.
@@ -66,7 +67,7 @@ from jupyter_gpushare.backends.local.inventory import parse_simulation
 from jupyter_gpushare.core.accounting.tally import Event, Figures, KernelAccount, add_spans, fold, recent_use
 from jupyter_gpushare.core.placement.allocator import Held, Policy, Request, Spot, fit
 from jupyter_gpushare.core.placement.queue_order import QueuePolicy, QueueRule, Waiter, line_up
-from jupyter_gpushare.core.placement.wait_estimate import History, expected_start, naive_start
+from jupyter_gpushare.core.placement.wait_estimate import JUDGED, History, Judged, estimates
 from jupyter_gpushare.core.sizes import parse_size
 
 GOAL_P95 = 60.0
@@ -133,7 +134,7 @@ class Result:
     errors: list[float] = field(default_factory=list)  # |estimate - real| of waits, seconds
     naive: list[float] = field(default_factory=list)
     unknown: int = 0
-    fell_back: int = 0  # estimates that were the naive one (the model did not hold)
+    fell_back: int = 0  # estimates that were the naive one (the model was not trusted)
     events: list[Event] = field(default_factory=list)
     by_user: dict[str, list[float]] = field(default_factory=dict)  # each user's waits
 
@@ -156,6 +157,7 @@ class _Waiting:
     hold: Hold
     estimated: bool = False  # the wait estimate was asked for
     expected: float | None = None
+    model: float | None = None
     naive: float | None = None
 
 
@@ -195,6 +197,7 @@ def replay(
     running: dict[str, KernelAccount] = {}
     finished: list[tuple[int, float]] = []
     ended: list[float] = []  # when each of ``finished`` ended
+    judged: list[Judged] = []  # placed starts' estimates, as the ledger keeps them
     total = devices[0].memory_total
 
     def might_fit(request: Request, memory: int) -> bool:
@@ -275,6 +278,8 @@ def replay(
                     result.fell_back += head.expected == head.naive
                 if head.naive is not None:
                     result.naive.append(abs(head.naive - now))
+                if head.model is not None and head.naive is not None:
+                    judged.append(Judged(head.model, head.naive, now))
             result.reserved += outcome.memory * head.hold.length
             result.busy += asked[number] * head.hold.busy
             owner, at = head.waiter.owner, head.waiter.requested_at
@@ -312,9 +317,11 @@ def replay(
         if estimate and not release and entry in waiting:
             ahead = line(now)
             position = ahead.index(entry)
-            history = History(tuple(finished[-HOLDS_KEPT:]), tuple(ended[-HOLDS_KEPT:]))
+            history = History(
+                tuple(finished[-HOLDS_KEPT:]), tuple(ended[-HOLDS_KEPT:]), tuple(judged[-JUDGED:])
+            )
             entry.estimated = True
-            entry.expected = expected_start(
+            both = estimates(
                 now,
                 entry.request,
                 [w.request for w in ahead[:position]],
@@ -324,7 +331,7 @@ def replay(
                 history,
                 policy,
             )
-            entry.naive = naive_start(now, position, devices, history)
+            entry.expected, entry.model, entry.naive = both.answer, both.model, both.naive
     return result
 
 

@@ -11,6 +11,7 @@ rows to the pure code: :mod:`~jupyter_gpushare.core.accounting.tally`,
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Callable, Sequence
@@ -19,10 +20,11 @@ from typing import TYPE_CHECKING
 from jupyter_gpushare.backends.local.accounting import Activity, Keeping, store
 from jupyter_gpushare.core.accounting.tally import Figures
 from jupyter_gpushare.core.accounting.usage_report import check_by, report
+from jupyter_gpushare.core.errors import LedgerError
 from jupyter_gpushare.core.payloads import KernelPayload, UsagePayload
-from jupyter_gpushare.core.placement.allocator import Held, Policy, Request
+from jupyter_gpushare.core.placement.allocator import Policy, Request
 from jupyter_gpushare.core.placement.queue_order import QueueRule, Waiter, line_up
-from jupyter_gpushare.core.placement.wait_estimate import History, expected_start
+from jupyter_gpushare.core.placement.wait_estimate import History, estimates, expected_start
 from jupyter_gpushare.core.records import SliceRecord
 from jupyter_gpushare.core.sizes import parse_size
 from jupyter_gpushare.core.visibility import EVERYONE
@@ -149,38 +151,36 @@ class Accounts:
         line = [record for record in records if record.state == "queued"]
         if not line:
             return
-        history = self.ledger.read_with(store.history)
+        history, kept = self.ledger.read_with(lambda db: (store.history(db), store.kept_estimates(db)))
         now = time.time()
         held = self.ledger.held()
+        since = {record.kernel_id: record.placed_at for record in records if record.placed_at is not None}
+        new: dict[str, tuple[float, float]] = {}
         for index, view in enumerate(views):
             kernel_id = view["kernel_id"]
             if kernel_id is None or view["state"] != "queued":
                 continue
             position = next((i for i, record in enumerate(line) if record.kernel_id == kernel_id), None)
-            if position is not None:
-                view = views[index] = copy.copy(view)
-                view["expected_start"] = _expected(
-                    line, position, records, devices, held, history, policy, now
-                )
+            if position is None:
+                continue
+            view = views[index] = copy.copy(view)
+            me, ahead = _request(line[position]), [_request(record) for record in line[:position]]
+            if kernel_id in kept:
+                view["expected_start"] = expected_start(now, me, ahead, devices, held, since, history, policy)
+                continue
+            # Its first estimate: both are kept, to judge the model by when it is placed.
+            both = estimates(now, me, ahead, devices, held, since, history, policy)
+            view["expected_start"] = both.answer
+            if both.model is not None and both.naive is not None:
+                new[kernel_id] = (both.model, both.naive)
+        if new:
+            # A ledger that cannot be written (its views show the fault) still shows the estimates.
+            with contextlib.suppress(LedgerError):
+                self.ledger.write_with(lambda db: store.keep_estimates(db, new))
 
 
 def _request(record: SliceRecord) -> Request:
     return Request(record.kernel_id, record.owner, parse_size(record.size), record.placement)
-
-
-def _expected(
-    line: list[SliceRecord],
-    position: int,
-    records: Sequence[SliceRecord],
-    devices: Sequence[Device],
-    held: Sequence[Held],
-    history: History,
-    policy: Policy,
-    now: float,
-) -> float | None:
-    since = {record.kernel_id: record.placed_at for record in records if record.placed_at is not None}
-    ahead = [_request(record) for record in line[:position]]
-    return expected_start(now, _request(line[position]), ahead, devices, held, since, history, policy)
 
 
 def show_idle(view: KernelPayload, activity: Activity | None) -> None:

@@ -24,6 +24,19 @@ the finished holds alone (when each ended is known): at the start of each of the
 line of the start asked about), each from the holds finished by that moment, and compares with
 when it did end (known when at least *k* of them have ended since). Where its median error is
 larger than the naive one's, it answers the naive estimate.
+
+That check judges the model by when slices ended, which is not quite a wait: where many small
+slices share a card, the model tells well when the *k*-th of them ends, and still errs on when
+a start is placed (which depends on which of them end where it fits). So once enough starts have
+been placed since their estimates were kept (:class:`Judged`: both estimates of each start, made
+while it waited, against when it was placed; ``JUDGED_MIN``), the model is judged on those
+instead, and answers only where its median error was at most the naive one's both over all of
+them (the last ``JUDGED``) and over the last ``JUDGED_RECENT``: the naive estimate otherwise.
+Both records, not either: where the two are about as good (a pool of many small slices), a
+choice that follows one record swaps to the model wherever it looked better for a while, and
+those swaps cost more than they give (on Alibaba's ``gpushare100`` pod list, either record alone
+errs more than the naive estimate; both together, less: docs/benchmarks.md). The caller keeps
+the estimates (:func:`estimates` gives both).
 """
 
 from __future__ import annotations
@@ -45,6 +58,33 @@ SAMPLES = 31  # plays of the queue (odd: the median is one of them)
 MAX_STEPS = 500  # slices ended or placed in one play before it gives up (unknown)
 CHECKED = 20  # past starts the model is checked on against the naive estimate
 CHECK_SAMPLES = 11  # plays of each past moment in that check
+JUDGED = 1000  # placed starts whose kept estimates judge the model against the naive estimate
+JUDGED_RECENT = 100  # of them, the recent ones that must favour the model too
+JUDGED_MIN = 10  # placed starts judged before they decide (until then: the check on past holds)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A placed start's two estimates, kept from while it waited, against when it was placed
+    (seconds since the epoch each)."""
+
+    model: float
+    naive: float
+    placed_at: float
+
+    @property
+    def errors(self) -> tuple[float, float]:
+        """How far off the model and the naive estimate were."""
+        return abs(self.model - self.placed_at), abs(self.naive - self.placed_at)
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """What the model (the plays) and the naive estimate say, and which of them is answered."""
+
+    model: float | None
+    naive: float | None
+    answer: float | None
 
 
 @dataclass(frozen=True)
@@ -54,8 +94,17 @@ class History:
 
     holds: tuple[tuple[int, float], ...]
     ended_at: tuple[float, ...] = ()
+    judged: tuple[Judged, ...] = ()  # placed starts' kept estimates, oldest first
     # Sorted durations by memory, worked out once per size asked about (plays ask thousands).
     _sorted: dict[int, list[float]] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def judged_for_model(self) -> bool | None:
+        """Whether the placed starts judged favour the model (the module's text); None where
+        fewer than ``JUDGED_MIN`` were."""
+        if len(self.judged) < JUDGED_MIN:
+            return None
+        return _nearer(self.judged[-JUDGED:]) and _nearer(self.judged[-JUDGED_RECENT:])
 
     @cached_property
     def _by_memory(self) -> tuple[list[int], list[float]]:
@@ -89,6 +138,12 @@ class History:
         return statistics.median(seconds for _, seconds in self.holds)
 
 
+def _nearer(judged: Sequence[Judged]) -> bool:
+    """Whether the model's median error over ``judged`` is at most the naive estimate's."""
+    errors = [one.errors for one in judged]
+    return statistics.median(model for model, _ in errors) <= statistics.median(naive for _, naive in errors)
+
+
 def _offset(key: str) -> float:
     return zlib.crc32(key.encode()) / 2**32
 
@@ -112,8 +167,46 @@ def expected_start(
     if len(history.holds) < MIN_HISTORY:
         return None
     naive = naive_start(now, len(ahead), devices, history)
-    if naive is not None and not model_holds(now, len(ahead) + 1, devices, held, held_since, history):
+    if naive is not None and not trusts_model(now, len(ahead) + 1, devices, held, held_since, history):
         return naive
+    return model_start(now, me, ahead, devices, held, held_since, history, policy)
+
+
+def estimates(
+    now: float,
+    me: Request,
+    ahead: Sequence[Request],
+    devices: Sequence[Device],
+    held: Sequence[Held],
+    held_since: Mapping[str, float],
+    history: History,
+    policy: Policy,
+) -> Estimates:
+    """Both estimates of :func:`expected_start`, and its answer: what a caller keeps of a
+    waiting start, to judge them when it is placed (:class:`Judged`). Costs the plays even
+    where the answer is the naive estimate."""
+    if len(history.holds) < MIN_HISTORY:
+        return Estimates(None, None, None)
+    naive = naive_start(now, len(ahead), devices, history)
+    model = model_start(now, me, ahead, devices, held, held_since, history, policy)
+    if naive is not None and not trusts_model(now, len(ahead) + 1, devices, held, held_since, history):
+        return Estimates(model, naive, naive)
+    return Estimates(model, naive, model)
+
+
+def model_start(
+    now: float,
+    me: Request,
+    ahead: Sequence[Request],
+    devices: Sequence[Device],
+    held: Sequence[Held],
+    held_since: Mapping[str, float],
+    history: History,
+    policy: Policy,
+) -> float | None:
+    """The model's estimate alone: the median of the plays of the queue (the module's text)."""
+    if len(history.holds) < MIN_HISTORY:
+        return None
     plays = []
     for play in range(SAMPLES):
         base = (play + 0.5) / SAMPLES
@@ -133,6 +226,21 @@ def naive_start(now: float, position: int, devices: Sequence[Device], history: H
     if len(history.holds) < MIN_HISTORY or not devices:
         return None
     return now + (position + 1) * history.median() / len(devices)
+
+
+def trusts_model(
+    now: float,
+    ends: int,
+    devices: Sequence[Device],
+    held: Sequence[Held],
+    held_since: Mapping[str, float],
+    history: History,
+) -> bool:
+    """Whether to answer the model's estimate rather than the naive one: as the placed starts
+    judged say (:attr:`History.judged_for_model`), or :func:`model_holds` before there are
+    enough of them."""
+    judged = history.judged_for_model
+    return model_holds(now, ends, devices, held, held_since, history) if judged is None else judged
 
 
 def model_holds(
@@ -267,4 +375,20 @@ def describe(seconds: float | None) -> str:
     return f"about {hours:.0f} h" if hours >= 10 else f"about {hours:.1f} h".replace(".0 h", " h")
 
 
-__all__ = ["MIN_HISTORY", "SAMPLES", "History", "describe", "expected_start", "model_holds", "naive_start"]
+__all__ = [
+    "JUDGED",
+    "JUDGED_MIN",
+    "JUDGED_RECENT",
+    "MIN_HISTORY",
+    "SAMPLES",
+    "Estimates",
+    "History",
+    "Judged",
+    "describe",
+    "estimates",
+    "expected_start",
+    "model_holds",
+    "model_start",
+    "naive_start",
+    "trusts_model",
+]

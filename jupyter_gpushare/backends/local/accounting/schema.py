@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from jupyter_gpushare.core.placement.wait_estimate import JUDGED
+
 # Seconds since the epoch, as sqlite tells the time (to the millisecond).
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _EVENT = (
@@ -92,6 +94,21 @@ CREATE TABLE IF NOT EXISTS acct_holds (
     memory INTEGER NOT NULL,
     seconds REAL NOT NULL
 );
+-- A waiting start's two wait estimates (the model's, the naive one), kept from the first time
+-- it was estimated until it is placed (then judged: acct_judged) or withdrawn.
+CREATE TABLE IF NOT EXISTS acct_estimates (
+    kernel_id TEXT PRIMARY KEY,
+    model REAL NOT NULL,
+    naive REAL NOT NULL
+);
+-- Placed starts' kept estimates against when each was placed: the wait estimates answer the
+-- model's or the naive one by which erred less on these.
+CREATE TABLE IF NOT EXISTS acct_judged (
+    id INTEGER PRIMARY KEY,
+    model REAL NOT NULL,
+    naive REAL NOT NULL,
+    placed_at REAL NOT NULL
+);
 -- The kernel's own report of its cells, and what its idle timer will do.
 CREATE TABLE IF NOT EXISTS acct_activity (
     kernel_id TEXT PRIMARY KEY,
@@ -134,6 +151,17 @@ CREATE TRIGGER IF NOT EXISTS acct_slice_ended AFTER DELETE ON slices BEGIN
     {_EVENT} ({NOW}, old.kernel_id, old.owner,
               CASE old.state WHEN 'running' THEN 'ended' ELSE 'withdrawn' END, old.memory, NULL,
               old.path, old.requested_at, old.kernel_name);
+END;
+CREATE TRIGGER IF NOT EXISTS acct_estimate_judged AFTER UPDATE OF state ON slices
+WHEN old.state = 'queued' AND new.state = 'running' BEGIN
+    INSERT INTO acct_judged (model, naive, placed_at)
+        SELECT model, naive, COALESCE(new.placed_at, {NOW}) FROM acct_estimates
+        WHERE kernel_id = new.kernel_id;
+    DELETE FROM acct_estimates WHERE kernel_id = new.kernel_id;
+    DELETE FROM acct_judged WHERE id <= (SELECT MAX(id) FROM acct_judged) - {JUDGED};
+END;
+CREATE TRIGGER IF NOT EXISTS acct_estimate_dropped AFTER DELETE ON slices BEGIN
+    DELETE FROM acct_estimates WHERE kernel_id = old.kernel_id;
 END;
 CREATE TRIGGER IF NOT EXISTS acct_suspended AFTER INSERT ON released
 WHEN new.suspended IS NOT NULL BEGIN

@@ -31,7 +31,7 @@ from jupyter_gpushare.core.accounting.tally import (
     span_weight,
 )
 from jupyter_gpushare.core.accounting.usage_report import ROLLED_TESTS, Bucket, KernelInfo
-from jupyter_gpushare.core.placement.wait_estimate import History
+from jupyter_gpushare.core.placement.wait_estimate import JUDGED, History, Judged
 
 HOLDS_KEPT = 2000  # finished holds kept for the wait estimates
 ROLL_UP_EVERY = 600.0  # seconds between roll-ups of buckets older than the retention
@@ -322,8 +322,28 @@ def history(db: sqlite3.Connection) -> History:
     rows = db.execute(
         "SELECT memory, seconds, ended_at FROM acct_holds ORDER BY id DESC LIMIT ?", (HOLDS_KEPT,)
     ).fetchall()
+    judged = db.execute(
+        "SELECT model, naive, placed_at FROM acct_judged ORDER BY id DESC LIMIT ?", (JUDGED,)
+    ).fetchall()
     return History(
-        tuple((row["memory"], row["seconds"]) for row in rows), tuple(row["ended_at"] for row in rows)
+        tuple((row["memory"], row["seconds"]) for row in rows),
+        tuple(row["ended_at"] for row in rows),
+        tuple(Judged(row["model"], row["naive"], row["placed_at"]) for row in reversed(judged)),
+    )
+
+
+def kept_estimates(db: sqlite3.Connection) -> set[str]:
+    """The waiting starts whose estimates are kept."""
+    return {row[0] for row in db.execute("SELECT kernel_id FROM acct_estimates")}
+
+
+def keep_estimates(db: sqlite3.Connection, kept: Mapping[str, tuple[float, float]]) -> None:
+    """Keep the (model, naive) estimates of waiting starts (write transaction): the first kept
+    stays, and a start no longer waiting has nothing to keep."""
+    db.executemany(
+        "INSERT OR IGNORE INTO acct_estimates (kernel_id, model, naive)"
+        " SELECT kernel_id, ?, ? FROM slices WHERE kernel_id = ? AND state = 'queued'",
+        [(model, naive, kernel_id) for kernel_id, (model, naive) in kept.items()],
     )
 
 

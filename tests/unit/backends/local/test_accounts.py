@@ -8,6 +8,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -19,8 +20,10 @@ from jupyter_gpushare.backends.processes import current_process
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.core.accounting.tally import DETAIL_SECONDS, ROLLED_SECONDS, TEST_KERNEL_NAME, Figures
 from jupyter_gpushare.core.accounting.usage_report import ROLLED_TESTS, report
+from jupyter_gpushare.core.payloads import KernelPayload
 from jupyter_gpushare.core.placement.allocator import Policy
 from jupyter_gpushare.core.placement.queue_order import QueueRule
+from jupyter_gpushare.core.placement.wait_estimate import MIN_HISTORY
 from jupyter_gpushare.core.records import NewRequest, Placed, SuspendedState, Waiting
 from jupyter_gpushare.core.visibility import EVERYONE
 
@@ -116,6 +119,47 @@ def test_the_wait_estimates_know_when_each_finished_hold_ended(ledger: Ledger, a
     history = accounts.history()
     assert history.holds[0][0] == 4 * GiB and history.holds[0][1] == pytest.approx(0.1, abs=0.1)
     assert len(history.ended_at) == 1 and history.ended_at[0] == pytest.approx(ended, abs=0.5)
+
+
+def kept_estimates(ledger: Ledger) -> dict[str, tuple[float, float]]:
+    rows = ledger.read_with(lambda db: db.execute("SELECT * FROM acct_estimates").fetchall())
+    return {row["kernel_id"]: (row["model"], row["naive"]) for row in rows}
+
+
+def test_a_waiting_starts_estimates_are_kept_until_it_is_placed_then_judged(
+    ledger: Ledger, accounts: Accounts
+) -> None:
+    """Failed before: nothing of a start's estimates was kept, so the estimate could judge its
+    model only on past holds, never on the waits it told."""
+    for number in range(MIN_HISTORY):
+        ledger.request(request(f"done{number}", "8G"), Policy())
+        ledger.release(f"done{number}")
+    accounts.fold()
+    ledger.request(request("blocker", "80G", owner="bob"), Policy())
+    assert isinstance(ledger.request(request("k1", "8G"), Policy()), Waiting)
+    assert isinstance(ledger.request(request("k2", "8G"), Policy()), Waiting)
+
+    def describe() -> list[KernelPayload]:
+        records = ledger.records()
+        views = [cast(KernelPayload, {"kernel_id": r.kernel_id, "state": r.state}) for r in records]
+        accounts.describe(views, records, POOL.devices, Policy())
+        return views
+
+    views = describe()
+    assert all(view["expected_start"] is not None for view in views if view["state"] == "queued")
+    kept = kept_estimates(ledger)
+    assert set(kept) == {"k1", "k2"}
+    time.sleep(0.05)
+    describe()
+    assert kept_estimates(ledger) == kept  # the first estimates stay
+    ledger.withdraw_waiting(["k2"])
+    ledger.release("blocker")
+    assert isinstance(ledger.try_place("k1", Policy()), Placed)
+    placed_at = time.time()
+    assert kept_estimates(ledger) == {}  # one placed, one withdrawn: nothing left waiting
+    [judged] = accounts.history().judged
+    assert (judged.model, judged.naive) == kept["k1"]
+    assert judged.placed_at == pytest.approx(placed_at, abs=0.5)
 
 
 def test_a_running_slice_counts_up_to_now_without_a_fold(ledger: Ledger, accounts: Accounts) -> None:

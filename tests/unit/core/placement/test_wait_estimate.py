@@ -7,12 +7,18 @@ import pytest
 from jupyter_gpushare.backends.local.inventory import parse_simulation
 from jupyter_gpushare.core.placement.allocator import Held, Policy, Request
 from jupyter_gpushare.core.placement.wait_estimate import (
+    JUDGED,
+    JUDGED_MIN,
+    JUDGED_RECENT,
     MIN_HISTORY,
     History,
+    Judged,
     describe,
+    estimates,
     expected_start,
     model_holds,
     naive_start,
+    trusts_model,
 )
 from jupyter_gpushare.core.sizes import parse_size
 
@@ -140,3 +146,65 @@ def test_where_past_holds_told_when_slices_ended_the_queue_is_played() -> None:
     assert start == pytest.approx(NOW + 300)  # a ends 1800 s after its start; naive: 1800 s
     # Without end times the model cannot be checked, and is trusted.
     assert model_holds(NOW, 1, [CARD], slices, since, History(history.holds))
+
+
+def placed(count: int, model_error: float, naive_error: float) -> tuple[Judged, ...]:
+    """``count`` placed starts whose kept estimates were off by these many seconds (the model's
+    late, the naive one early)."""
+    times = (NOW - 100.0 * (count - i) for i in range(count))
+    return tuple(Judged(at + model_error, at - naive_error, at) for at in times)
+
+
+def test_where_the_model_erred_more_on_placed_starts_the_estimate_is_the_naive_one() -> None:
+    # The past holds say the model holds (its queue play: +300 s)...
+    history = staggered(30)
+    slices = [held("a", 40), held("b", 40)]
+    since = {"a": NOW - 1500, "b": NOW - 300}
+    assert model_holds(NOW, 1, [CARD], slices, since, history)
+    # ...but on the starts placed since, its estimates erred more than the naive ones.
+    judged = History(history.holds, history.ended_at, placed(JUDGED_MIN, 300.0, 200.0))
+    assert not trusts_model(NOW, 1, [CARD], slices, since, judged)
+    start = expected_start(NOW, request("me", "40G"), [], [CARD], slices, since, judged, Policy())
+    assert start == pytest.approx(NOW + 1800)  # naive: the median hold of 30 min, one card
+    both = estimates(NOW, request("me", "40G"), [], [CARD], slices, since, judged, Policy())
+    assert (both.model, both.naive, both.answer) == (pytest.approx(NOW + 300), start, start)
+    # Too few placed starts to judge by: the check on the past holds decides, as before.
+    few = History(history.holds, history.ended_at, placed(JUDGED_MIN - 1, 300.0, 200.0))
+    assert expected_start(
+        NOW, request("me", "40G"), [], [CARD], slices, since, few, Policy()
+    ) == pytest.approx(NOW + 300)
+
+
+def test_where_the_model_erred_less_on_placed_starts_the_queue_is_played() -> None:
+    # The past holds say the model does not hold (a class: all end together)...
+    history = days_of_a_class(5)
+    slices = [held("a", 40), held("b", 40)]
+    since = {"a": NOW - 600, "b": NOW - 300}
+    assert not model_holds(NOW, 1, [CARD], slices, since, history)
+    # ...but the starts placed since were told better by it than by the naive estimate.
+    judged = History(history.holds, history.ended_at, placed(JUDGED_MIN, 100.0, 900.0))
+    assert trusts_model(NOW, 1, [CARD], slices, since, judged)
+    start = expected_start(NOW, request("me", "40G"), [], [CARD], slices, since, judged, Policy())
+    both = estimates(NOW, request("me", "40G"), [], [CARD], slices, since, judged, Policy())
+    assert start == both.model == both.answer != both.naive
+    assert both.naive == pytest.approx(NOW + 600)
+
+
+def test_the_model_answers_only_where_both_the_long_and_the_recent_record_favour_it() -> None:
+    history = staggered(30)
+    slices = [held("a", 40), held("b", 40)]
+    since = {"a": NOW - 1500, "b": NOW - 300}
+    model_nearer = placed(JUDGED - JUDGED_RECENT, 100.0, 900.0)
+    naive_nearer = placed(JUDGED_RECENT, 300.0, 200.0)
+
+    def trusted(judged: tuple[Judged, ...]) -> bool:
+        return trusts_model(NOW, 1, [CARD], slices, since, History(history.holds, history.ended_at, judged))
+
+    # The model was nearer on most placed starts, the naive estimate on the recent ones: naive.
+    assert not trusted(model_nearer + naive_nearer)
+    # Nearer lately, but not over the long record: naive.
+    assert not trusted(placed(JUDGED - JUDGED_RECENT, 300.0, 200.0) + placed(JUDGED_RECENT, 100.0, 900.0))
+    # Nearer on both: the model.
+    assert trusted(model_nearer + placed(JUDGED_RECENT, 100.0, 900.0))
+    # Starts judged before the last JUDGED are forgotten.
+    assert trusted(placed(3 * JUDGED, 300.0, 200.0) + model_nearer + placed(JUDGED_RECENT, 100.0, 900.0))
