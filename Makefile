@@ -10,7 +10,7 @@ SIMULATE ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo 2xA100-80GB,1xT4-16GB)
 PORT ?= 8888
 HEADLESS ?=
 
-.PHONY: demo test conformance install install-test lint bench bench-quick docs controlplane controlplane-newest deviceplugin cluster cluster-newest test-newest images
+.PHONY: demo test conformance install install-test lint bench bench-quick docs controlplane controlplane-newest deviceplugin kueue cluster cluster-newest test-newest images
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,7 +59,7 @@ docs: $(DOCS_STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs build/docs/html
 	@echo "The documentation: build/docs/html/index.html"
 
-test: lint docs controlplane deviceplugin images
+test: lint docs controlplane deviceplugin kueue images
 	$(BIN)/pytest
 	$(BIN)/python tests/conformance/run.py
 
@@ -82,6 +82,12 @@ controlplane:
 deviceplugin: $(BIN)/python
 	$(BIN)/python -m tests.cluster.nvidia_device_plugin
 
+# Kueue's controller manager (sigs.k8s.io/kueue's cmd/kueue, built unmodified from its Go module)
+# into build/cluster/bin once per module files (tests/cluster/kueue.py); its CRDs, webhooks and
+# ClusterRole come from the same module. `make cluster CLUSTER_ARGS="--kueue"` runs it.
+kueue: $(BIN)/python
+	$(BIN)/python -m tests.cluster.kueue
+
 # The real node's kernel image (tests/cluster/images.py): examples/kubernetes/kernel-image's
 # Dockerfile built with buildah on a Debian base made with debootstrap, kept in build/images by a
 # hash of its inputs. Needs root; a cold build takes a few minutes (docs/development.md).
@@ -95,7 +101,8 @@ controlplane-newest:
 
 # The test cluster in the foreground: four simulated 80 GiB GPU nodes and one real node (kubelet,
 # containerd, runc; root), the admin's kubeconfig in build/cluster/kubeconfig; Ctrl-C stops it.
-# Options: make cluster CLUSTER_ARGS="--nodes hami" (--no-real-node: the simulated ones only).
+# Options: make cluster CLUSTER_ARGS="--nodes hami" (--no-real-node: the simulated ones only;
+# --kueue: Kueue with a ClusterQueue and LocalQueue holding GPU quota, built first when missing).
 cluster: $(BIN)/python controlplane
 	$(BIN)/pip install --quiet -e '.[lab,cluster]'
 	bash scripts/install-real-node.sh

@@ -7,6 +7,8 @@ run as local processes of this one (with this Python), so a Jupyter server of th
 start them. Beside them, one real node (``real-node``: Kubernetes' kubelet on containerd and
 runc, real_node.py; root, Linux and Debian's containerd, runc, CNI plugins and umoci), whose
 pods run in containers; ``--no-real-node`` leaves it out, ``--real-node-label KEY=VALUE`` labels it.
+``--kueue`` adds Kueue (kueue.py, built first when missing) with a ResourceFlavor, a ClusterQueue
+``gpu`` holding the nodes' ``nvidia.com/gpu`` as quota, and a LocalQueue ``gpu`` in ``default``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pathlib import Path
 from .build import REPOSITORY, find
 from .controlplane import ControlPlane
 from .dra_devices import hami_driver, nvidia_driver
+from .kueue import QUEUE_LABEL, Kueue, gpu_queues
+from .kueue import build as build_kueue
 from .node_side import NodeSide
 from .nodes import aliyun_nodes, device_plugin_nodes, dra_nodes, hami_nodes, kai_nodes, volcano_nodes
 from .real_node import DEVICE_PLUGINS, NODE_IP, RealNode
@@ -61,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a label of the real node's own (repeatable), e.g. one a device plugin's GFD would set",
     )
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="Kueue with a ClusterQueue and a LocalQueue 'gpu' (in default) holding the nodes' GPUs",
+    )
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error("--count must be at least 1")
@@ -68,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(labels) != len(args.real_node_label):
         parser.error("--real-node-label takes KEY=VALUE")
 
+    kueue_binary = build_kueue() if args.kueue else None  # before the cluster: a cold build takes minutes
     started = time.monotonic()
     state = args.directory / "state"
     shutil.rmtree(state, ignore_errors=True)  # a fresh cluster each time
@@ -81,6 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     nodes = NODE_KINDS[args.nodes](args.count)
     with contextlib.ExitStack() as stack:
         stack.enter_context(plane)
+        queued = ""
+        if kueue_binary is not None:
+            # Before the nodes: pods the node side makes go through Kueue's webhook from the start.
+            stack.enter_context(Kueue(plane, args.directory / "kueue", binary=kueue_binary, progress=print))
+            for manifest in gpu_queues("default", gpus=args.count):
+                plane.admin.apply(manifest)
+            queued = (
+                f"  Kueue: LocalQueue gpu in default, ClusterQueue gpu holding {args.count} nvidia.com/gpu;"
+                f" label a pod {QUEUE_LABEL}=gpu\n"
+            )
         stack.enter_context(NodeSide(plane, nodes, args.directory / "nodes", driver=driver))
         real = ""
         if args.real_node:
@@ -97,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             f"\nThe cluster is up after {time.monotonic() - started:.0f} s: Kubernetes {plane.version},"
             f" {args.count} simulated GPU nodes ({args.nodes} device plugin"
             f"{'' if driver is None else f', {args.dra} DRA driver'})"
-            f"{', one real node' if args.real_node else ''}.\n"
+            f"{', one real node' if args.real_node else ''}{', Kueue' if queued else ''}.\n"
             f"  export KUBECONFIG={kubeconfig}\n"
             f"  kubectl of the same version: {plane.binary} kubectl get nodes\n"
             "  Point a Jupyter server at it (kernel pods run as processes of this command):\n"
             f"    KUBECONFIG={kubeconfig} .venv/bin/jupyter lab --GPUShare.backend=kubernetes \\\n"
             "      --GPUShare.namespace=default --GPUShare.resource_preset=nvidia-dra\n"
-            f"{real}"
+            f"{real}{queued}"
             "  Ctrl-C stops everything.",
             flush=True,
         )

@@ -65,6 +65,28 @@ RESOURCE_SLICES = Kind("resource.k8s.io", "v1", "resourceslices", "ResourceSlice
 RESOURCE_CLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim")
 RESOURCE_CLAIM_TEMPLATES = Kind("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate")
 DEVICE_CLASSES = Kind("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False)
+CUSTOM_RESOURCE_DEFINITIONS = Kind(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
+)
+MUTATING_WEBHOOKS = Kind(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    namespaced=False,
+)
+VALIDATING_WEBHOOKS = Kind(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    namespaced=False,
+)
+# Kueue's (tests/cluster/kueue.py), in the version its documentation shows.
+RESOURCE_FLAVORS = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False)
+CLUSTER_QUEUES = Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
+LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
+WORKLOADS = Kind("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
 
 KINDS = {
     (kind.api_version, kind.kind): kind
@@ -85,6 +107,13 @@ KINDS = {
         RESOURCE_CLAIMS,
         RESOURCE_CLAIM_TEMPLATES,
         DEVICE_CLASSES,
+        CUSTOM_RESOURCE_DEFINITIONS,
+        MUTATING_WEBHOOKS,
+        VALIDATING_WEBHOOKS,
+        RESOURCE_FLAVORS,
+        CLUSTER_QUEUES,
+        LOCAL_QUEUES,
+        WORKLOADS,
     )
 }
 
