@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError, load_configuration
-from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch
+from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch, Watched
 from jupyter_gpushare.backends.kubernetes.objects.manifests import APP, APP_LABEL
 from jupyter_gpushare.backends.kubernetes.objects.pool import read_node
 from jupyter_gpushare.core.pods.cluster import NodeGPUs
@@ -36,9 +36,9 @@ class SharedCluster:
     _listed: list[dict[str, object]] = field(default_factory=list)
     _slices_at: float = -NODES_CACHED_FOR
     _slices: list[dict[str, object]] = field(default_factory=list)
-    # The watched nodes as read for a preset, at the nodes' version: a broker asks for them on
-    # every admission round and every start, and reading 500 nodes takes milliseconds.
-    _read_nodes: tuple[int, ResourcePreset, list[NodeGPUs]] | None = None
+    # The watched nodes as read for a preset, at the nodes' version of that watch: a broker asks
+    # for them on every admission round and every start, and reading 500 nodes takes milliseconds.
+    _read_nodes: tuple[Watched, int, ResourcePreset, list[NodeGPUs]] | None = None
 
     @property
     def namespace(self) -> str:
@@ -88,12 +88,13 @@ class SharedCluster:
         """The nodes that offer GPUs, by name: from the watch where it runs, else from a listing
         reused for a minute (a console or nbclient run starting a few kernels)."""
         if self._watch is not None:
-            version, raw = self.watch().nodes.versioned_items()
+            watched = self.watch().nodes
+            version, raw = watched.versioned_items()
             cached = self._read_nodes
-            if cached is not None and cached[0] == version and cached[1] == preset:
-                return list(cached[2])
+            if cached is not None and cached[:3] == (watched, version, preset):
+                return list(cached[3])
             nodes = _read_nodes(raw, preset)
-            self._read_nodes = (version, preset, nodes)
+            self._read_nodes = (watched, version, preset, nodes)
             return list(nodes)
         else:
             with self._lock:
