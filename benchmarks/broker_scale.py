@@ -12,46 +12,76 @@ they are what the broker's list+watch of nodes carries, as a large cluster's are
 
 1. **Watches open.** Watch requests the API server saw from the broker from its start to the end.
 2. **200 concurrent starts.** 200 kernel pod starts posted to the broker at the same instant (the
-   pod runs ``sleep``): admission (``POST pods`` until the broker reports the pod created) p50 and
-   p99; the time from the first start posted to the 200th pod running; non-watch API requests per
-   start.
-3. **2,000 kernel pods.** The broker's RSS with no kernel, then with 2,000 kernel pods in the
-   namespace — the 200 started above and 1,800 more created for a scheduler the cluster does not
-   run (they stay pending, as queued kernels do) — once its watch shows them all; and how long
-   ``GET pool`` and ``GET kernels`` take then.
+   pod runs ``sleep``; each caller asks the broker how its start stands every 0.05 s with 20
+   callers, every 0.5 s — the provisioner's ``poll_interval`` — with 200: at most 400 asks a
+   second in all): admission (``POST pods`` until the broker reports the pod created) p50 and
+   p99; the time from the first start posted to the 200th pod running; non-watch API requests
+   per start.
+3. **Against a plain client** (``--against-plain``). The same number of starts by a plain client
+   of the API server on the same control plane and nodes (``plain_starts`` in
+   ``broker_cluster.py``): one thread per start creates the start's Secret and pod, built as the
+   broker builds them, with the Kubernetes package's client and its connection pool sized as the
+   broker's; one list+watch of the kernel pods tells each thread when its pod runs. Admission is
+   there the time both creations took. After one unmeasured start on each side (a process's
+   first API calls build the client's validators), the two sides alternate (``--repeat`` pairs,
+   which side goes first alternating; each side's pods deleted and gone before the next), at 20
+   and at 200 concurrent starts (``--quick``: 20), and the script prints per size the medians
+   and the ratio broker / plain (the median of the pairs' ratios) of admission p50 and p99,
+   first start -> last pod running, API requests per start (the audit log), and the CPU seconds
+   of the control plane, of the broker process and of the callers (the plain client's threads;
+   the broker's callers' threads). Goals, one ``VERDICT`` line over every size: admission p99
+   <= x1.2 and first start -> last pod running <= x1.1 of the plain client's.
+4. **2,000 kernel pods.** The broker's RSS with no kernel, then with 2,000 kernel pods in the
+   namespace, created for a scheduler the cluster does not run (they stay pending, as queued
+   kernels do), once its watch shows them all; and how long ``GET pool`` and ``GET kernels`` take
+   then.
 
-Run: ``.venv/bin/python benchmarks/broker_scale.py`` (needs the ``test`` extra and the control
-plane binary: ``make controlplane``); ``--quick`` runs 50 nodes, 20 concurrent starts and 200
-kernel pods (CI size, well under a minute of its own).
+Run: ``.venv/bin/python benchmarks/broker_scale.py [--against-plain]`` (needs the ``test`` and
+``cluster`` extras and the control plane binary: ``make controlplane``); ``--quick`` runs 50 nodes,
+20 concurrent starts and 200 kernel pods (CI size, well under a minute of its own; with
+``--against-plain`` about a minute).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+from against import load_average
 from broker_cluster import (
     NAMESPACE,
+    AuditCounts,
     add_pending_pods,
     audited_plane,
+    bench_id,
     broker_env,
+    delete_plain,
     percentile,
+    plain_starts,
     rss_mib,
     start_broker,
     start_pods,
 )
 
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient
 from tests.cluster import KubeCluster, Namespace, hami_nodes
 from tests.cluster.nodes import SimNode
 from tests.cluster.rest import NODES
 
+PROVISIONER_POLL = 0.5  # seconds between a provisioner's asks while its kernel pod starts
+POLLS_PER_SECOND = 400  # the callers' asks in all, at most
 VGPUS_PER_NODE = 10  # what a simulated HAMi node advertises per card (one card each)
 PHANTOM_TAINT = {"key": "gpushare.bench/no-kubelet", "value": "true", "effect": "NoSchedule"}
 
@@ -68,18 +98,195 @@ def phantom_nodes(count: int) -> list[dict[str, Any]]:
     return nodes
 
 
+@dataclass
+class Half:
+    """One side's run of ``starts`` concurrent starts: what it took and what it cost."""
+
+    admitted: list[float]
+    to_last_running: float
+    requests_per_start: float
+    breakdown: dict[str, int]
+    cpu: dict[str, float]  # CPU seconds by whom: the control plane, the broker, the callers
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.admitted)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.admitted, 0.99)
+
+
+def cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def measured(
+    audit: AuditCounts, pids: dict[str, int], starts: int, run: Callable[[], tuple[list[float], float, float]]
+) -> Half:
+    """``run`` (the starts; it returns admission times, first start to last pod running, and its
+    callers' CPU seconds) with the API requests the audit log saw and each process's CPU."""
+    audit.clear()
+    before = {who: cpu_seconds(pid) for who, pid in pids.items()}
+    admitted, to_last, callers = run()
+    cpu = {who: cpu_seconds(pid) - before[who] for who, pid in pids.items()}
+    cpu["callers"] = callers
+    counted = audit.counts()
+    requests = sum(n for (verb, _), n in counted.items() if verb != "watch")
+    breakdown = {f"{verb} {resource}": n for (verb, resource), n in sorted(counted.items())}
+    return Half(admitted, to_last, requests / starts, breakdown, cpu)
+
+
+def until_no_pods(cluster: KubeCluster) -> None:
+    """Wait until the namespace has no pod left (a half's pods deleted, their vGPUs free)."""
+    deadline = time.monotonic() + 300
+    while pods := cluster.pods():
+        assert time.monotonic() < deadline, f"{len(pods)} pods are still not gone"
+        time.sleep(0.2)
+
+
+def poll_interval(starts: int) -> float:
+    """How often each caller asks the broker how its start stands: as often as the provisioner
+    does (``poll_interval``, 0.5 s) or more, and at most 400 times a second in all (20 starts:
+    every 0.05 s, 200: every 0.5 s). A broker asked 4,000 times a second (200 callers at 0.05 s,
+    as this benchmark did before) spends its core answering and its watch falls behind."""
+    return min(PROVISIONER_POLL, max(0.05, starts / POLLS_PER_SECOND))
+
+
+def broker_starts(client: BrokerClient, starts: int, tag: str) -> tuple[list[float], float, float]:
+    admitted, _, to_last, cpu = start_pods(client, starts, tag, poll=poll_interval(starts))
+    return admitted, to_last, cpu
+
+
+def client_starts(kubeconfig: str, starts: int, tag: str) -> tuple[list[float], float, float]:
+    admitted, _, to_last, cpu = plain_starts(kubeconfig, starts, tag)
+    return admitted, to_last, cpu
+
+
+def half(
+    side: str,
+    cluster: KubeCluster,
+    client: BrokerClient,
+    audit: AuditCounts,
+    pids: dict[str, int],
+    starts: int,
+    tag: str,
+) -> Half:
+    """One side's starts, measured; then its pods deleted and gone."""
+    kubeconfig = str(cluster.kubeconfig)
+    if side == "plain":
+        done = measured(audit, pids, starts, functools.partial(client_starts, kubeconfig, starts, tag))
+        delete_plain(kubeconfig, starts, tag)
+    else:
+        done = measured(audit, pids, starts, functools.partial(broker_starts, client, starts, tag))
+        for number in range(starts):
+            client.call("DELETE", f"pods/{bench_id(f'{tag}-{number}')}?grace=0", {})
+    until_no_pods(cluster)
+    return done
+
+
+def compare(
+    cluster: KubeCluster,
+    client: BrokerClient,
+    audit: AuditCounts,
+    pids: dict[str, int],
+    starts: int,
+    repeats: int,
+) -> list[tuple[Half, Half]]:
+    """``repeats`` pairs of halves at ``starts`` concurrent starts, the plain client's and the
+    broker's, alternating which goes first; each half's pods are deleted before the next."""
+    pairs: list[tuple[Half, Half]] = []
+    for index in range(repeats):
+        order = ("plain", "broker") if index % 2 == 0 else ("broker", "plain")
+        load = load_average()
+        halves = {
+            side: half(side, cluster, client, audit, pids, starts, f"s{starts}r{index}") for side in order
+        }
+        plain_half, broker_side = halves["plain"], halves["broker"]
+        pairs.append((plain_half, broker_side))
+        print(
+            f"  repeat {index + 1} ({' first, '.join(order)} second; load {load} -> {load_average()}): "
+            f"admission p50/p99 plain {plain_half.p50:.2f}/{plain_half.p99:.2f} s, broker "
+            f"{broker_side.p50:.2f}/{broker_side.p99:.2f} s (x{broker_side.p99 / plain_half.p99:.2f}); "
+            f"to the last pod running plain {plain_half.to_last_running:.1f} s, broker "
+            f"{broker_side.to_last_running:.1f} s "
+            f"(x{broker_side.to_last_running / plain_half.to_last_running:.2f})",
+            flush=True,
+        )
+    return pairs
+
+
+GOAL_P99 = 1.2  # the broker's admission p99 at most this times the plain client's
+GOAL_TO_LAST = 1.1  # the same for the first start posted -> the last pod running
+
+
+def report(starts: int, pairs: list[tuple[Half, Half]]) -> list[str]:
+    """The table of one size's pairs; the goals' verdicts, as phrases."""
+
+    def row(name: str, of: Callable[[Half], float], unit: str, goal: float | None = None) -> float:
+        plain = statistics.median(of(pair[0]) for pair in pairs)
+        broker = statistics.median(of(pair[1]) for pair in pairs)
+        ratios = [of(b) / of(p) if of(p) else math.inf for p, b in pairs]
+        ratio = statistics.median(ratios)
+        each = " ".join(f"{value:.2f}" for value in ratios)
+        target = f"<= {goal:.2f}" if goal is not None else "-"
+        print(f"  {name:<44}{plain:>10.3g}{broker:>10.3g} {unit:<3}{ratio:>7.2f}  {target:<8}({each})")
+        return ratio
+
+    print(
+        f"{starts} concurrent starts, plain client against the broker, {len(pairs)} pairs "
+        "(medians; ratio broker / plain: the median of the pairs' ratios, each pair's in brackets):"
+    )
+    print(f"  {'figure':<44}{'plain':>10}{'broker':>10}    {'ratio':>7}  goal")
+    row("admission p50 (POST -> pod created)", lambda half: half.p50, "s")
+    p99 = row("admission p99", lambda half: half.p99, "s", GOAL_P99)
+    last = row(
+        f"first start posted -> {starts}th pod running", lambda half: half.to_last_running, "s", GOAL_TO_LAST
+    )
+    row("API requests per start (watches apart)", lambda half: half.requests_per_start, "")
+    row("CPU: the control plane", lambda half: half.cpu["control plane"], "s")
+    row("CPU: the broker process", lambda half: half.cpu["broker"], "s")
+    row("CPU: the callers (plain: the client itself)", lambda half: half.cpu["callers"], "s")
+    print(f"  requests, last pair: plain {json.dumps(pairs[-1][0].breakdown)}")
+    print(f"                       broker {json.dumps(pairs[-1][1].breakdown)}")
+    goals = (("admission p99", p99, GOAL_P99), ("to the last pod running", last, GOAL_TO_LAST))
+    return [
+        f"{name} at {starts} x{ratio:.2f} (<= {goal:.2f}): {'met' if ratio <= goal else 'MISSED'}"
+        for name, ratio, goal in goals
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="CI size: 50 nodes, 20 starts, 200 pods")
     parser.add_argument("--nodes", type=int, help="nodes in all (default 500; quick: 50)")
-    parser.add_argument("--starts", type=int, help="concurrent starts (default 200; quick: 20)")
+    parser.add_argument(
+        "--starts",
+        type=int,
+        help="concurrent starts (default 200, with --against-plain 20 and 200; quick: 20)",
+    )
     parser.add_argument("--kernels", type=int, help="kernel pods in all (default 2000; quick: 200)")
+    parser.add_argument(
+        "--against-plain",
+        action="store_true",
+        help="first the same concurrent starts by a plain client of the Kubernetes API, then through the "
+        "broker, alternating, and the ratios",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="with --against-plain: pairs per size (default 3)"
+    )
     arguments = parser.parse_args()
+    if arguments.repeat < 1:
+        parser.error("--repeat must be at least 1")
     total_nodes = arguments.nodes or (50 if arguments.quick else 500)
     starts = arguments.starts or (20 if arguments.quick else 200)
+    both = arguments.against_plain and not (arguments.quick or arguments.starts)
+    sizes = sorted({20, starts}) if both else [starts]
     kernels = max(arguments.kernels or (200 if arguments.quick else 2000), starts)
     running_nodes = math.ceil(starts / VGPUS_PER_NODE)
     began = time.monotonic()
+    print(f"load average at the start: {load_average()} ({os.cpu_count()} cores)")
 
     with tempfile.TemporaryDirectory(prefix="gpushare-broker-scale-") as directory:
         root = Path(directory)
@@ -101,6 +308,8 @@ def main() -> int:
             audit.clear()
             broker_began = audit.offset  # the audit log from here on is the broker's
             broker, client = start_broker(root, env)
+            assert plane.process is not None
+            pids = {"control plane": plane.process.pid, "broker": broker.pid}
             try:
                 nodes_seen = len(client.call("GET", "pool")["devices"])
                 base = rss_mib(broker.pid)
@@ -108,22 +317,34 @@ def main() -> int:
                     f"cluster: {total_nodes} nodes ({running_nodes} with a simulated kubelet), "
                     f"the broker's pool shows {nodes_seen}; broker RSS {base:.0f} MiB"
                 )
-                audit.clear()
-                admitted, _, first_to_last = start_pods(client, starts, "scale", poll=0.05)
-                counted = audit.counts()
-                per_start = sum(n for (verb, _), n in counted.items() if verb != "watch") / starts
-                print(f"{starts} concurrent starts through the broker:")
-                print(
-                    f"  admission (POST -> pod created): p50 {statistics.median(admitted) * 1000:.0f} ms, "
-                    f"p99 {percentile(admitted, 0.99) * 1000:.0f} ms"
-                )
-                print(f"  first start posted -> {starts}th pod running: {first_to_last:.1f} s")
-                breakdown = {f"{verb} {resource}": n for (verb, resource), n in sorted(counted.items())}
-                print(f"  API requests per start: {per_start:.2f} {json.dumps(breakdown)}")
-                listing, took = add_pending_pods(cluster, client, kernels - starts, kernels)
+                if arguments.against_plain:
+                    # One start on each side first, not measured: the first API calls of a
+                    # process build the client's validators and import what a start needs
+                    # (hundreds of ms in the broker), which no later start pays again.
+                    for side in ("plain", "broker"):
+                        half(side, cluster, client, audit, pids, 1, "warm-up")
+                    verdicts = []
+                    for size in sizes:
+                        pairs = compare(cluster, client, audit, pids, size, arguments.repeat)
+                        verdicts += report(size, pairs)
+                    print("VERDICT the broker against a plain client: " + "; ".join(verdicts))
+                else:
+                    alone = measured(audit, pids, starts, lambda: broker_starts(client, starts, "scale"))
+                    print(f"{starts} concurrent starts through the broker:")
+                    print(
+                        f"  admission (POST -> pod created): p50 {alone.p50 * 1000:.0f} ms, "
+                        f"p99 {alone.p99 * 1000:.0f} ms"
+                    )
+                    print(f"  first start posted -> {starts}th pod running: {alone.to_last_running:.1f} s")
+                    requests = f"{alone.requests_per_start:.2f} {json.dumps(alone.breakdown)}"
+                    print(f"  API requests per start: {requests}")
+                    for number in range(starts):
+                        client.call("DELETE", f"pods/{bench_id(f'scale-{number}')}?grace=0", {})
+                    until_no_pods(cluster)
+                listing, took = add_pending_pods(cluster, client, kernels, kernels)
                 after = rss_mib(broker.pid)
                 print(
-                    f"{len(listing)} kernel pods: broker RSS {after:.0f} MiB "
+                    f"{len(listing)} kernel pods (pending): broker RSS {after:.0f} MiB "
                     f"(+{after - base:.0f} MiB, ratio {after / base:.2f} of its own); "
                     f"GET pool + kernels {took * 1000:.0f} ms"
                 )
@@ -133,7 +354,7 @@ def main() -> int:
             finally:
                 broker.terminate()
                 broker.wait(timeout=30)
-    print(f"took {time.monotonic() - began:.0f} s in all")
+    print(f"took {time.monotonic() - began:.0f} s in all; load average at the end: {load_average()}")
     return 0
 
 

@@ -76,7 +76,7 @@ run benchmarks/sampler.py "${quick[@]}"
 run benchmarks/broker_start.py "${quick[@]}"
 run benchmarks/broker_streams.py "${quick[@]}"
 run benchmarks/broker_cluster.py "${quick[@]}"
-run benchmarks/broker_scale.py "${quick[@]}"
+run benchmarks/broker_scale.py "${quick[@]}" --against-plain
 run benchmarks/replay.py "${quick[@]}" --plot "$replay_chart"
 
 {

@@ -20,6 +20,7 @@ import signal
 import stat
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ log = logging.getLogger("jupyter_gpushare.broker")
 
 PREFIX = "/api/gpushare/broker/"
 SAY_AGAIN_AFTER = 60.0  # seconds before the same housekeeping problem is logged again
+REQUEST_THREADS = 32  # threads for the requests' blocking calls, whatever the number of cores
 HOUSEKEEPING_EVERY = 2.0  # seconds between releases of dead kernels' slices, orphan collections
 # Connections the socket queues before the broker accepts them (the kernel caps it at
 # net.core.somaxconn): tornado's 128 refused part of 200 servers starting kernels at once.
@@ -120,6 +122,12 @@ class Broker:
             await asyncio.sleep(HOUSEKEEPING_EVERY)
 
     async def serve(self) -> None:
+        # The requests' blocking calls (the ledger, the API client) wait more than they compute:
+        # asyncio's default of cores + 4 threads (6 on 2 cores) queued 20 concurrent kernel pod
+        # starts behind each other (benchmarks/broker_scale.py --against-plain).
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=REQUEST_THREADS, thread_name_prefix="gpushare-request")
+        )
         self.listen()
         backend = self.authority.backend
         for line in startup_lines(

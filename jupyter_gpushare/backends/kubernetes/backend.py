@@ -193,6 +193,12 @@ class KubernetesBackend(WithoutAccounting, Backend):
         shared = self._connect()
         return [dict(pod) for pod in shared.kernel_pods()] if shared is not None else []
 
+    def pod_object(self, name: str) -> dict[str, Any] | None:
+        """One of our kernel pods by name, as :meth:`pod_objects` shows it (None: not there)."""
+        shared = self._connect()
+        pod = shared.kernel_pod(name) if shared is not None else None
+        return dict(pod) if pod is not None else None
+
     def facts(self) -> ClusterFacts:
         """What pod requests depend on: the MIG profiles the nodes advertise and the cards'
         memory (GPU Feature Discovery, or under DRA the driver's ResourceSlices); the settings

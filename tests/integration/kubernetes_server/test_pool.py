@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s_client
 
+from jupyter_gpushare.backends.kubernetes.cluster.clients import SharedCluster
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, load_configuration
 from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch
 from jupyter_gpushare.backends.kubernetes.objects.manifests import APP, APP_LABEL, pod_name
+from jupyter_gpushare.backends.kubernetes.objects.presets import PRESETS
+from jupyter_gpushare.core.pods.cluster import NodeGPUs
 from jupyter_gpushare.core.sizes import GiB, MiB
 
-from ...cluster import PODS, KubeCluster, SimNode
+from ...cluster import NODES, PODS, KubeCluster, SimNode
 from ...support.nodes import IMAGE, Node
 from ...support.polling import wait_until
 from ...support.servers import JupyterServer, start_server
@@ -54,6 +57,51 @@ def test_the_watch_lists_then_follows_nodes_and_kernel_pods(kube: KubeCluster) -
     finally:
         watch.stop()
         api.close()
+
+
+def test_the_watched_nodes_are_read_once_per_change_and_a_kernel_pod_found_by_name(
+    kube: KubeCluster,
+) -> None:
+    """A broker asks for the GPU nodes on every admission round and every start, and for one
+    kernel pod on every ``GET pods/{id}``: 500 nodes take milliseconds to read, so they are read
+    again only once the watch saw a node change, and a pod is looked up, not found among copies
+    of all of them (issue 40)."""
+    shared = SharedCluster(Cluster(kube.namespace, configuration=load_configuration().configuration))
+    hami = PRESETS["hami"]
+    try:
+        watch = shared.watch()
+        wait_until(lambda: len(shared.gpu_nodes(hami)), 60, POLL, "four nodes", until=lambda n: n == 4)
+
+        def read_twice() -> tuple[list[NodeGPUs], list[NodeGPUs], bool]:
+            version = watch.nodes.version
+            first, second = shared.gpu_nodes(hami), shared.gpu_nodes(hami)
+            return first, second, version == watch.nodes.version
+
+        # Two reads with no node change between them (the control plane may update a node).
+        first, second, _ = wait_until(
+            read_twice, 60, POLL, "two reads of unchanged nodes", until=lambda r: r[2]
+        )
+        assert all(a is b for a, b in zip(first, second, strict=True))
+        before = watch.nodes.version
+        name = first[0].name
+        kube.patch(NODES, name, {"metadata": {"labels": {"jupyter-gpushare.io/test-changed": "yes"}}})
+        wait_until(lambda: watch.nodes.version, 60, POLL, "the node's change", until=lambda v: v > before)
+        third = shared.gpu_nodes(hami)
+        assert [node.name for node in third] == [node.name for node in first]
+        assert third[0] is not first[0]
+
+        kernel = {"metadata": {"name": "k", "labels": {APP_LABEL: APP}}}
+        other = {"metadata": {"name": "web", "labels": {APP_LABEL: "web"}}}
+        elsewhere = {"schedulerName": "elsewhere"}
+        kube.add(PODS, {**other, "spec": {**elsewhere, "containers": [{"name": "web", "image": "nginx"}]}})
+        kube.add(PODS, {**kernel, "spec": {**elsewhere, "containers": [{"name": "kernel", "image": IMAGE}]}})
+        found = wait_until(lambda: shared.kernel_pod("k"), 30, POLL, "kernel pod k")
+        assert found is not None and found["metadata"]["name"] == "k"
+        assert shared.kernel_pod("web") is None  # a pod, but not a kernel pod: not watched
+        assert shared.kernel_pod("nothing") is None
+    finally:
+        shared.stop()
+        shared.cluster.close()
 
 
 def test_a_watch_that_cannot_reach_the_api_says_why_and_keeps_trying() -> None:

@@ -25,6 +25,7 @@ restarted broker rebuilds everything else from the cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import re
@@ -62,8 +63,12 @@ from jupyter_gpushare.core.sizes import bytes_or_none
 
 log = logging.getLogger("jupyter_gpushare.broker")
 
-TICK = 0.1  # seconds between looks at the queue and the starting pods
-CREATORS = 8  # kernel pods (and Secrets) created at the same time
+TICK = 0.1  # seconds between looks at the queue and the starting pods (a new start: at once)
+# Kernel pods (and Secrets) created at the same time. A burst's starts wait for the slowest of
+# them: 8 made 20 concurrent starts three rounds of API calls where a plain client of the API
+# server makes one (benchmarks/broker_scale.py --against-plain). The API client's connection
+# pool (cluster.API_CONNECTIONS) keeps room for them beside the watches and request threads.
+CREATORS = 32
 UNSCHEDULABLE_GRACE = 10.0  # seconds an admitted pod may stay unplaceable before its start fails
 FINISHED_KEPT_FOR = 120.0  # seconds a finished start's outcome stays readable
 KERNEL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")  # kernel ids become pod names
@@ -89,6 +94,8 @@ class PodStarts:
         self.started_at = time.monotonic()
         self.secrets_checked = time.monotonic()
         self._creators = ThreadPoolExecutor(max_workers=CREATORS, thread_name_prefix="gpushare-create")
+        # Set when a start is queued: the loop's next round is now, not at its next tick.
+        self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self.lock = threading.RLock()
 
     # ---- what the cluster looks like now (the watch) -----------------------------------------------
@@ -143,19 +150,26 @@ class PodStarts:
             self.queue.append(ask.kernel_id)
             self.leases[ask.kernel_id] = time.monotonic()
             self._describe_queue()
+        if self._wake is not None:
+            loop, wake = self._wake
+            loop.call_soon_threadsafe(wake.set)
         return start
 
     def view(self, owner: str, kernel_id: str, admin: bool = False) -> dict[str, Any]:
         """How a start (or a running kernel pod) stands, for its server; renews its lease."""
         with self.lock:
             start = self.starts.get(kernel_id)
-            pod = self.pods().get(pod_name(kernel_id))
+            pod = self.backend.pod_object(pod_name(kernel_id))
             item = read_pod(pod) if pod is not None else None
             start_owner = start.owner if start is not None else (item.owner if item is not None else None)
             if start_owner is None or not (admin or start_owner == owner):
                 raise NoSuchKernelError(f"no GPU kernel {kernel_id} of {owner}'s")
             self.leases[kernel_id] = time.monotonic()
             renew = {"renew_within": max(self.orphan_grace / 3, 0.5)}
+            if start is not None and start.state == "starting":
+                # As the watch shows the pod now, not as at the loop's last round: a pod that
+                # runs is told at once.
+                self._follow(start, pod, time.monotonic())
             if start is not None and start.state == "failed":
                 error = start.error or KernelPodStartError("the kernel pod could not be started")
                 del self.starts[kernel_id]
@@ -190,7 +204,7 @@ class PodStarts:
         """Delete a kernel's pod and Secret, or withdraw its queued start."""
         with self.lock:
             start = self.starts.get(kernel_id)
-            pod = self.pods().get(pod_name(kernel_id))
+            pod = self.backend.pod_object(pod_name(kernel_id))
             item = read_pod(pod) if pod is not None else None
             start_owner = start.owner if start is not None else (item.owner if item is not None else None)
             if start_owner is None:
@@ -211,7 +225,7 @@ class PodStarts:
             start = self.starts.get(kernel_id)
             if start is not None:
                 return start.owner
-        pod = self.pods().get(pod_name(kernel_id))
+        pod = self.backend.pod_object(pod_name(kernel_id))
         item = read_pod(pod) if pod is not None else None
         return item.owner if item is not None else None
 
@@ -220,54 +234,66 @@ class PodStarts:
     async def run(self) -> None:
         """Admit and follow starts, every ``TICK`` seconds, for the broker's life."""
         await asyncio.to_thread(self.backend.pod_objects)  # the watch's first listing
+        wake = asyncio.Event()
+        self._wake = (asyncio.get_running_loop(), wake)
         while True:
+            wake.clear()  # a start queued from here on wakes the next round early
             try:
                 await asyncio.to_thread(self.step)
             except Exception:  # an API hiccup must not end the broker's starts
                 log.warning("kernel pod starts: a round failed", exc_info=True)
-            await asyncio.sleep(TICK)
+            with contextlib.suppress(asyncio.TimeoutError):  # TimeoutError's alias from 3.11 on
+                await asyncio.wait_for(wake.wait(), TICK)
 
     def step(self) -> None:
-        """One round: admit what fits from the head of the queue, then follow starting pods."""
-        admitted: list[PodStartState] = []
+        """One round: admit what fits from the head of the queue (their pods are created in the
+        background), then follow starting pods."""
         with self.lock:
-            now = time.monotonic()
-            pods = self.pods()
-            slices = [item for item in map(read_pod, pods.values()) if item is not None]
-            nodes = self.backend.nodes()
-            unseen = self._unseen(pods)
-            while self.queue:
-                start = self.starts[self.queue[0]]
-                waited = now - start.requested_at
-                if waited >= self.settings.queue_timeout:
-                    self.queue.pop(0)
-                    self._fail(
-                        start,
-                        QueueTimeoutError(
-                            f"no GPU slice after waiting {waited:.0f} s (queue position 1): {start.detail}"
-                        ),
-                    )
-                    continue
-                reason = why_not_now(start.memory, nodes, slices, unseen)
-                if reason is not None:
-                    start.detail = f"waiting for a GPU: position 1 in the queue ({reason})"
-                    break
-                self.queue.pop(0)
-                start.state, start.admitted_at = "creating", now
-                start.detail = "creating the kernel pod"
-                admitted.append(start)
-                if start.memory is not None:
-                    unseen.append(start.memory)
-            self._describe_queue()
-        if admitted:
-            # The API calls of several admitted starts go out together, not one after the other.
-            list(self._creators.map(self._create, admitted))
+            admitted = self._admit() if self.queue else []
+        for start in admitted:
+            # The API calls of several admitted starts go out together, not one after the
+            # other, and the round does not wait for them: it follows the starting pods meanwhile.
+            self._creators.submit(self._create, start)
         with self.lock:
-            pods = self.pods()
-            for start in list(self.starts.values()):
-                if start.state == "starting":
-                    self._follow(start, pods.get(pod_name(start.kernel_id)), time.monotonic())
+            if any(start.state == "starting" for start in self.starts.values()):
+                pods = self.pods()
+                for start in list(self.starts.values()):
+                    if start.state == "starting":
+                        self._follow(start, pods.get(pod_name(start.kernel_id)), time.monotonic())
             self._forget_finished()
+
+    def _admit(self) -> list[PodStartState]:
+        """Take from the head of the queue what fits now (lock held)."""
+        admitted: list[PodStartState] = []
+        now = time.monotonic()
+        pods = self.pods()
+        slices = [item for item in map(read_pod, pods.values()) if item is not None]
+        nodes = self.backend.nodes()
+        unseen = self._unseen(pods)
+        while self.queue:
+            start = self.starts[self.queue[0]]
+            waited = now - start.requested_at
+            if waited >= self.settings.queue_timeout:
+                self.queue.pop(0)
+                self._fail(
+                    start,
+                    QueueTimeoutError(
+                        f"no GPU slice after waiting {waited:.0f} s (queue position 1): {start.detail}"
+                    ),
+                )
+                continue
+            reason = why_not_now(start.memory, nodes, slices, unseen)
+            if reason is not None:
+                start.detail = f"waiting for a GPU: position 1 in the queue ({reason})"
+                break
+            self.queue.pop(0)
+            start.state, start.admitted_at = "creating", now
+            start.detail = "creating the kernel pod"
+            admitted.append(start)
+            if start.memory is not None:
+                unseen.append(start.memory)
+        self._describe_queue()
+        return admitted
 
     def _unseen(self, pods: Mapping[str, dict[str, Any]]) -> list[int]:
         """Bytes of admitted starts whose pods the watch does not show yet."""

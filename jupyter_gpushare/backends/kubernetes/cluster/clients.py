@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError, load_configuration
-from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch
+from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch, Watched
 from jupyter_gpushare.backends.kubernetes.objects.manifests import APP, APP_LABEL
 from jupyter_gpushare.backends.kubernetes.objects.pool import read_node
 from jupyter_gpushare.core.pods.cluster import NodeGPUs
@@ -36,6 +36,9 @@ class SharedCluster:
     _listed: list[dict[str, object]] = field(default_factory=list)
     _slices_at: float = -NODES_CACHED_FOR
     _slices: list[dict[str, object]] = field(default_factory=list)
+    # The watched nodes as read for a preset, at the nodes' version of that watch: a broker asks
+    # for them on every admission round and every start, and reading 500 nodes takes milliseconds.
+    _read_nodes: tuple[Watched, int, ResourcePreset, list[NodeGPUs]] | None = None
 
     @property
     def namespace(self) -> str:
@@ -73,19 +76,33 @@ class SharedCluster:
             return self.watch().pods.items()
         return list(self.cluster.list_pods(f"{APP_LABEL}={APP}"))
 
+    def kernel_pod(self, name: str) -> dict[str, object] | None:
+        """One kernel pod of the namespace by name: from the watch where it runs, else read now."""
+        if self._watch is not None:
+            return self.watch().pods.get(self.namespace, name)
+        pod = self.cluster.read_pod(name)
+        labels = (pod or {}).get("metadata", {}).get("labels") or {}
+        return pod if labels.get(APP_LABEL) == APP else None
+
     def gpu_nodes(self, preset: ResourcePreset) -> list[NodeGPUs]:
         """The nodes that offer GPUs, by name: from the watch where it runs, else from a listing
         reused for a minute (a console or nbclient run starting a few kernels)."""
         if self._watch is not None:
-            raw = self.watch().nodes.items()
+            watched = self.watch().nodes
+            version, raw = watched.versioned_items()
+            cached = self._read_nodes
+            if cached is not None and cached[:3] == (watched, version, preset):
+                return list(cached[3])
+            nodes = _read_nodes(raw, preset)
+            self._read_nodes = (watched, version, preset, nodes)
+            return list(nodes)
         else:
             with self._lock:
                 if time.monotonic() - self._listed_at >= NODES_CACHED_FOR:
                     self._listed = list(self.cluster.list_nodes())
                     self._listed_at = time.monotonic()
                 raw = list(self._listed)
-        read = (read_node(node, preset) for node in raw)
-        return sorted((node for node in read if node is not None), key=lambda node: node.name)
+        return _read_nodes(raw, preset)
 
     def resource_slices(self) -> list[dict[str, object]]:
         """Every ResourceSlice: from the watch where it runs with DRA, else from a listing
@@ -110,6 +127,11 @@ class SharedCluster:
             if self._watch is not None:
                 self._watch.stop()
                 self._watch = None
+
+
+def _read_nodes(raw: list[dict[str, object]], preset: ResourcePreset) -> list[NodeGPUs]:
+    read = (read_node(node, preset) for node in raw)
+    return sorted((node for node in read if node is not None), key=lambda node: node.name)
 
 
 _shared: dict[tuple[str, str, int], SharedCluster] = {}

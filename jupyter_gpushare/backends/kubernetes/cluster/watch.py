@@ -54,6 +54,7 @@ class Watched:
         self._stop = threading.Event()
         self._watch: k8s_watch.Watch | None = None
         self.synced = threading.Event()  # set once the first list arrived
+        self.version = 0  # moves with every change of these objects (a reader's cache key)
         self.problem: str | None = None  # why the view may be stale (None while current)
         self._thread = threading.Thread(target=self._run, name=f"gpushare-watch-{kind}", daemon=True)
 
@@ -68,6 +69,16 @@ class Watched:
     def items(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._objects.values())
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object by name, without copying the others."""
+        with self._lock:
+            return self._objects.get((namespace, name))
+
+    def versioned_items(self) -> tuple[int, list[dict[str, Any]]]:
+        """The objects and the version they are at, read together."""
+        with self._lock:
+            return self.version, list(self._objects.values())
 
     # ---- the thread ----------------------------------------------------------------------
 
@@ -90,6 +101,7 @@ class Watched:
         objects = {_key(item): item for item in listed.get("items") or []}
         with self._lock:
             self._objects = objects
+            self.version += 1
         if self.problem:
             log.info("Watching %s again", self.kind)
         self.problem = None
@@ -121,6 +133,7 @@ class Watched:
                         self._objects.pop(_key(raw), None)
                     else:
                         self._objects[_key(raw)] = raw
+                    self.version += 1
                 self._on_change()
 
     def _failed(self, problem: str, expired: bool = False) -> None:
