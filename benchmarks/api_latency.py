@@ -41,10 +41,11 @@ round, then the snapshot) after a change and without one; the parts (``Ledger.st
 ``server_kernels``, a bare ``fetchall`` of the rows as the floor), and a cProfile of the build.
 Costs are medians of the process's CPU time (wall time beside it).
 
-Goals (issue 24), each printed as a verdict:
+Goals (issues 24 and 40), each printed as a verdict:
 
-* ``GET pool`` and ``GET kernels`` with 100 slices under 20 clients: p99 and server CPU per
-  request <= x1.10 those of ``GET /api/status`` in the same run (1,000 slices: reported only);
+* ``GET pool`` and ``GET kernels`` with 100 slices, and again with 1,000, under 20 clients: p99
+  and server CPU per request <= x1.10 those of ``GET /api/status`` in the same run (any other
+  slice count: reported only);
 * one snapshot built after a change <= 2 ms (CPU) with 100 slices.
 
 ``--against REV`` starts a second server whose package is that of git revision REV (a worktree
@@ -94,7 +95,8 @@ from http_load import CLIENTS, Phase, Summary, load, merge, percentile, print_la
 
 GOAL_RATIO = 1.10  # p99 and server CPU per request, to GET /api/status's
 GOAL_SNAPSHOT_MS = 2.0
-GOAL_SLICES = 100
+GOAL_SLICES = (100, 1000)  # the slice counts the latency goal is judged at
+SNAPSHOT_SLICES = 100  # the snapshot goal's
 POOL = "4xA100-80GB"
 POOL_BYTES = 4 * 80 * 2**30
 OWNER = "bench-user"
@@ -752,7 +754,7 @@ def run(args: argparse.Namespace, counts: list[int], revision: Revision | None) 
                 if revision is not None:
                     print_against(loaded["ours"], loaded[revision.short], revision.short)
             print()
-            if count == GOAL_SLICES:
+            if count in GOAL_SLICES:
                 latency_verdict(repeats, count)
             else:
                 print(f"(with {count} slices: reported, no goal)")
@@ -770,11 +772,11 @@ def run(args: argparse.Namespace, counts: list[int], revision: Revision | None) 
         print()
         ours = sides[0]
         assert ours.server is not None
-        if counts[-1] != GOAL_SLICES:
-            ours.fill(holder.pid, GOAL_SLICES, args.seed)
+        if counts[-1] != SNAPSHOT_SLICES:
+            ours.fill(holder.pid, SNAPSHOT_SLICES, args.seed)
         cost = snapshot_costs(ours.root / "ledger.sqlite", ours.server.server_id, 50 if args.quick else 200)
         print(
-            f"VERDICT: one snapshot (pool + kernels, rendered) after a change with {GOAL_SLICES} slices "
+            f"VERDICT: one snapshot (pool + kernels, rendered) after a change with {SNAPSHOT_SLICES} slices "
             f"<= {GOAL_SNAPSHOT_MS:g} ms: {'MET' if cost.cpu_ms <= GOAL_SNAPSHOT_MS else 'MISSED'} "
             f"({cost.cpu_ms:.2f} ms CPU, {cost.wall_ms:.2f} ms wall)"
         )
