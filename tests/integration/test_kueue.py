@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.fixture import KubeCluster
@@ -175,3 +177,27 @@ def test_gpu_quota_admits_one_pod_and_the_second_waits_until_the_first_is_gone(
     second = running_on_a_node(kube, "second")
     assert second["spec"]["nodeName"] in {"gpu-node-1", "gpu-node-2"}
     assert (condition(workload_of(kube, "second"), "Admitted") or {}).get("status") == "True"
+
+
+def page_documents() -> list[dict[str, Any]]:
+    """The Kubernetes objects of docs/admins/kueue.md's ``yaml`` blocks, in order."""
+    from markdown_it import MarkdownIt
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "admins" / "kueue.md"
+    tokens = MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8"))
+    blocks = [t.content for t in tokens if t.type == "fence" and t.info.split()[:1] == ["yaml"]]
+    return [doc for block in blocks for doc in yaml.safe_load_all(block) if isinstance(doc, dict)]
+
+
+def test_the_kueue_pages_objects_are_what_the_tests_run_kueue_with(kueue: Kueue) -> None:
+    """docs/admins/kueue.md's queues are the ones the tests apply to the API server (where
+    Kueue's CRDs and webhooks check them), and its Configuration is the one Kueue runs with, in
+    the page's namespace: the page shows nothing the tests did not run."""
+    documents = page_documents()
+    [configuration] = [doc for doc in documents if doc["kind"] == "Configuration"]
+    running = yaml.safe_load((kueue.directory / "config.yaml").read_text())
+    assert configuration["apiVersion"] == running["apiVersion"]
+    assert configuration["integrations"] == running["integrations"]
+    assert configuration["managedJobsNamespaceSelector"] == in_namespaces("jupyter-kernels")
+    queues = [doc for doc in documents if doc["kind"] != "Configuration"]
+    assert queues == gpu_queues("jupyter-kernels", gpus=4)
