@@ -31,14 +31,13 @@ from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
 from jupyter_gpushare.core.framework_budget import framework_budget
 from jupyter_gpushare.core.sizes import GiB
 
-from ..cluster import NODES, PODS, SECRETS, ControlPlane
-from ..cluster.images import kernel_image
+from ..cluster import PODS, SECRETS, ControlPlane
+from ..cluster.gpu_node import gpu_node
 from ..cluster.nodes import gfd_labels
-from ..cluster.nvidia_device_plugin import find, start
 from ..cluster.real_node import NODE_IP, RealNode
 from ..cluster.rest import Identity
 from ..support.nodes import Node
-from ..support.nvml_sim import SimulatedCard, driver_root, write_state
+from ..support.nvml_sim import SimulatedCard
 from ..support.polling import wait_until
 from ..support.servers import JupyterServer, execute, free_port, start_server
 from .kubernetes_server.support import get, running_view
@@ -72,36 +71,27 @@ def page_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageClust
     root = tmp_path_factory.mktemp("device-plugin-page")
     config = yaml.safe_load(page_blocks("yaml")[0])
     [shared] = config["sharing"]["timeSlicing"]["resources"]
-    # GPU Feature Discovery's labels for the card, as it labels a time-sliced node (GFD itself
-    # cannot be built here); the page's node_selector picks the node by the last one.
+    # GPU Feature Discovery's labels for the card, as it labels a time-sliced node; the page's
+    # node_selector picks the node by the last one.
     labels = gfd_labels(memory_mib=CARD.memory_total // 2**20, replicas=shared["replicas"])
     labels["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
-    with ControlPlane(root / "controlplane") as plane, RealNode(plane, root / "node", labels=labels) as node:
-        image = kernel_image()
-        node.ctr("images", "import", str(image.archive))
-        node.ctr("images", "tag", "--force", image.reference, page_kernel_image())
-        (root / "device-plugin.yaml").write_text(page_blocks("yaml")[0])  # the page's, as written
-        state = write_state(root / "nvml-state", [CARD])
-        plugin = start(find().plugin, driver_root(), state, root / "device-plugin.yaml", root / "plugin.log")
-        try:
-            wait_until(
-                lambda: (
-                    ((plane.admin.get(NODES, node.name) or {}).get("status") or {})
-                    .get("allocatable", {})
-                    .get("nvidia.com/gpu.shared")
-                ),
-                120,
-                0.5,
-                "nvidia.com/gpu.shared from NVIDIA's device plugin under the page's config",
-                until=lambda count: count == str(shared["replicas"]),
-            )
-            kubectl = root / "bin" / "kubectl"
-            kubectl.parent.mkdir()
-            kubectl.symlink_to(plane.binary)
-            yield PageCluster(plane, node, kubectl, int(shared["replicas"]))
-        finally:
-            plugin.terminate()
-            plugin.wait(30)
+    (root / "device-plugin.yaml").write_text(page_blocks("yaml")[0])  # the page's, as written
+    with (
+        ControlPlane(root / "controlplane") as plane,
+        gpu_node(
+            plane,
+            root / "gpu-node",
+            [CARD],
+            root / "device-plugin.yaml",
+            ("nvidia.com/gpu.shared", shared["replicas"]),
+            labels=labels,
+            image_names=[page_kernel_image()],  # the page's `docker build -t`
+        ) as gpu,
+    ):
+        kubectl = root / "bin" / "kubectl"
+        kubectl.parent.mkdir()
+        kubectl.symlink_to(plane.binary)
+        yield PageCluster(plane, gpu.node, kubectl, int(shared["replicas"]))
 
 
 def page_kernel_image() -> str:

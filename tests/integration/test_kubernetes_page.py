@@ -1,16 +1,25 @@
 """docs/admins/kubernetes.md (and docs/dra.md's kubectl steps) followed as written, on a fresh
-cluster of Kubernetes' own control plane (tests/cluster/), with Kubernetes' own kubectl of the
-same version (the control plane's binary is also kubectl, tests/cluster/controlplane/kubectl.go).
+cluster of Kubernetes' own control plane (tests/cluster/) and its real node, with Kubernetes' own
+kubectl of the same version (the control plane's binary is also kubectl,
+tests/cluster/controlplane/kubectl.go).
 
 The pages' fenced ``bash`` blocks are the script, in the pages' order: every ``kubectl`` line runs
 as the page writes it (through bash, cwd the repository root, ``$KUBECONFIG`` the cluster
 administrator's); ``jupyter gpushare doctor`` runs as a single-user server would run it — as the
 ServiceAccount that rbac.yaml makes (a kubeconfig with its token: the real RBAC decides), with
 the environment Zero to JupyterHub gives servers from examples/jupyterhub/z2jh-kernel-pods-values.yaml
-— so it starts a test kernel whose pod the real scheduler binds and the simulated node side runs,
-while the page's ``kubectl get pods ... --watch`` (started before it, as the page says) must list
-that pod running. What cannot run here is listed in NOT_RUN with the reason; a command the
-pages gain that is neither run nor listed fails the test.
+— so it starts a test kernel whose pod the real scheduler binds to the real node, where the
+kubelet runs it in a container of the kernel image (built from the page's Dockerfile and named as
+the page's ``docker build -t`` names it), while the page's ``kubectl get pods ... --watch``
+(started before it, as the page says) must list that pod running. What cannot run here is listed
+in NOT_RUN with the reason; a command the pages gain that is neither run nor listed fails the test.
+
+The page's GPU sharing layer is HAMi, whose node half (its device plugin and the in-container
+limiter) is not served here. The node stands in for it with what HAMi's device plugin is a fork
+of: NVIDIA's device plugin over the simulated NVML, time-slicing each card HAMI_SPLIT ways (HAMi's
+default split count), and ``nvidia.com/gpumem``/``gpucores`` in the node's status (where the
+test cluster's ``hami-scheduler``, a kube-scheduler profile, fits them). So the pod, its
+scheduling, its container and its device allocation are real; HAMi's caps inside it are not.
 """
 
 from __future__ import annotations
@@ -29,10 +38,14 @@ import pytest
 import yaml
 from markdown_it import MarkdownIt
 
+from jupyter_gpushare.core.sizes import GiB
+
 from ..cluster import ControlPlane
-from ..cluster.node_side import NodeSide
-from ..cluster.nodes import hami_nodes
+from ..cluster.gpu_node import gpu_node
+from ..cluster.nodes import gfd_labels
+from ..cluster.nvidia_device_plugin import write_config
 from ..cluster.rest import NAMESPACES, PODS, SECRETS, SERVICE_ACCOUNTS, Identity
+from ..support.nvml_sim import SimulatedCard
 from ..support.polling import wait_until
 
 pytestmark = pytest.mark.integration
@@ -48,19 +61,24 @@ CHART_UNREACHABLE = (
     "(package registries only); the test gives the doctor the servers' settings from the values "
     "file instead"
 )
-NO_IMAGES = (
-    "no container runtime or registry here: the simulated node side runs each pod's command "
-    "from this checkout's environment, not from an image"
+IMAGES_BUILT = (
+    "the kernel image is built from the same Dockerfile and a wheel of this checkout by "
+    "tests/cluster/images.py (buildah bud, which takes docker build's arguments; without "
+    "EXTRA_PACKAGES=torch, several GB) and named as this command names it in the real node's "
+    "containerd; the single-user server is this checkout's environment (the doctor runs from it)"
 )
 # Commands of the pages that a test cannot run here, by how they begin, with the reason.
 NOT_RUN = {
-    "pip wheel": "it builds the wheel only for the image build that follows; " + NO_IMAGES,
-    "docker build": NO_IMAGES,
-    "docker push": NO_IMAGES,
+    "pip wheel": "it builds the wheel only for the image build that follows; " + IMAGES_BUILT,
+    "docker build": IMAGES_BUILT,
+    "docker push": "no registry is reachable here: the node's containerd has the image under its name",
     "helm repo add": CHART_UNREACHABLE,
     "helm repo update": CHART_UNREACHABLE,
     "helm upgrade": CHART_UNREACHABLE,
 }
+CARD = SimulatedCard("GPU-5e0c1a2b-0000-4000-8000-00000000da7a", "NVIDIA A100-SXM4-80GB", 80 * GiB)
+CARD_MIB = CARD.memory_total // 2**20
+HAMI_SPLIT = 10  # HAMi's deviceSplitCount: the kernels one card takes
 DOCTOR = "jupyter gpushare doctor"
 GONE_TIMEOUT = 120.0  # seconds for the test kernel's pod and Secret to go; generous under load
 
@@ -148,16 +166,27 @@ def server_environment(home: Path, kubeconfig: Path, path: str) -> dict[str, str
 @pytest.fixture(scope="module")
 def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Path]]:
     """A control plane of its own (the page starts from a fresh cluster, no namespace of ours
-    in it), four simulated HAMi nodes (the page's "GPU sharing layer installed"), and a
-    directory with ``kubectl`` (the control plane's binary under that name)."""
+    in it), its real node as the page's GPU node (HAMI_NODE), and a directory with ``kubectl``
+    (the control plane's binary under that name)."""
     root = tmp_path_factory.mktemp("kubernetes-page")
     bin_dir = root / "bin"
     bin_dir.mkdir()
+    values = yaml.safe_load(VALUES.read_text())
+    image = values["singleuser"]["extraEnv"]["JUPYTER_GPUSHARE_KERNEL_IMAGE"]
     with ControlPlane(root / "controlplane") as plane:
         (bin_dir / "kubectl").symlink_to(plane.binary)
-        with NodeSide(plane, hami_nodes(), root / "nodes", record_namespace=KERNELS_NAMESPACE) as nodes:
+        config = write_config(root / "device-plugin.yaml", HAMI_SPLIT)
+        with gpu_node(
+            plane,
+            root / "gpu-node",
+            [CARD],
+            config,
+            ("nvidia.com/gpu", HAMI_SPLIT),
+            labels=gfd_labels(memory_mib=CARD_MIB, replicas=HAMI_SPLIT),
+            image_names=[image],  # step 1's `docker build -t`
+            extended_resources={"nvidia.com/gpumem": str(CARD_MIB), "nvidia.com/gpucores": "100"},
+        ):
             yield plane, bin_dir
-            assert nodes.violations == []
 
 
 def run(
@@ -174,27 +203,27 @@ def run(
 
 
 DOCTOR_LINE = re.compile(r"^(OK|WARN|FAIL)\s+([^:]+): (.*)$", re.MULTILINE)
-# The one thing no simulated node can give: a CUDA device PyTorch can use (this environment's
-# PyTorch, when installed, runs the test kernel and finds none).
-NO_REAL_GPU = "but PyTorch sees no CUDA device"
+# The kernel image is built without frameworks (NOT_RUN: no EXTRA_PACKAGES): a test kernel that
+# says so ran in the image, not in this checkout's environment.
+IN_THE_IMAGE = "PyTorch not installed: framework check skipped"
 
 
 def check_doctor(done: subprocess.CompletedProcess[str]) -> None:
     """The doctor, as the server's account under the shipped RBAC, reached the cluster, was
-    allowed what kernels need, saw the nodes' GPUs, and its test kernel's pod got its slice."""
+    allowed what kernels need, saw the nodes' GPUs, and its test kernel ran in a container of
+    the kernel image with the card NVIDIA's device plugin allocated on the real node."""
     lines = {name: (status, text) for status, name, text in DOCTOR_LINE.findall(done.stdout)}
     report = f"the doctor's report:\n{done.stdout}\n{done.stderr}"
-    for name in ("cluster", "RBAC", "GPU resources", "kernelspecs"):
+    failed = [name for name, (status, _) in lines.items() if status == "FAIL"]
+    assert not failed and done.returncode == 0, report
+    for name in ("cluster", "RBAC", "GPU resources", "kernelspecs", "test kernel"):
         assert lines.get(name, ("missing",))[0] == "OK", report
-    status, text = lines.get("test kernel", ("missing", ""))
-    assert re.match(r"NVIDIA_VISIBLE_DEVICES=GPU-\S+, slice 512 MiB\b", text), report
-    assert status == "OK" or (status == "FAIL" and NO_REAL_GPU in text), report
-    failed = [name for name, (status, text) in lines.items() if status == "FAIL" and NO_REAL_GPU not in text]
-    assert not failed, report
-    assert done.returncode == (0 if status == "OK" else 1), report
+    text = lines["test kernel"][1]
+    assert text.startswith(f"NVIDIA_VISIBLE_DEVICES={CARD.uuid}, slice 512 MiB"), report
+    assert IN_THE_IMAGE in text, report
 
 
-def test_the_kubernetes_pages_commands_run_in_order_on_kubernetes_own_control_plane(
+def test_the_kubernetes_pages_commands_run_in_order_on_a_cluster_with_a_real_node(
     fresh_cluster: tuple[ControlPlane, Path], tmp_path: Path
 ) -> None:
     plane, bin_dir = fresh_cluster

@@ -22,13 +22,14 @@ import pytest
 from jupyter_gpushare.backends.kubernetes.objects.manifests import OWNER_LABEL, pod_name
 from jupyter_gpushare.core.sizes import GiB
 
-from ..cluster import NODES, ControlPlane, KubeCluster
+from ..cluster import ControlPlane, KubeCluster
+from ..cluster.gpu_node import gpu_node
 from ..cluster.images import kernel_image
 from ..cluster.nodes import gfd_labels
-from ..cluster.nvidia_device_plugin import find, start, write_config
+from ..cluster.nvidia_device_plugin import write_config
 from ..cluster.real_node import NODE_IP, RealNode
 from ..support.nodes import BIN, Node
-from ..support.nvml_sim import SimulatedCard, driver_root, write_state
+from ..support.nvml_sim import SimulatedCard
 from ..support.polling import async_wait_until, wait_until
 from ..support.servers import JupyterServer, execute, free_port, start_server
 from .conftest import MakeKube
@@ -45,34 +46,18 @@ REPLICAS = 4  # the device plugin's time-slicing: four kernels may share the car
 
 @pytest.fixture(scope="module")
 def real_node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
-    """The real node as a GPU node: the kernel image in its containerd, NVIDIA's device plugin
-    registered with its kubelet, advertising ``REPLICAS`` shares of the simulated card, and the
-    labels GPU Feature Discovery would give it (GFD itself cannot be built here)."""
+    """The real node as a GPU node (tests/cluster/gpu_node.py): NVIDIA's device plugin
+    advertising ``REPLICAS`` shares of the simulated card."""
     workdir = tmp_path_factory.mktemp("real-gpu-node")
-    image = kernel_image()
-    labels = gfd_labels(memory_mib=CARD.memory_total // 2**20, replicas=REPLICAS)
-    with RealNode(control_plane, workdir / "node", labels=labels) as node:
-        node.ctr("images", "import", str(image.archive))
-        state = write_state(workdir / "nvml-state", [CARD])
-        config = write_config(workdir / "device-plugin.yaml", REPLICAS)
-        plugin = start(find().plugin, driver_root(), state, config, workdir / "device-plugin.log")
-        try:
-            admin = control_plane.admin
-            wait_until(
-                lambda: (
-                    ((admin.get(NODES, node.name) or {}).get("status") or {})
-                    .get("allocatable", {})
-                    .get("nvidia.com/gpu")
-                ),
-                120,
-                0.5,
-                f"{REPLICAS} nvidia.com/gpu on {node.name} from NVIDIA's device plugin",
-                until=lambda count: count == str(REPLICAS),
-            )
-            yield node
-        finally:
-            plugin.terminate()
-            plugin.wait(30)
+    with gpu_node(
+        control_plane,
+        workdir,
+        [CARD],
+        write_config(workdir / "device-plugin.yaml", REPLICAS),
+        ("nvidia.com/gpu", REPLICAS),
+        labels=gfd_labels(memory_mib=CARD.memory_total // 2**20, replicas=REPLICAS),
+    ) as gpu:
+        yield gpu.node
 
 
 @pytest.fixture
