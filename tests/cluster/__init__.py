@@ -29,6 +29,8 @@ One job per module:
 * kubelet.py, kubelet_server.py — running bound pods, their status and events; pod logs;
 * real_node.py — :class:`RealNode`: the kubelet (``kube-testcluster kubelet``), containerd,
   CNI and the node's network, started and stopped;
+* gpu_node.py — :func:`gpu_node`: the real node as a GPU node (NVIDIA's device plugin over the
+  simulated NVML, the kernel image in its containerd, GFD's labels), ready once it advertises;
 * host_state.py — the host-wide state a real node changes, recorded and restored;
 * node_images.py — the real node's local images (pause, busybox) as OCI archives;
 * node_side.py — :class:`NodeSide`: nodes registered as themselves, Leases, slices, one pod
