@@ -5,10 +5,12 @@ tests/integration/conftest.py).
 Before anything else: the Jupyter directories of the whole test session are its own, so that
 nothing on the machine changes a result — neither a machine-wide ``/etc/jupyter`` (which names a
 broker on a team box), nor root's ``~/.jupyter``, nor a ``JUPYTER_GPUSHARE_*`` variable of the shell
-that runs the tests. jupyter_core reads the system directories once, when it is first imported:
-with ``JUPYTER_PLATFORM_DIRS`` they are ``$XDG_CONFIG_DIRS/jupyter``, which is set here to the
-session's own (empty) directory. Every process a test starts inherits this environment unless the
-test gives it a whole environment of its own (those set the same variables).
+that runs the tests, nor its ``NVIDIA_VISIBLE_DEVICES`` (a GPU container's: the simulated NVML
+serves only the cards it names, as inside a container). jupyter_core reads the system directories
+once, when it is first imported: with ``JUPYTER_PLATFORM_DIRS`` they are
+``$XDG_CONFIG_DIRS/jupyter``, which is set here to the session's own (empty) directory. Every
+process a test starts inherits this environment unless the test gives it a whole environment of its
+own (those set the same variables).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ for _variable in [name for name in os.environ if name.startswith("JUPYTER_GPUSHA
     "JUPYTER_CONFIG_PATH",
     "JUPYTER_NO_CONFIG",
     "JUPYTER_PREFER_ENV_PATH",
+    "NVIDIA_VISIBLE_DEVICES",
 ]:
     os.environ.pop(_variable, None)
 os.environ.update(

@@ -223,7 +223,9 @@ class UsageReport:
 
     memory_used: int  # bytes
     utilization: int | None  # percent of the device's SM time, where known
-    source: str  # "kernel" (measured inside it), "simulated" (declared) or "hami" (metrics)
+    # "kernel" (measured inside it: NVML where a pod holds whole cards, else PyTorch),
+    # "simulated" (declared) or "hami" (metrics)
+    source: str
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,11 @@ from typing import Any
 from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError
 from jupyter_gpushare.core import env_names
 from jupyter_gpushare.core.errors import POD_HOLDS_ITS_GPU, GPUShareError, NeedsRestartError, NotOfferedError
+from jupyter_gpushare.core.modes import UnknownModeError, get_mode
 from jupyter_gpushare.core.sizes import parse_size
 from jupyter_gpushare.kernel import caps
 from jupyter_gpushare.kernel.display import PodSliceStatus, PoolStatus
+from jupyter_gpushare.kernel.pod_nvml import WholeCards
 
 log = logging.getLogger("jupyter_gpushare")
 
@@ -50,6 +52,7 @@ class PodSliceHandle:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: BrokerClient | None = None  # the server's kernel routes, built on first use
+        self._whole_cards = WholeCards() if holds_whole_cards(self.mode) else None
 
     # ---- talking to the server -----------------------------------------------------------
 
@@ -154,10 +157,18 @@ class PodSliceHandle:
         self.report_once(raise_errors=True)
 
     def measure(self) -> tuple[int, int | None, str] | None:
-        """``(bytes, utilization, source)``: declared use, else PyTorch's own accounting of
-        the memory it holds; None when nothing can be measured from inside the pod."""
+        """``(bytes, utilization, source)``: declared use; else, where the pod holds its cards
+        whole, what NVML says they use (the CUDA context and every library's memory included);
+        else PyTorch's own accounting of the memory it holds; None when nothing can be measured
+        from inside the pod. NVML is not read on a shared card (time-slicing, MPS, vGPU, MIG):
+        its figure there includes the neighbours' use, and inside a container NVML names
+        processes by the host's PIDs, so the kernel's own share cannot be picked out."""
         if self.declared is not None:
             return (*self.declared, "simulated")
+        if self._whole_cards is not None:
+            read = self._whole_cards.read()
+            if read is not None:
+                return (*read, "kernel")  # the kernel's own report, as the server accepts it
         torch = sys.modules.get("torch")
         try:
             if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -191,6 +202,15 @@ class PodSliceHandle:
     def _report_forever(self) -> None:
         while not self._stop.wait(self.interval):
             self.report_once()
+
+
+def holds_whole_cards(mode: str) -> bool:
+    """Whether a pod of ``mode`` holds its cards whole (the mode's placement, so that another
+    package's whole-card mode counts too); an unknown or broken mode holds nothing."""
+    try:
+        return get_mode(mode).placement == "exclusive"
+    except (UnknownModeError, GPUShareError):
+        return False
 
 
 def read_token_file(path: str | None) -> str | None:

@@ -18,6 +18,19 @@
  * a malformed file (its line named once on stderr), nvmlInit and every later call answer
  * NVML_ERROR_DRIVER_NOT_LOADED, as on a machine without the driver.
  *
+ * What a container sees: where NVIDIA_VISIBLE_DEVICES is set in the calling process, the library
+ * serves only the cards it names, as NVIDIA's container toolkit would have given a container only
+ * those devices (its OCI runtime wrapper mounts the driver's library and the named /dev/nvidia*
+ * nodes; tests/cluster/nvidia_runtime.py is its stand-in on the test cluster's real node). The
+ * value is a comma-separated list of card UUIDs or indexes in the state's order ("all": every
+ * card); "none", "void" or an empty value is a container with the driver and no device (nvmlInit
+ * succeeds, the count is 0). The cards shown are indexed from 0 in the list's order, exactly as a
+ * container sees its devices; their processes, samples and Xid errors stay theirs, the other
+ * cards' are gone. A name that is no card of the state is said on stderr and there is no driver
+ * (the toolkit refuses to create such a container). Unset: every card, the host's view (NVIDIA's
+ * device plugin runs without the variable). Processes keep the host's PIDs, as the real driver
+ * reports them inside a container (NVIDIA/nvidia-docker#1483).
+ *
  * Format: UTF-8 text, one record per line, fields separated by one TAB (names contain spaces,
  * never tabs), "-" for a value the driver does not report. Lines starting with '#' and empty
  * lines are ignored. The first record must be the format's version:
@@ -285,25 +298,89 @@ static int parse(const char *path) {
     return ok && versioned;
 }
 
+/* Keeps only the cards NVIDIA_VISIBLE_DEVICES names (`visible`; NULL: the variable is unset),
+ * in its order and indexed from 0, with their records: what a container the toolkit gave those
+ * devices sees. A name that is no card of the state is said on stderr and there is no driver (the
+ * toolkit refuses to create such a container: "unknown device"). */
+static int select_visible(struct state *s, const char *visible, const char *path) {
+    static struct gpu shown[MAX_GPUS];
+    int position[MAX_GPUS], keep[MAX_GPUS], kept = 0;
+    if (visible == NULL || strcmp(visible, "all") == 0) return 1;
+    if (visible[0] != '\0' && strcmp(visible, "none") != 0 && strcmp(visible, "void") != 0) {
+        char list[4096], *save = NULL;
+        if (!copy_text(list, sizeof list, visible)) {
+            fprintf(stderr, "libnvidia-ml.so.1 (simulated): NVIDIA_VISIBLE_DEVICES is too long\n");
+            return 0;
+        }
+        for (char *name = strtok_r(list, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
+            unsigned long long value;
+            int index = find_gpu(s, name);
+            if (index < 0 && number(name, &value) && value < (unsigned long long)s->gpu_count) index = (int)value;
+            if (index < 0) {
+                fprintf(stderr, "libnvidia-ml.so.1 (simulated): NVIDIA_VISIBLE_DEVICES names \"%s\", "
+                        "which is neither the UUID nor the index of a card of %s\n", name, path);
+                return 0;
+            }
+            int listed = 0;
+            for (int j = 0; j < kept; j++) listed |= keep[j] == index;
+            if (!listed) keep[kept++] = index;
+        }
+    }
+    for (int i = 0; i < MAX_GPUS; i++) position[i] = -1;
+    for (int j = 0; j < kept; j++) {
+        position[keep[j]] = j;
+        shown[j] = s->gpus[keep[j]];
+    }
+    memcpy(s->gpus, shown, sizeof shown);
+    s->gpu_count = kept;
+    /* The records of the cards left keep their order and point at the cards' new indexes. */
+    int n = 0;
+    for (int i = 0; i < s->process_count; i++)
+        if (position[s->processes[i].gpu] >= 0) {
+            s->processes[n] = s->processes[i];
+            s->processes[n++].gpu = position[s->processes[i].gpu];
+        }
+    s->process_count = n;
+    n = 0;
+    for (int i = 0; i < s->sample_count; i++)
+        if (position[s->samples[i].gpu] >= 0) {
+            s->samples[n] = s->samples[i];
+            s->samples[n++].gpu = position[s->samples[i].gpu];
+        }
+    s->sample_count = n;
+    n = 0;
+    for (int i = 0; i < s->xid_count; i++)
+        if (position[s->xids[i].gpu] >= 0) {
+            s->xids[n] = s->xids[i];
+            s->xids[n++].gpu = position[s->xids[i].gpu];
+        }
+    s->xid_count = n;
+    return 1;
+}
+
 /* Brings `current` up to date with the file; the caller holds `lock`. Returns whether a state is
  * loaded: without the file, or with a malformed one (said once on stderr), there is no driver. */
 static int refresh(void) {
     static struct stat seen; /* the version of the file last parsed, good or not */
-    static char seen_path[4096];
+    static char seen_path[4096], seen_visible[4098];
     const char *path = getenv("GPUSHARE_NVML_STATE");
+    const char *visible = getenv("NVIDIA_VISIBLE_DEVICES");
+    char visible_now[4098]; /* "=" and the value, or "-" for unset: the view parsed for */
     struct stat now;
     if (path == NULL || stat(path, &now) != 0) {
         loaded = 0;
         seen_path[0] = '\0';
         return 0;
     }
-    if (strcmp(path, seen_path) == 0 && now.st_dev == seen.st_dev && now.st_ino == seen.st_ino
-        && now.st_size == seen.st_size && now.st_mtim.tv_sec == seen.st_mtim.tv_sec
+    snprintf(visible_now, sizeof visible_now, "%s%s", visible == NULL ? "-" : "=", visible == NULL ? "" : visible);
+    if (strcmp(path, seen_path) == 0 && strcmp(visible_now, seen_visible) == 0 && now.st_dev == seen.st_dev
+        && now.st_ino == seen.st_ino && now.st_size == seen.st_size && now.st_mtim.tv_sec == seen.st_mtim.tv_sec
         && now.st_mtim.tv_nsec == seen.st_mtim.tv_nsec)
         return loaded;
     seen = now;
     snprintf(seen_path, sizeof seen_path, "%s", path);
-    loaded = parse(path);
+    snprintf(seen_visible, sizeof seen_visible, "%s", visible_now);
+    loaded = parse(path) && select_visible(&parsing, visible, path);
     if (loaded) {
         current = parsing;
         memcpy(gpus, current.gpus, sizeof gpus);

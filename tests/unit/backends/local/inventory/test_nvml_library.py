@@ -185,3 +185,105 @@ def test_a_malformed_state_is_refused_with_its_line(
     inventory = read_nvml_inventory()
     assert inventory.problem is not None and "Driver Not Loaded" in inventory.problem
     assert f"{state}:2: not a record of the nvml-sim 1 format" in capfd.readouterr().err
+
+
+# ---- what a container sees: NVIDIA_VISIBLE_DEVICES ------------------------------------------------
+
+THREE_CARDS = [
+    SimulatedCard("GPU-a", "NVIDIA H200", 140 * GiB, memory_used=GiB, processes=(SimulatedProcess(11, GiB),)),
+    SimulatedCard("GPU-b", "NVIDIA H200", 140 * GiB, memory_used=GiB, processes=(SimulatedProcess(22, GiB),)),
+    SimulatedCard(
+        "GPU-c", "NVIDIA H200", 140 * GiB, memory_used=3 * GiB, utilization=60,
+        processes=(SimulatedProcess(33, 3 * GiB),), samples=(UtilizationSample(33, timestamp=5, sm=60),),
+    ),
+]  # fmt: skip
+
+
+def visible_uuids() -> list[str]:
+    pynvml.nvmlInit()
+    try:
+        return [
+            pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
+            for index in range(pynvml.nvmlDeviceGetCount())
+        ]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_a_container_sees_only_the_cards_it_was_given_renumbered(
+    cards: WriteCards, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """UUIDs or the state's indexes, in the variable's order: the third card is the container's
+    first, as the container toolkit's device injection would show it."""
+    cards(THREE_CARDS)
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "GPU-c,0")
+    inventory = read_nvml_inventory()
+    assert [(d.index, d.uuid, d.memory_used, d.utilization) for d in inventory.devices] == [
+        (0, "GPU-c", 3 * GiB, 60),
+        (1, "GPU-a", GiB, 0),
+    ]
+    # The hidden card is not found; the shown ones keep their processes (by the host's PIDs)
+    # and samples, and NVML gives them their new indexes.
+    snapshot = read_snapshot(["GPU-c", "GPU-a"])
+    assert snapshot.processes == {33: ProcessUsage(3 * GiB, 60), 11: ProcessUsage(GiB, None)}
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        read_snapshot(["GPU-b"])
+    pynvml.nvmlInit()
+    try:
+        assert pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByUUID("GPU-c")) == 0
+    finally:
+        pynvml.nvmlShutdown()
+
+
+@pytest.mark.parametrize(
+    ("visible", "expected"),
+    [
+        ("all", ["GPU-a", "GPU-b", "GPU-c"]),
+        ("GPU-b", ["GPU-b"]),
+        ("2,GPU-c,1", ["GPU-c", "GPU-b"]),  # a card named twice is one device
+        ("none", []),  # the driver without a device: nvmlInit succeeds, nothing to see
+        ("void", []),
+        ("", []),
+    ],
+)
+def test_the_variable_selects_as_the_container_toolkit_does(
+    cards: WriteCards, monkeypatch: pytest.MonkeyPatch, visible: str, expected: list[str]
+) -> None:
+    cards(THREE_CARDS)
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", visible)
+    assert visible_uuids() == expected
+
+
+def test_without_the_variable_every_card_is_seen_as_by_the_device_plugin(
+    cards: WriteCards, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cards(THREE_CARDS)
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "GPU-b")
+    assert visible_uuids() == ["GPU-b"]
+    monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES")  # the next call serves the host's view again
+    assert visible_uuids() == ["GPU-a", "GPU-b", "GPU-c"]
+
+
+def test_a_device_that_is_no_card_is_no_driver_with_its_name(
+    cards: WriteCards, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    state = cards(THREE_CARDS)
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "GPU-a,3")
+    inventory = read_nvml_inventory()
+    assert inventory.problem is not None and "Driver Not Loaded" in inventory.problem
+    assert (
+        'NVIDIA_VISIBLE_DEVICES names "3", which is neither the UUID nor the index of a card of '
+        f"{state}" in capfd.readouterr().err
+    )
+
+
+def test_a_process_started_with_the_variable_sees_its_one_card(tmp_path: Path) -> None:
+    """A kernel in a container the toolkit gave one card: its own process, pynvml by name."""
+    state = write_state(tmp_path / "state", THREE_CARDS)
+    code = (
+        "from jupyter_gpushare.backends.local.inventory.nvml import read_nvml_inventory as read; "
+        "print([(d.index, d.uuid) for d in read().devices])"
+    )
+    env = {**os.environ, **driver_root().environment(state), "NVIDIA_VISIBLE_DEVICES": "GPU-b"}
+    answer = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert answer.stdout.strip() == "[(0, 'GPU-b')]"
