@@ -4,8 +4,9 @@ NVIDIA's container toolkit gives a container the driver's ``libnvidia-ml.so.1`` 
 devices ``NVIDIA_VISIBLE_DEVICES`` names, so NVML in there lists exactly the pod's cards. A pod
 holding them whole may take their device-level memory used as its own: it counts the CUDA
 context and every library's allocations, which PyTorch's figure misses. Per-process figures are
-out of reach in a container (NVML reports processes by the host's PIDs, NVIDIA/nvidia-docker#1483),
-so a pod on a shared card cannot tell its use from its neighbours': it reads nothing here.
+out of reach in a container (NVML reports processes by the host's PIDs: the driver knows no PID
+namespaces), so a pod on a shared card cannot tell its use from its neighbours': it reads nothing
+here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The real node as a GPU node: NVIDIA's device plugin registered with its kubelet over the
-simulated NVML, the kernel image in its containerd, and the labels GPU Feature Discovery would
-give it (GFD itself cannot be built here: its module needs one the Go proxy refuses).
+simulated NVML, the container toolkit's stand-in giving GPU containers that NVML
+(nvidia_runtime.py), the kernel image in its containerd, and the labels GPU Feature Discovery
+would give it (GFD itself cannot be built here: its module needs one the Go proxy refuses).
 
 One context manager for every test that runs kernels on the real node, so that they all bring
 the node up the same way and wait for the same thing: the plugin's resource in the node's
@@ -19,6 +20,7 @@ from ..support.polling import wait_until
 from .controlplane import ControlPlane
 from .images import kernel_image
 from .nvidia_device_plugin import find, start
+from .nvidia_runtime import NvidiaRuntime
 from .real_node import RealNode
 from .rest import NODES
 
@@ -52,9 +54,10 @@ def gpu_node(
     advertises them (``PATCH nodes/NAME/status``), for what a device plugin that cannot run here
     would have advertised; the kubelet keeps them and derives their allocatable."""
     workdir.mkdir(parents=True, exist_ok=True)
-    state = write_state(workdir / "nvml" / "state", cards)
+    state = write_state(workdir / "nvml" / "state", cards)  # alone in its directory: mounted
     image = kernel_image()
-    with RealNode(plane, workdir / "node", labels=labels) as node:
+    runtime = NvidiaRuntime(driver_root().library, state)  # GPU containers get the library
+    with RealNode(plane, workdir / "node", labels=labels, nvidia_runtime=runtime) as node:
         node.ctr("images", "import", str(image.archive))
         for name in image_names:
             node.ctr("images", "tag", "--force", image.reference, name)

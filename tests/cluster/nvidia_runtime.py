@@ -70,6 +70,8 @@ class NvidiaRuntime:
         """Write the wrapper's configuration and its launcher into ``directory``; the launcher's
         path, for :func:`containerd_options`."""
         self.state.parent.mkdir(parents=True, exist_ok=True)  # mounted: it must exist, the state need not yet
+        # Entered by a container's user, whoever it is (a test's temporary directories are 0700).
+        self.state.parent.chmod(0o755)
         others = [p.name for p in self.state.parent.iterdir() if not _is_state(p.name, self.state.name)]
         if others:
             raise ValueError(

@@ -58,6 +58,7 @@ import yaml
 from .controlplane import ControlPlane
 from .host_state import PATHS, Footprint, HostState, alive, restore
 from .node_images import LocalImage, busybox_image, pause_image
+from .nvidia_runtime import NvidiaRuntime, containerd_options
 from .rest import LEASES, NODES, PODS, ApiError
 
 NODE_IP = "198.18.255.1"
@@ -128,6 +129,7 @@ class RealNode:
         *,
         labels: Mapping[str, str] | None = None,
         images: Iterable[LocalImage] = (),
+        nvidia_runtime: NvidiaRuntime | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         self.control_plane = control_plane
@@ -135,6 +137,9 @@ class RealNode:
         self.name = name
         self.labels = dict(labels or {})
         self.extra_images = list(images)
+        # The container toolkit's stand-in, runc's wrapper for every container: GPU containers
+        # get the simulated driver's NVML from it (nvidia_runtime.py).
+        self.nvidia_runtime = nvidia_runtime
         self.progress = progress or (lambda message: print(message, file=sys.stderr))
         self.pause = pause_image()
         self.busybox = busybox_image()  # the test image: sh, httpd, wget, dd…
@@ -313,12 +318,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [{cri}.containerd.runtimes.runc.options]
   SystemdCgroup = false
   Root = "{base / "runc"}"
-
+{self._runtime_options()}
 [{cri}.cni]
   bin_dir = "/usr/lib/cni"
   conf_dir = "{self.workdir / "cni" / "net.d"}"
   max_conf_num = 1
 """
+
+    def _runtime_options(self) -> str:
+        if self.nvidia_runtime is None:
+            return ""
+        return containerd_options(self.nvidia_runtime.install(self.workdir / "containerd" / "nvidia-runtime"))
 
     def _start_containerd(self) -> None:
         base = self.workdir / "containerd"

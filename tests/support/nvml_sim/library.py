@@ -22,6 +22,7 @@ SOURCE = Path(__file__).resolve().parent / "libnvidia-ml.c"
 REPOSITORY = Path(__file__).resolve().parents[3]
 BUILDS = REPOSITORY / "build" / "nvml"
 LIBRARY_NAME = "libnvidia-ml.so.1"
+READABLE = 0o755
 STATE_VARIABLE = "GPUSHARE_NVML_STATE"  # the environment variable naming the state file
 # The soname is what lets dlopen("libnvidia-ml.so.1") find this library once it is loaded.
 FLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden",
@@ -57,6 +58,8 @@ def driver_root() -> DriverRoot:
     """The driver root holding the library for the current source, built first when missing."""
     built = DriverRoot(BUILDS / _digest())
     if built.library.exists():
+        if built.library.stat().st_mode & 0o777 != READABLE:  # built before the mode was set
+            built.library.chmod(READABLE)
         return built
     gcc = shutil.which("gcc")
     if gcc is None:
@@ -69,6 +72,9 @@ def driver_root() -> DriverRoot:
         subprocess.run(
             [gcc, *FLAGS, "-o", partial.name, str(SOURCE)], check=True, capture_output=True, text=True
         )
+        # A driver's library is every user's: a kernel container runs as its image's user, and
+        # the temporary file was made for its owner alone.
+        os.chmod(partial.name, READABLE)
         os.replace(partial.name, built.library)
     except subprocess.CalledProcessError as error:
         raise RuntimeError(f"gcc could not build {SOURCE.name}: {error.stderr.strip()}") from error

@@ -84,6 +84,9 @@ def write_state(
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as file:
         file.write("\n".join(lines) + "\n")
+    # Every user's, as the driver's state is: a kernel container reads it as its image's user
+    # (the temporary file was made for its owner alone).
+    os.chmod(file.name, 0o644)
     os.replace(file.name, path)
     return path
 
