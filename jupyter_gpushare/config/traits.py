@@ -8,6 +8,7 @@ from __future__ import annotations
 import getpass
 import math
 import os
+import re
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from jupyter_gpushare.core.modes.registry import GROUP as MODE_GROUP
 from jupyter_gpushare.core.sizes import SizeError, parse_size
 
 LEDGER_FILENAME = "gpushare-ledger.sqlite"
+# A LocalQueue's name (a DNS subdomain) that is also a label value (at most 63 characters).
+_LOCAL_QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 
 
 class GPUShare(Configurable, AccountingTraits):
@@ -269,6 +272,14 @@ class GPUShare(Configurable, AccountingTraits):
         "the mode it got is shown in GET kernels and %gpu status. Default: none.",
     )
     kai_queue = Unicode("", config=True, help="KAI scheduler queue label for kernel pods.")
+    kueue_queue = Unicode(
+        "",
+        config=True,
+        help="The Kueue LocalQueue kernel pods wait in (docs/admins/kueue.md): each pod is labelled "
+        "kueue.x-k8s.io/queue-name with it, waits behind Kueue's scheduling gate until Kueue admits "
+        "it, and its start says why in Kueue's words. Waiting for quota counts toward "
+        "launch_timeout. Empty (default): no Kueue.",
+    )
     server_url = Unicode(
         "",
         config=True,
@@ -312,6 +323,16 @@ class GPUShare(Configurable, AccountingTraits):
             raise TraitError(
                 f"unknown backend {name!r}: the installed kinds are {', '.join(installed)} (a package "
                 f"adds one under the entry-point group {kinds.GROUP})"
+            )
+        return name
+
+    @validate("kueue_queue")
+    def _local_queue_name(self, proposal: Any) -> str:
+        name = str(proposal["value"])
+        if name and not _LOCAL_QUEUE.match(name):
+            raise TraitError(
+                f"GPUShare.kueue_queue: {name!r} is not a LocalQueue name (lowercase letters, digits, "
+                "'-' and '.', starting and ending with a letter or digit, at most 63 characters)"
             )
         return name
 

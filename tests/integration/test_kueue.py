@@ -1,6 +1,7 @@
 """Kueue on the test cluster (tests/cluster/kueue.py): the controller built from its Go module,
 with its own CRDs, webhooks and ClusterRole, against the real control plane, queueing plain
-pods by GPU quota on simulated nodes that advertise NVIDIA's ``nvidia.com/gpu``.
+pods by GPU quota on simulated nodes that advertise NVIDIA's ``nvidia.com/gpu``; and kernel pods
+of a real ``jupyter server`` with ``c.GPUShare.kueue_queue``, queued the same way.
 
 Kueue runs for the module (managing the module's namespace only); each test makes its own
 queues and removes them, while Kueue still runs (its finalizers need it).
@@ -8,7 +9,9 @@ queues and removes them, while Kueue still runs (its finalizers need it).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,21 +19,28 @@ from typing import Any
 import pytest
 import yaml
 
+from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.fixture import KubeCluster
+from tests.cluster.fixture import KubeCluster, shipped_rbac
 from tests.cluster.kueue import QUEUE_LABEL, SCHEDULING_GATE, Kueue, gpu_queues, in_namespaces
 from tests.cluster.nodes import device_plugin_nodes
 from tests.cluster.rest import (
     CLUSTER_QUEUES,
     MUTATING_WEBHOOKS,
     PODS,
+    ROLES,
     WORKLOADS,
     ApiError,
     kind_of,
 )
 
+from ..support.kernels import write_kernelspec
+from ..support.nodes import Node
 from ..support.polling import wait_until
+from ..support.servers import JupyterServer
 from .conftest import MakeKube
+from .kubernetes_server.support import POLL, get, running_view, server_for, start
+from .test_kubernetes import nothing_left
 
 pytestmark = pytest.mark.integration
 
@@ -201,3 +211,116 @@ def test_the_kueue_pages_objects_are_what_the_tests_run_kueue_with(kueue: Kueue)
     assert configuration["managedJobsNamespaceSelector"] == in_namespaces("jupyter-kernels")
     queues = [doc for doc in documents if doc["kind"] != "Configuration"]
     assert queues == gpu_queues("jupyter-kernels", gpus=4)
+
+
+# -- kernel pods through a jupyter server -----------------------------------------------------------
+
+GRACE = 2.0  # c.KubernetesProvisioner.unschedulable_grace: short, so the test sees it pass
+NO_QUOTA = "insufficient unused quota for nvidia.com/gpu in flavor default-flavor"
+
+
+def view_of(server: JupyterServer, kernel_id: str) -> dict[str, Any]:
+    return dict(get(server, f"kernels/{kernel_id}"))
+
+
+def drop_workloads_rule(kube: KubeCluster) -> None:
+    """The shipped Role without its ``list workloads`` rule (a cluster whose admin left it out)."""
+    [role] = [doc for doc in shipped_rbac(kube.namespace, ("rbac.yaml",)) if doc["kind"] == "Role"]
+    role["rules"] = [rule for rule in role["rules"] if "workloads" not in rule["resources"]]
+    kube.admin.apply(role)
+
+
+async def test_a_kernel_waits_for_kueues_quota_with_kueues_words_then_starts(
+    node: Node, queues: KubeCluster
+) -> None:
+    """Quota for one GPU, two nodes with one each: the first kernel is admitted and runs; the
+    second's pod waits behind Kueue's gate, its start past the unschedulable grace, saying
+    Kueue's reason (or, with no right to read Workloads, that Kueue holds it); once the first
+    kernel is shut down, the second is admitted and starts."""
+    kube = queues
+    write_kernelspec(node, "gpu-whole", {"gpu_memory": "whole", "gpu_mode": "exclusive"})
+    server = await asyncio.to_thread(
+        server_for,
+        node,
+        kube,
+        "k8s-kueue",
+        {"unschedulable_grace": GRACE},
+        resource_preset="nvidia",
+        kueue_queue="gpu",
+    )
+    try:
+        first = (await asyncio.to_thread(start, server, {"name": "gpu-whole"}))["kernel_id"]
+        await asyncio.to_thread(running_view, server, first, DEADLINE)
+        pod = kube.get(PODS, pod_name(first))
+        assert pod is not None and pod["metadata"]["labels"][QUEUE_LABEL] == "gpu"
+        assert (condition(workload_of(kube, pod_name(first)), "Admitted") or {}).get("status") == "True"
+
+        second = (await asyncio.to_thread(start, server, {"name": "gpu-whole"}))["kernel_id"]
+        waiting = await asyncio.to_thread(
+            wait_until,
+            lambda: view_of(server, second),
+            DEADLINE,
+            POLL,
+            "the second kernel waiting with Kueue's reason",
+            until=lambda view: NO_QUOTA in (view.get("detail") or ""),
+        )
+        seen_at = time.monotonic()
+        print(f"the second kernel waits: {waiting['detail']}")
+        assert waiting["detail"].startswith("pending: queued by Kueue in LocalQueue gpu: "), waiting
+        message = (condition(workload_of(kube, pod_name(second)), "QuotaReserved") or {})["message"]
+        assert waiting["detail"] == f"pending: queued by Kueue in LocalQueue gpu: {message}"
+        gated = kube.get(PODS, pod_name(second))
+        assert gated is not None and not gated["spec"].get("nodeName")
+        assert SCHEDULING_GATE in [gate["name"] for gate in gated["spec"].get("schedulingGates") or []]
+
+        # Well past the grace an unschedulable pod gets, still waiting (not failed), still saying so.
+        later = await asyncio.to_thread(
+            wait_until,
+            lambda: (time.monotonic(), server.request("GET", f"/api/gpushare/kernels/{second}")),
+            DEADLINE,
+            POLL,
+            "a look at the second kernel after the unschedulable grace",
+            until=lambda seen: seen[0] - seen_at > 3 * GRACE or seen[1].status != 200,
+        )
+        assert later[1].status == 200, later[1].body
+        assert later[1].body["state"] == "queued" and NO_QUOTA in later[1].body["detail"], later[1].body
+
+        # Without the right to read Workloads: Kueue still holds it, said plainly; no failure.
+        drop_workloads_rule(kube)
+        try:
+            plain = await asyncio.to_thread(
+                wait_until,
+                lambda: view_of(server, second),
+                DEADLINE,
+                POLL,
+                "the plain sentence once Workloads are forbidden",
+                until=lambda view: (
+                    view.get("detail")
+                    == "pending: queued by Kueue in LocalQueue gpu: waiting for its admission"
+                ),
+            )
+            assert plain["state"] == "queued"
+            assert "Kueue's reason is not shown" in server.log()
+        finally:
+            for manifest in shipped_rbac(kube.namespace, ("rbac.yaml",)):
+                if kind_of(manifest) == ROLES:
+                    kube.admin.apply(manifest)
+
+        stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{first}")
+        assert stopped.status == 204, stopped.body
+        started = await asyncio.to_thread(running_view, server, second, DEADLINE)
+        assert started["node"] in {"gpu-node-1", "gpu-node-2"}
+        assert (condition(workload_of(kube, pod_name(second)), "Admitted") or {}).get("status") == "True"
+        await asyncio.to_thread(  # the pod runs a moment before the kernel manager has the kernel
+            wait_until,
+            lambda: server.request("GET", f"/api/kernels/{second}").status,
+            DEADLINE,
+            POLL,
+            "the second kernel started",
+            until=lambda status: status == 200,
+        )
+        stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{second}")
+        assert stopped.status == 204, stopped.body
+        await nothing_left(kube)
+    finally:
+        await asyncio.to_thread(server.stop)

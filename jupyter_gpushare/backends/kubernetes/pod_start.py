@@ -2,9 +2,11 @@
 wait for it to run, say why it does not.
 
 Blocking calls run in threads (the API client is synchronous). While the pod waits, its phase and
-the cluster's events are reported as they come (``on_state`` and the log); a pod the scheduler
-cannot place past ``unschedulable_grace``, an image that cannot be pulled, a pod that ends while
-starting, or ``timeout`` end the wait with the cluster's reason.
+the cluster's events are reported as they come (``on_state`` and the log); for a pod Kueue holds
+behind its admission gate, Kueue's reason from its Workload. A pod the scheduler cannot place past
+``unschedulable_grace`` (one Kueue holds waits for quota, not for a node: never), an image that
+cannot be pulled, a pod that ends while starting, or ``timeout`` end the wait with the cluster's
+reason.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
 from jupyter_gpushare.backends.kubernetes.objects.claims import allocated_mode
+from jupyter_gpushare.backends.kubernetes.objects.kueue import VERSIONS as KUEUE_VERSIONS
+from jupyter_gpushare.backends.kubernetes.objects.kueue import (
+    held_by_kueue,
+    waiting_state,
+    why_waiting,
+    workload_selector,
+)
 from jupyter_gpushare.backends.kubernetes.objects.manifests import KERNEL_ID_LABEL, label_value
 from jupyter_gpushare.backends.kubernetes.objects.status import (
     IMAGE_FAILURES,
@@ -52,6 +61,8 @@ class PodStart:
     last_state: str = ""
     claim: str | None = None  # the pod's ResourceClaim (DRA presets)
     asked: str | None = None  # what the pod asks for, where its limits do not say (a claim)
+    kueue_versions: tuple[str, ...] = KUEUE_VERSIONS  # the Workload API versions left to try
+    kueue_reason: str | None = None  # Kueue's last word on the Workload, kept over a failed read
 
     def say(self, state: str) -> None:
         self.last_state = state
@@ -103,8 +114,14 @@ class PodStart:
                     raise KernelPodError(f"the kernel image {image} cannot be pulled: {reason}: {message}")
                 raise KernelPodError(f"the kernel container cannot start: {reason}: {message}")
             unschedulable = unschedulable_reason(pod, events)
+            queue = held_by_kueue(pod)
             now = time.monotonic()
-            if unschedulable is not None:
+            if queue is not None:
+                # Waiting for quota, not for a node: the scheduler has not looked at it yet, so
+                # the grace does not run; launch_timeout still does.
+                unschedulable_since = None
+                self.say(waiting_state(queue, await self._kueue_says(pod)))
+            elif unschedulable is not None:
                 unschedulable_since = unschedulable_since if unschedulable_since is not None else now
                 self.say(f"pending: {unschedulable}")
                 scaling_up = any(event.get("reason") == "TriggeredScaleUp" for event in events)
@@ -122,6 +139,28 @@ class PodStart:
                     f"(c.GPUShare.launch_timeout); last: {self.last_state}"
                 )
             await asyncio.sleep(self.poll_interval)
+
+    async def _kueue_says(self, pod: dict[str, Any]) -> str | None:
+        """Kueue's words on why the pod's Workload waits; None where it says nothing yet or they
+        cannot be read (no Kueue API, or a Role without ``list workloads``: the plain sentence)."""
+        selector = workload_selector(pod)
+        while selector is not None and self.kueue_versions:
+            version = self.kueue_versions[0]
+            try:
+                workloads = await asyncio.to_thread(self.cluster.list_workloads, selector, version)
+            except ClusterError as error:
+                if error.api_status == 404:  # not served here (an older Kueue serves v1beta1 only)
+                    self.kueue_versions = self.kueue_versions[1:]
+                    continue
+                if error.api_status in (401, 403):
+                    self.kueue_versions = ()  # asking again would not help
+                    self.log.warning("Kernel %s: Kueue's reason is not shown: %s", self.kernel_id, error)
+                    return None
+                self.log.debug("Kernel %s: cannot read its Workload: %s", self.kernel_id, error)
+                return self.kueue_reason
+            self.kueue_reason = why_waiting(workloads)
+            return self.kueue_reason
+        return None
 
     async def say_allocated(self) -> None:
         """Where the pod's claim had fallbacks, say which one the kernel got (GET kernels and

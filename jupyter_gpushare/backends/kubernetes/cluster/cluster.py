@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
+from jupyter_gpushare.backends.kubernetes.objects import kueue
 from jupyter_gpushare.core.errors import BackendUnavailableError
 
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -211,6 +212,22 @@ class Cluster:
             ),
         )
         return sorted(listed.get("items") or [], key=event_time)
+
+    def list_workloads(self, label_selector: str, version: str) -> list[dict[str, Any]]:
+        """Kueue's Workloads (``kueue.x-k8s.io/<version>``) in the namespace that match."""
+        custom = k8s_client.CustomObjectsApi(self.api_client)
+        listed = self._call(
+            "list Kueue Workloads",
+            lambda: custom.list_namespaced_custom_object(
+                kueue.GROUP,
+                version,
+                self.namespace,
+                kueue.WORKLOADS,
+                label_selector=label_selector,
+                _preload_content=False,
+            ),
+        )
+        return list(listed.get("items") or [])
 
     def list_nodes(self) -> list[dict[str, Any]]:
         """Every node (needs a ClusterRole: nodes are cluster-scoped)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.objects.claims import make_claim
 from jupyter_gpushare.backends.kubernetes.objects.dialects import kernel_request
+from jupyter_gpushare.backends.kubernetes.objects.kueue import queue_labels
 from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     SERVER_ANNOTATION,
     SIZE_ANNOTATION,
@@ -111,6 +112,7 @@ def kernel_pod(
         annotations={**(annotations or {}), SIZE_ANNOTATION: request.size.text},
         ports=dict(ports or kernel_ports()),
         claim_name=claim_name(kernel_id, generation),
+        labels=queue_labels(settings.kueue_queue),
     )
     return make_pod(spec), resources
 

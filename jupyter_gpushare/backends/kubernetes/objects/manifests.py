@@ -119,6 +119,7 @@ class KernelPodSpec:
     annotations: Mapping[str, str] = field(default_factory=dict)  # extra metadata.annotations
     ports: Mapping[str, int] = field(default_factory=kernel_ports)  # channel -> port
     claim_name: str | None = None  # the pod's ResourceClaim, where the request carries a claim
+    labels: Mapping[str, str] = field(default_factory=dict)  # extra metadata.labels (Kueue's queue)
 
 
 def labels(kernel_id: str, server_id: str, owner: str) -> dict[str, str]:
@@ -240,7 +241,7 @@ def make_pod(spec: KernelPodSpec) -> dict[str, Any]:
         "metadata": {
             "name": pod_name(spec.kernel_id),
             "namespace": spec.namespace,
-            "labels": {**labels(spec.kernel_id, spec.server_id, spec.owner), **request.labels},
+            "labels": {**spec.labels, **labels(spec.kernel_id, spec.server_id, spec.owner), **request.labels},
             "annotations": {**spec.annotations, **request.annotations, SERVER_ANNOTATION: spec.server_id},
         },
         "spec": pod_spec,

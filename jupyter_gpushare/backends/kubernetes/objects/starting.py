@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jupyter_gpushare.backends.kubernetes.objects.kueue import held_by_kueue, waiting_state
 from jupyter_gpushare.backends.kubernetes.objects.status import (
     IMAGE_FAILURES,
     container_problem,
@@ -84,7 +85,8 @@ def progress(
                 DoesNotFitError(f"the cluster cannot place the kernel pod {name}{what}: {unschedulable}")
             )
         return Progress("starting", f"pending: {unschedulable}", unschedulable=True)
-    detail = pending_state(pod, [])
+    queue = held_by_kueue(pod)  # waiting for Kueue's quota (its reason is on the Workload)
+    detail = waiting_state(queue) if queue is not None else pending_state(pod, [])
     if waited >= launch_timeout:
         return _failed(
             KernelPodStartError(

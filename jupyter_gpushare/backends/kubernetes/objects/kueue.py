@@ -1,0 +1,78 @@
+"""Kernel pods queued by Kueue (``c.GPUShare.kueue_queue``), as Kueue's plain-pod integration
+reads and writes them. Pure.
+
+A pod labelled with a LocalQueue's name (:data:`QUEUE_LABEL`) in a namespace Kueue manages gets
+Kueue's scheduling gate (:data:`ADMISSION_GATE`) when it is created, and a Workload owned by it
+(labelled :data:`JOB_UID_LABEL` = the pod's uid). While the gate is on, the scheduler does not
+look at the pod: it waits for quota, not for a node, so a start counts it as queued (never as
+unschedulable) and says why in Kueue's own words, the Workload's ``QuotaReserved=False`` message.
+Kueue removes the gate when it admits the Workload; from then on the pod is scheduled as any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on a Workload: the uid of the pod it was made for
+GROUP = "kueue.x-k8s.io"
+WORKLOADS = "workloads"
+# Served by Kueue v0.15 and later (v1beta1 too, until a later release drops it); the conditions
+# read here are the same in both.
+VERSIONS = ("v1beta2", "v1beta1")
+
+
+def queue_labels(queue: str | None) -> dict[str, str]:
+    """The labels that put a pod in LocalQueue ``queue`` (none without one)."""
+    return {QUEUE_LABEL: queue} if queue else {}
+
+
+def held_by_kueue(pod: dict[str, Any]) -> str | None:
+    """The LocalQueue of a pod Kueue holds behind its admission gate (None: not held)."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    if not any(gate.get("name") == ADMISSION_GATE for gate in gates):
+        return None
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(QUEUE_LABEL) or "?")
+
+
+def workload_selector(pod: dict[str, Any]) -> str | None:
+    """The label selector of the Workload Kueue made for ``pod`` (None: the pod has no uid yet)."""
+    uid = (pod.get("metadata") or {}).get("uid")
+    return f"{JOB_UID_LABEL}={uid}" if uid else None
+
+
+def why_waiting(workloads: Sequence[dict[str, Any]]) -> str | None:
+    """Kueue's own sentence on why a pod's Workload is not admitted: its ``QuotaReserved=False``
+    message ("couldn't assign flavors to pod set main: insufficient unused quota for
+    nvidia.com/gpu in flavor default-flavor, 1 more needed"), else an ``Admitted=False`` one
+    (quota reserved, admission checks pending); None when it says nothing yet."""
+    for workload in workloads:
+        conditions = {
+            str(condition.get("type")): condition
+            for condition in (workload.get("status") or {}).get("conditions") or []
+        }
+        for kind in ("QuotaReserved", "Admitted"):
+            found = conditions.get(kind)
+            if found is not None and found.get("status") == "False" and found.get("message"):
+                return str(found["message"])
+    return None
+
+
+def waiting_state(queue: str, why: str | None = None) -> str:
+    """What a start says while Kueue holds its pod: ``pending: queued by Kueue in LocalQueue
+    gpu: couldn't assign flavors …``."""
+    return f"pending: queued by Kueue in LocalQueue {queue}: {why or 'waiting for its admission'}"
+
+
+__all__ = [
+    "ADMISSION_GATE",
+    "QUEUE_LABEL",
+    "held_by_kueue",
+    "queue_labels",
+    "waiting_state",
+    "why_waiting",
+    "workload_selector",
+]

@@ -1,0 +1,122 @@
+"""Kernel pods for Kueue (``c.GPUShare.kueue_queue``): the queue label Kueue's plain-pod
+integration reads, what a start says while Kueue's gate holds the pod, and Kueue's reason read
+from its Workload (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from traitlets import TraitError
+
+from jupyter_gpushare.backends.kubernetes.objects.kueue import (
+    ADMISSION_GATE,
+    QUEUE_LABEL,
+    held_by_kueue,
+    why_waiting,
+    workload_selector,
+)
+from jupyter_gpushare.backends.kubernetes.objects.starting import progress
+from jupyter_gpushare.cli import main
+from tests.support.k8s_pods import build, settings, validate
+
+# Kueue v0.15.2's words on the Workload of a plain pod that does not fit the quota
+# (tests/integration/test_kueue.py reads them from the real controller).
+NO_QUOTA = (
+    "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in "
+    "flavor default-flavor, 1 more needed"
+)
+
+
+def test_each_kernel_pod_is_labelled_for_the_local_queue() -> None:
+    pod = build(settings(resource_preset="nvidia", kueue_queue="gpu"), mode="exclusive", memory="whole")
+    assert pod["metadata"]["labels"][QUEUE_LABEL] == "gpu"
+    # Ours stay: the label is added, nothing of the pod's identity is replaced.
+    assert pod["metadata"]["labels"]["app.kubernetes.io/name"] == "jupyter-gpushare-kernel"
+    assert not pod["spec"].get("schedulingGates")  # Kueue's webhook adds its gate, not us
+    validate(pod)
+
+
+def test_no_queue_no_label() -> None:
+    pod = build(settings(resource_preset="nvidia"), mode="exclusive", memory="whole")
+    assert QUEUE_LABEL not in pod["metadata"]["labels"]
+
+
+def test_render_pod_shows_the_queue_label(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTER_GPUSHARE_RESOURCE_PRESET", "nvidia")
+    monkeypatch.setenv("JUPYTER_GPUSHARE_KUEUE_QUEUE", "team-a")
+    assert main(["render-pod", "--memory", "whole", "--mode", "exclusive"]) == 0
+    pod = yaml.safe_load(capsys.readouterr().out)
+    assert pod["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+
+
+@pytest.mark.parametrize("name", ["GPU", "team_a", "-gpu", "a" * 64, "gpu queue"])
+def test_a_name_no_local_queue_can_have_is_refused_with_the_reason(name: str) -> None:
+    with pytest.raises(TraitError) as refused:
+        settings(kueue_queue=name)
+    assert str(refused.value) == (
+        f"GPUShare.kueue_queue: {name!r} is not a LocalQueue name (lowercase letters, digits, "
+        "'-' and '.', starting and ending with a letter or digit, at most 63 characters)"
+    )
+
+
+def gated(queue: str = "gpu", uid: str | None = "u-1") -> dict[str, Any]:
+    """A kernel pod as Kueue's webhook leaves it: gated, Pending, unscheduled."""
+    return {
+        "metadata": {"name": "gpushare-kernel-k", "labels": {QUEUE_LABEL: queue}, "uid": uid},
+        "spec": {"schedulingGates": [{"name": ADMISSION_GATE}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates",
+                }
+            ],
+        },
+    }
+
+
+def test_a_pod_behind_kueues_gate_is_held_and_its_workload_is_found_by_its_uid() -> None:
+    assert held_by_kueue(gated("team-a")) == "team-a"
+    admitted = gated()
+    admitted["spec"]["schedulingGates"] = []
+    assert held_by_kueue(admitted) is None
+    other = gated()
+    other["spec"]["schedulingGates"] = [{"name": "example.com/other"}]
+    assert held_by_kueue(other) is None
+    assert workload_selector(gated(uid="8c1d")) == "kueue.x-k8s.io/job-uid=8c1d"
+    assert workload_selector(gated(uid=None)) is None
+
+
+def workload(*conditions: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "pod-gpushare-kernel-k-1a2b3"}, "status": {"conditions": list(conditions)}}
+
+
+def test_kueues_reason_is_the_quota_reserved_message() -> None:
+    no_quota = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": NO_QUOTA}
+    assert why_waiting([workload(no_quota)]) == NO_QUOTA
+    checks = {"type": "Admitted", "status": "False", "message": "The workload has not all checks ready"}
+    reserved = {"type": "QuotaReserved", "status": "True", "message": "Quota reserved in ClusterQueue gpu"}
+    assert why_waiting([workload(reserved, checks)]) == "The workload has not all checks ready"
+    assert why_waiting([workload()]) is None  # made, not looked at yet
+    assert why_waiting([]) is None  # not made yet
+
+
+def test_a_gated_pod_waits_past_the_unschedulable_grace_until_launch_timeout() -> None:
+    """The broker's view of a start (from its watch): queued by Kueue, not unschedulable."""
+    times = {"unschedulable_grace": 10.0, "launch_timeout": 300.0}
+    waiting = progress(gated(), "gpushare-kernel-k", waited=200.0, unschedulable_for=200.0, **times)
+    assert (waiting.state, waiting.unschedulable) == ("starting", False)
+    assert waiting.detail == "pending: queued by Kueue in LocalQueue gpu: waiting for its admission"
+    late = progress(gated(), "gpushare-kernel-k", waited=300.0, unschedulable_for=0.0, **times)
+    assert late.state == "failed"
+    assert late.detail == (
+        "the kernel pod gpushare-kernel-k did not start within 300 s (c.GPUShare.launch_timeout); "
+        "last: pending: queued by Kueue in LocalQueue gpu: waiting for its admission"
+    )
