@@ -40,7 +40,7 @@ from ..support.nodes import Node
 from ..support.nvml_sim import SimulatedCard
 from ..support.polling import wait_until
 from ..support.servers import JupyterServer, execute, free_port, start_server
-from .kubernetes_server.support import get, running_view
+from .kubernetes_server.support import get, listed_by_jupyter_server, running_view
 from .kubernetes_server.support import start as start_kernel
 
 pytestmark = pytest.mark.integration
@@ -146,14 +146,7 @@ async def test_the_pages_time_slicing_runs_a_kernel_on_a_shared_card_of_the_real
     [kernel] = [c for c in pod["spec"]["containers"] if c["name"] == "kernel"]
     assert kernel["image"] == page_kernel_image()
     assert kernel["resources"]["limits"] == {"nvidia.com/gpu.shared": "1"}
-    await asyncio.to_thread(
-        wait_until,
-        lambda: server.request("GET", f"/api/kernels/{kernel_id}").status,
-        120,
-        0.2,
-        f"jupyter_server's kernel {kernel_id}",
-        until=lambda status: status == 200,
-    )
+    await asyncio.to_thread(listed_by_jupyter_server, server, kernel_id)
     # In the container: the page's user and group, the card the plugin allocated to the replica,
     # and the slice's soft cap that time-slicing leaves to the frameworks.
     code = (

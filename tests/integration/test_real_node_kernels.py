@@ -33,7 +33,7 @@ from ..support.nvml_sim import SimulatedCard
 from ..support.polling import async_wait_until, wait_until
 from ..support.servers import JupyterServer, execute, free_port, start_server
 from .conftest import MakeKube
-from .kubernetes_server.support import get, running_view
+from .kubernetes_server.support import get, listed_by_jupyter_server, running_view
 from .kubernetes_server.support import start as start_kernel
 from .test_broker_kubernetes import call, hub_and_broker, server_of
 from .test_kubernetes import answered_without_curve, manager, nothing_left, secret_files
@@ -109,14 +109,7 @@ async def test_a_timeslice_kernel_runs_in_a_real_pod_with_the_gpu_the_device_plu
     task = container["containerID"].removeprefix("containerd://")
     assert task in real_node.ctr("tasks", "list")
     # Running in its pod; jupyter_server lists it once the kernel answered (as the panel waits).
-    await asyncio.to_thread(
-        wait_until,
-        lambda: server.request("GET", f"/api/kernels/{kernel_id}").status,
-        120,
-        0.2,
-        f"jupyter_server's kernel {kernel_id}",
-        until=lambda status: status == 200,
-    )
+    await asyncio.to_thread(listed_by_jupyter_server, server, kernel_id)
 
     # Over the pod's address, Curve-encrypted (the server's ZMQ sockets carry the keys of the
     # connection file the pod's Secret holds): the kernel runs as the image's user, with the
@@ -215,14 +208,7 @@ async def test_a_kernel_the_oom_killer_ended_is_restarted_in_a_new_pod_and_says_
         await asyncio.to_thread(running_view, server, kernel_id, 300)
         [first] = kube.pods()
         assert first["spec"]["nodeName"] == real_node.name
-        await asyncio.to_thread(
-            wait_until,
-            lambda: server.request("GET", f"/api/kernels/{kernel_id}").status,
-            120,
-            0.2,
-            f"jupyter_server's kernel {kernel_id}",
-            until=lambda status: status == 200,
-        )
+        await asyncio.to_thread(listed_by_jupyter_server, server, kernel_id)
         # Zeroed page by page, past the 256Mi limit: the kernel's own cgroup ends it (no reply
         # comes: the cell is sent, as a notebook sends it, and the kernel's end is waited for).
         await submit(server, kernel_id, "hog = bytearray(512 * 2**20)")

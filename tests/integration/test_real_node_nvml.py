@@ -28,7 +28,7 @@ from ..support.nvml_sim import SimulatedCard, write_state
 from ..support.polling import wait_until
 from ..support.servers import JupyterServer, execute
 from .conftest import MakeKube
-from .kubernetes_server.support import get, running_view
+from .kubernetes_server.support import get, listed_by_jupyter_server, running_view
 from .kubernetes_server.support import start as start_kernel
 from .test_kubernetes import nothing_left
 from .test_real_node_kernels import real_node_server
@@ -83,14 +83,7 @@ async def test_a_whole_card_kernel_reports_what_nvml_in_its_container_says_its_c
     body = {"name": "python3-gpu-16g", "path": "work/nvml.ipynb", "gpu_mode": "exclusive"}
     kernel_id = (await asyncio.to_thread(start_kernel, server, body))["kernel_id"]
     await asyncio.to_thread(running_view, server, kernel_id, 300)
-    await asyncio.to_thread(
-        wait_until,
-        lambda: server.request("GET", f"/api/kernels/{kernel_id}").status,
-        120,
-        0.2,
-        f"jupyter_server's kernel {kernel_id}",
-        until=lambda status: status == 200,
-    )
+    await asyncio.to_thread(listed_by_jupyter_server, server, kernel_id)
     # Inside the container: the library the wrapper mounted, one card, the one the plugin gave.
     code = (
         "import os, pynvml\n"

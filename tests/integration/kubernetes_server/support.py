@@ -66,3 +66,15 @@ def running_view(server: JupyterServer, kernel_id: str, timeout: float = 120) ->
             until=lambda view: isinstance(view, dict) and view.get("state") == "running",
         )
     )
+
+
+def listed_by_jupyter_server(server: JupyterServer, kernel_id: str, timeout: float = 120) -> None:
+    """Wait until jupyter_server's own ``GET api/kernels/{id}`` knows the kernel: it lists a pod
+    kernel once the kernel answered, as the panel waits for it."""
+    wait_until(
+        lambda: server.request("GET", f"/api/kernels/{kernel_id}").status,
+        timeout,
+        0.2,
+        f"jupyter_server's kernel {kernel_id}",
+        until=lambda status: status == 200,
+    )
