@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--mig-profiles", help="comma-separated MIG profiles for --mode mig, e.g. 1g.10gb,3g.40gb"
     )
     profiles.add_argument(
+        "--kueue-queue",
+        help="the Kueue LocalQueue GPU servers wait in (their pods are labelled for it; "
+        "docs/admins/kueue.md)",
+    )
+    profiles.add_argument(
         "--claim-templates",
         action="store_true",
         help="with a DRA preset: print the ResourceClaimTemplates the profiles refer to, for "
@@ -337,6 +342,14 @@ def _profiles(arguments: argparse.Namespace) -> int:
     mig = [profile.strip() for profile in arguments.mig_profiles.split(",")] if arguments.mig_profiles else []
     options: dict[str, Any] = {"preset": arguments.preset, "mig_profiles": mig}
     dra = arguments.preset in DRA_PRESETS
+    if arguments.kueue_queue:
+        from jupyter_gpushare.config.traits import local_queue_problem
+
+        problem = local_queue_problem(arguments.kueue_queue)
+        if problem is not None:
+            raise CommandError(f"--kueue-queue: {problem}")
+        if not arguments.claim_templates:  # a claim is not queued: its pod is
+            options["kueue_queue"] = arguments.kueue_queue
     if dra:
         options["dra_names"] = settings.dra_names()  # the generic preset's names come from config
     if arguments.claim_templates:

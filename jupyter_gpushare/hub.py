@@ -26,8 +26,10 @@ from typing import Any
 from jupyter_gpushare.backends.kubernetes.cluster.spawner_claims import ServerClaim, configured_hook
 from jupyter_gpushare.backends.kubernetes.objects.claims import make_claim_template, pod_claim_reference
 from jupyter_gpushare.backends.kubernetes.objects.dialects import kernel_request
+from jupyter_gpushare.backends.kubernetes.objects.kueue import queue_labels
 from jupyter_gpushare.backends.kubernetes.objects.manifests import CLAIM_REQUEST
 from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
+from jupyter_gpushare.config.traits import local_queue_problem
 from jupyter_gpushare.core import env_names
 from jupyter_gpushare.core.modes import get_mode
 from jupyter_gpushare.core.pods.cluster import ClusterFacts
@@ -54,8 +56,9 @@ def _label(size: str) -> str:
     return f"{format_bytes(parsed.resolve(0))} of GPU memory"
 
 
-def spawner_overrides(request: PodRequest, size: str, mode: str) -> dict[str, Any]:
-    """KubeSpawner trait overrides for one GPU choice (a DRA claim's hooks: :func:`claim_hooks`)."""
+def spawner_overrides(request: PodRequest, size: str, mode: str, queue: str | None = None) -> dict[str, Any]:
+    """KubeSpawner trait overrides for one GPU choice (a DRA claim's hooks: :func:`claim_hooks`);
+    with ``queue``, the server pod waits in that Kueue LocalQueue."""
     environment = {
         env_names.DEFAULT_MODE: mode,
         env_names.GPU_SIZE: size,
@@ -69,11 +72,20 @@ def spawner_overrides(request: PodRequest, size: str, mode: str) -> dict[str, An
     }
     if request.annotations:
         overrides["extra_annotations"] = dict(request.annotations)
-    if request.labels:
-        overrides["extra_labels"] = dict(request.labels)
+    labels = {**request.labels, **queue_labels(queue)}
+    if labels:
+        overrides["extra_labels"] = labels
     if request.scheduler_name:
         overrides["scheduler_name"] = request.scheduler_name
     return overrides
+
+
+def checked_queue(queue: str | None) -> str | None:
+    """``queue`` if it can name a Kueue LocalQueue (GPUShare.kueue_queue's rule), else ValueError."""
+    problem = local_queue_problem(queue) if queue else None
+    if problem is not None:
+        raise ValueError(f"kueue_queue: {problem}")
+    return queue or None
 
 
 def claim_hooks(claim: ServerClaim) -> dict[str, Any]:
@@ -115,6 +127,7 @@ def gpu_profiles(
     slug: str = "gpu",
     kubespawner_override: Mapping[str, Any] | None = None,
     cpu_profile: bool = True,
+    kueue_queue: str | None = None,
 ) -> list[dict[str, Any]]:
     """A KubeSpawner ``profile_list`` offering ``sizes`` of GPU in ``mode``.
 
@@ -122,12 +135,15 @@ def gpu_profiles(
     ``gpu_memory`` (the cards' memory, e.g. "80G") lets shares such as "25%" be offered.
     Under a DRA preset each server gets a ResourceClaim of its own (``dra_names``: the DRA
     names of the generic preset, as the ``dra_*`` traits give them: field -> value).
+    With ``kueue_queue`` (a LocalQueue in the servers' namespace), a GPU server's pod is labelled
+    for it and waits for Kueue's quota (docs/admins/kueue.md); the CPU profile is not queued.
     """
+    queue = checked_queue(kueue_queue)
     cluster = cluster_of(preset, resource_names, mig_profiles, gpu_memory, dra_names)
     choices: dict[str, Any] = {}
     for size in sizes:
         request = kernel_request(mode, parse_size(size), cores, cluster)
-        overrides = spawner_overrides(request, size, mode)
+        overrides = spawner_overrides(request, size, mode, queue)
         if request.claim is not None:
             overrides.update(claim_hooks(ServerClaim.fixed(dict(request.claim), size)))
         choices[_choice_slug(size)] = {
@@ -149,7 +165,7 @@ def gpu_profiles(
             "display_name_in_choices": "Custom size…",
             "validation_regex": CUSTOM_SIZE_REGEX,
             "validation_message": CUSTOM_SIZE_MESSAGE,
-            "kubespawner_override": _custom_overrides(mode, cores, cluster),
+            "kubespawner_override": _custom_overrides(mode, cores, cluster, queue),
         }
     gpu = {
         "display_name": display_name,
@@ -180,7 +196,9 @@ def gpu_profiles(
     return profiles
 
 
-def _custom_overrides(mode: str, cores: int | None, cluster: ClusterFacts) -> dict[str, Any]:
+def _custom_overrides(
+    mode: str, cores: int | None, cluster: ClusterFacts, queue: str | None
+) -> dict[str, Any]:
     """Callables computing each override from this spawn's own custom value."""
 
     def request_of(spawner: Any) -> tuple[PodRequest, str]:
@@ -190,7 +208,7 @@ def _custom_overrides(mode: str, cores: int | None, cluster: ClusterFacts) -> di
     def field(name: str) -> Callable[[Any], Any]:
         def compute(spawner: Any) -> Any:
             request, value = request_of(spawner)
-            return spawner_overrides(request, value, mode).get(name, {})
+            return spawner_overrides(request, value, mode, queue).get(name, {})
 
         return compute
 
@@ -231,7 +249,7 @@ def static_profiles(
     custom = option.get("unlisted_choice")
     if custom is None:
         return profiles
-    template = _templated_custom(mode, preset, options.get("cores"))
+    template = _templated_custom(mode, preset, options.get("cores"), options.get("kueue_queue"))
     if template is None:
         del option["unlisted_choice"]
         return profiles
@@ -302,7 +320,7 @@ def claim_templates(
 
 
 def _templated_custom(
-    mode: str, preset: ResourcePreset, cores: int | None
+    mode: str, preset: ResourcePreset, cores: int | None, queue: str | None
 ) -> tuple[str, dict[str, Any]] | None:
     """The overrides of a custom size typed as a whole number of the mode's unit (KubeSpawner's
     ``{value}``), or None where the mode takes no amount (a whole card, a MIG profile)."""
@@ -317,6 +335,9 @@ def _templated_custom(
     }
     if request.annotations:
         overrides["extra_annotations"] = dict(request.annotations)
+    labels = {**request.labels, **queue_labels(queue)}
+    if labels:
+        overrides["extra_labels"] = labels
     if request.scheduler_name:
         overrides["scheduler_name"] = request.scheduler_name
     return templated.unit, overrides

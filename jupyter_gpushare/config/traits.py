@@ -30,6 +30,16 @@ LEDGER_FILENAME = "gpushare-ledger.sqlite"
 _LOCAL_QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 
 
+def local_queue_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a Kueue LocalQueue (None: it can); for every setting naming one."""
+    if _LOCAL_QUEUE.match(name):
+        return None
+    return (
+        f"{name!r} is not a LocalQueue name (lowercase letters, digits, '-' and '.', starting and "
+        "ending with a letter or digit, at most 63 characters)"
+    )
+
+
 class GPUShare(Configurable, AccountingTraits):
     """Fractional GPUs for Jupyter kernels (the queue's order and the accounting's traits are
     defined in ``jupyter_gpushare/config/accounting.py``)."""
@@ -329,11 +339,9 @@ class GPUShare(Configurable, AccountingTraits):
     @validate("kueue_queue")
     def _local_queue_name(self, proposal: Any) -> str:
         name = str(proposal["value"])
-        if name and not _LOCAL_QUEUE.match(name):
-            raise TraitError(
-                f"GPUShare.kueue_queue: {name!r} is not a LocalQueue name (lowercase letters, digits, "
-                "'-' and '.', starting and ending with a letter or digit, at most 63 characters)"
-            )
+        problem = local_queue_problem(name) if name else None
+        if problem is not None:
+            raise TraitError(f"GPUShare.kueue_queue: {problem}")
         return name
 
     @validate("default_mode")

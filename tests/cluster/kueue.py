@@ -503,10 +503,17 @@ def gpu_queues(
     local_queue: str = "gpu",
     flavor: str = "default-flavor",
     resource: str = "nvidia.com/gpu",
+    cohort: str | None = None,
 ) -> list[dict[str, Any]]:
     """A ResourceFlavor, a ClusterQueue holding ``gpus`` of ``resource`` (and CPU and memory
     without a practical limit, so a pod's requests of those never keep it waiting), and a
-    LocalQueue in ``namespace`` pointing at it: what docs/admins/kueue.md shows."""
+    LocalQueue in ``namespace`` pointing at it: what docs/admins/kueue.md shows. In a ``cohort``,
+    the ClusterQueue lends what it does not use to the cohort's others and may borrow theirs
+    (Kueue's default: no limits), and takes what it lent back by preempting a borrower
+    (``reclaimWithinCohort: Any``)."""
+    shared: dict[str, Any] = (
+        {"cohortName": cohort, "preemption": {"reclaimWithinCohort": "Any"}} if cohort else {}
+    )
     return [
         {
             "apiVersion": RESOURCE_FLAVORS.api_version,
@@ -519,6 +526,7 @@ def gpu_queues(
             "metadata": {"name": cluster_queue},
             "spec": {
                 "namespaceSelector": {},
+                **shared,
                 "resourceGroups": [
                     {
                         "coveredResources": ["cpu", "memory", resource],
@@ -543,6 +551,20 @@ def gpu_queues(
             "spec": {"clusterQueue": cluster_queue},
         },
     ]
+
+
+def cohort_queues(
+    namespace: str, teams: tuple[str, ...] = ("team-a", "team-b"), *, gpus: int = 1, cohort: str = "research"
+) -> list[dict[str, Any]]:
+    """One ResourceFlavor, and for each of ``teams`` a ClusterQueue holding ``gpus`` of
+    ``nvidia.com/gpu`` in ``cohort`` with a LocalQueue of the same name in ``namespace``: each
+    team has its own quota and may borrow what the others leave unused until they want it back
+    (docs/admins/kueue.md shows these)."""
+    made = [
+        gpu_queues(namespace, gpus=gpus, cluster_queue=team, local_queue=team, cohort=cohort)
+        for team in teams
+    ]
+    return [made[0][0], *(queue for queues in made for queue in queues[1:])]
 
 
 def main(argv: list[str] | None = None) -> int:

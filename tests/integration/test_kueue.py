@@ -22,7 +22,14 @@ import yaml
 from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.fixture import KubeCluster, shipped_rbac
-from tests.cluster.kueue import QUEUE_LABEL, SCHEDULING_GATE, Kueue, gpu_queues, in_namespaces
+from tests.cluster.kueue import (
+    QUEUE_LABEL,
+    SCHEDULING_GATE,
+    Kueue,
+    cohort_queues,
+    gpu_queues,
+    in_namespaces,
+)
 from tests.cluster.nodes import device_plugin_nodes
 from tests.cluster.rest import (
     CLUSTER_QUEUES,
@@ -63,10 +70,33 @@ def queues(kueue: Kueue, make_kube: MakeKube) -> Iterator[KubeCluster]:
     """Two simulated nodes with one ``nvidia.com/gpu`` each, and a ClusterQueue holding one GPU
     with a LocalQueue ``gpu`` in the test's namespace: the nodes fit two pods, the quota one."""
     kube = make_kube(device_plugin_nodes(2))
-    made = gpu_queues(kube.namespace, gpus=1)
+    with applied(kube, gpu_queues(kube.namespace, gpus=1)):
+        yield kube
+
+
+@pytest.fixture
+def cohort(kueue: Kueue, make_kube: MakeKube) -> Iterator[KubeCluster]:
+    """Three simulated nodes with one ``nvidia.com/gpu`` each, and two ClusterQueues in one
+    cohort holding one GPU each, with LocalQueues ``team-a`` and ``team-b``: the nodes fit three
+    pods, the cohort two, each team one of its own."""
+    kube = make_kube(device_plugin_nodes(3))
+    with applied(kube, cohort_queues(kube.namespace)):
+        yield kube
+
+
+@contextlib.contextmanager
+def applied(kube: KubeCluster, made: list[dict[str, Any]]) -> Iterator[None]:
+    """Kueue's objects ``made`` for the test; then its pods go first (Kueue releases their quota),
+    then the objects, while Kueue still runs (their finalizers are Kueue's)."""
     for manifest in made:
         kube.admin.apply(manifest)
-    yield kube
+    try:
+        yield
+    finally:
+        remove_queues(kube, made)
+
+
+def remove_queues(kube: KubeCluster, made: list[dict[str, Any]]) -> None:
     for pod in kube.pods():  # before the queues: Kueue releases their quota, then the queues go
         kube.remove(PODS, kube.namespace, pod["metadata"]["name"])
     wait_until(kube.pods, DEADLINE, message="the test's pods gone", until=lambda pods: pods == [])
@@ -210,7 +240,8 @@ def test_the_kueue_pages_objects_are_what_the_tests_run_kueue_with(kueue: Kueue)
     assert configuration["integrations"] == running["integrations"]
     assert configuration["managedJobsNamespaceSelector"] == in_namespaces("jupyter-kernels")
     queues = [doc for doc in documents if doc["kind"] != "Configuration"]
-    assert queues == gpu_queues("jupyter-kernels", gpus=4)
+    # The cohort's ClusterQueues use the ResourceFlavor shown first.
+    assert queues == [*gpu_queues("jupyter-kernels", gpus=4), *cohort_queues("jupyter-kernels")[1:]]
 
 
 # -- kernel pods through a jupyter server -----------------------------------------------------------
@@ -324,3 +355,130 @@ async def test_a_kernel_waits_for_kueues_quota_with_kueues_words_then_starts(
         await nothing_left(kube)
     finally:
         await asyncio.to_thread(server.stop)
+
+
+# -- two teams in one cohort ----------------------------------------------------------------------
+
+PREEMPTED = "preempted by Kueue: Preempted to accommodate a workload (UID: "
+
+
+def gpus_reserved(kube: KubeCluster, cluster_queue: str) -> tuple[str, str]:
+    """``(total, borrowed)`` of ``nvidia.com/gpu`` Kueue has reserved in ``cluster_queue``."""
+    queue = kube.admin.get(CLUSTER_QUEUES, cluster_queue) or {}
+    for flavor in (queue.get("status") or {}).get("flavorsReservation") or []:
+        for resource in flavor.get("resources") or []:
+            if resource["name"] == "nvidia.com/gpu":
+                return str(resource.get("total", "0")), str(resource.get("borrowed", "0"))
+    return "0", "0"
+
+
+def said_of(server: JupyterServer, kernel_id: str) -> str:
+    """All a kernel's view says: its state, detail and warnings."""
+    view = view_of(server, kernel_id)
+    return " | ".join([str(view.get("state")), str(view.get("detail")), *(view.get("warnings") or [])])
+
+
+async def test_two_teams_borrow_in_a_cohort_and_a_preempted_kernel_says_so_in_kueues_words(
+    node: Node, cohort: KubeCluster
+) -> None:
+    """Two ClusterQueues of one GPU each in a cohort, a jupyter server per team (LocalQueues
+    team-a and team-b), three nodes of one GPU each. Team a's two kernels are both admitted, the
+    second on team b's unused GPU; then team b starts one: Kueue takes its GPU back by preempting
+    a borrowing kernel of team a, whose end says so in Kueue's words (GET kernels, the server's
+    log), and which jupyter_server's restarter brings back into a new pod that waits for quota,
+    saying Kueue's reason. Team b's kernel runs; once it is shut down, team a's preempted kernel
+    is admitted again and runs."""
+    kube = cohort
+    write_kernelspec(node, "gpu-whole", {"gpu_memory": "whole", "gpu_mode": "exclusive"})
+    servers = []
+    try:
+        for team, owner in (("team-a", "alice"), ("team-b", "bob")):
+            servers.append(
+                await asyncio.to_thread(
+                    server_for,
+                    node,
+                    kube,
+                    f"k8s-{team}",
+                    {"unschedulable_grace": GRACE},
+                    resource_preset="nvidia",
+                    kueue_queue=team,
+                    owner=owner,
+                )
+            )
+        team_a, team_b = servers
+        a_kernels = []
+        for _ in range(2):
+            kernel_id = (await asyncio.to_thread(start, team_a, {"name": "gpu-whole"}))["kernel_id"]
+            await asyncio.to_thread(running_view, team_a, kernel_id, DEADLINE)
+            a_kernels.append(kernel_id)
+        # Kueue admitted the second on the cohort's unused quota: team-a borrows team-b's GPU.
+        await asyncio.to_thread(  # its status a moment after the admission
+            wait_until,
+            lambda: gpus_reserved(kube, "team-a"),
+            DEADLINE,
+            POLL,
+            "team-a's ClusterQueue holding two GPUs, one borrowed",
+            until=lambda reserved: reserved == ("2", "1"),
+        )
+
+        b_kernel = (await asyncio.to_thread(start, team_b, {"name": "gpu-whole"}))["kernel_id"]
+        ended = await asyncio.to_thread(
+            wait_until,
+            lambda: {kernel_id: said_of(team_a, kernel_id) for kernel_id in a_kernels},
+            DEADLINE,
+            POLL,
+            "a kernel of team a preempted, saying so",
+            until=lambda said: any(PREEMPTED in text for text in said.values()),
+        )
+        [preempted] = [kernel_id for kernel_id, text in ended.items() if PREEMPTED in text]
+        print(f"the preempted kernel says: {ended[preempted]}")
+        assert "due to reclamation within the cohort" in ended[preempted], ended
+        await asyncio.to_thread(running_view, team_b, b_kernel, DEADLINE)
+        # Kueue's words name the workload it made room for: team b's kernel pod's.
+        b_workload = workload_of(kube, pod_name(b_kernel))
+        assert b_workload is not None
+        assert f"{PREEMPTED}{b_workload['metadata']['uid']}," in ended[preempted], ended[preempted]
+        assert f"pod {pod_name(preempted)} ended: {PREEMPTED}" in team_a.log()
+        [kept] = [kernel_id for kernel_id in a_kernels if kernel_id != preempted]
+        assert view_of(team_a, kept)["state"] == "running"
+
+        # Restarted by jupyter_server into a new pod, which waits in team-a for quota, saying why.
+        waiting = await asyncio.to_thread(
+            wait_until,
+            lambda: view_of(team_a, preempted),
+            DEADLINE,
+            POLL,
+            "the preempted kernel's new pod waiting for quota with Kueue's reason",
+            until=lambda view: "insufficient unused quota for nvidia.com/gpu" in (view.get("detail") or ""),
+        )
+        print(f"the preempted kernel waits: {waiting['detail']} {waiting['warnings']}")
+        assert waiting["detail"].startswith("pending: queued by Kueue in LocalQueue team-a: "), waiting
+        assert any(
+            warning.startswith(f"the kernel was restarted after it ended: {PREEMPTED}")
+            for warning in waiting["warnings"]
+        ), waiting
+        gated = kube.get(PODS, pod_name(preempted))
+        assert gated is not None and SCHEDULING_GATE in [
+            gate["name"] for gate in gated["spec"].get("schedulingGates") or []
+        ]
+        assert gpus_reserved(kube, "team-b")[1] == "0"  # team b borrows nothing: its own GPU
+
+        # Team b's GPU free again: Kueue lends it, and the preempted kernel runs once more.
+        stopped = await asyncio.to_thread(team_b.request, "DELETE", f"/api/kernels/{b_kernel}")
+        assert stopped.status == 204, stopped.body
+        await asyncio.to_thread(running_view, team_a, preempted, DEADLINE)
+        await asyncio.to_thread(
+            wait_until,
+            lambda: team_a.request("GET", f"/api/kernels/{preempted}").body,
+            DEADLINE,
+            POLL,
+            "the preempted kernel restarted",
+            until=lambda kernel: isinstance(kernel, dict) and kernel.get("execution_state") != "restarting",
+        )
+        for kernel_id in a_kernels:
+            stopped = await asyncio.to_thread(team_a.request, "DELETE", f"/api/kernels/{kernel_id}")
+            assert stopped.status == 204, stopped.body
+        await nothing_left(kube)
+    finally:
+        for server in servers:
+            await asyncio.to_thread(server.stop)

@@ -157,3 +157,56 @@ def test_budget_form_for_any_spawner() -> None:
         "JUPYTER_GPUSHARE_MAX_MEMORY_PER_USER": "8G",
         "JUPYTER_GPUSHARE_LEDGER_PATH": "/srv/ledger.sqlite",
     }
+
+
+# -- Kueue: a GPU profile's servers wait in a LocalQueue ----------------------------------------
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@pytest.mark.parametrize("choice", [{"gpu": "8g"}, {"gpu": "unlisted_choice", "gpu--unlisted-choice": "6G"}])
+async def test_a_profile_naming_a_local_queue_labels_its_gpu_servers_for_kueue(
+    choice: dict[str, str],
+) -> None:
+    """Each team's profile its own LocalQueue (two gpu_profiles lists, one CPU profile); a listed
+    and a custom size alike. The CPU profile's server asks for no GPU and is not queued."""
+    team_a = gpu_profiles(["4G", "8G"], "vgpu", slug="team-a", kueue_queue="team-a", cpu_profile=False)
+    team_b = gpu_profiles(["4G", "8G"], "vgpu", slug="team-b", kueue_queue="team-b")
+    config = Config({"KubeSpawner": {"profile_list": [*team_a, *team_b]}})
+    for team in ("team-a", "team-b"):
+        limits, env, pod = await spawn(config, {"profile": team, **choice})
+        assert pod.metadata.labels[QUEUE_LABEL] == team
+        assert limits["nvidia.com/gpu"] == "1" and env["JUPYTER_GPUSHARE_DEFAULT_MODE"] == "vgpu"
+        assert pod.spec.scheduler_name == "hami-scheduler"  # the preset's own settings stay
+    _, _, cpu = await spawn(config, {"profile": "cpu"})
+    assert QUEUE_LABEL not in (cpu.metadata.labels or {})
+    _, _, unqueued = await spawn(
+        Config({"KubeSpawner": {"profile_list": gpu_profiles(["8G"])}}), {"gpu": "8g"}
+    )
+    assert QUEUE_LABEL not in (unqueued.metadata.labels or {})
+
+
+@pytest.mark.parametrize("bad", ["Team-A", "team_a", "-gpu", "a" * 64])
+def test_a_bad_local_queue_name_fails_at_hub_start_with_the_rule(bad: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        gpu_profiles(["8G"], kueue_queue=bad)
+    assert str(refused.value) == (
+        f"kueue_queue: {bad!r} is not a LocalQueue name (lowercase letters, digits, '-' and '.', "
+        "starting and ending with a letter or digit, at most 63 characters)"
+    )
+
+
+async def test_yaml_profiles_name_the_local_queue_too(capsys: pytest.CaptureFixture[str]) -> None:
+    """``jupyter gpushare profiles --kueue-queue``: a listed and a typed-in custom size alike."""
+    assert main(["profiles", "--sizes", "4G,8G", "--kueue-queue", "team-a"]) == 0
+    profiles = yaml.safe_load(capsys.readouterr().out)
+    config = Config({"KubeSpawner": {"profile_list": profiles}})
+    for choice in ({"gpu": "4g"}, {"gpu": "unlisted_choice", "gpu--unlisted-choice": "6144"}):
+        limits, _, pod = await spawn(config, {"profile": "gpu", **choice})
+        assert pod.metadata.labels[QUEUE_LABEL] == "team-a", choice
+        assert limits["nvidia.com/gpu"] == "1"
+    assert main(["profiles", "--kueue-queue", "Team A"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "jupyter gpushare: error: --kueue-queue: 'Team A' is not a LocalQueue name (lowercase "
+        "letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63 characters)"
+    )

@@ -29,6 +29,7 @@ from jupyter_gpushare.backends.kubernetes.kernel_objects import (
 from jupyter_gpushare.backends.kubernetes.objects.build import kernel_pod
 from jupyter_gpushare.backends.kubernetes.objects.claims import summary
 from jupyter_gpushare.backends.kubernetes.objects.dialects import describe_request
+from jupyter_gpushare.backends.kubernetes.objects.kueue import stopped_by_kueue, stopped_in_events
 from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
@@ -58,6 +59,7 @@ class ClusterPods:
         self._pod_request: PodRequest | None = None  # what the pod asks for (DRA: its claim's)
         self._size = ""  # the slice size as asked, for the claim's annotation
         self._claim: str | None = None  # the current pod's ResourceClaim (DRA presets)
+        self._uid: str | None = None  # the current pod's, as created (its events name it)
 
     @classmethod
     async def open(cls, settings: GPUShare, watch: PodWatch) -> ClusterPods:
@@ -141,6 +143,7 @@ class ClusterPods:
         try:
             await asyncio.to_thread(create_secret, backend.cluster, secret)
             created = await start.create_pod(body, time.monotonic() + timeout)
+            self._uid = str(created["metadata"]["uid"])
             # Made once the pod exists, owned by it: it goes with the pod whatever happens.
             of = ClaimOf(pod.kernel_id, backend.server_id, backend.owner, self._size, pod.generation, holder)
             await asyncio.to_thread(create_claim, backend.cluster, self._pod_request, created, of)
@@ -172,13 +175,28 @@ class ClusterPods:
             )
             return None
         if pod is None:
-            return PodEnd("the kernel pod was deleted by someone else")
+            return PodEnd(await self._kueue_stopped() or "the kernel pod was deleted by someone else")
         phase = (pod.get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
+        # A pod Kueue stops (preempted) is deleted right after: its kernel ends now, with Kueue's
+        # words, rather than as a pod gone for no known reason a moment later.
+        if phase in ("Succeeded", "Failed") or stopped_by_kueue(pod) is not None:
             code, reason = termination(pod)
             output = await self._start().last_output() if code != 0 else ""
             return PodEnd(reason, code, output)
         return None
+
+    async def _kueue_stopped(self) -> str | None:
+        """Why Kueue stopped the pod, where it did, from its event: a pod Kueue preempts goes
+        within seconds, between two looks of the kernel's restarter."""
+        uid = self._uid
+        if uid is None:  # a kernel taken over after a server restart: which pod was it?
+            return None
+        try:
+            events = await asyncio.to_thread(self.backend.cluster.pod_events, self.pod)
+        except ClusterError as error:
+            self.watch.log.debug("Kernel %s: cannot read its pod's events: %s", self.watch.kernel_id, error)
+            return None
+        return stopped_in_events(events, uid)
 
     async def delete_pod(self, grace_period_seconds: int | None) -> None:
         await asyncio.to_thread(self.backend.cluster.delete_pod, self.pod, grace_period_seconds)

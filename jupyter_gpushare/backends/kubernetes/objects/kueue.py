@@ -7,6 +7,16 @@ Kueue's scheduling gate (:data:`ADMISSION_GATE`) when it is created, and a Workl
 look at the pod: it waits for quota, not for a node, so a start counts it as queued (never as
 unschedulable) and says why in Kueue's own words, the Workload's ``QuotaReserved=False`` message.
 Kueue removes the gate when it admits the Workload; from then on the pod is scheduled as any other.
+
+Kueue may take an admitted pod's quota back (preemption: a workload of higher priority, or a
+ClusterQueue of the cohort reclaiming what another borrowed) or evict it for other reasons. It
+then stops the pod as its plain-pod integration does: it first sets the pod's condition
+:data:`STOP_CONDITION` (``TerminationTarget=True``, the reason ``WorkloadEvictedDueToPreempted``
+and the Workload's ``Evicted`` message, "Preempted to accommodate a workload (UID: …) due to
+reclamation within the cohort; …"), then deletes the pod, and records an event on it
+(:data:`STOPPED_EVENT`, with the same message). :func:`stopped_by_kueue` reads the condition while
+the pod is there, :func:`stopped_in_events` the event once it is gone (the events outlive it), so
+the kernel's end says why in Kueue's words.
 """
 
 from __future__ import annotations
@@ -17,6 +27,13 @@ from typing import Any
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on a Workload: the uid of the pod it was made for
+# The pod condition Kueue sets on a pod it stops, before deleting it (Kubernetes' own is
+# DisruptionTarget); its reason is Kueue's StopReason, for an eviction "WorkloadEvictedDueTo" and
+# the Workload's Evicted reason (Preempted, PodsReadyTimeout, ClusterQueueStopped…).
+STOP_CONDITION = "TerminationTarget"
+EVICTED_DUE_TO = "WorkloadEvictedDueTo"
+STOPPED_EVENT = "Stopped"  # by Kueue's job controllers, "<framework>-kueue-controller" (pod-kueue-controller)
+PREEMPTED = "Preempted"  # the Workload's Evicted reason, and how Kueue's preemption message begins
 GROUP = "kueue.x-k8s.io"
 WORKLOADS = "workloads"
 # Served by Kueue v0.15 and later (v1beta1 too, until a later release drops it); the conditions
@@ -61,6 +78,42 @@ def why_waiting(workloads: Sequence[dict[str, Any]]) -> str | None:
     return None
 
 
+def stopped_by_kueue(pod: dict[str, Any]) -> str | None:
+    """Why Kueue stopped ``pod``, in its words: ``preempted by Kueue: Preempted to accommodate a
+    workload (UID: …) due to reclamation within the cohort; …``, ``evicted by Kueue
+    (PodsReadyTimeout): …`` or ``stopped by Kueue (WorkloadDeleted): …``; None: Kueue did not
+    stop it."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") != STOP_CONDITION or condition.get("status") != "True":
+            continue
+        reason = str(condition.get("reason") or "")
+        message = str(condition.get("message") or "").strip()
+        said = f": {message}" if message else ""
+        cause = reason.removeprefix(EVICTED_DUE_TO)
+        if cause == PREEMPTED:
+            return f"preempted by Kueue{said}"
+        if reason.startswith(EVICTED_DUE_TO):
+            return f"evicted by Kueue ({cause}){said}"
+        return f"stopped by Kueue ({reason or 'no reason given'}){said}"
+    return None
+
+
+def stopped_in_events(events: Sequence[dict[str, Any]], uid: str) -> str | None:
+    """Why Kueue stopped the pod of ``uid``, from the event Kueue recorded on it (the pod itself
+    may be gone): ``preempted by Kueue: Preempted to accommodate …`` or ``stopped by Kueue: …``
+    (the event carries the message only); None: no such event."""
+    for event in reversed(events):
+        involved = event.get("involvedObject") or {}
+        source = (event.get("source") or {}).get("component") or event.get("reportingComponent") or ""
+        if involved.get("uid") != uid or event.get("reason") != STOPPED_EVENT or "kueue" not in source:
+            continue
+        message = str(event.get("message") or "").strip()
+        if message.startswith(PREEMPTED):
+            return f"preempted by Kueue: {message}"
+        return f"stopped by Kueue: {message}" if message else "stopped by Kueue"
+    return None
+
+
 def waiting_state(queue: str, why: str | None = None) -> str:
     """What a start says while Kueue holds its pod: ``pending: queued by Kueue in LocalQueue
     gpu: couldn't assign flavors …``."""
@@ -72,6 +125,8 @@ __all__ = [
     "QUEUE_LABEL",
     "held_by_kueue",
     "queue_labels",
+    "stopped_by_kueue",
+    "stopped_in_events",
     "waiting_state",
     "why_waiting",
     "workload_selector",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jupyter_gpushare.backends.kubernetes.objects.kueue import stopped_by_kueue
+
 # Container waiting reasons that no amount of waiting fixes.
 IMAGE_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 CONTAINER_FAILURES = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
@@ -66,8 +68,10 @@ def pending_state(pod: dict[str, Any], events: list[dict[str, Any]]) -> str:
 
 
 def termination(pod: dict[str, Any]) -> tuple[int, str]:
-    """The kernel's exit code and a sentence on why its pod ended: the pod's own reason when it
-    has one (Evicted, NodeLost, DeadlineExceeded…), else its container's (OOMKilled, Error…)."""
+    """The kernel's exit code and a sentence on why its pod ended (or is ending): Kueue's when
+    Kueue stopped it (preempted, evicted: its container's end is only the consequence), else the
+    pod's own reason when it has one (Evicted, NodeLost, DeadlineExceeded…), else its
+    container's (OOMKilled, Error…)."""
     status = pod.get("status") or {}
     phase = status.get("phase")
     code: int | None = None
@@ -85,6 +89,9 @@ def termination(pod: dict[str, Any]) -> tuple[int, str]:
         detail = f"{reason} (exit code {code}){message}"
         break
     fallback = 0 if phase == "Succeeded" else 1
+    kueue = stopped_by_kueue(pod)
+    if kueue is not None:
+        return (1 if code is None or code == 0 else code), kueue
     if status.get("reason"):
         message = f": {status['message']}" if status.get("message") else ""
         return (fallback if code is None else code), f"{status['reason']}{message}"

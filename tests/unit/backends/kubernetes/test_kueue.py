@@ -14,10 +14,13 @@ from jupyter_gpushare.backends.kubernetes.objects.kueue import (
     ADMISSION_GATE,
     QUEUE_LABEL,
     held_by_kueue,
+    stopped_by_kueue,
+    stopped_in_events,
     why_waiting,
     workload_selector,
 )
 from jupyter_gpushare.backends.kubernetes.objects.starting import progress
+from jupyter_gpushare.backends.kubernetes.objects.status import termination
 from jupyter_gpushare.cli import main
 from tests.support.k8s_pods import build, settings, validate
 
@@ -120,3 +123,104 @@ def test_a_gated_pod_waits_past_the_unschedulable_grace_until_launch_timeout() -
         "the kernel pod gpushare-kernel-k did not start within 300 s (c.GPUShare.launch_timeout); "
         "last: pending: queued by Kueue in LocalQueue gpu: waiting for its admission"
     )
+
+
+# Kueue v0.15.2's words on a plain pod it preempted to give a cohort's lender its quota back
+# (tests/integration/test_kueue.py sees the real controller set them).
+PREEMPTED = (
+    "Preempted to accommodate a workload (UID: 5b0c, JobUID: 8c1d) due to reclamation within the "
+    "cohort; preemptor path: /research/team-b; preemptee path: /research/team-a"
+)
+
+
+def stopped(reason: str, message: str = PREEMPTED, *containers: dict[str, Any]) -> dict[str, Any]:
+    """A kernel pod Kueue stopped as its plain-pod integration does: the TerminationTarget
+    condition first, then the deletion."""
+    pod = gated()
+    pod["spec"]["schedulingGates"] = []
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pod["status"] = {
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "TerminationTarget", "status": "True", "reason": reason, "message": message},
+        ],
+        "containerStatuses": list(containers),
+    }
+    return pod
+
+
+def test_a_kernel_kueue_preempted_says_so_in_kueues_words() -> None:
+    pod = stopped("WorkloadEvictedDueToPreempted")
+    assert stopped_by_kueue(pod) == f"preempted by Kueue: {PREEMPTED}"
+    # Still running (its container has a grace period): the end is Kueue's, not the container's.
+    assert termination(pod) == (1, f"preempted by Kueue: {PREEMPTED}")
+    # Its container then ends on the SIGTERM: its code, still Kueue's reason.
+    sigterm = {"name": "kernel", "state": {"terminated": {"exitCode": 143, "reason": "Error"}}}
+    ended = stopped("WorkloadEvictedDueToPreempted", PREEMPTED, sigterm)
+    ended["status"]["phase"] = "Failed"
+    assert termination(ended) == (143, f"preempted by Kueue: {PREEMPTED}")
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "said"),
+    [
+        (
+            "WorkloadEvictedDueToPodsReadyTimeout",
+            "Exceeded the PodsReady timeout default/pod-x",
+            "evicted by Kueue (PodsReadyTimeout): Exceeded the PodsReady timeout default/pod-x",
+        ),
+        (
+            "WorkloadEvictedDueToClusterQueueStopped",
+            "The ClusterQueue is stopped",
+            "evicted by Kueue (ClusterQueueStopped): The ClusterQueue is stopped",
+        ),
+        ("WorkloadDeleted", "Workload is deleted", "stopped by Kueue (WorkloadDeleted): Workload is deleted"),
+        ("NotAdmitted", "", "stopped by Kueue (NotAdmitted)"),
+    ],
+)
+def test_other_stops_by_kueue_say_its_reason(reason: str, message: str, said: str) -> None:
+    assert stopped_by_kueue(stopped(reason, message)) == said
+
+
+def test_a_pod_kueue_did_not_stop_ends_with_its_own_reason() -> None:
+    running = stopped("WorkloadEvictedDueToPreempted")
+    running["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "x"}]
+    assert stopped_by_kueue(running) is None
+    withdrawn = stopped("WorkloadEvictedDueToPreempted")
+    withdrawn["status"]["conditions"][1]["status"] = "False"
+    assert stopped_by_kueue(withdrawn) is None
+    oom = {"name": "kernel", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+    plain = {"metadata": {"name": "p"}, "status": {"phase": "Failed", "containerStatuses": [oom]}}
+    assert termination(plain) == (137, "OOMKilled (exit code 137)")
+
+
+def event(
+    reason: str, message: str, uid: str = "u-1", component: str = "pod-kueue-controller"
+) -> dict[str, Any]:
+    """A core/v1 event on pod ``uid`` as Kueue's recorder (or another) writes it."""
+    return {
+        "involvedObject": {"kind": "Pod", "name": "gpushare-kernel-k", "uid": uid},
+        "reason": reason,
+        "message": message,
+        "source": {"component": component},
+        "reportingComponent": component,
+    }
+
+
+def test_a_preempted_pod_that_is_gone_is_told_by_kueues_event() -> None:
+    """Kueue deletes the pod it preempted; its event on the pod stays."""
+    scheduled = event(
+        "Scheduled", "Successfully assigned ns/gpushare-kernel-k to gpu-node-1", component="default-scheduler"
+    )
+    killing = event("Killing", "Stopping container kernel", component="kubelet")
+    events = [scheduled, event("Stopped", PREEMPTED), killing]
+    assert stopped_in_events(events, "u-1") == f"preempted by Kueue: {PREEMPTED}"
+    timeout = event("Stopped", "Exceeded the PodsReady timeout ns/pod-gpushare-kernel-k-1a2b3")
+    assert stopped_in_events([timeout], "u-1") == (
+        "stopped by Kueue: Exceeded the PodsReady timeout ns/pod-gpushare-kernel-k-1a2b3"
+    )
+    # An earlier pod of the same name (the kernel's previous one), or someone else's "Stopped".
+    assert stopped_in_events([event("Stopped", PREEMPTED, uid="u-0")], "u-1") is None
+    assert stopped_in_events([event("Stopped", "bye", component="kubelet")], "u-1") is None
+    assert stopped_in_events([scheduled, killing], "u-1") is None
