@@ -173,16 +173,26 @@ def half(
     starts: int,
     tag: str,
 ) -> Half:
-    """One side's starts, measured; then its pods deleted and gone."""
+    """One side's starts, measured; then its pods deleted and gone. What the simulated nodes
+    saw that a real cluster would refuse fails the run, said (a pod whose status the API server
+    refused never runs: without this, the run would only wait)."""
     kubeconfig = str(cluster.kubeconfig)
-    if side == "plain":
-        done = measured(audit, pids, starts, functools.partial(client_starts, kubeconfig, starts, tag))
-        delete_plain(kubeconfig, starts, tag)
-    else:
-        done = measured(audit, pids, starts, functools.partial(broker_starts, client, starts, tag))
-        for number in range(starts):
-            client.call("DELETE", f"pods/{bench_id(f'{tag}-{number}')}?grace=0", {})
-    until_no_pods(cluster)
+    try:
+        if side == "plain":
+            done = measured(audit, pids, starts, functools.partial(client_starts, kubeconfig, starts, tag))
+            delete_plain(kubeconfig, starts, tag)
+        else:
+            done = measured(audit, pids, starts, functools.partial(broker_starts, client, starts, tag))
+            for number in range(starts):
+                client.call("DELETE", f"pods/{bench_id(f'{tag}-{number}')}?grace=0", {})
+        until_no_pods(cluster)
+    finally:
+        if violations := cluster.violations:
+            print(
+                f"the simulated nodes saw {len(violations)} errors, the first: {violations[:3]}", flush=True
+            )
+    if violations:
+        raise RuntimeError(f"{side} {tag}: the simulated nodes saw errors (above)")
     return done
 
 

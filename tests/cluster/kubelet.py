@@ -7,7 +7,8 @@ node read only those of its own pods; a Secret not there yet is a ``FailedMount`
 lays out its volumes (volumes.py), adds what the DRA driver gives the container for its
 allocated claims (dra_devices.py), runs the init and main containers' commands with the pod's
 environment (mount paths rewritten to the temp dirs), gives the pod its own loopback address
-(127.X.Y.2, .3, …) as pod IP, and patches ``status`` (phase, IPs, container states,
+as pod IP (:class:`PodAddresses`: 127.X.Y.2–254, as CNI's host-local IPAM hands out a node's
+range), and patches ``status`` (phase, IPs, container states,
 conditions), posting the events kubelet posts. A pod marked for deletion is stopped within its
 grace period (at most 5 s here), its final status written, and deleted for good (grace 0, as
 kubelet's status manager does); a test can OOM-kill one. Any write into a Secret volume is a
@@ -22,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import itertools
 import os
 import random
 import shutil
@@ -63,6 +63,33 @@ class Running:
     exit_code: int | None = None
 
 
+class PodAddresses:
+    """Pod IPs from one /24 as CNI's host-local IPAM hands out a node's range: the next free
+    address after the last one given, wrapping around; an address is free again once its pod is
+    gone. (Counting on past .254 gave addresses the API server refuses: after 253 pods in a node
+    side's life, every pod's status was refused and none showed Running.)"""
+
+    HOSTS = range(2, 255)  # .1: the bridge's gateway; .255: broadcast
+
+    def __init__(self, subnet: str) -> None:
+        self.subnet = subnet  # 127.X.Y
+        self._held: set[int] = set()
+        self._last = self.HOSTS[-1]  # the first address given is .2
+
+    def take(self) -> str:
+        first = self.HOSTS.index(self._last) + 1
+        for step in range(len(self.HOSTS)):
+            host = self.HOSTS[(first + step) % len(self.HOSTS)]
+            if host not in self._held:
+                self._held.add(host)
+                self._last = host
+                return f"{self.subnet}.{host}"
+        raise RuntimeError(f"no pod address left in {self.subnet}.0/24: {len(self._held)} pods hold one each")
+
+    def release(self, address: str) -> None:
+        self._held.discard(int(address.rsplit(".", 1)[1]))
+
+
 class Kubelet:
     """The pods of all simulated nodes, run in ``workdir``; ``apis`` acts as each node."""
 
@@ -84,10 +111,9 @@ class Kubelet:
         self.log_paths: dict[tuple[str, str], Path] = {}  # (namespace, pod) -> its log (kubelet_server.py)
         self._tasks: dict[str, asyncio.Task[None]] = {}  # pod uid -> starting or watching it
         self._terminating: set[str] = set()
-        self._addresses = itertools.count(2)
         # A loopback subnet of this node side's own (127.X.Y.0/24): two test runs on one machine
         # (the fixed kernel ports of pods) cannot collide.
-        self._subnet = f"127.{random.randint(1, 254)}.{random.randint(0, 254)}"
+        self.addresses = PodAddresses(f"127.{random.randint(1, 254)}.{random.randint(0, 254)}")
 
     # -- what the node side calls ---------------------------------------------------------------
 
@@ -113,6 +139,7 @@ class Kubelet:
         running = self.running.pop(uid, None)
         if running is not None:
             await self._stop(running, grace=0)
+            self.addresses.release(running.ip)
         self._terminating.discard(uid)
 
     async def oom_kill(self, name: str) -> None:
@@ -160,7 +187,7 @@ class Kubelet:
             node,
             metadata["namespace"],
             metadata["name"],
-            f"{self._subnet}.{next(self._addresses)}",
+            self.addresses.take(),
             self.workdir / f"{metadata['name']}-{metadata['uid'][:8]}",
         )
         self.running[running.uid] = running

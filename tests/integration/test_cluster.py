@@ -11,11 +11,13 @@ running a DRA kernel pod rendered by ``jupyter gpushare render-pod``.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +184,50 @@ def test_deleting_a_pod_stops_its_process_and_kubelet_removes_it(kube: KubeClust
     wait_until(lambda: kube.get(PODS, "server") is None, 30, message="the pod gone")
     wait_until(lambda: has_ended(pid), 30, message="its process ended")
     assert kube.node.running == {}
+
+
+def test_pods_bound_in_bursts_beyond_a_nodes_addresses_all_run_with_addresses_of_their_own(
+    kube: KubeCluster,
+) -> None:
+    """A node side gives its pods addresses from one /24 (253 of them) as CNI's host-local IPAM
+    does: a burst of pods bound at once all run, and so does the next burst once the first is
+    gone, although the two together hold more pods than the /24 has addresses."""
+    burst = 150
+
+    def run_burst(tag: str) -> list[dict[str, Any]]:
+        pods = [
+            {
+                "metadata": {"name": f"{tag}-{index:03d}"},
+                "spec": {
+                    "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "600"]}],
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 0,
+                },
+            }
+            for index in range(burst)
+        ]
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda pod: kube.add(PODS, pod), pods))
+        wait_until(
+            lambda: (
+                sum(pod["status"].get("phase") == "Running" for pod in kube.pods()),
+                kube.violations[:1],
+            ),
+            120,
+            interval=0.5,
+            message=f"the {burst} pods of {tag} running (running, the node side's first violation)",
+            until=lambda seen: seen[0] == burst,
+        )
+        return kube.pods()
+
+    for tag in ("first", "second"):
+        running = run_burst(tag)
+        addresses = [ipaddress.IPv4Address(pod["status"]["podIP"]) for pod in running]
+        assert len(set(addresses)) == burst
+        assert all(address.is_loopback for address in addresses)
+        kube.clear()
+        wait_until(lambda: not kube.pods() and not kube.node.running, 60, message=f"the pods of {tag} gone")
+    assert kube.violations == []
 
 
 def test_an_oom_kill_fails_the_pod_with_oomkilled(kube: KubeCluster) -> None:
