@@ -383,12 +383,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "shutdownGracePeriod": "0s",
             "serializeImagePulls": False,
             # A shared test machine's disk is fuller than a node's: evict only when it is full,
-            # and never collect the local images (no registry could give them back).
+            # and never collect the local images (no registry could give them back). In bytes, not
+            # percent: a 250 GB disk 99% full still has GBs, and the DiskPressure taint it gave
+            # the node at "1%" failed a test with "untolerated taint(s)".
             "evictionHard": {
                 "memory.available": "100Mi",
-                "nodefs.available": "1%",
+                "nodefs.available": "256Mi",
                 "nodefs.inodesFree": "1%",
-                "imagefs.available": "1%",
+                "imagefs.available": "256Mi",
                 "imagefs.inodesFree": "1%",
             },
             "imageGCHighThresholdPercent": 100,
