@@ -26,10 +26,11 @@ from jupyter_gpushare.backends.kubernetes.kernel_objects import (
     create_secret,
     delete_objects,
 )
+from jupyter_gpushare.backends.kubernetes.kueue_reads import stopped_by_kueue_events
 from jupyter_gpushare.backends.kubernetes.objects.build import kernel_pod
 from jupyter_gpushare.backends.kubernetes.objects.claims import summary
 from jupyter_gpushare.backends.kubernetes.objects.dialects import describe_request
-from jupyter_gpushare.backends.kubernetes.objects.kueue import stopped_by_kueue, stopped_in_events
+from jupyter_gpushare.backends.kubernetes.objects.kueue import stopped_by_kueue
 from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     CONNECTION_FILE,
     HOLDER_ANNOTATION,
@@ -192,11 +193,10 @@ class ClusterPods:
         if uid is None:  # a kernel taken over after a server restart: which pod was it?
             return None
         try:
-            events = await asyncio.to_thread(self.backend.cluster.pod_events, self.pod)
+            return await asyncio.to_thread(stopped_by_kueue_events, self.backend.cluster, self.pod, uid)
         except ClusterError as error:
             self.watch.log.debug("Kernel %s: cannot read its pod's events: %s", self.watch.kernel_id, error)
             return None
-        return stopped_in_events(events, uid)
 
     async def delete_pod(self, grace_period_seconds: int | None) -> None:
         await asyncio.to_thread(self.backend.cluster.delete_pod, self.pod, grace_period_seconds)

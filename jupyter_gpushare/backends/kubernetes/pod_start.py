@@ -15,12 +15,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
+from jupyter_gpushare.backends.kubernetes.kueue_reads import WorkloadReader
 from jupyter_gpushare.backends.kubernetes.objects.claims import allocated_mode
-from jupyter_gpushare.backends.kubernetes.objects.kueue import VERSIONS as KUEUE_VERSIONS
 from jupyter_gpushare.backends.kubernetes.objects.kueue import (
     held_by_kueue,
     waiting_state,
@@ -61,8 +61,11 @@ class PodStart:
     last_state: str = ""
     claim: str | None = None  # the pod's ResourceClaim (DRA presets)
     asked: str | None = None  # what the pod asks for, where its limits do not say (a claim)
-    kueue_versions: tuple[str, ...] = KUEUE_VERSIONS  # the Workload API versions left to try
     kueue_reason: str | None = None  # Kueue's last word on the Workload, kept over a failed read
+    workloads: WorkloadReader = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.workloads = WorkloadReader(self.cluster, self.log, f"Kernel {self.kernel_id}: ")
 
     def say(self, state: str) -> None:
         self.last_state = state
@@ -144,23 +147,13 @@ class PodStart:
         """Kueue's words on why the pod's Workload waits; None where it says nothing yet or they
         cannot be read (no Kueue API, or a Role without ``list workloads``: the plain sentence)."""
         selector = workload_selector(pod)
-        while selector is not None and self.kueue_versions:
-            version = self.kueue_versions[0]
-            try:
-                workloads = await asyncio.to_thread(self.cluster.list_workloads, selector, version)
-            except ClusterError as error:
-                if error.api_status == 404:  # not served here (an older Kueue serves v1beta1 only)
-                    self.kueue_versions = self.kueue_versions[1:]
-                    continue
-                if error.api_status in (401, 403):
-                    self.kueue_versions = ()  # asking again would not help
-                    self.log.warning("Kernel %s: Kueue's reason is not shown: %s", self.kernel_id, error)
-                    return None
-                self.log.debug("Kernel %s: cannot read its Workload: %s", self.kernel_id, error)
-                return self.kueue_reason
-            self.kueue_reason = why_waiting(workloads)
-            return self.kueue_reason
-        return None
+        if selector is None:
+            return None
+        workloads = await asyncio.to_thread(self.workloads.list, selector)
+        if workloads is None:
+            return self.kueue_reason if self.workloads.readable else None
+        self.kueue_reason = why_waiting(workloads)
+        return self.kueue_reason
 
     async def say_allocated(self) -> None:
         """Where the pod's claim had fallbacks, say which one the kernel got (GET kernels and

@@ -45,8 +45,15 @@ from jupyter_gpushare.backends.kubernetes.broker.pod_objects import (
     new_start,
 )
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import ClusterError
+from jupyter_gpushare.backends.kubernetes.kueue_reads import WorkloadReader, stopped_by_kueue_events
 from jupyter_gpushare.backends.kubernetes.objects.admission import why_not_now
 from jupyter_gpushare.backends.kubernetes.objects.claims import summary
+from jupyter_gpushare.backends.kubernetes.objects.kueue import (
+    held_by_kueue,
+    stopped_by_kueue,
+    why_waiting_by_pod,
+    workloads_selector,
+)
 from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
 from jupyter_gpushare.backends.kubernetes.objects.pool import held_by_user, never_fits, read_pod
 from jupyter_gpushare.backends.kubernetes.objects.starting import KernelPodStartError, progress
@@ -71,6 +78,9 @@ TICK = 0.1  # seconds between looks at the queue and the starting pods (a new st
 CREATORS = 32
 UNSCHEDULABLE_GRACE = 10.0  # seconds an admitted pod may stay unplaceable before its start fails
 FINISHED_KEPT_FOR = 120.0  # seconds a finished start's outcome stays readable
+# Seconds between the broker's reads of the Workloads of the pods Kueue holds: one LIST for all
+# of them, not one per pod per round (a round is TICK); Kueue's reason changes when quota does.
+KUEUE_EVERY = 1.0
 KERNEL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")  # kernel ids become pod names
 
 
@@ -97,6 +107,12 @@ class PodStarts:
         # Set when a start is queued: the loop's next round is now, not at its next tick.
         self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self.lock = threading.RLock()
+        # Kueue's reason each pod it holds waits, by the pod's uid (read every KUEUE_EVERY s).
+        self.workloads = WorkloadReader(backend.cluster, log)
+        self.kueue_says: dict[str, str] = {}
+        self._kueue_read_at = -math.inf
+        # Each kernel's pod as last seen: once it is gone, how it ended (Kueue's stop, its uid).
+        self.last_pods: dict[str, dict[str, Any]] = {}
 
     # ---- what the cluster looks like now (the watch) -----------------------------------------------
 
@@ -147,6 +163,7 @@ class PodStarts:
                 if self.queue or reason:
                     raise DoesNotFitError(reason or f"{len(self.queue)} earlier GPU request(s) are waiting")
             self.starts[ask.kernel_id] = start
+            self.last_pods.pop(ask.kernel_id, None)
             self.queue.append(ask.kernel_id)
             self.leases[ask.kernel_id] = time.monotonic()
             self._describe_queue()
@@ -160,7 +177,10 @@ class PodStarts:
         with self.lock:
             start = self.starts.get(kernel_id)
             pod = self.backend.pod_object(pod_name(kernel_id))
-            item = read_pod(pod) if pod is not None else None
+            if pod is not None:
+                self.last_pods[kernel_id] = pod
+            last = self.last_pods.get(kernel_id)
+            item = read_pod(last) if last is not None else None
             start_owner = start.owner if start is not None else (item.owner if item is not None else None)
             if start_owner is None or not (admin or start_owner == owner):
                 raise NoSuchKernelError(f"no GPU kernel {kernel_id} of {owner}'s")
@@ -183,22 +203,45 @@ class PodStarts:
                 }
             if start is not None and start.state in ("creating", "starting"):
                 return {"state": "starting", "detail": start.detail, **renew}
-            if start is not None and start.state == "running":
-                connection = connection_of(start)
-                return {"state": "running", "detail": start.detail, "connection": connection, **renew}
-            assert pod is not None
-            phase = (pod.get("status") or {}).get("phase")
-            if phase in ("Succeeded", "Failed"):
-                code, reason = termination(pod)
-                return {"state": "ended", "exit_code": code, "reason": reason, **renew}
-            if item is not None and item.deleting:
+            if pod is not None:
+                phase = (pod.get("status") or {}).get("phase")
+                # A pod Kueue stops (preempted) is deleted right after: its kernel ends now, in
+                # Kueue's words.
+                if phase in ("Succeeded", "Failed") or stopped_by_kueue(pod) is not None:
+                    code, reason = termination(pod)
+                    return {"state": "ended", "exit_code": code, "reason": reason, **renew}
+                if item is not None and item.deleting:
+                    return {
+                        "state": "ended",
+                        "exit_code": -9,
+                        "reason": "the kernel pod is being deleted",
+                        **renew,
+                    }
+                if start is not None and start.state == "running":
+                    connection = connection_of(start)
+                    return {"state": "running", "detail": start.detail, "connection": connection, **renew}
                 return {
-                    "state": "ended",
-                    "exit_code": -9,
-                    "reason": "the kernel pod is being deleted",
+                    "state": "running" if phase == "Running" else "starting",
+                    "detail": phase or "",
                     **renew,
                 }
-            return {"state": "running" if phase == "Running" else "starting", "detail": phase or "", **renew}
+            assert last is not None  # a start runs only once the watch has shown its pod
+        # Gone: as the watch last showed it stopped by Kueue, else as Kueue's event on it says
+        # (read outside the lock), else for no known reason.
+        said = stopped_by_kueue(last) or self._stopped_in_events(kernel_id, last)
+        return {"state": "ended", "exit_code": -9, "reason": said or "the kernel pod is gone", **renew}
+
+    def _stopped_in_events(self, kernel_id: str, pod: dict[str, Any]) -> str | None:
+        """Why Kueue stopped ``pod``, from its event (a pod Kueue preempts goes within seconds,
+        maybe between two looks of the watch)."""
+        uid = (pod.get("metadata") or {}).get("uid")
+        if not uid:
+            return None
+        try:
+            return stopped_by_kueue_events(self.backend.cluster, pod_name(kernel_id), str(uid))
+        except ClusterError as error:
+            log.debug("Kernel %s: cannot read its pod's events: %s", kernel_id, error)
+            return None
 
     def delete(self, owner: str, kernel_id: str, grace: int | None, admin: bool = False) -> None:
         """Delete a kernel's pod and Secret, or withdraw its queued start."""
@@ -216,6 +259,7 @@ class PodStarts:
                 self._describe_queue()
             self.starts.pop(kernel_id, None)
             self.leases.pop(kernel_id, None)
+            self.last_pods.pop(kernel_id, None)
             created = start is None or start.state != "queued"
         if created:
             self.delete_objects(kernel_id, grace)
@@ -254,6 +298,7 @@ class PodStarts:
             # The API calls of several admitted starts go out together, not one after the
             # other, and the round does not wait for them: it follows the starting pods meanwhile.
             self._creators.submit(self._create, start)
+        self._read_kueue()
         with self.lock:
             if any(start.state == "starting" for start in self.starts.values()):
                 pods = self.pods()
@@ -282,7 +327,10 @@ class PodStarts:
                     ),
                 )
                 continue
-            reason = why_not_now(start.memory, nodes, slices, unseen)
+            # Under Kueue, Kueue queues: the pod is made at once and waits behind its gate for
+            # quota, which the broker cannot see; a second queue in front would hold starts back.
+            kueue = self.settings.kueue_queue
+            reason = None if kueue else why_not_now(start.memory, nodes, slices, unseen)
             if reason is not None:
                 start.detail = f"waiting for a GPU: position 1 in the queue ({reason})"
                 break
@@ -294,6 +342,34 @@ class PodStarts:
                 unseen.append(start.memory)
         self._describe_queue()
         return admitted
+
+    def _read_kueue(self) -> None:
+        """Kueue's reasons for the starting pods it holds: one LIST of their Workloads, at most
+        every ``KUEUE_EVERY`` seconds, outside the lock (a failed read keeps the last reasons;
+        Workloads that cannot be read at all leave the plain sentence)."""
+        now = time.monotonic()
+        if now - self._kueue_read_at < KUEUE_EVERY:
+            return
+        with self.lock:
+            held = [
+                pod
+                for start in self.starts.values()
+                if start.state == "starting"
+                and (pod := self.backend.pod_object(pod_name(start.kernel_id))) is not None
+                and held_by_kueue(pod) is not None
+            ]
+            uids = {str(uid) for pod in held if (uid := (pod.get("metadata") or {}).get("uid"))}
+        if not uids or not self.workloads.readable:
+            self.kueue_says = {}
+            return
+        self._kueue_read_at = now
+        workloads = self.workloads.list(workloads_selector(uids))
+        if workloads is not None:
+            said = why_waiting_by_pod(workloads)
+            with self.lock:
+                self.kueue_says = said
+        elif not self.workloads.readable:
+            self.kueue_says = {}
 
     def _unseen(self, pods: Mapping[str, dict[str, Any]]) -> list[int]:
         """Bytes of admitted starts whose pods the watch does not show yet."""
@@ -335,6 +411,9 @@ class PodStarts:
         """Move a starting pod on from what the watch shows (lock held)."""
         assert start.admitted_at is not None
         start.seen = start.seen or pod is not None
+        if pod is not None:
+            self.last_pods[start.kernel_id] = pod
+        uid = ((pod or {}).get("metadata") or {}).get("uid")
         # Shown, then gone: deleted. Never shown yet: the watch may lag behind the creation.
         unseen_for = math.inf if start.seen else now - (start.created_at or now)
         seen = progress(
@@ -346,6 +425,7 @@ class PodStarts:
             unschedulable_grace=self.unschedulable_grace,
             launch_timeout=self.settings.launch_timeout,
             asked=summary(start.pod_request) if start.pod_request is not None else None,
+            kueue_says=self.kueue_says.get(str(uid)) if uid else None,
         )
         start.unschedulable_since = (start.unschedulable_since or now) if seen.unschedulable else None
         start.detail = seen.detail
@@ -370,6 +450,10 @@ class PodStarts:
         for kernel_id, start in list(self.starts.items()):
             if start.finished_at is not None and now - start.finished_at > FINISHED_KEPT_FOR:
                 del self.starts[kernel_id]
+        # A gone pod's end is told to its server's next looks; nobody asks after it for longer.
+        kept_for = max(self.orphan_grace, FINISHED_KEPT_FOR)
+        for kernel_id in [k for k in self.last_pods if now - self.leases.get(k, -math.inf) > kept_for]:
+            del self.last_pods[kernel_id]
 
     def delete_objects(self, kernel_id: str, grace: int | None) -> None:
         """Delete a kernel's pod, Secret and claims; what fails is logged (an orphan sweep or the

@@ -35,11 +35,13 @@ def node_rooms(
 ) -> list[NodeRoom]:
     """Each node's free memory after the pods bound to it, then after the pods not bound yet
     (waiting ones, and admitted ones the watch has not shown yet: ``unseen``), each given to the
-    node with the most room, largest first — the scheduler will put them somewhere."""
+    node with the most room, largest first — the scheduler will put them somewhere. A pod Kueue
+    holds behind its gate takes no room: it waits for quota, and may wait longer than pods
+    started after it."""
     held: dict[str, int] = {}
     waiting: list[int] = list(unseen)
     for item in slices:
-        if item.ended or item.memory is None:
+        if item.ended or item.memory is None or item.held_by_kueue is not None:
             continue
         if item.node:
             held[item.node] = held.get(item.node, 0) + item.memory

@@ -21,7 +21,7 @@ the kernel's end says why in Kueue's words.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -46,7 +46,7 @@ def queue_labels(queue: str | None) -> dict[str, str]:
     return {QUEUE_LABEL: queue} if queue else {}
 
 
-def held_by_kueue(pod: dict[str, Any]) -> str | None:
+def held_by_kueue(pod: Mapping[str, Any]) -> str | None:
     """The LocalQueue of a pod Kueue holds behind its admission gate (None: not held)."""
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     if not any(gate.get("name") == ADMISSION_GATE for gate in gates):
@@ -59,6 +59,24 @@ def workload_selector(pod: dict[str, Any]) -> str | None:
     """The label selector of the Workload Kueue made for ``pod`` (None: the pod has no uid yet)."""
     uid = (pod.get("metadata") or {}).get("uid")
     return f"{JOB_UID_LABEL}={uid}" if uid else None
+
+
+def workloads_selector(uids: Iterable[str]) -> str:
+    """The label selector of the Workloads Kueue made for the pods of ``uids``: one LIST for
+    every pod a reader follows, not one per pod."""
+    return f"{JOB_UID_LABEL} in ({','.join(sorted(set(uids)))})"
+
+
+def why_waiting_by_pod(workloads: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """:func:`why_waiting` for each pod the Workloads were made for, by the pod's uid (a pod
+    whose Workloads say nothing yet is left out)."""
+    by_pod: dict[str, list[dict[str, Any]]] = {}
+    for workload in workloads:
+        uid = ((workload.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
+        if uid:
+            by_pod.setdefault(str(uid), []).append(workload)
+    said = {uid: why_waiting(found) for uid, found in by_pod.items()}
+    return {uid: why for uid, why in said.items() if why is not None}
 
 
 def why_waiting(workloads: Sequence[dict[str, Any]]) -> str | None:
@@ -122,6 +140,7 @@ def waiting_state(queue: str, why: str | None = None) -> str:
 
 __all__ = [
     "ADMISSION_GATE",
+    "JOB_UID_LABEL",
     "QUEUE_LABEL",
     "held_by_kueue",
     "queue_labels",
@@ -129,5 +148,7 @@ __all__ = [
     "stopped_in_events",
     "waiting_state",
     "why_waiting",
+    "why_waiting_by_pod",
     "workload_selector",
+    "workloads_selector",
 ]

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jupyter_gpushare.backends.kubernetes.objects.kueue import held_by_kueue
 from jupyter_gpushare.backends.kubernetes.objects.manifests import SERVER_LABEL, SIZE_ANNOTATION
 from jupyter_gpushare.core import env_names
 from jupyter_gpushare.core.modes import MODES
@@ -57,6 +58,9 @@ class PodSlice:
     created: str
     unschedulable: str | None  # the scheduler's message while it cannot be placed
     deleting: bool
+    # The LocalQueue of a pod Kueue holds behind its admission gate: it waits for quota, and the
+    # scheduler has not looked at it yet (None: not held).
+    held_by_kueue: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -195,6 +199,7 @@ def read_pod(pod: Mapping[str, Any]) -> PodSlice | None:
         created=str(metadata.get("creationTimestamp") or ""),
         unschedulable=None if spec.get("nodeName") else unschedulable,
         deleting=bool(metadata.get("deletionTimestamp")),
+        held_by_kueue=held_by_kueue(pod),
     )
 
 

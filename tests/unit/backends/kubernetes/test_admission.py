@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from jupyter_gpushare.backends.kubernetes.objects.admission import node_rooms, why_not_now
-from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice
+from jupyter_gpushare.backends.kubernetes.objects.kueue import ADMISSION_GATE
+from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice, read_pod
 from jupyter_gpushare.core.pods.cluster import NodeGPUs
+from tests.support.k8s_pods import build, settings
 
 G = 1 << 30
 
@@ -89,3 +93,23 @@ def test_under_dra_every_allocated_claim_on_a_node_counts_whoever_made_it() -> N
         node_rooms([NodeGPUs("a", "A100", 16 * G, 1, None, None, 16 * G, claimed=0)], slices)[0].free
         == 12 * G
     )
+
+
+def test_pods_kueue_holds_behind_its_gate_take_no_node_room() -> None:
+    """Kueue holds a pod for quota, not for a node: counting it as about to take room made the
+    broker's queue hold later starts ("does not fit now") while the nodes were free."""
+    held = [replace(pod(str(n), 8 * G, None, "Pending"), held_by_kueue="gpu") for n in range(3)]
+    assert [room.free for room in node_rooms(NODES, held)] == [16 * G, 8 * G]
+    assert why_not_now(16 * G, NODES, held) is None
+    # Once Kueue admits it (the gate is off), it waits for the scheduler and takes room again.
+    admitted = [replace(item, held_by_kueue=None) for item in held[:1]]
+    assert why_not_now(16 * G, NODES, admitted) is not None
+
+
+def test_a_pod_read_from_the_cluster_says_kueue_holds_it() -> None:
+    pod_object = build(settings(resource_preset="hami", kueue_queue="gpu"), mode="vgpu", memory="6G")
+    made = read_pod(pod_object)
+    assert made is not None and made.held_by_kueue is None
+    pod_object["spec"]["schedulingGates"] = [{"name": ADMISSION_GATE}]  # as Kueue's webhook adds it
+    item = read_pod(pod_object)
+    assert item is not None and item.held_by_kueue == "gpu" and item.memory == 6 * G

@@ -81,3 +81,28 @@ def test_the_kernel_image_recipe_installs_what_kernel_pods_need() -> None:
     assert "zmq.has('curve')" in dockerfile
     assert "command -v cp" in dockerfile  # the init container copies the connection file with cp
     assert "USER 1000" in dockerfile
+
+
+# What the broker calls in the kernels' namespace (backends/kubernetes/broker/: pods.py,
+# pod_objects.py, orphans.py; kueue_reads.py; the watch): its Role grants this and nothing more.
+BROKER_CALLS = {
+    ("", "pods"): {"create", "list", "watch", "delete"},
+    ("", "secrets"): {"create", "list", "delete"},
+    ("", "events"): {"list"},  # Kueue's reason for a pod it preempted, once gone
+    ("kueue.x-k8s.io", "workloads"): {"list"},  # Kueue's reason kernel pods wait
+}
+
+
+def test_the_brokers_role_grants_what_the_broker_calls_and_no_more() -> None:
+    documents = [doc for doc in yaml.safe_load_all((EXAMPLES / "broker-rbac.yaml").read_text()) if doc]
+    for document in documents:
+        validate(document)
+    [role] = [doc for doc in documents if doc["kind"] == "Role"]
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        [group] = rule["apiGroups"]
+        for resource in rule["resources"]:
+            granted.setdefault((group, resource), set()).update(rule["verbs"])
+    assert granted == BROKER_CALLS
+    [cluster_role] = [doc for doc in documents if doc["kind"] == "ClusterRole"]
+    assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]

@@ -12,12 +12,15 @@ from traitlets import TraitError
 
 from jupyter_gpushare.backends.kubernetes.objects.kueue import (
     ADMISSION_GATE,
+    JOB_UID_LABEL,
     QUEUE_LABEL,
     held_by_kueue,
     stopped_by_kueue,
     stopped_in_events,
     why_waiting,
+    why_waiting_by_pod,
     workload_selector,
+    workloads_selector,
 )
 from jupyter_gpushare.backends.kubernetes.objects.starting import progress
 from jupyter_gpushare.backends.kubernetes.objects.status import termination
@@ -224,3 +227,27 @@ def test_a_preempted_pod_that_is_gone_is_told_by_kueues_event() -> None:
     assert stopped_in_events([event("Stopped", PREEMPTED, uid="u-0")], "u-1") is None
     assert stopped_in_events([event("Stopped", "bye", component="kubelet")], "u-1") is None
     assert stopped_in_events([scheduled, killing], "u-1") is None
+
+
+def test_the_brokers_start_of_a_held_pod_says_kueues_reason() -> None:
+    """The broker follows its pods through its watch and reads their Workloads once a round:
+    the start says Kueue's reason as a server's own start does."""
+    times = {"unschedulable_grace": 10.0, "launch_timeout": 300.0}
+    waiting = progress(
+        gated(), "gpushare-kernel-k", waited=5.0, unschedulable_for=0.0, kueue_says=NO_QUOTA, **times
+    )
+    assert (waiting.state, waiting.unschedulable) == ("starting", False)
+    assert waiting.detail == f"pending: queued by Kueue in LocalQueue gpu: {NO_QUOTA}"
+
+
+def test_one_workload_list_serves_every_held_pod_by_its_uid() -> None:
+    assert workloads_selector(["u-2", "u-1", "u-2"]) == "kueue.x-k8s.io/job-uid in (u-1,u-2)"
+    no_quota = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": NO_QUOTA}
+
+    def of(uid: str | None, *conditions: dict[str, Any]) -> dict[str, Any]:
+        made = workload(*conditions)
+        made["metadata"]["labels"] = {JOB_UID_LABEL: uid} if uid else {}
+        return made
+
+    workloads = [of("u-1", no_quota), of("u-2"), of(None, no_quota)]
+    assert why_waiting_by_pod(workloads) == {"u-1": NO_QUOTA}  # u-2 says nothing yet

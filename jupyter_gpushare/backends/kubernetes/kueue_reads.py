@@ -1,0 +1,64 @@
+"""What Kueue says about kernel pods, read from the API: why a Workload waits, why a pod was
+stopped. Shared by whoever makes the pods — a server itself (:mod:`.pod_start`,
+:mod:`.cluster_pods`) or the GPU broker (:mod:`.broker.pods`); the reading of the objects is
+:mod:`~jupyter_gpushare.backends.kubernetes.objects.kueue`'s (pure).
+
+Blocking: callers in an event loop run these in a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
+from jupyter_gpushare.backends.kubernetes.objects.kueue import VERSIONS, stopped_in_events
+
+
+class WorkloadReader:
+    """Kueue's Workloads in the kernels' namespace, as one reader (a kernel's start, the broker)
+    lists them: the API version Kueue serves is found once, and a Role without ``list
+    workloads`` is said once (``label`` begins the warning: which kernel, or none) and not asked
+    again — the reader falls back to the plain sentence."""
+
+    def __init__(
+        self, cluster: Cluster, log: logging.Logger | logging.LoggerAdapter[Any], label: str = ""
+    ) -> None:
+        self.cluster = cluster
+        self.log = log
+        self.label = label
+        self.versions: tuple[str, ...] = VERSIONS  # the Workload API versions left to try
+
+    @property
+    def readable(self) -> bool:
+        """False once Workloads cannot be read at all here (not served, or forbidden)."""
+        return bool(self.versions)
+
+    def list(self, selector: str) -> list[dict[str, Any]] | None:
+        """The Workloads matching ``selector``; None when they cannot be read (an API error now,
+        logged at debug; or ever: not :attr:`readable`)."""
+        while self.versions:
+            version = self.versions[0]
+            try:
+                return self.cluster.list_workloads(selector, version)
+            except ClusterError as error:
+                if error.api_status == 404:  # not served here (an older Kueue serves v1beta1 only)
+                    self.versions = self.versions[1:]
+                    continue
+                if error.api_status in (401, 403):
+                    self.versions = ()  # asking again would not help
+                    self.log.warning("%sKueue's reason is not shown: %s", self.label, error)
+                    return None
+                self.log.debug("%scannot read Kueue's Workloads: %s", self.label, error)
+                return None
+        return None
+
+
+def stopped_by_kueue_events(cluster: Cluster, pod: str, uid: str) -> str | None:
+    """Why Kueue stopped pod ``pod`` of ``uid`` (an earlier pod of the same name is not it), from
+    the event Kueue recorded on it: a pod Kueue preempts is deleted within seconds, its events
+    outlive it (raises :class:`~jupyter_gpushare.backends.kubernetes.cluster.cluster.ClusterError`)."""
+    return stopped_in_events(cluster.pod_events(pod), uid)
+
+
+__all__ = ["WorkloadReader", "stopped_by_kueue_events"]
