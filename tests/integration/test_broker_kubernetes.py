@@ -312,14 +312,20 @@ def single_user_processes(setup: Setup, user: str) -> list[psutil.Process]:
 
 
 def running(setup: Setup, user: str, kernel_id: str) -> dict[str, Any]:
-    return dict(
-        wait_until(
-            lambda: (
-                lambda answer: answer[1] if answer[0] == 200 and answer[1]["state"] == "running" else None
-            )(call(setup, user, "GET", f"kernels/{kernel_id}")),
-            timeout=120,  # a pod's start on a busy 2-core machine
-        )
+    """The kernel's view once it runs and the user's jupyter_server knows it too (it lists a pod
+    kernel a moment after the pod runs: a DELETE of api/kernels in between is a 404)."""
+    view = wait_until(
+        lambda: (lambda answer: answer[1] if answer[0] == 200 and answer[1]["state"] == "running" else None)(
+            call(setup, user, "GET", f"kernels/{kernel_id}")
+        ),
+        timeout=120,  # a pod's start on a busy 2-core machine
     )
+    token = user_token(setup, user)
+    wait_until(
+        lambda: setup.hub.call("GET", f"/user/{user}/api/kernels/{kernel_id}", token=token)[0] == 200,
+        timeout=120,
+    )
+    return dict(view)
 
 
 def test_users_start_kernel_pods_through_the_broker_holding_no_cluster_credentials(setup: Setup) -> None:
