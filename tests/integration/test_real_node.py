@@ -300,10 +300,11 @@ def test_a_pod_reaches_the_host_and_nothing_off_the_machine(
     host, port = host_server
     refused_before = node.refused()
     # 10.96.0.1 is the kubernetes Service: with no kube-proxy, it would be routed off the machine.
-    # (No -T: Debian's static busybox 1.35 wget crashes with a timeout set.)
+    # (No -T: Debian's static busybox 1.35 wget crashes with a timeout set.) Everything on stdout:
+    # the runtime logs stdout and stderr apart, and their lines may interleave out of order.
     command = (
-        f"wget -q -O- http://{host}:{port}/; echo host: $?; "
-        "wget -q -O- http://10.96.0.1:443/; echo service: $?"
+        f"wget -q -O- http://{host}:{port}/ 2>&1; echo host: $?; "
+        "wget -q -O- http://10.96.0.1:443/ 2>&1; echo service: $?"
     )
     kube.add(PODS, pod_manifest(node, "caller", command))
     wait_for("the pod finished", lambda: phase(kube, "caller") in ("Succeeded", "Failed"))
