@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ..cluster import ControlPlane, DraDriver, KubeCluster, RealNode, SimNode
+from ..cluster.kueue import Kueue, in_namespaces
 from ..support.kernels import write_kernelspec
 from ..support.nodes import BROKEN_IMAGE, Node, make_node
 
@@ -68,6 +69,18 @@ def real_node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
     share it. Its stop restores every host-wide change or fails the module's last test."""
     with RealNode(control_plane, tmp_path_factory.mktemp("real-node")) as node:
         yield node
+
+
+@pytest.fixture(scope="module")
+def kueue(
+    control_plane: ControlPlane, kube_namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Kueue]:
+    """Kueue (tests/cluster/kueue.py) for a test module, managing the module's namespace only;
+    each test makes its own queues and removes them while Kueue still runs (its finalizers)."""
+    with Kueue(
+        control_plane, tmp_path_factory.mktemp("kueue"), namespaces=in_namespaces(kube_namespace)
+    ) as running:
+        yield running
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
 
 from ..cluster import ControlPlane
-from ..cluster.kueue import SCHEDULING_GATE, Kueue, gpu_queues, in_namespaces
+from ..cluster.kueue import SCHEDULING_GATE, Kueue, gpu_queues
 from ..cluster.nodes import SimNode, gfd_labels
 from ..cluster.rest import PODS
 from ..support.polling import wait_until
@@ -30,16 +30,6 @@ pytestmark = pytest.mark.integration
 
 DEADLINE = 120.0  # seconds: Kueue, the scheduler, the node side and the hub on a loaded machine
 KERNELSPECS = {"gpu-60g": {"gpu_memory": "60G", "gpu_mode": "timeslice"}}
-
-
-@pytest.fixture(scope="module")
-def kueue(
-    control_plane: ControlPlane, kube_namespace: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Kueue]:
-    with Kueue(
-        control_plane, tmp_path_factory.mktemp("kueue"), namespaces=in_namespaces(kube_namespace)
-    ) as started:
-        yield started
 
 
 @pytest.fixture(scope="module")

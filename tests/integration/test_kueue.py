@@ -55,16 +55,6 @@ DEADLINE = 120.0  # seconds: Kueue, the scheduler and the node side all act on a
 SERVE = "import time\ntime.sleep(600)"
 
 
-@pytest.fixture(scope="module")
-def kueue(
-    control_plane: ControlPlane, kube_namespace: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Kueue]:
-    with Kueue(
-        control_plane, tmp_path_factory.mktemp("kueue"), namespaces=in_namespaces(kube_namespace)
-    ) as running:
-        yield running
-
-
 @pytest.fixture
 def queues(kueue: Kueue, make_kube: MakeKube) -> Iterator[KubeCluster]:
     """Two simulated nodes with one ``nvidia.com/gpu`` each, and a ClusterQueue holding one GPU
