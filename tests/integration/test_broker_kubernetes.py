@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -444,6 +445,53 @@ def test_one_fifo_queue_and_the_quotas_hold_across_users(setup: Setup) -> None:
         setup.hub.call("DELETE", f"/user/alice/api/kernels/{waiting}", token=user_token(setup, "alice"))[0]
         == 204
     )
+    wait_until(
+        lambda: {pod["metadata"]["name"] for pod in setup.cluster.pods()} == {pod_name(alices)}, timeout=60
+    )
+
+
+def test_a_starting_kernels_long_ask_is_answered_when_its_start_moves_on(setup: Setup) -> None:
+    """A server asks after its starting kernel with long asks (``GET pods/{id}?wait=S&seen=MARK``):
+    the broker holds an ask while the start stands as the caller last heard (its ``mark``) and
+    answers it as soon as the start moves on, so a start costs a few answers, not one per poll."""
+    [alices] = [view["kernel_id"] for view in call(setup, "alice", "GET", "kernels")[1]]
+    bob = call(setup, "bob", "POST", "kernels", {"name": "gpu-6g-vgpu"})
+    assert bob[0] in (201, 202), bob
+    bobs = bob[1]["kernel_id"]
+    running(setup, "bob", bobs)  # 12G of 16G held: alice's next 6G waits, bob's 2G behind it
+    ahead = call(setup, "alice", "POST", "kernels", {"name": "gpu-6g-vgpu"})
+    behind = call(setup, "bob", "POST", "kernels", {"name": "gpu-2g-vgpu"})
+    assert ahead[0] == 202 and behind[0] == 202, (ahead, behind)
+    waiting = behind[1]["kernel_id"]
+    token = user_token(setup, "bob")
+    now = wait_until(
+        lambda: (lambda a: a[1] if a[0] == 200 and "position 2" in str(a[1].get("detail")) else None)(
+            on_broker(setup, token, "GET", f"pods/{waiting}")
+        )
+    )
+    # Nothing moves: the ask is held for its wait, then answered as it stands.
+    began = time.monotonic()
+    status, same = on_broker(setup, token, "GET", f"pods/{waiting}?wait=1.5&seen={now['mark']}")
+    assert status == 200 and same["mark"] == now["mark"], same
+    assert time.monotonic() - began >= 1.5
+    # Alice withdraws hers: bob's start moves on (it fits now), and his held ask is answered
+    # then, long before its 25 s.
+    asks = ThreadPoolExecutor(max_workers=1)
+    asked = asks.submit(on_broker, setup, token, "GET", f"pods/{waiting}?wait=25&seen={now['mark']}")
+    began = time.monotonic()
+    assert call(setup, "alice", "DELETE", f"kernels/{ahead[1]['kernel_id']}/gpu")[0] == 204
+    status, moved = asked.result(timeout=60)
+    took = time.monotonic() - began
+    asks.shutdown()
+    assert status == 200 and moved["mark"] != now["mark"] and "position 2" not in str(moved), moved
+    assert took < 20, f"the long ask was answered after {took:.1f} s, not when the start moved on"
+    # A wait that is not a number of seconds is refused, said.
+    for wait in ("soon", "-1", "nan"):
+        status, body = on_broker(setup, token, "GET", f"pods/{waiting}?wait={wait}")
+        assert status == 400 and "wait must be a number of seconds" in body["message"], (wait, body)
+    running(setup, "bob", waiting)
+    for kernel_id in (bobs, waiting):
+        assert setup.hub.call("DELETE", f"/user/bob/api/kernels/{kernel_id}", token=token)[0] == 204
     wait_until(
         lambda: {pod["metadata"]["name"] for pod in setup.cluster.pods()} == {pod_name(alices)}, timeout=60
     )

@@ -8,7 +8,10 @@ pod provisioner's as for the pods a server makes itself; what the broker does:
 * ``prepare`` — the broker checks the request with its limits (nothing is created yet).
 * ``launch`` — ``POST pods``, then ``GET pods/{id}`` until the pod runs: the queue position (one
   FIFO queue for all users), the pod's phase, the scheduler's words, then the connection info,
-  whose keys the next pod of the kernel keeps. A broker that cannot be reached fails the start.
+  whose keys the next pod of the kernel keeps. Each ask is a long one (``?wait=&seen=``): the
+  broker answers when what it says changes, so a start costs a few answers, not one per
+  ``poll_interval`` (a broker without long asks answers at once, and is asked every
+  ``poll_interval``). A broker that cannot be reached fails the start.
 * while the kernel lives — ``GET pods/{id}`` answers ``look`` (from the broker's watch, no API
   request) and tells the broker the pod is still wanted; a background lease does the same for
   callers that do not poll (a console), so the broker never collects a live kernel's pod.
@@ -19,12 +22,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from jupyter_gpushare.backends.broker_client.backend import RemoteBackend, remote_backend
 from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodEnd, PodWatch
 from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.core.errors import BackendUnavailableError, NoSuchKernelError
+
+# Seconds a starting kernel's ask may wait at the broker for news (the broker answers sooner when
+# the start moves on, and waits at most its lease's renew_within).
+LONG_ASK = 10.0
+# Long asks hold a thread each while they wait: their own, so that a burst of starts in one
+# server never fills the event loop's default executor, which every other blocking call shares.
+_long_asks = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gpushare-long-ask")
 
 
 class BrokerPods:
@@ -76,8 +89,7 @@ class BrokerPods:
             view = await asyncio.to_thread(call, "POST", "pods", body)
             while view["state"] != "running":
                 self.watch.say(str(view.get("detail") or view["state"]))
-                await asyncio.sleep(self.watch.poll_interval)
-                view = await asyncio.to_thread(call, "GET", self.route)
+                view = await self._ask_after(view)
         except BaseException:
             await asyncio.shield(asyncio.to_thread(self._withdraw))
             raise
@@ -85,6 +97,19 @@ class BrokerPods:
         self._connection = dict(view["connection"])
         self._keep_lease(float(view.get("renew_within") or 10.0))
         return dict(view["connection"])
+
+    async def _ask_after(self, last: dict[str, Any]) -> dict[str, Any]:
+        """The start's next answer: a long ask, answered when ``last`` no longer holds."""
+        asked = time.monotonic()
+        query = urllib.parse.urlencode({"wait": f"{LONG_ASK:g}", "seen": str(last.get("mark") or "")})
+        call = self.broker.client.call
+        loop = asyncio.get_running_loop()
+        view: dict[str, Any] = await loop.run_in_executor(
+            _long_asks, lambda: call("GET", f"{self.route}?{query}", timeout=LONG_ASK + 20)
+        )
+        if "mark" not in view:  # a broker without long asks: it answered at once
+            await asyncio.sleep(max(0.0, self.watch.poll_interval - (time.monotonic() - asked)))
+        return view
 
     def _withdraw(self) -> None:
         try:

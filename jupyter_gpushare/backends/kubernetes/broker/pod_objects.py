@@ -82,6 +82,9 @@ class PodStartState:
     unschedulable_since: float | None = None
     ip: str | None = None
     finished_at: float | None = None
+    # The pod's resourceVersion and the time when the start was last followed: a round follows
+    # it again when the pod changed, or once a second for its timers and Kueue's words.
+    followed: tuple[str | None, float] | None = None
 
     @property
     def claim(self) -> str | None:

@@ -1,19 +1,24 @@
 """Kernel pods through the broker (Kubernetes backend): ``POST pods``, ``GET|DELETE pods/{id}``.
 
-A server asks for its kernel's pod, then polls until it runs (queue position, the pod's phase, the
-scheduler's words, then the connection info), keeps asking after it while the kernel lives, and
-deletes it at shutdown. The pod is always the caller's: another user's kernel is "no such kernel".
+A server asks for its kernel's pod, then asks how it stands until it runs (queue position, the
+pod's phase, the scheduler's words, then the connection info) — long asks, answered when that
+changes —, keeps asking after it while the kernel lives, and deletes it at shutdown. The pod is
+always the caller's: another user's kernel is "no such kernel".
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import math
 import re
+import time
 from collections.abc import Mapping
 from typing import Any, cast
 
 from jupyter_gpushare.backends.broker_base.handler import KERNEL, BrokerHandler
 from jupyter_gpushare.backends.kubernetes.broker.authority import KubernetesAuthority
-from jupyter_gpushare.backends.kubernetes.broker.pods import PodAsk, PodStarts
+from jupyter_gpushare.backends.kubernetes.broker.pods import PodAsk, PodStarts, view_mark
 from jupyter_gpushare.core import request_body
 from jupyter_gpushare.core.errors import InvalidRequestError
 from jupyter_gpushare.core.slice_request import MAX_NAME_BYTES
@@ -21,6 +26,7 @@ from jupyter_gpushare.http_errors import answering_domain_errors
 
 HEX_KEY = re.compile(r"[0-9a-f]{16,128}")
 CURVE_KEY_LENGTH = 40  # Z85 of 32 bytes
+LONGEST_ASK = 30.0  # seconds a starting kernel's long ask may wait for news
 
 
 class PodStartsHandler(BrokerHandler):
@@ -39,16 +45,42 @@ class PodsHandler(PodStartsHandler):
         ask = parse_ask(self.json_body())
         caller = self.caller
         await self.run(self.pods.submit, caller.user, caller.server_id, ask)
-        self.answer(await self.run(self.pods.view, caller.user, ask.kernel_id, caller.admin), status=202)
+        view = await self.run(self.pods.view, caller.user, ask.kernel_id, caller.admin)
+        self.answer({**view, "mark": view_mark(view)}, status=202)
 
 
 class PodHandler(PodStartsHandler):
-    """``GET pods/{id}``: how a start or a running kernel pod stands (renews its lease);
+    """``GET pods/{id}[?wait=S&seen=MARK]``: how a start or a running kernel pod stands (renews
+    its lease); with ``wait``, a long ask: answered once the view's mark is not ``seen`` (the
+    ``mark`` of the caller's last answer), or after ``S`` seconds (a start's: at most
+    ``LONGEST_ASK``; a running pod's: at most its lease's ``renew_within``).
     ``DELETE pods/{id}[?grace=N]``: delete its pod and Secret, or withdraw its queued start."""
+
+    gone = False  # the caller hung up during a long ask
+
+    def on_connection_close(self) -> None:
+        self.gone = True
+        super().on_connection_close()
 
     @answering_domain_errors
     async def get(self, kernel_id: str) -> None:
-        self.answer(await self.run(self.pods.view, self.caller.user, kernel_id, self.caller.admin))
+        wait = parse_wait(self.get_argument("wait", ""))
+        seen = self.get_argument("seen", "")
+        pods, caller = self.pods, self.caller
+        asked = time.monotonic()
+        while True:
+            changed = pods.changed(kernel_id)  # before the read: a change after it wakes us
+            view = await self.run(pods.view, caller.user, kernel_id, caller.admin)
+            # A start's pod is never collected; a running one's lease is renewed by each read,
+            # so its asks wait no longer than the lease's renew_within.
+            longest = LONGEST_ASK if view["state"] in ("queued", "starting") else pods.longest_ask
+            mark, left = view_mark(view), asked + min(wait, longest) - time.monotonic()
+            if mark != seen or left <= 0 or self.gone:
+                break
+            # At the deadline the view is read once more (and the lease renewed) to answer it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
+        self.answer({**view, "mark": mark})
 
     @answering_domain_errors
     async def delete(self, kernel_id: str) -> None:
@@ -58,6 +90,17 @@ class PodHandler(PodStartsHandler):
         grace = int(text) if text else None
         await self.run(self.pods.delete, self.caller.user, kernel_id, grace, self.caller.admin)
         self.answer({})
+
+
+def parse_wait(text: str) -> float:
+    """A long ask's ``wait`` (seconds, 0 or more; empty: 0, a plain ask)."""
+    try:
+        wait = float(text) if text else 0.0
+    except ValueError:
+        raise InvalidRequestError(f"wait must be a number of seconds, not {text[:40]!r}") from None
+    if not math.isfinite(wait) or wait < 0:
+        raise InvalidRequestError(f"wait must be a number of seconds of at least 0, not {text[:40]!r}")
+    return wait
 
 
 def parse_ask(body: Mapping[str, Any]) -> PodAsk:
@@ -120,4 +163,4 @@ ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     (f"pods/{KERNEL}", PodHandler),
 ]
 
-__all__ = ["ROUTES", "parse_ask"]
+__all__ = ["ROUTES", "parse_ask", "parse_wait"]

@@ -6,8 +6,12 @@ A server asks for a kernel pod (``POST pods``); the broker checks the request ag
 kernel's token), and queues the start. The head of the queue is admitted only when the broker's view
 of the cluster (:mod:`jupyter_gpushare.backends.kubernetes.objects.admission`) says it fits; then
 the Secret and the pod are created — the only API requests a start costs — and the pod is followed
-through the broker's one list+watch. The server polls (``GET pods/{id}``) and gets, in turn, its
+through the broker's one list+watch. The server asks (``GET pods/{id}``) and gets, in turn, its
 queue position, the pod's phase and the scheduler's words, and once it runs the connection info.
+A starting kernel's ask is a long one (``?wait=S&seen=MARK``): it is answered when what it would
+say differs from the ``mark`` of the caller's last answer, or after ``S`` seconds. Each round
+tells the asks of the starts it changed (:meth:`PodStarts.changed`), so a burst of starts costs a
+few answers per start, not one every poll interval, and a change is told within a round.
 
 Under a DRA preset each pod also gets a ResourceClaim of its own, built by the embedded
 provisioner's pure :func:`~jupyter_gpushare.backends.kubernetes.objects.build.kernel_claim`, created
@@ -26,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import math
 import re
@@ -46,7 +52,7 @@ from jupyter_gpushare.backends.kubernetes.broker.pod_objects import (
 )
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import ClusterError
 from jupyter_gpushare.backends.kubernetes.kueue_reads import WorkloadReader, stopped_by_kueue_events
-from jupyter_gpushare.backends.kubernetes.objects.admission import why_not_now
+from jupyter_gpushare.backends.kubernetes.objects.admission import Rooms, node_rooms, why_not_now
 from jupyter_gpushare.backends.kubernetes.objects.claims import summary
 from jupyter_gpushare.backends.kubernetes.objects.kueue import (
     held_by_kueue,
@@ -81,6 +87,10 @@ FINISHED_KEPT_FOR = 120.0  # seconds a finished start's outcome stays readable
 # Seconds between the broker's reads of the Workloads of the pods Kueue holds: one LIST for all
 # of them, not one per pod per round (a round is TICK); Kueue's reason changes when quota does.
 KUEUE_EVERY = 1.0
+# Seconds between a round's looks at a starting pod that has not changed (its launch timeout,
+# the scheduler's grace and Kueue's words): 200 starting pods followed every round cost the
+# broker's loop more than the starts' own API requests (benchmarks/broker_scale.py).
+FOLLOW_AGAIN = 1.0
 KERNEL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")  # kernel ids become pod names
 
 
@@ -113,6 +123,16 @@ class PodStarts:
         self._kueue_read_at = -math.inf
         # Each kernel's pod as last seen: once it is gone, how it ended (Kueue's stop, its uid).
         self.last_pods: dict[str, dict[str, Any]] = {}
+        # Long asks: the event each kernel's waiting asks sleep on (the event loop's alone), and
+        # each start's state, queue position and detail as the last round left them.
+        self._asks: dict[str, asyncio.Event] = {}
+        self._told: dict[str, tuple[str, int, str]] = {}
+
+    @property
+    def longest_ask(self) -> float:
+        """Seconds between a running pod's reads that keep its lease: a third of ``orphan_grace``
+        (the ``renew_within`` its server is told, and the longest a long ask about it waits)."""
+        return max(self.orphan_grace / 3, 0.5)
 
     # ---- what the cluster looks like now (the watch) -----------------------------------------------
 
@@ -185,7 +205,7 @@ class PodStarts:
             if start_owner is None or not (admin or start_owner == owner):
                 raise NoSuchKernelError(f"no GPU kernel {kernel_id} of {owner}'s")
             self.leases[kernel_id] = time.monotonic()
-            renew = {"renew_within": max(self.orphan_grace / 3, 0.5)}
+            renew = {"renew_within": self.longest_ask}
             if start is not None and start.state == "starting":
                 # As the watch shows the pod now, not as at the loop's last round: a pod that
                 # runs is told at once.
@@ -301,11 +321,54 @@ class PodStarts:
         self._read_kueue()
         with self.lock:
             if any(start.state == "starting" for start in self.starts.values()):
-                pods = self.pods()
+                now = time.monotonic()
                 for start in list(self.starts.values()):
-                    if start.state == "starting":
-                        self._follow(start, pods.get(pod_name(start.kernel_id)), time.monotonic())
+                    if start.state != "starting":
+                        continue
+                    pod = self.backend.pod_object(pod_name(start.kernel_id))
+                    last = start.followed
+                    if last is not None and last[0] == _version(pod) and now - last[1] < FOLLOW_AGAIN:
+                        continue  # nothing new since the last look, and no timer due
+                    self._follow(start, pod, now)
             self._forget_finished()
+            self._tell_changed()
+
+    # ---- long asks ------------------------------------------------------------------------------
+
+    def changed(self, kernel_id: str) -> asyncio.Event:
+        """An event set when ``kernel_id``'s start next changes (its state, queue position or
+        detail), or goes. Call it on the event loop *before* reading the view an ask compares,
+        so a change between the read and the wait is not missed."""
+        event = self._asks.get(kernel_id)
+        if event is None:
+            event = self._asks[kernel_id] = asyncio.Event()
+        return event
+
+    def _tell_changed(self) -> None:
+        """Wake the asks of the starts that changed since the last round (lock held)."""
+        now = {
+            kernel_id: (start.state, self._position(kernel_id), start.detail)
+            for kernel_id, start in self.starts.items()
+        }
+        changed = [kernel_id for kernel_id, told in now.items() if self._told.get(kernel_id) != told]
+        changed += [kernel_id for kernel_id in self._told if kernel_id not in now]
+        self._told = now
+        self._tell(changed)
+
+    def _position(self, kernel_id: str) -> int:
+        return self.queue.index(kernel_id) + 1 if kernel_id in self.queue else 0
+
+    def _tell(self, kernel_ids: list[str]) -> None:
+        """Wake these kernels' asks (from any thread)."""
+        if kernel_ids and self._wake is not None:
+            loop, _ = self._wake
+            loop.call_soon_threadsafe(self._wake_asks, kernel_ids)
+
+    def _wake_asks(self, kernel_ids: list[str]) -> None:
+        for kernel_id in kernel_ids:
+            event = self._asks.pop(kernel_id, None)
+            if event is not None:
+                event.set()
 
     def _admit(self) -> list[PodStartState]:
         """Take from the head of the queue what fits now (lock held)."""
@@ -313,8 +376,11 @@ class PodStarts:
         now = time.monotonic()
         pods = self.pods()
         slices = [item for item in map(read_pod, pods.values()) if item is not None]
-        nodes = self.backend.nodes()
-        unseen = self._unseen(pods)
+        # Under Kueue, Kueue queues: the pod is made at once and waits behind its gate for
+        # quota, which the broker cannot see; a second queue in front would hold starts back.
+        kueue = self.settings.kueue_queue
+        # The nodes' rooms once a round; each start admitted in it takes its own from them.
+        rooms = None if kueue else Rooms(node_rooms(self.backend.nodes(), slices, self._unseen(pods)))
         while self.queue:
             start = self.starts[self.queue[0]]
             waited = now - start.requested_at
@@ -327,10 +393,7 @@ class PodStarts:
                     ),
                 )
                 continue
-            # Under Kueue, Kueue queues: the pod is made at once and waits behind its gate for
-            # quota, which the broker cannot see; a second queue in front would hold starts back.
-            kueue = self.settings.kueue_queue
-            reason = None if kueue else why_not_now(start.memory, nodes, slices, unseen)
+            reason = rooms.why_not(start.memory) if rooms is not None else None
             if reason is not None:
                 start.detail = f"waiting for a GPU: position 1 in the queue ({reason})"
                 break
@@ -338,8 +401,8 @@ class PodStarts:
             start.state, start.admitted_at = "creating", now
             start.detail = "creating the kernel pod"
             admitted.append(start)
-            if start.memory is not None:
-                unseen.append(start.memory)
+            if start.memory is not None and rooms is not None:
+                rooms.take(start.memory)
         self._describe_queue()
         return admitted
 
@@ -398,9 +461,12 @@ class PodStarts:
             self.delete_objects(start.kernel_id, 0)
             return
         with self.lock:
-            if start.state == "creating":  # not withdrawn meanwhile
-                start.state, start.created_at = "starting", time.monotonic()
-                start.detail = "pending: waiting for the scheduler"
+            if start.state != "creating":
+                return  # withdrawn meanwhile
+            start.state, start.created_at = "starting", time.monotonic()
+            start.detail = "pending: waiting for the scheduler"
+            self._told[start.kernel_id] = (start.state, 0, start.detail)
+        self._tell([start.kernel_id])  # created: told now, not at the next round
 
     def _allocated_as(self, start: PodStartState) -> str | None:
         """Which fallback the running pod's claim got (None: no claim, or not allocated yet)."""
@@ -410,6 +476,7 @@ class PodStarts:
     def _follow(self, start: PodStartState, pod: dict[str, Any] | None, now: float) -> None:
         """Move a starting pod on from what the watch shows (lock held)."""
         assert start.admitted_at is not None
+        start.followed = (_version(pod), now)
         start.seen = start.seen or pod is not None
         if pod is not None:
             self.last_pods[start.kernel_id] = pod
@@ -462,4 +529,15 @@ class PodStarts:
             log.error("Kernel %s: cleanup incomplete: %s", kernel_id, problem)
 
 
-__all__ = ["KernelPodStartError", "PodAsk", "PodStartState", "PodStarts"]
+def _version(pod: Mapping[str, Any] | None) -> str | None:
+    return str((pod.get("metadata") or {}).get("resourceVersion")) if pod is not None else None
+
+
+def view_mark(view: Mapping[str, Any]) -> str:
+    """A short digest of what an answer says (state, queue position, detail): a long ask waits
+    while its view still has the mark of the caller's last answer."""
+    said = json.dumps([view.get("state"), view.get("position"), view.get("detail")])
+    return hashlib.blake2s(said.encode(), digest_size=8).hexdigest()
+
+
+__all__ = ["KernelPodStartError", "PodAsk", "PodStartState", "PodStarts", "view_mark"]

@@ -39,6 +39,9 @@ class SharedCluster:
     # The watched nodes as read for a preset, at the nodes' version of that watch: a broker asks
     # for them on every admission round and every start, and reading 500 nodes takes milliseconds.
     _read_nodes: tuple[Watched, int, ResourcePreset, list[NodeGPUs]] | None = None
+    # Each watched node as last read, by name, with its resourceVersion: a node's status moves
+    # every few seconds (its kubelet), and only the nodes that moved are read again.
+    _node_reads: dict[str, tuple[object, NodeGPUs | None]] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:
@@ -93,7 +96,9 @@ class SharedCluster:
             cached = self._read_nodes
             if cached is not None and cached[:3] == (watched, version, preset):
                 return list(cached[3])
-            nodes = _read_nodes(raw, preset)
+            if cached is None or cached[:1] != (watched,) or cached[2] != preset:
+                self._node_reads = {}  # another watch or preset: nothing read before holds
+            nodes = _read_nodes(raw, preset, self._node_reads)
             self._read_nodes = (watched, version, preset, nodes)
             return list(nodes)
         else:
@@ -129,8 +134,33 @@ class SharedCluster:
                 self._watch = None
 
 
-def _read_nodes(raw: list[dict[str, object]], preset: ResourcePreset) -> list[NodeGPUs]:
-    read = (read_node(node, preset) for node in raw)
+def _read_nodes(
+    raw: list[dict[str, object]],
+    preset: ResourcePreset,
+    known: dict[str, tuple[object, NodeGPUs | None]] | None = None,
+) -> list[NodeGPUs]:
+    """The GPU nodes of ``raw``, read for ``preset``; with ``known`` (reads by node name and
+    resourceVersion, updated here), a node whose version is the one read before is not read
+    again."""
+    if known is None:
+        read = [read_node(node, preset) for node in raw]
+    else:
+        read, seen = [], set()
+        for node in raw:
+            metadata = node.get("metadata") or {}
+            name = metadata.get("name") if isinstance(metadata, dict) else None
+            version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+            before = known.get(str(name)) if name is not None else None
+            if before is not None and version is not None and before[0] == version:
+                item = before[1]
+            else:
+                item = read_node(node, preset)
+                if name is not None:
+                    known[str(name)] = (version, item)
+            seen.add(str(name))
+            read.append(item)
+        for gone in set(known) - seen:
+            del known[gone]
     return sorted((node for node in read if node is not None), key=lambda node: node.name)
 
 

@@ -13,6 +13,7 @@ ResourceSlices, and what every allocated ResourceClaim holds).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,13 +55,67 @@ def node_rooms(
         for node in nodes
         if node.memory_total
     }
-    for amount in sorted(waiting, reverse=True):
-        if not free:
-            break
-        roomiest = max(free, key=lambda name: free[name])
-        free[roomiest] -= amount
     cards = {node.name: node.card_memory for node in nodes}
-    return [NodeRoom(name, room, cards.get(name)) for name, room in free.items()]
+    rooms = Rooms([NodeRoom(name, room, cards.get(name)) for name, room in free.items()])
+    for amount in sorted(waiting, reverse=True):
+        rooms.take(amount)
+    return rooms.rooms()
+
+
+class Rooms:
+    """The nodes' rooms while a round admits starts: each admitted start takes its memory from
+    the node with the most room, as :func:`node_rooms` gives waiting pods theirs. The roomiest
+    node is the top of a heap (stale entries skipped), so a round of many starts on many nodes
+    costs a logarithm per start, not a pass over every node."""
+
+    def __init__(self, rooms: Sequence[NodeRoom]) -> None:
+        self._order = [room.name for room in rooms]
+        self._free = {room.name: room.free for room in rooms}
+        self._cards = {room.name: room.card for room in rooms}
+        self._heap = [(-room.free, room.name) for room in rooms]
+        heapq.heapify(self._heap)
+
+    def _roomiest(self) -> str | None:
+        while self._heap:
+            free, name = self._heap[0]
+            if -free == self._free[name]:
+                return name
+            heapq.heappop(self._heap)  # an entry from before the node's last change
+        return None
+
+    def take(self, amount: int) -> None:
+        """``amount`` bytes placed on the node with the most room."""
+        name = self._roomiest()
+        if name is None:
+            return
+        self._free[name] -= amount
+        heapq.heappush(self._heap, (-self._free[name], name))
+
+    def why_not(self, wanted: int | None) -> str | None:
+        """None when a pod asking for ``wanted`` bytes fits now (or cannot be judged); else why
+        it waits, as a sentence for its queue entry."""
+        if wanted is None:
+            return None
+        roomiest = self._roomiest()
+        if roomiest is None:
+            return None  # no node says what it offers: the scheduler decides
+        best = self._free[roomiest]
+        card = self._cards[roomiest]
+        if best >= wanted and (card is None or wanted <= card):
+            return None
+        # The roomiest node's card may be too small where another node's is not: look at all.
+        if best >= wanted and any(
+            free >= wanted and (self._cards[name] is None or wanted <= (self._cards[name] or 0))
+            for name, free in self._free.items()
+        ):
+            return None
+        return (
+            f"{format_bytes(wanted)} does not fit now: {format_bytes(max(best, 0))} free on the GPU "
+            "node with the most room"
+        )
+
+    def rooms(self) -> list[NodeRoom]:
+        return [NodeRoom(name, self._free[name], self._cards[name]) for name in self._order]
 
 
 def why_not_now(
@@ -70,16 +125,7 @@ def why_not_now(
     waits, as a sentence for its queue entry."""
     if wanted is None:
         return None
-    rooms = node_rooms(nodes, slices, unseen)
-    if not rooms:
-        return None  # no node says what it offers: the scheduler decides
-    if any(room.free >= wanted and (room.card is None or wanted <= room.card) for room in rooms):
-        return None
-    best = max(room.free for room in rooms)
-    return (
-        f"{format_bytes(wanted)} does not fit now: {format_bytes(max(best, 0))} free on the GPU node "
-        "with the most room"
-    )
+    return Rooms(node_rooms(nodes, slices, unseen)).why_not(wanted)
 
 
-__all__ = ["NodeRoom", "node_rooms", "why_not_now"]
+__all__ = ["NodeRoom", "Rooms", "node_rooms", "why_not_now"]

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from jupyter_gpushare.backends.kubernetes.objects.admission import node_rooms, why_not_now
+from jupyter_gpushare.backends.kubernetes.objects.admission import Rooms, node_rooms, why_not_now
 from jupyter_gpushare.backends.kubernetes.objects.kueue import ADMISSION_GATE
 from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice, read_pod
 from jupyter_gpushare.core.pods.cluster import NodeGPUs
@@ -113,3 +113,34 @@ def test_a_pod_read_from_the_cluster_says_kueue_holds_it() -> None:
     pod_object["spec"]["schedulingGates"] = [{"name": ADMISSION_GATE}]  # as Kueue's webhook adds it
     item = read_pod(pod_object)
     assert item is not None and item.held_by_kueue == "gpu" and item.memory == 6 * G
+
+
+def test_starts_admitted_in_one_round_take_room_as_waiting_pods_do() -> None:
+    """The broker judges a round's starts against rooms computed once: each admitted start takes
+    its memory from the roomiest node, as a waiting pod does, so the round ends where
+    node_rooms with those starts unseen would, and the next start is judged on what is left."""
+    cards = [node(name, memory) for name, memory in (("a", 16 * G), ("b", 8 * G), ("c", 12 * G))]
+    rooms = Rooms(node_rooms(cards, [pod("1", 4 * G, "c")]))
+    taken = []
+    for wanted in (6 * G, 6 * G, 4 * G, 4 * G):
+        assert rooms.why_not(wanted) is None, (wanted, rooms.rooms())
+        rooms.take(wanted)
+        taken.append(wanted)
+    expected = node_rooms(cards, [pod("1", 4 * G, "c")], taken)
+    assert sorted(room.free for room in rooms.rooms()) == sorted(room.free for room in expected)
+    assert [room.name for room in rooms.rooms()] == ["a", "b", "c"]
+    # 24G of 36G held, spread as the scheduler may: 4G left on each; 5G fits nowhere, said.
+    assert sorted(room.free for room in rooms.rooms()) == [4 * G, 4 * G, 4 * G]
+    assert rooms.why_not(4 * G) is None
+    assert rooms.why_not(5 * G) == "5G does not fit now: 4G free on the GPU node with the most room"
+    assert rooms.why_not(None) is None
+
+
+def test_the_roomiest_node_with_too_small_a_card_leaves_the_judgement_to_the_others() -> None:
+    """A node with the most memory in all but small cards cannot take a slice larger than a
+    card; another node with a card large enough and the room can."""
+    rooms = Rooms(node_rooms([node("many-small", 64 * G, 10 * G), node("one-big", 40 * G, 40 * G)], []))
+    assert rooms.why_not(20 * G) is None
+    rooms.take(30 * G)  # to many-small (the roomiest): 34G left there, 40G on one-big
+    assert rooms.why_not(40 * G) is None
+    assert rooms.why_not(41 * G) is not None
