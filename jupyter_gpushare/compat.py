@@ -62,6 +62,61 @@ def watch_new_kernel_activity(mapping_kernel_manager: Any, kernel_id: str) -> bo
     return True
 
 
+# Seconds a shutdown waits for an abandoned restart to settle before it goes on regardless.
+RESTART_SETTLES_WITHIN = 30.0
+
+
+def shutdown_stops_restarts(mapping_kernel_manager: Any) -> bool:
+    """Let a server shut down a kernel whose restart still waits for its new pod.
+
+    jupyter_client (checked: 8.10.0) ``MultiKernelManager._async_shutdown_kernel`` asks
+    ``km.ready.exception()`` of every kernel it shuts down; during a restart ``ready`` is the
+    restart's unfinished start, and the call raises ``InvalidStateError``: jupyter_server answers
+    500 and the kernel keeps waiting. A kernel pod's restart can wait long — under Kueue a
+    preempted kernel's new pod waits for quota. So the manager's shutdown is wrapped (on this
+    instance, as jupyter_server calls it: ``shutdown_kernel``, and ``_async_shutdown_kernel`` for
+    ``shutdown_all``): a kernel whose restart is pending has its provisioner abandon the start
+    (``abandon_launch``: its pod is withdrawn), its restarter stopped, and the start's failure
+    awaited; then the manager's own shutdown runs, and removes the kernel. Kernels without a
+    pending restart, or whose provisioner cannot abandon one, are shut down as before. False where
+    the manager has no such method (another manager).
+    """
+    original = getattr(mapping_kernel_manager, "_async_shutdown_kernel", None)
+    if original is None or getattr(original, "_gpushare_stops_restarts", False):
+        return False
+
+    async def shutdown(kernel_id: str, now: bool = False, restart: bool = False) -> Any:
+        if not restart:
+            await _abandon_pending_restart(mapping_kernel_manager, kernel_id)
+        return await original(kernel_id, now=now, restart=restart)
+
+    shutdown._gpushare_stops_restarts = True  # type: ignore[attr-defined]
+    mapping_kernel_manager._async_shutdown_kernel = shutdown
+    mapping_kernel_manager.shutdown_kernel = shutdown
+    return True
+
+
+async def _abandon_pending_restart(mapping_kernel_manager: Any, kernel_id: str) -> None:
+    import asyncio
+    import contextlib
+
+    kernels = getattr(mapping_kernel_manager, "_kernels", None)
+    kernel = kernels.get(kernel_id) if isinstance(kernels, dict) else None
+    ready = getattr(kernel, "_ready", None)
+    if kernel is None or not isinstance(ready, asyncio.Future) or ready.done():
+        return
+    if kernel_id in pending_kernel_starts(mapping_kernel_manager):
+        return  # a first start, not a restart: the manager waits for it itself
+    abandon = getattr(getattr(kernel, "provisioner", None), "abandon_launch", None)
+    if not callable(abandon) or not abandon():
+        return
+    with contextlib.suppress(Exception):
+        kernel.stop_restarter()
+    # The start now fails (its exception is the restart's; the shutdown goes on without it).
+    with contextlib.suppress(Exception, asyncio.TimeoutError):
+        await asyncio.wait_for(asyncio.shield(ready), RESTART_SETTLES_WITHIN)
+
+
 def open_kernel_websockets() -> dict[str, Any]:
     """jupyter_server's open kernel websockets, by ``"<kernel id>:<session>"``.
 

@@ -8,7 +8,7 @@ from typing import Any
 from jupyter_server.utils import url_path_join
 
 from jupyter_gpushare.backends import ServerHooks, backend_for
-from jupyter_gpushare.compat import watch_new_kernel_activity
+from jupyter_gpushare.compat import shutdown_stops_restarts, watch_new_kernel_activity
 from jupyter_gpushare.config import GPUShare, load_settings, unreported_warnings
 from jupyter_gpushare.core import log_filter as refusals
 from jupyter_gpushare.server import kernel_routes, metrics, routes, usage_routes
@@ -48,6 +48,7 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
     backend.attach_server(
         ServerHooks(report_base=lambda: report_base(settings, serverapp), on_new_pod=kernel_in_new_pod)
     )
+    shutdown_stops_restarts(serverapp.kernel_manager)  # a restart waiting for its pod must not 500
     context = GPUShareContext(
         backend=backend,
         kernel_manager=serverapp.kernel_manager,

@@ -376,8 +376,9 @@ async def test_two_teams_borrow_in_a_cohort_and_a_preempted_kernel_says_so_in_ku
     second on team b's unused GPU; then team b starts one: Kueue takes its GPU back by preempting
     a borrowing kernel of team a, whose end says so in Kueue's words (GET kernels, the server's
     log), and which jupyter_server's restarter brings back into a new pod that waits for quota,
-    saying Kueue's reason. Team b's kernel runs; once it is shut down, team a's preempted kernel
-    is admitted again and runs."""
+    saying Kueue's reason. Team b's kernel runs; the preempted kernel, shut down while its restart
+    waits for quota, goes with its pod and Workload (jupyter_client alone answers that shutdown
+    500)."""
     kube = cohort
     write_kernelspec(node, "gpu-whole", {"gpu_memory": "whole", "gpu_mode": "exclusive"})
     servers = []
@@ -453,17 +454,27 @@ async def test_two_teams_borrow_in_a_cohort_and_a_preempted_kernel_says_so_in_ku
         ]
         assert gpus_reserved(kube, "team-b")[1] == "0"  # team b borrows nothing: its own GPU
 
-        # Team b's GPU free again: Kueue lends it, and the preempted kernel runs once more.
-        stopped = await asyncio.to_thread(team_b.request, "DELETE", f"/api/kernels/{b_kernel}")
+        # The user gives up on it while its restart waits for quota: the shutdown is answered
+        # (jupyter_client alone answers 500 while a restart is pending), the waiting pod and its
+        # Workload go, and Kueue has nothing of it left to admit.
+        stopped = await asyncio.to_thread(team_a.request, "DELETE", f"/api/kernels/{preempted}")
         assert stopped.status == 204, stopped.body
-        await asyncio.to_thread(running_view, team_a, preempted, DEADLINE)
-        # It runs code again: jupyter_server's restart of it is over (a kernel channel waits for
-        # it). A shutdown while the restart is still waiting for its pod is jupyter_client's 500
-        # (docs/admins/kueue.md), so the test must not race it.
-        out, errors = await execute(team_a, preempted, "print(6 * 7)", timeout=DEADLINE)
-        assert (out.strip(), errors) == ("42", ""), (out, errors)
-        for kernel_id in a_kernels:
-            stopped = await asyncio.to_thread(team_a.request, "DELETE", f"/api/kernels/{kernel_id}")
+        assert (await asyncio.to_thread(team_a.request, "GET", f"/api/kernels/{preempted}")).status == 404
+        await asyncio.to_thread(
+            wait_until,
+            lambda: (kube.get(PODS, pod_name(preempted)), workload_of(kube, pod_name(preempted))),
+            DEADLINE,
+            POLL,
+            "the abandoned restart's pod and Workload gone",
+            until=lambda found: found == (None, None),
+        )
+        assert "shut down while its pod waited to start" in team_a.log()
+        # The kept kernel of team a and team b's kernel run on, and answer.
+        for server, kernel_id in ((team_a, kept), (team_b, b_kernel)):
+            out, errors = await execute(server, kernel_id, "print(6 * 7)", timeout=DEADLINE)
+            assert (out.strip(), errors) == ("42", ""), (out, errors)
+        for server, kernel_id in ((team_a, kept), (team_b, b_kernel)):
+            stopped = await asyncio.to_thread(server.request, "DELETE", f"/api/kernels/{kernel_id}")
             assert stopped.status == 204, stopped.body
         await nothing_left(kube)
     finally:

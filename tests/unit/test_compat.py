@@ -122,3 +122,49 @@ async def test_jupyter_server_still_fails_to_shut_down_a_pending_kernel() -> Non
         await manager.shutdown_all()
     assert raised.value.status_code == 404  # upstream fixed this: settling may go
     assert pending_kernel_starts(object()) == {}
+
+
+class _Restarting:
+    """A kernel manager whose restart waits for its new pod: ``ready`` is the restart's start.
+    Its provisioner abandons that start as KubernetesProvisioner.abandon_launch does."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.restarter_stopped = False
+        outer = self
+
+        class Provisioner:
+            def abandon_launch(self) -> bool:
+                outer._ready.set_exception(RuntimeError("the kernel was shut down while its pod waited"))
+                return True
+
+        self.provisioner = Provisioner()
+
+    @property
+    def ready(self) -> object:
+        return self._ready
+
+    def stop_restarter(self) -> None:
+        self.restarter_stopped = True
+
+
+async def test_jupyter_client_still_fails_a_shutdown_during_a_restart() -> None:
+    """The reason for shutdown_stops_restarts: jupyter_client asks ``km.ready.exception()`` of a
+    kernel whose restart has not finished, which raises; with the wrapper the restart is
+    abandoned and the kernel removed."""
+    import asyncio
+
+    from jupyter_gpushare.compat import shutdown_stops_restarts
+
+    manager = AsyncMultiKernelManager()
+    restarting = _Restarting()
+    manager._kernels["k"] = restarting
+    with pytest.raises(asyncio.InvalidStateError):  # upstream fixed this: the wrapper may go
+        await manager.shutdown_kernel("k")
+    assert shutdown_stops_restarts(manager)
+    assert not shutdown_stops_restarts(manager)  # once per manager
+    await manager.shutdown_kernel("k")
+    assert restarting.restarter_stopped and "k" not in manager._kernels
+    assert not shutdown_stops_restarts(object())  # another manager: nothing to wrap

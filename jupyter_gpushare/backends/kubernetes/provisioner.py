@@ -46,6 +46,7 @@ from traitlets import Float
 
 from jupyter_gpushare.backends.kubernetes.cluster_pods import ClusterPods
 from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
+from jupyter_gpushare.backends.kubernetes.objects.starting import KernelPodStartError
 from jupyter_gpushare.backends.kubernetes.pod_keeper import KernelPod, PodKeeper, PodWatch
 from jupyter_gpushare.backends.kubernetes.pod_start import KernelPodError
 from jupyter_gpushare.backends.kubernetes.pods_from_broker import BrokerPods
@@ -104,6 +105,8 @@ class KubernetesProvisioner(SliceProvisioner):
     _size_before_resize: tuple[object] | None = None  # the size to come back to if a resize fails
     _argv: list[str] = []  # noqa: RUF012 (replaced per start, never mutated)
     _generation: int = -1  # how many pods this kernel had before its current one
+    _launching: asyncio.Task[dict[str, Any]] | None = None  # the pod's start, while it waits
+    _abandoned: bool = False  # a shutdown stopped that start (abandon_launch)
 
     # ---- identity ------------------------------------------------------------------------------
 
@@ -214,11 +217,24 @@ class KubernetesProvisioner(SliceProvisioner):
         # launched again: jupyter_server's restarter brings the kernel back after it died.
         self.restarted_after = self.ended_reason
         self._exit_code, self.ended_reason, self._deleted, self._pod_ip = None, None, False, None
+        launching = asyncio.ensure_future(
+            self.pods.launch(self._kernel_pod(self._settings), self._settings.launch_timeout)
+        )
+        self._launching, self._abandoned = launching, False
         try:
-            found = await self.pods.launch(self._kernel_pod(self._settings), self._settings.launch_timeout)
+            found = await launching
+        except asyncio.CancelledError:
+            self._launched = False
+            if self._abandoned and launching.cancelled():
+                # Said as a failed start (an Exception), so that the kernel manager's pending
+                # start settles and its shutdown can go on.
+                raise KernelPodStartError("the kernel was shut down while its pod waited to start") from None
+            raise
         except BaseException:
             self._launched = False
             raise
+        finally:
+            self._launching = None
         self._launched = True
         self._pod_ip = str(found["ip"])
         if self._generation > 0:
@@ -229,6 +245,17 @@ class KubernetesProvisioner(SliceProvisioner):
         info["key"] = str(info["key"]).encode()  # type: ignore[typeddict-item]
         self.connection_info = info
         return info
+
+    def abandon_launch(self) -> bool:
+        """Stop the pod's start in progress — a shutdown asked while a restart's new pod waits
+        (for quota under Kueue, for a node, for its image): the start fails at once, its pod is
+        withdrawn, and the kernel manager can shut the kernel down. False when no start waits."""
+        launching = self._launching
+        if launching is None or launching.done():
+            return False
+        self._abandoned = True
+        launching.cancel()
+        return True
 
     def _tell_new_pod(self) -> None:
         told = self.pods.new_pod()
