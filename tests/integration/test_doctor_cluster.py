@@ -32,6 +32,7 @@ def doctor(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     preset: str | None = None,
+    kueue_queue: str | None = None,
 ) -> tuple[int, dict[str, dict[str, str]]]:
     """``doctor --json --no-kernel`` as the identity of ``kubeconfig``: its exit code, its checks by name."""
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
@@ -39,6 +40,8 @@ def doctor(
     monkeypatch.setenv("JUPYTER_GPUSHARE_NAMESPACE", namespace)
     if preset is not None:
         monkeypatch.setenv("JUPYTER_GPUSHARE_RESOURCE_PRESET", preset)
+    if kueue_queue is not None:
+        monkeypatch.setenv("JUPYTER_GPUSHARE_KUEUE_QUEUE", kueue_queue)
     forget_shared_clusters()  # the client is shared per process: this one acts as this identity
     exit_code = main(["doctor", "--json", "--no-kernel"])
     forget_shared_clusters()
@@ -65,6 +68,23 @@ def test_doctor_reports_the_cluster_as_the_servers_service_account(
         "fix": "",
     }
     assert exit_code == 0, found
+
+
+def test_doctor_warns_of_a_kueue_queue_on_a_cluster_without_kueue(
+    kube: KubeCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``c.GPUShare.kueue_queue`` on a cluster that serves no Workload API: kernels would start
+    without waiting for quota; said as a warning (exit 0), with the fix."""
+    exit_code, found = doctor(kube.kubeconfig, kube.namespace, monkeypatch, capsys, kueue_queue="gpu")
+    assert found["Kueue"]["status"] == "WARN", found["Kueue"]
+    assert found["Kueue"]["detail"] == (
+        "kernels are labelled for LocalQueue gpu, but this cluster serves no Kueue Workload API: "
+        "without Kueue they start without waiting for quota"
+    )
+    assert "docs/admins/kueue.md" in found["Kueue"]["fix"]
+    assert exit_code == 0, found
+    _, without = doctor(kube.kubeconfig, kube.namespace, monkeypatch, capsys, kueue_queue="")
+    assert "Kueue" not in without
 
 
 def test_doctor_says_what_an_identity_without_the_role_may_not_do(

@@ -47,6 +47,7 @@ from ..support.polling import wait_until
 from ..support.servers import JupyterServer, execute
 from .conftest import MakeKube
 from .kubernetes_server.support import POLL, get, running_view, server_for, start
+from .test_doctor_cluster import doctor
 from .test_kubernetes import nothing_left
 
 pytestmark = pytest.mark.integration
@@ -249,6 +250,34 @@ def drop_workloads_rule(kube: KubeCluster) -> None:
     [role] = [doc for doc in shipped_rbac(kube.namespace, ("rbac.yaml",)) if doc["kind"] == "Role"]
     role["rules"] = [rule for rule in role["rules"] if "workloads" not in rule["resources"]]
     kube.admin.apply(role)
+
+
+def test_doctor_reads_kueues_workloads_as_the_servers_service_account(
+    queues: KubeCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With Kueue and the shipped Role, the doctor's Kueue line is OK; without the Role's
+    ``list workloads`` rule it warns (kernels still wait, saying less), naming the fix."""
+    kube = queues
+    _, found = doctor(kube.kubeconfig, kube.namespace, monkeypatch, capsys, kueue_queue="gpu")
+    assert found["Kueue"] == {
+        "name": "Kueue",
+        "status": "OK",
+        "detail": "kernels wait in LocalQueue gpu; Kueue's Workloads are readable",
+        "fix": "",
+    }
+    drop_workloads_rule(kube)
+    try:
+        exit_code, found = doctor(kube.kubeconfig, kube.namespace, monkeypatch, capsys, kueue_queue="gpu")
+    finally:
+        for manifest in shipped_rbac(kube.namespace, ("rbac.yaml",)):
+            if kind_of(manifest) == ROLES:
+                kube.admin.apply(manifest)
+    assert found["Kueue"]["status"] == "WARN", found["Kueue"]
+    assert found["Kueue"]["detail"].endswith(
+        f"not allowed to list workloads.kueue.x-k8s.io in namespace {kube.namespace}"
+    )
+    assert "rbac.yaml (workloads: list)" in found["Kueue"]["fix"]
+    assert exit_code == 0
 
 
 async def test_a_kernel_waits_for_kueues_quota_with_kueues_words_then_starts(

@@ -50,6 +50,8 @@ def check_cluster(settings: GPUShare) -> list[Check]:
         Check("cluster", "OK", f"{len(nodes)} node(s) reachable"),
         _check_rbac(cluster, preset.dra is not None),
     ]
+    if settings.kueue_queue:
+        checks.append(check_kueue(cluster, settings.kueue_queue))
     if preset.dra is not None:
         return [*checks, *check_dra(cluster, preset)]
     advertised: dict[str, int] = {}
@@ -166,6 +168,34 @@ RBAC_NEEDED_DRA = (
     ("resourceclaims", "create", "resource.k8s.io"),
     ("resourceclaims", "delete", "resource.k8s.io"),
 )
+
+
+def check_kueue(cluster: Any, queue: str) -> Check:
+    """With ``c.GPUShare.kueue_queue``: whether Kueue's Workloads can be read, which is where a
+    waiting kernel's reason comes from (without it the start still waits, saying less)."""
+    import logging
+
+    from jupyter_gpushare.backends.kubernetes.kueue_reads import WorkloadReader
+
+    name = "Kueue"
+    if not cluster.allowed("list", "workloads", "kueue.x-k8s.io"):
+        return Check(
+            name,
+            "WARN",
+            f"kernels wait in LocalQueue {queue}, but Kueue's reason for a wait is not shown: not "
+            f"allowed to list workloads.kueue.x-k8s.io in namespace {cluster.namespace}",
+            "apply examples/kubernetes/rbac.yaml (workloads: list) to the server's service account",
+        )
+    reader = WorkloadReader(cluster, logging.getLogger("jupyter_gpushare.doctor"))
+    if reader.list("kueue.x-k8s.io/queue-name") is None and not reader.readable:
+        return Check(
+            name,
+            "WARN",
+            f"kernels are labelled for LocalQueue {queue}, but this cluster serves no Kueue "
+            "Workload API: without Kueue they start without waiting for quota",
+            "install Kueue (docs/admins/kueue.md), or unset c.GPUShare.kueue_queue",
+        )
+    return Check(name, "OK", f"kernels wait in LocalQueue {queue}; Kueue's Workloads are readable")
 
 
 def _check_rbac(cluster: Any, dra: bool = False) -> Check:
