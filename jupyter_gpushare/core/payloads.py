@@ -51,7 +51,7 @@ class QueuePayload(TypedDict):
     size: str
     mode: str
     requested_at: float
-    reason: NotRequired[str | None]  # Kubernetes: the scheduler's words
+    reason: NotRequired[str | None]  # Kubernetes: the scheduler's words, or Kueue's queue
 
 
 class PoolPayload(TypedDict):

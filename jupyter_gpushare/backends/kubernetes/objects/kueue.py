@@ -132,10 +132,16 @@ def stopped_in_events(events: Sequence[dict[str, Any]], uid: str) -> str | None:
     return None
 
 
+def queued_by_kueue(queue: str, why: str | None = None) -> str:
+    """Why a pod Kueue holds waits: ``queued by Kueue in LocalQueue gpu: couldn't assign
+    flavors …`` (without Kueue's reason: ``…: waiting for its admission``)."""
+    return f"queued by Kueue in LocalQueue {queue}: {why or 'waiting for its admission'}"
+
+
 def waiting_state(queue: str, why: str | None = None) -> str:
     """What a start says while Kueue holds its pod: ``pending: queued by Kueue in LocalQueue
     gpu: couldn't assign flavors …``."""
-    return f"pending: queued by Kueue in LocalQueue {queue}: {why or 'waiting for its admission'}"
+    return f"pending: {queued_by_kueue(queue, why)}"
 
 
 __all__ = [
@@ -144,6 +150,7 @@ __all__ = [
     "QUEUE_LABEL",
     "held_by_kueue",
     "queue_labels",
+    "queued_by_kueue",
     "stopped_by_kueue",
     "stopped_in_events",
     "waiting_state",

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpushare.backends.kubernetes.objects.kueue import held_by_kueue
+from jupyter_gpushare.backends.kubernetes.objects.kueue import held_by_kueue, queued_by_kueue
 from jupyter_gpushare.backends.kubernetes.objects.manifests import SERVER_LABEL, SIZE_ANNOTATION
 from jupyter_gpushare.core import env_names
 from jupyter_gpushare.core.modes import MODES
@@ -258,7 +258,10 @@ def pool_view(
                 "size": item.size or "",
                 "mode": item.mode or "",
                 "requested_at": epoch_seconds(item.created),
-                "reason": item.unschedulable,
+                # The scheduler's words; for a pod behind Kueue's gate, Kueue's queue (its
+                # Workload's reason is read where a start is followed, not for every pool view).
+                "reason": item.unschedulable
+                or (queued_by_kueue(item.held_by_kueue) if item.held_by_kueue else None),
             },
             viewer,
         )

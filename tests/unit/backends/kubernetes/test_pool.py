@@ -274,3 +274,17 @@ def test_hami_metrics_give_each_pods_memory_in_its_namespace() -> None:
 def test_text_that_is_not_metrics_is_refused_clearly(text: str) -> None:
     with pytest.raises(MetricsFormatError, match="not Prometheus metrics"):
         pod_memory_used(text, "kernels")
+
+
+def test_a_pod_kueue_holds_is_in_the_pools_queue_saying_so() -> None:
+    """A pod behind Kueue's admission gate has no scheduler's words (the scheduler never saw it):
+    its queue entry says Kueue holds it, and in which LocalQueue."""
+    from dataclasses import replace
+
+    nodes = [n for n in (read_node(node("gpu-1", {"nvidia.com/gpu": "10"}), HAMI),) if n is not None]
+    [item] = [s for s in map(read_pod, [pod("gated", memory="6G", node_name=None, phase="Pending")]) if s]
+    held = replace(item, held_by_kueue="team-a")
+    [entry] = pool_view(nodes, [held], HAMI, {}, viewer="alice")["queue"]
+    assert entry["reason"] == "queued by Kueue in LocalQueue team-a: waiting for its admission"
+    [entry] = pool_view(nodes, [item], HAMI, {}, viewer="alice")["queue"]
+    assert entry["reason"] is None  # neither the scheduler nor Kueue has said anything yet
