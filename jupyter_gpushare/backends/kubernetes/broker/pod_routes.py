@@ -69,17 +69,20 @@ class PodHandler(PodStartsHandler):
         pods, caller = self.pods, self.caller
         asked = time.monotonic()
         while True:
-            changed = pods.changed(kernel_id)  # before the read: a change after it wakes us
-            view = await self.run(pods.view, caller.user, kernel_id, caller.admin)
-            # A start's pod is never collected; a running one's lease is renewed by each read,
-            # so its asks wait no longer than the lease's renew_within.
-            longest = LONGEST_ASK if view["state"] in ("queued", "starting") else pods.longest_ask
-            mark, left = view_mark(view), asked + min(wait, longest) - time.monotonic()
-            if mark != seen or left <= 0 or self.gone:
-                break
-            # At the deadline the view is read once more (and the lease renewed) to answer it.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
+            changed = pods.ask(kernel_id)  # before the read: a change after it wakes us
+            try:
+                view = await self.run(pods.view, caller.user, kernel_id, caller.admin)
+                # A start's pod is never collected; a running one's lease is renewed by each
+                # read, so its asks wait no longer than the lease's renew_within.
+                longest = LONGEST_ASK if view["state"] in ("queued", "starting") else pods.longest_ask
+                mark, left = view_mark(view), asked + min(wait, longest) - time.monotonic()
+                if mark != seen or left <= 0 or self.gone:
+                    break
+                # At the deadline the view is read once more (and the lease renewed) to answer.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), left)
+            finally:
+                pods.forget_ask(kernel_id, changed)
         self.answer({**view, "mark": mark})
 
     @answering_domain_errors

@@ -10,7 +10,7 @@ through the broker's one list+watch. The server asks (``GET pods/{id}``) and get
 queue position, the pod's phase and the scheduler's words, and once it runs the connection info.
 A starting kernel's ask is a long one (``?wait=S&seen=MARK``): it is answered when what it would
 say differs from the ``mark`` of the caller's last answer, or after ``S`` seconds. Each round
-tells the asks of the starts it changed (:meth:`PodStarts.changed`), so a burst of starts costs a
+tells the asks of the starts it changed (:meth:`PodStarts.ask`), so a burst of starts costs a
 few answers per start, not one every poll interval, and a change is told within a round.
 
 Under a DRA preset each pod also gets a ResourceClaim of its own, built by the embedded
@@ -125,7 +125,7 @@ class PodStarts:
         self.last_pods: dict[str, dict[str, Any]] = {}
         # Long asks: the event each kernel's waiting asks sleep on (the event loop's alone), and
         # each start's state, queue position and detail as the last round left them.
-        self._asks: dict[str, asyncio.Event] = {}
+        self._asks: dict[str, set[asyncio.Event]] = {}
         self._told: dict[str, tuple[str, int, str]] = {}
 
     @property
@@ -335,28 +335,33 @@ class PodStarts:
 
     # ---- long asks ------------------------------------------------------------------------------
 
-    def changed(self, kernel_id: str) -> asyncio.Event:
-        """An event set when ``kernel_id``'s start next changes (its state, queue position or
-        detail), or goes. Call it on the event loop *before* reading the view an ask compares,
-        so a change between the read and the wait is not missed."""
-        event = self._asks.get(kernel_id)
-        if event is None:
-            event = self._asks[kernel_id] = asyncio.Event()
+    def ask(self, kernel_id: str) -> asyncio.Event:
+        """A new event, set when ``kernel_id``'s start next changes (its state, queue position or
+        detail), or goes. Take it on the event loop *before* reading the view an ask compares, so
+        a change between the read and the wait is not missed; give it back with
+        :meth:`forget_ask` (an ask about a kernel that has no start leaves nothing behind)."""
+        event = asyncio.Event()
+        self._asks.setdefault(kernel_id, set()).add(event)
         return event
+
+    def forget_ask(self, kernel_id: str, event: asyncio.Event) -> None:
+        events = self._asks.get(kernel_id)
+        if events is not None:
+            events.discard(event)
+            if not events:
+                del self._asks[kernel_id]
 
     def _tell_changed(self) -> None:
         """Wake the asks of the starts that changed since the last round (lock held)."""
+        positions = {kernel_id: position for position, kernel_id in enumerate(self.queue, start=1)}
         now = {
-            kernel_id: (start.state, self._position(kernel_id), start.detail)
+            kernel_id: (start.state, positions.get(kernel_id, 0), start.detail)
             for kernel_id, start in self.starts.items()
         }
         changed = [kernel_id for kernel_id, told in now.items() if self._told.get(kernel_id) != told]
         changed += [kernel_id for kernel_id in self._told if kernel_id not in now]
         self._told = now
         self._tell(changed)
-
-    def _position(self, kernel_id: str) -> int:
-        return self.queue.index(kernel_id) + 1 if kernel_id in self.queue else 0
 
     def _tell(self, kernel_ids: list[str]) -> None:
         """Wake these kernels' asks (from any thread)."""
@@ -366,8 +371,7 @@ class PodStarts:
 
     def _wake_asks(self, kernel_ids: list[str]) -> None:
         for kernel_id in kernel_ids:
-            event = self._asks.pop(kernel_id, None)
-            if event is not None:
+            for event in self._asks.pop(kernel_id, ()):
                 event.set()
 
     def _admit(self) -> list[PodStartState]:
