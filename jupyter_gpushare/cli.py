@@ -317,6 +317,7 @@ def _render_pod(arguments: argparse.Namespace) -> int:
         owner=owner,
         namespace=pod["metadata"]["namespace"],
         size=request.size.text,
+        queue=settings.kueue_queue or None,
     )
     print("# The connection file and token are mounted from a Secret of the same name + -conn.")
     if claim is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
 from jupyter_gpushare.backends.kubernetes.objects.build import kernel_claim
+from jupyter_gpushare.backends.kubernetes.objects.kueue import QUEUE_LABEL
 from jupyter_gpushare.backends.kubernetes.objects.manifests import (
     APP,
     APP_LABEL,
@@ -64,6 +65,7 @@ def create_claim(cluster: Cluster, request: PodRequest, pod: Mapping[str, Any], 
         annotations=of.annotations,
         generation=of.generation,
         pod={"name": pod_name(of.kernel_id), "uid": str(metadata.get("uid") or "")},
+        queue=(metadata.get("labels") or {}).get(QUEUE_LABEL),  # the pod's LocalQueue, if any
     )
     if claim is None:
         return

@@ -128,16 +128,18 @@ def kernel_claim(
     annotations: Mapping[str, str] | None = None,
     generation: int = 0,
     pod: Mapping[str, str] | None = None,
+    queue: str | None = None,
 ) -> dict[str, Any] | None:
     """The ResourceClaim of a kernel's pod (None when the request carries no claim): labelled as
-    its pod, so orphans are found the same way; with ``pod`` (name and uid) owned by it."""
+    its pod, so orphans are found the same way, and with ``queue`` put in the pod's Kueue
+    LocalQueue as the pod is; with ``pod`` (name and uid) owned by it."""
     if request.claim is None:
         return None
     return make_claim(
         claim_name(kernel_id, generation),
         namespace,
         request.claim,
-        labels=labels(kernel_id, server_id, owner),
+        labels={**labels(kernel_id, server_id, owner), **queue_labels(queue)},
         annotations={**(annotations or {}), SERVER_ANNOTATION: server_id, SIZE_ANNOTATION: size},
         owner=pod,
     )

@@ -451,3 +451,45 @@ def test_the_dra_rbac_example_grants_what_the_dra_calls_need_and_no_more() -> No
         # k8s/spawner_claims.py: the hub creates a claim per server (replacing a stale one)
         ("jupyter-gpushare-server-claims", "jupyter", "resourceclaims"): {"create", "delete"},
     }
+
+
+def test_a_kernels_claim_is_put_in_its_pods_kueue_local_queue() -> None:
+    """Under ``c.GPUShare.kueue_queue`` the claim carries the pod's queue label, as created from the
+    pod (kernel_objects.create_claim reads it off the pod it was made for) and as render-pod shows."""
+    from jupyter_gpushare.backends.kubernetes.kernel_objects import ClaimOf, create_claim
+    from jupyter_gpushare.backends.kubernetes.objects.kueue import QUEUE_LABEL
+
+    gpushare = GPUShare(resource_preset="nvidia-dra", kueue_queue="team-a")
+    pod, claim, pod_request = build(gpushare, "timeslice")
+    assert pod["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+    assert claim is not None and QUEUE_LABEL not in claim["metadata"]["labels"]  # no queue asked
+
+    class Created:
+        namespace = "notebooks"
+
+        def __init__(self) -> None:
+            self.claims: list[dict[str, Any]] = []
+
+        def create_claim(self, body: dict[str, Any]) -> None:
+            self.claims.append(body)
+
+    cluster = Created()
+    of = ClaimOf(KERNEL_ID, SERVER_ID, "alice", "6G", 0, {})
+    create_claim(cluster, pod_request, {**pod, "metadata": {**pod["metadata"], "uid": "u-1"}}, of)  # type: ignore[arg-type]
+    [made] = cluster.claims
+    assert made["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+    others = {name: value for name, value in made["metadata"]["labels"].items() if name != QUEUE_LABEL}
+    assert others == claim["metadata"]["labels"]
+    validate(made)
+
+
+def test_render_pod_shows_the_claim_in_the_pods_kueue_local_queue(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_gpushare.backends.kubernetes.objects.kueue import QUEUE_LABEL
+
+    monkeypatch.setenv("JUPYTER_GPUSHARE_OWNER", "alice")
+    monkeypatch.setenv("JUPYTER_GPUSHARE_KUEUE_QUEUE", "team-a")
+    assert main(["render-pod", "--preset", "nvidia-dra", "--memory", "6G", "--mode", "timeslice"]) == 0
+    pod, claim = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert pod["metadata"]["labels"][QUEUE_LABEL] == claim["metadata"]["labels"][QUEUE_LABEL] == "team-a"
