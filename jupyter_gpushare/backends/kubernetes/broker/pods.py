@@ -123,8 +123,8 @@ class PodStarts:
         self._kueue_read_at = -math.inf
         # Each kernel's pod as last seen: once it is gone, how it ended (Kueue's stop, its uid).
         self.last_pods: dict[str, dict[str, Any]] = {}
-        # Long asks: the event each kernel's waiting asks sleep on (the event loop's alone), and
-        # each start's state, queue position and detail as the last round left them.
+        # Long asks: the events the waiting asks about each kernel sleep on (the event loop's
+        # alone), and each start's state, queue position and detail as the last round left them.
         self._asks: dict[str, set[asyncio.Event]] = {}
         self._told: dict[str, tuple[str, int, str]] = {}
 
