@@ -410,7 +410,13 @@ def test_rest_api_stream_and_magics_through_the_broker(box: TeamBox) -> None:
     assert refused.status == 409 and "through a GPU broker" in refused.body["message"], refused
     seen = run(server, kernel_id, "%gpu release")
     assert "Released 3G" in seen, seen
-    assert server.request("GET", f"{API}/kernels/{kernel_id}").body["state"] == "released"
+    # The kernel told the broker itself; the server hears of it with the broker's next event.
+    wait_until(
+        lambda: server.request("GET", f"{API}/kernels/{kernel_id}").body["state"],
+        timeout=30,
+        message="the server's view of the released kernel",
+        until=lambda state: state == "released",
+    )
     seen = run(server, kernel_id, "%gpu request 2G")
     assert "GPU slice: 2G" in seen, seen
     assert server.request("DELETE", f"{API}/kernels/{kernel_id}/gpu").status == 204

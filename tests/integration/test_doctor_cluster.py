@@ -70,23 +70,6 @@ def test_doctor_reports_the_cluster_as_the_servers_service_account(
     assert exit_code == 0, found
 
 
-def test_doctor_warns_of_a_kueue_queue_on_a_cluster_without_kueue(
-    kube: KubeCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``c.GPUShare.kueue_queue`` on a cluster that serves no Workload API: kernels would start
-    without waiting for quota; said as a warning (exit 0), with the fix."""
-    exit_code, found = doctor(kube.kubeconfig, kube.namespace, monkeypatch, capsys, kueue_queue="gpu")
-    assert found["Kueue"]["status"] == "WARN", found["Kueue"]
-    assert found["Kueue"]["detail"] == (
-        "kernels are labelled for LocalQueue gpu, but this cluster serves no Kueue Workload API: "
-        "without Kueue they start without waiting for quota"
-    )
-    assert "docs/admins/kueue.md" in found["Kueue"]["fix"]
-    assert exit_code == 0, found
-    _, without = doctor(kube.kubeconfig, kube.namespace, monkeypatch, capsys, kueue_queue="")
-    assert "Kueue" not in without
-
-
 def test_doctor_says_what_an_identity_without_the_role_may_not_do(
     kube: KubeCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
