@@ -118,7 +118,7 @@ def server(page_cluster: PageCluster, node: Node, tmp_path: Path) -> Iterator[Ju
         tmp_path / "server.kubeconfig", Identity(plane.server, plane.ca, token=token), SERVER_NAMESPACE
     )
     (Path(node.env["JUPYTER_CONFIG_DIR"]) / "jupyter_server_config.py").write_text(page_blocks("python")[0])
-    port = free_port()
+    port = free_port(NODE_IP)  # probed where it will listen
     started = start_server(
         node,
         "device-plugin-page",

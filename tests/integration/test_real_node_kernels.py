@@ -31,7 +31,7 @@ from ..cluster.real_node import NODE_IP, RealNode
 from ..support.nodes import BIN, Node
 from ..support.nvml_sim import SimulatedCard
 from ..support.polling import async_wait_until, wait_until
-from ..support.servers import JupyterServer, execute, free_port, start_server
+from ..support.servers import PORT_IN_USE, JupyterServer, execute, free_port, start_server
 from .conftest import MakeKube
 from .kubernetes_server.support import get, listed_by_jupyter_server, running_view
 from .kubernetes_server.support import start as start_kernel
@@ -75,22 +75,30 @@ def server(node: Node, kube: KubeCluster) -> Iterator[JupyterServer]:
 def real_node_server(node: Node, kube: KubeCluster) -> JupyterServer:
     """A jupyter server on the Kubernetes backend (NVIDIA's device plugin preset), listening on
     the node's address, where its kernel pods reach it to report their use."""
-    port = free_port()
-    return start_server(
-        node,
-        "real-node",
-        {
-            "KUBECONFIG": str(kube.kubeconfig),
-            "JUPYTER_GPUSHARE_BACKEND": "kubernetes",
-            "JUPYTER_GPUSHARE_RESOURCE_PRESET": "nvidia",
-            "JUPYTER_GPUSHARE_KERNEL_IMAGE": kernel_image().reference,
-            "JUPYTER_GPUSHARE_SERVER_URL": f"http://{NODE_IP}:{port}/",
-            "JUPYTER_GPUSHARE_OWNER": "alice",
-            "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
-        },
-        ip=NODE_IP,
-        port=port,
-    )
+    for attempt in range(5):
+        # Its own address is in its settings: a port taken meanwhile (CI: "The port … is already
+        # in use") is not retried by the server but here, with the settings that name it.
+        port = free_port(NODE_IP)
+        try:
+            return start_server(
+                node,
+                "real-node",
+                {
+                    "KUBECONFIG": str(kube.kubeconfig),
+                    "JUPYTER_GPUSHARE_BACKEND": "kubernetes",
+                    "JUPYTER_GPUSHARE_RESOURCE_PRESET": "nvidia",
+                    "JUPYTER_GPUSHARE_KERNEL_IMAGE": kernel_image().reference,
+                    "JUPYTER_GPUSHARE_SERVER_URL": f"http://{NODE_IP}:{port}/",
+                    "JUPYTER_GPUSHARE_OWNER": "alice",
+                    "JUPYTER_GPUSHARE_SAMPLE_INTERVAL": "0.5",
+                },
+                ip=NODE_IP,
+                port=port,
+            )
+        except RuntimeError as error:
+            if PORT_IN_USE not in str(error) or attempt == 4:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def test_a_timeslice_kernel_runs_in_a_real_pod_with_the_gpu_the_device_plugin_gave_it(

@@ -17,10 +17,15 @@ from .nodes import BIN, Node
 from .polling import async_wait_until
 
 
-def free_port() -> int:
+def free_port(ip: str = "127.0.0.1") -> int:
+    """A port free on ``ip`` now (another process may take it before it is used: a server
+    started on it fails at once, saying so, and its caller may try another)."""
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((ip, 0))
         return int(probe.getsockname()[1])
+
+
+PORT_IN_USE = "is already in use"  # jupyter_server's sentence for a port another process holds
 
 
 @dataclass
@@ -85,7 +90,7 @@ def start_server(
 ) -> JupyterServer:
     """A server on ``node``; ``as_user`` (uid, gid) runs it as that OS user (the caller is root).
     ``ip``: the address it listens on (a real node's pods reach the host at its own)."""
-    port = port or free_port()
+    port = port or free_port(ip)
     token = f"token-{name}"
     root = node.root / f"{name}-root"
     root.mkdir(exist_ok=True)
@@ -95,6 +100,7 @@ def start_server(
         [
             str(BIN / "jupyter-server"),
             f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",  # not another port: the caller waits on this one
             f"--ServerApp.ip={ip}",
             f"--IdentityProvider.token={token}",
             "--ServerApp.open_browser=False",
