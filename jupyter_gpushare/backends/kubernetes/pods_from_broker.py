@@ -33,7 +33,7 @@ from jupyter_gpushare.config import GPUShare
 from jupyter_gpushare.core.errors import BackendUnavailableError, NoSuchKernelError
 
 # Seconds a starting kernel's ask may wait at the broker for news (the broker answers sooner when
-# the start moves on, and waits at most its lease's renew_within).
+# the start moves on, and holds a start's ask for at most its own LONGEST_ASK).
 LONG_ASK = 10.0
 # Long asks hold a thread each while they wait: their own, so that a burst of starts in one
 # server never fills the event loop's default executor, which every other blocking call shares.
