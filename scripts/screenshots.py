@@ -177,7 +177,7 @@ def replay_a_day(ledger_path: Path, owner: str, now: float) -> None:
     from replay import plan
     from replay_trace import generate
 
-    from jupyter_gpushare.backends.local.accounting import store
+    from jupyter_gpushare.backends.accounting import store
     from jupyter_gpushare.backends.local.ledger import Ledger
     from jupyter_gpushare.core.sizes import parse_size
 

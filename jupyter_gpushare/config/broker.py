@@ -4,10 +4,14 @@ them (its waiting lease, its orphans' grace)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from jupyter_core.paths import jupyter_runtime_dir
 from traitlets import Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
+
+ACCOUNTING_FILENAME = "gpushare-broker-accounting.sqlite"
 
 
 class GPUShareBroker(Configurable):
@@ -50,6 +54,15 @@ class GPUShareBroker(Configurable):
         "ask every few seconds) before the broker deletes it and its Secret: the pods of a server "
         "that is gone, and of a start the broker was killed in.",
     )
+    accounting_path = Unicode(
+        "",
+        config=True,
+        help="Kubernetes: the broker's accounting file (sqlite, mode 0600: what every user's kernel "
+        "pods reserved, used and waited, behind GET usage, `jupyter gpushare report` and the "
+        "Prometheus counters). Put it on a volume that outlives the broker's pod. Default: "
+        f"{ACCOUNTING_FILENAME} in the Jupyter runtime dir. (The local backend keeps its accounting "
+        "in the node ledger.)",
+    )
     max_connections_per_user = Integer(
         64,
         config=True,
@@ -70,6 +83,13 @@ class GPUShareBroker(Configurable):
         "(clients ask every few seconds, again after a broker restart) before the broker drops "
         "it: a request nobody waits for must not hold up the queue.",
     )
+
+    def effective_accounting_path(self) -> Path:
+        return (
+            Path(self.accounting_path).expanduser()
+            if self.accounting_path
+            else (Path(jupyter_runtime_dir()) / ACCOUNTING_FILENAME)
+        )
 
     @validate("socket_mode")
     def _check_mode(self, proposal: Any) -> int:

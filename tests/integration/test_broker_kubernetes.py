@@ -575,3 +575,76 @@ def test_a_broker_killed_mid_start_leaves_no_orphan_and_loses_no_kernel(setup: S
     assert pod["status"]["podIP"] != old_ip
     out, _ = asyncio.run(execute(server_of(setup, "alice"), alices, "print(6 * 7)"))
     assert out.strip() == "42"
+
+
+def test_the_broker_accounts_every_users_kernel_pods_and_each_sees_their_own(setup: Setup) -> None:
+    """The broker keeps the accounting on Kubernetes (its pod watch, into its own file): a kernel
+    pod's hold is what it reserved from its placement to its end, to the broker's housekeeping
+    round (2 s), through ``GET usage`` of the user's own server, ``usage/totals`` and the
+    ``report`` command; a user sees their own rows only. The holds of the tests above (before and
+    after the broker was killed and restarted) are in it too."""
+    bob = call(setup, "bob", "POST", "kernels", {"name": "gpu-2g-vgpu"})
+    assert bob[0] in (201, 202), bob
+    posted = time.time()
+    bobs = bob[1]["kernel_id"]
+    running(setup, "bob", bobs)
+    seen_running = time.time()
+    time.sleep(8)  # held: 2G for about 8 s
+    deleted = time.time()
+    assert setup.hub.call("DELETE", f"/user/bob/api/kernels/{bobs}", token=user_token(setup, "bob"))[0] == 204
+    wait_until(
+        lambda: pod_name(bobs) not in {p["metadata"]["name"] for p in setup.cluster.pods()}, timeout=60
+    )
+    gone = time.time()
+
+    def bobs_row() -> dict[str, Any] | None:
+        status, usage = call(setup, "bob", "GET", "usage?since=1h&by=kernel")
+        assert status == 200, usage
+        row = next((row for row in usage["rows"] if row["key"] == bobs), None)
+        # Its hold counted once its end was seen (a round after its pod went).
+        return row if row is not None and row["starts"] == 1 and row["reserved_gib_hours"] > 0 else None
+
+    # An open hold grows with every read: two reads a second apart that agree, and it has ended.
+    read: list[float] = []
+
+    def ended() -> dict[str, Any] | None:
+        row = bobs_row()
+        read.append(row["reserved_gib_hours"] if row is not None else -1.0)
+        return row if row is not None and len(read) > 1 and read[-1] == read[-2] else None
+
+    row = wait_until(ended, timeout=60, interval=1.0, message="bob's hold accounted and ended")
+    held = row["reserved_gib_hours"] * 3600 / 2  # seconds of 2G
+    round_ = 2.0  # HOUSEKEEPING_EVERY: a hold's start and end are seen within a round, on load more
+    assert deleted - seen_running - 2 * round_ <= held <= gone - posted + 2 * round_, (
+        row,
+        deleted - seen_running,
+    )
+    assert row["owner"] == "bob" and row["queue_wait_hours"] * 3600 < 10, row
+
+    # Bob sees his own rows only; alice hers (every kernel of the tests above is accounted).
+    bob_rows = call(setup, "bob", "GET", "usage?since=1h&by=kernel")[1]
+    assert bob_rows["scope"] == "self" and {r["owner"] for r in bob_rows["rows"]} == {"bob"}
+    alice_rows = call(setup, "alice", "GET", "usage?since=1h&by=kernel")[1]
+    assert {r["owner"] for r in alice_rows["rows"]} == {"alice"} and bobs not in json.dumps(alice_rows)
+    assert len(alice_rows["rows"]) >= 2, alice_rows  # her first kernel, and the one that waited
+    assert [r["key"] for r in call(setup, "alice", "GET", "usage?since=1h")[1]["rows"]] == ["alice"]
+    token = user_token(setup, "bob")
+    status, totals = on_broker(setup, token, "GET", "usage/totals")
+    assert status == 200 and [r["key"] for r in totals] == ["bob"], totals
+    # The command line, as bob (his token, the broker's URL): the same figures.
+    done = subprocess.run(
+        [str(BIN / "jupyter-gpushare"), "report", "--since", "1h", "--by", "kernel", "--format", "json"],
+        env={
+            **setup.broker_env,
+            "JUPYTER_GPUSHARE_BROKER_URL": setup.broker_url,
+            "JUPYTERHUB_API_TOKEN": token,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert {r["key"] for r in json.loads(done.stdout)["rows"]} == {r["key"] for r in bob_rows["rows"]}
+    # Its file is the broker's alone.
+    path = setup.root / "broker-runtime" / "gpushare-broker-accounting.sqlite"
+    assert path.stat().st_mode & 0o777 == 0o600

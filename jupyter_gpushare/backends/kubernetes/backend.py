@@ -19,6 +19,7 @@ import threading
 from collections.abc import Hashable
 from typing import Any
 
+from jupyter_gpushare.backends.accounting.accounts import Accounts
 from jupyter_gpushare.backends.kubernetes.cluster.clients import SharedCluster, shared_cluster
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
 from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch
@@ -82,20 +83,26 @@ def server_identity(settings: GPUShare) -> tuple[str, str]:
     return f"{owner}@{socket.gethostname()}", owner
 
 
-class WithoutAccounting(Accounting):
-    """What a backend that keeps no accounting answers."""
+class PodAccounts(Accounting):
+    """The accounting of kernel pods: kept by the broker, which sees every user's
+    (:mod:`.broker.pod_accounting` sets ``accounts``); a server of its own keeps none."""
+
+    accounts: Accounts | None = None
+    viewer: str  # whose figures a report shows (everyone's for an admin)
 
     def usage(self, since: float, by: str) -> UsagePayload:
-        raise NoAccountingError(
-            "no accounting is kept here: the node ledger keeps it, on the local backend and "
-            "through its GPU broker; the Kubernetes backend keeps none yet"
-        )
+        if self.accounts is None:
+            raise NoAccountingError(
+                "no accounting is kept here: on Kubernetes the GPU broker keeps it "
+                "(c.GPUShare.broker_url; see the accounting page of the docs)"
+            )
+        return self.accounts.report(since, by, self.viewer)
 
     def usage_totals(self) -> list[UsageRowPayload]:
-        return []
+        return [] if self.accounts is None else self.accounts.total_rows(self.viewer)
 
 
-class KubernetesBackend(WithoutAccounting, Backend):
+class KubernetesBackend(PodAccounts, Backend):
     """The cluster as one process sees it (one per process and settings: :func:`kubernetes_backend`)."""
 
     name = "kubernetes"
@@ -105,7 +112,7 @@ class KubernetesBackend(WithoutAccounting, Backend):
     def __init__(self, settings: GPUShare) -> None:
         self.settings = settings
         self.server_id, self.owner = server_identity(settings)
-        self.viewer = self.owner  # whose kernels the views show in full (see scoped)
+        self.viewer: str = self.owner  # whose kernels the views show in full (see scoped)
         self.server_label = server_label(self.server_id)
         self.holder = holder_text(current_process())
         self.preset = resolve_preset(settings.resource_preset, settings.resource_names, settings.dra_names())
@@ -227,7 +234,7 @@ class KubernetesBackend(WithoutAccounting, Backend):
 
     def pool(self) -> PoolPayload:
         slices, nodes = self.slices(), self.nodes()
-        usage = self._fresh_usage(slices)
+        usage = self.fresh_usage(slices)
         devices = None
         shared = self._shared
         if self.preset.dra is not None and shared is not None and nodes:
@@ -266,7 +273,7 @@ class KubernetesBackend(WithoutAccounting, Backend):
         kernels without a pod: a start being checked, a restart between two pods, a pod that
         ended before the server restarts the kernel."""
         slices, nodes = self._kernel_slices(), self.nodes()
-        usage = self._fresh_usage(slices)
+        usage = self.fresh_usage(slices)
         positions = queue_positions(slices)
         views: list[KernelPayload] = []
         for item in slices:
@@ -306,7 +313,7 @@ class KubernetesBackend(WithoutAccounting, Backend):
 
     def all_kernels(self) -> list[KernelPayload]:
         slices, nodes = self._kernel_slices(), self.nodes()
-        usage = self._fresh_usage(slices)
+        usage = self.fresh_usage(slices)
         positions = queue_positions(slices)
         return [
             kernel_view(
@@ -417,7 +424,8 @@ class KubernetesBackend(WithoutAccounting, Backend):
 
     # ---- usage ---------------------------------------------------------------------------------
 
-    def _fresh_usage(self, slices: list[PodSlice]) -> dict[str, UsageReport]:
+    def fresh_usage(self, slices: list[PodSlice]) -> dict[str, UsageReport]:
+        """Each kernel's latest use: its own fresh report, else the cluster's metrics."""
         return self._usage.fresh(slices)
 
     def _read_metrics_forever(self) -> None:

@@ -21,7 +21,7 @@ from jupyter_gpushare.backends.local import checks as local_checks
 from jupyter_gpushare.backends.local import holding as holdings
 from jupyter_gpushare.backends.local import suspend as suspending
 from jupyter_gpushare.backends.local import views as local_views
-from jupyter_gpushare.backends.local.accounts import Accounts
+from jupyter_gpushare.backends.local.accounts import LedgerAccounts
 from jupyter_gpushare.backends.local.checkpoint import HelperRunner, Runner
 from jupyter_gpushare.backends.local.inventory import Device, Inventory, discover
 from jupyter_gpushare.backends.local.ledger import Ledger
@@ -31,7 +31,6 @@ from jupyter_gpushare.backends.protocol import Backend, NodeSlices, ServerHooks,
 from jupyter_gpushare.backends.queue_wait import settle, wait_for_slice
 from jupyter_gpushare.config import GPUShare, settings_env
 from jupyter_gpushare.core import env_names
-from jupyter_gpushare.core.accounting.usage_report import row
 from jupyter_gpushare.core.capabilities import NODE_LEDGER, Capabilities
 from jupyter_gpushare.core.errors import (
     BackendUnavailableError,
@@ -97,7 +96,7 @@ class LocalBackend(Backend, NodeSlices):
         # The secret each kernel started here proves its identity with (kept only in memory).
         self._tokens: dict[str, str] = {}
         self._runner: Runner | None = None
-        self.accounts = Accounts(self.ledger, lambda: self.settings)
+        self.accounts = LedgerAccounts(self.ledger, lambda: self.settings)
         self.monitor = UsageMonitor(self)
         self.kernel_views = local_views.KernelViews()  # GET kernels' views, kept per record
         try:
@@ -225,8 +224,7 @@ class LocalBackend(Backend, NodeSlices):
         return self.accounts.report(since, by, self.viewer)
 
     def usage_totals(self) -> list[UsageRowPayload]:
-        totals = self.accounts.totals(self.viewer)
-        return [row(owner, owner, figures, 0) for owner, figures in sorted(totals.items())]
+        return self.accounts.total_rows(self.viewer)
 
     def note_activity(
         self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from jupyter_gpushare.backends.local.accounting import store
+from jupyter_gpushare.backends.accounting import store
 from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.backends.protocol import CellNotes
 from jupyter_gpushare.config import GPUShare

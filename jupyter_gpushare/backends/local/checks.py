@@ -24,7 +24,7 @@ from jupyter_gpushare.core.sizes import parse_size
 from jupyter_gpushare.core.slice_request import SliceRequest
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.local.accounts import Accounts
+    from jupyter_gpushare.backends.local.accounts import LedgerAccounts
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Asked:
     facts: NodeFacts
     policy: Policy
     when_full: str
-    accounts: Accounts
+    accounts: LedgerAccounts
 
 
 def where_allowed(

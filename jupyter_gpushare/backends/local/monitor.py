@@ -27,7 +27,7 @@ from jupyter_gpushare.core.sizes import format_bytes
 from jupyter_gpushare.core.watchdog import DeviceUsage, KernelUsage, assess
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.local.accounts import Accounts
+    from jupyter_gpushare.backends.local.accounts import LedgerAccounts
     from jupyter_gpushare.backends.local.ledger import Ledger
     from jupyter_gpushare.config import GPUShare
     from jupyter_gpushare.core.devices import Inventory
@@ -42,7 +42,7 @@ class MonitoredNode(Protocol):
     inventory: Inventory
     holder: ProcessIdentity
     samples_every_slice: bool  # a broker: every slice on the node is its to sample
-    accounts: Accounts  # folds what the round changed into the accounting
+    accounts: LedgerAccounts  # folds what the round changed into the accounting
 
 
 log = logging.getLogger("jupyter_gpushare")

@@ -28,7 +28,7 @@ from jupyter_gpushare.core.views import (
 )
 
 if TYPE_CHECKING:
-    from jupyter_gpushare.backends.local.accounting import Activity
+    from jupyter_gpushare.backends.accounting import Activity
     from jupyter_gpushare.config import GPUShare
     from jupyter_gpushare.core.devices import Inventory
     from jupyter_gpushare.core.modes import NodeFacts

@@ -1,7 +1,7 @@
 """What kernels cost, from what happened to their slices: the accounting's arithmetic. Pure.
 
 The node ledger records each change of a slice as an :class:`Event` (sqlite triggers, in the very
-transaction that makes the change: see :mod:`jupyter_gpushare.backends.local.accounting`): a request queued, a
+transaction that makes the change: see :mod:`jupyter_gpushare.backends.accounting`): a request queued, a
 slice placed, resized, its measured use changed, ended; a kernel suspended or resumed; a cell
 started or ended (the kernel's own report). :func:`fold` turns them, in order, into
 

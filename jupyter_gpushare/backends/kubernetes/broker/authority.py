@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from jupyter_gpushare.backends.broker_base.identity import Caller
 from jupyter_gpushare.backends.kubernetes.backend import KubernetesBackend
 from jupyter_gpushare.backends.kubernetes.broker.orphans import collect_orphans
+from jupyter_gpushare.backends.kubernetes.broker.pod_accounting import PodAccounting
 from jupyter_gpushare.backends.kubernetes.broker.pods import PodStarts
 
 
@@ -17,6 +20,9 @@ class KubernetesAuthority:
         self.pods = pods
 
     def as_seen_by(self, caller: Caller) -> KubernetesBackend:
+        accounts = self.backend.accounts
+        if caller.groups and accounts is not None:
+            accounts.note_groups(caller.user, caller.groups)  # GET usage?by=group
         return self.cluster.scoped(caller.user, caller.server_id, caller.viewer)
 
     def owner_of(self, kernel_id: str) -> str | None:
@@ -27,6 +33,9 @@ class KubernetesAuthority:
 
     def housekeeping(self) -> None:
         collect_orphans(self.pods)
+        accounts = self.backend.accounts
+        if isinstance(accounts, PodAccounting):
+            accounts.look(self.pods.accounted(), time.time())
 
 
 __all__ = ["KubernetesAuthority"]

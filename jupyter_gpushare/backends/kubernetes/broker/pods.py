@@ -52,6 +52,7 @@ from jupyter_gpushare.backends.kubernetes.broker.pod_objects import (
 )
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import ClusterError
 from jupyter_gpushare.backends.kubernetes.kueue_reads import WorkloadReader, stopped_by_kueue_events
+from jupyter_gpushare.backends.kubernetes.objects.accounted import Accounted, Waiting, accounted
 from jupyter_gpushare.backends.kubernetes.objects.admission import Rooms, node_rooms, why_not_now
 from jupyter_gpushare.backends.kubernetes.objects.claims import summary
 from jupyter_gpushare.backends.kubernetes.objects.kueue import (
@@ -283,6 +284,22 @@ class PodStarts:
             created = start is None or start.state != "queued"
         if created:
             self.delete_objects(kernel_id, grace)
+
+    def accounted(self) -> dict[str, Accounted]:
+        """What the accounting keeps now (:mod:`.pod_accounting`): the kernel pods, and the starts
+        waiting for theirs (in the queue, or created but not shown by the watch yet)."""
+        wall, now = time.time(), time.monotonic()
+        with self.lock:
+            pods = self.pods()
+            requested = {k: wall - (now - start.requested_at) for k, start in self.starts.items()}
+            waiting = [
+                Waiting(kernel_id, start.owner, start.memory, requested[kernel_id])
+                for kernel_id, start in self.starts.items()
+                if (start.state in ("queued", "creating") or (start.state == "starting" and not start.seen))
+                and pod_name(kernel_id) not in pods
+            ]
+        slices = [item for item in map(read_pod, pods.values()) if item is not None]
+        return accounted(slices, waiting, self.backend.fresh_usage(slices), requested)
 
     def owner_of(self, kernel_id: str) -> str | None:
         with self.lock:

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from jupyter_gpushare.backends.local.accounting import Keeping
-from jupyter_gpushare.backends.local.accounting import store as accounts
+from jupyter_gpushare.backends.accounting import Keeping
+from jupyter_gpushare.backends.accounting import store as accounts
 from jupyter_gpushare.backends.local.ledger.schema import only_devices_of, read_devices, record_of, slice_rows
 from jupyter_gpushare.core.placement.allocator import Held, NoFit, Policy, Request, Spot, fit
 from jupyter_gpushare.core.placement.queue_order import QueueRule, Waiter, line_up, why_waiting

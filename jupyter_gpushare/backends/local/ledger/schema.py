@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from jupyter_gpushare.backends.local import accounting
+from jupyter_gpushare.backends import accounting
 from jupyter_gpushare.backends.local.ledger import view_version
 from jupyter_gpushare.backends.local.ledger.lock import unlock
 from jupyter_gpushare.core.devices import Device, MigInstance

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from jupyter_gpushare.backends.local.accounting.schema import create_triggers
+from jupyter_gpushare.backends.accounting.schema import create_triggers
 
 TABLE = """
 CREATE TABLE IF NOT EXISTS view_version (

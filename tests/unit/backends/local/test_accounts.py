@@ -12,8 +12,8 @@ from typing import cast
 
 import pytest
 
-from jupyter_gpushare.backends.local.accounting import store
-from jupyter_gpushare.backends.local.accounts import Accounts, show_idle
+from jupyter_gpushare.backends.accounting import store
+from jupyter_gpushare.backends.local.accounts import LedgerAccounts, show_idle
 from jupyter_gpushare.backends.local.inventory import parse_simulation
 from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.backends.processes import current_process
@@ -43,8 +43,8 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
 
 
 @pytest.fixture
-def accounts(ledger: Ledger) -> Accounts:
-    return Accounts(ledger, lambda: GPUShare())
+def accounts(ledger: Ledger) -> LedgerAccounts:
+    return LedgerAccounts(ledger, lambda: GPUShare())
 
 
 def request(
@@ -81,7 +81,7 @@ def test_every_change_of_a_slice_is_recorded_in_its_own_transaction(ledger: Ledg
     assert times[0][0] is not None and times[-1][0] is not None  # the placement and the withdrawal
 
 
-def test_a_folded_session_is_what_was_held_and_used(ledger: Ledger, accounts: Accounts) -> None:
+def test_a_folded_session_is_what_was_held_and_used(ledger: Ledger, accounts: LedgerAccounts) -> None:
     started = time.time()
     ledger.request(request("k1", "4G"), Policy())
     ledger.report_usage("k1", GiB, None, "simulated")
@@ -110,7 +110,9 @@ def test_a_folded_session_is_what_was_held_and_used(ledger: Ledger, accounts: Ac
     )
 
 
-def test_the_wait_estimates_know_when_each_finished_hold_ended(ledger: Ledger, accounts: Accounts) -> None:
+def test_the_wait_estimates_know_when_each_finished_hold_ended(
+    ledger: Ledger, accounts: LedgerAccounts
+) -> None:
     ledger.request(request("k1", "4G"), Policy())
     time.sleep(0.1)
     ledger.release("k1")
@@ -127,7 +129,7 @@ def kept_estimates(ledger: Ledger) -> dict[str, tuple[float, float]]:
 
 
 def test_a_waiting_starts_estimates_are_kept_until_it_is_placed_then_judged(
-    ledger: Ledger, accounts: Accounts
+    ledger: Ledger, accounts: LedgerAccounts
 ) -> None:
     """Failed before: nothing of a start's estimates was kept, so the estimate could judge its
     model only on past holds, never on the waits it told."""
@@ -162,7 +164,7 @@ def test_a_waiting_starts_estimates_are_kept_until_it_is_placed_then_judged(
     assert judged.placed_at == pytest.approx(placed_at, abs=0.5)
 
 
-def test_a_running_slice_counts_up_to_now_without_a_fold(ledger: Ledger, accounts: Accounts) -> None:
+def test_a_running_slice_counts_up_to_now_without_a_fold(ledger: Ledger, accounts: LedgerAccounts) -> None:
     ledger.request(request("k1", "2G"), Policy())
     accounts.fold()
     time.sleep(0.2)
@@ -192,7 +194,7 @@ def test_old_figures_roll_up_by_user_and_hour_and_totals_stay(ledger: Ledger) ->
 
 
 def test_a_kernel_row_names_the_kernelspec_and_start_of_a_kernel_without_a_notebook(
-    ledger: Ledger, accounts: Accounts
+    ledger: Ledger, accounts: LedgerAccounts
 ) -> None:
     before = time.time()
     ledger.request(request("k1", "2G", name="python3-gpu", path=""), Policy())
@@ -210,7 +212,7 @@ def test_a_kernel_row_names_the_kernelspec_and_start_of_a_kernel_without_a_noteb
     assert {row["key"]: row["starts"] for row in again}["k1"] == 2
 
 
-def test_a_starts_wait_in_the_queue_is_accounted(ledger: Ledger, accounts: Accounts) -> None:
+def test_a_starts_wait_in_the_queue_is_accounted(ledger: Ledger, accounts: LedgerAccounts) -> None:
     """The placement's event carries when the request was made. Failed before: the fold never
     read it, and every wait counted 0."""
     ledger.request(request("blocker", "80G", owner="bob"), Policy())
@@ -224,7 +226,7 @@ def test_a_starts_wait_in_the_queue_is_accounted(ledger: Ledger, accounts: Accou
 
 
 def test_the_doctors_test_kernel_is_held_but_kept_out_of_users_figures(
-    ledger: Ledger, accounts: Accounts
+    ledger: Ledger, accounts: LedgerAccounts
 ) -> None:
     ledger.request(request("k1", "4G"), Policy())
     ledger.request(request("doctor", "512M", name=TEST_KERNEL_NAME, path=""), FAIR)
@@ -244,7 +246,7 @@ def test_the_doctors_test_kernel_is_held_but_kept_out_of_users_figures(
 def test_the_doctors_test_kernels_roll_up_apart_from_their_owners(ledger: Ledger) -> None:
     ledger.request(request("doctor", "512M", name=TEST_KERNEL_NAME, path=""), Policy())
     ledger.release("doctor")
-    Accounts(ledger, lambda: GPUShare()).fold()
+    LedgerAccounts(ledger, lambda: GPUShare()).fold()
     now = time.time() + 10 * 86400
     ledger.write_with(lambda db: store.roll_up(db, now, store.Keeping(retention=7 * 86400)))
     rows = ledger.read_with(
@@ -282,7 +284,7 @@ def test_a_ledger_of_the_earlier_accounting_is_brought_up_to_date(tmp_path: Path
     ledger = Ledger(path)
     try:
         ledger.request(request("k1", "2G", name="python3-gpu", path=""), Policy())
-        [row] = Accounts(ledger, lambda: GPUShare()).report(3600, "kernel", EVERYONE)["rows"]
+        [row] = LedgerAccounts(ledger, lambda: GPUShare()).report(3600, "kernel", EVERYONE)["rows"]
         assert (row["notebook"], row["kernelspec"]) == (None, "python3-gpu")
         version = ledger.read_with(lambda db: db.execute("PRAGMA schema_version").fetchone()[0])
     finally:
@@ -297,7 +299,7 @@ def test_a_ledger_of_the_earlier_accounting_is_brought_up_to_date(tmp_path: Path
 
 
 def test_activity_of_a_kernel_the_ledger_does_not_know_is_not_recorded(
-    ledger: Ledger, accounts: Accounts
+    ledger: Ledger, accounts: LedgerAccounts
 ) -> None:
     assert accounts.note_activity("ghost", True, time.time(), 0, "suspend") is False
     ledger.request(request("k1", "2G"), Policy())
@@ -339,11 +341,11 @@ def test_under_fair_the_position_and_reason_say_why(ledger: Ledger) -> None:
     assert "under fair share" in outcome.reason
 
 
-def test_a_backend_without_accounting_says_so_in_one_sentence() -> None:
-    from jupyter_gpushare.backends.kubernetes.backend import WithoutAccounting
+def test_kernel_pods_without_a_broker_keep_no_accounting_and_say_so_in_one_sentence() -> None:
+    from jupyter_gpushare.backends.kubernetes.backend import PodAccounts
     from jupyter_gpushare.core.errors import NoAccountingError
 
-    with pytest.raises(NoAccountingError, match="the Kubernetes backend keeps none yet") as raised:
-        WithoutAccounting().usage(3600, "user")
+    with pytest.raises(NoAccountingError, match="on Kubernetes the GPU broker keeps it") as raised:
+        PodAccounts().usage(3600, "user")
     assert raised.value.status == 501
-    assert WithoutAccounting().usage_totals() == []
+    assert PodAccounts().usage_totals() == []

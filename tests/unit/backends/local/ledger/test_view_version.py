@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpushare.backends.local.accounts import Accounts
+from jupyter_gpushare.backends.local.accounts import LedgerAccounts
 from jupyter_gpushare.backends.local.inventory import parse_simulation
 from jupyter_gpushare.backends.local.ledger import Ledger
 from jupyter_gpushare.backends.processes import current_process
@@ -39,8 +39,8 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
 
 
 @pytest.fixture
-def accounts(ledger: Ledger) -> Accounts:
-    return Accounts(ledger, lambda: GPUShare())
+def accounts(ledger: Ledger) -> LedgerAccounts:
+    return LedgerAccounts(ledger, lambda: GPUShare())
 
 
 def start(ledger: Ledger, kernel_id: str, size: str = "4G") -> None:
@@ -57,7 +57,7 @@ def views_version(ledger: Ledger) -> int:
     return int(ledger.read_with(lambda db: db.execute("SELECT version FROM view_version").fetchone()[0]))
 
 
-def test_the_accounting_fold_commits_but_moves_no_marker(ledger: Ledger, accounts: Accounts) -> None:
+def test_the_accounting_fold_commits_but_moves_no_marker(ledger: Ledger, accounts: LedgerAccounts) -> None:
     watcher = sqlite3.connect(ledger.path)
     before = ledger.change_marker()
     start(ledger, "k1")
@@ -84,10 +84,10 @@ def test_a_fold_by_another_process_moves_no_marker_and_its_end_does(ledger: Ledg
     start(ledger, "k1")
     marker = ledger.change_marker()  # opens the watching connection: then told at once
     fold = (
-        "from jupyter_gpushare.backends.local.accounts import Accounts; "
+        "from jupyter_gpushare.backends.local.accounts import LedgerAccounts; "
         "from jupyter_gpushare.backends.local.ledger import Ledger; "
         "from jupyter_gpushare.config import GPUShare; "
-        f"assert Accounts(Ledger({str(ledger.path)!r}), GPUShare).fold() == 1"
+        f"assert LedgerAccounts(Ledger({str(ledger.path)!r}), GPUShare).fold() == 1"
     )
     subprocess.run([sys.executable, "-c", fold], check=True, timeout=60)
     assert ledger.change_marker_at_once() == marker
@@ -99,7 +99,7 @@ def test_a_fold_by_another_process_moves_no_marker_and_its_end_does(ledger: Ledg
     assert ledger.change_marker_at_once() not in (None, marker)
 
 
-def test_a_kernels_report_of_its_cells_moves_the_marker(ledger: Ledger, accounts: Accounts) -> None:
+def test_a_kernels_report_of_its_cells_moves_the_marker(ledger: Ledger, accounts: LedgerAccounts) -> None:
     """Its view shows since when it is idle and what its idle timer will do."""
     start(ledger, "k1")
     accounts.fold()
@@ -108,7 +108,7 @@ def test_a_kernels_report_of_its_cells_moves_the_marker(ledger: Ledger, accounts
     assert ledger.change_marker() != marker
 
 
-def test_while_a_request_waits_the_fold_moves_the_marker(ledger: Ledger, accounts: Accounts) -> None:
+def test_while_a_request_waits_the_fold_moves_the_marker(ledger: Ledger, accounts: LedgerAccounts) -> None:
     """The queue's order (fair share) and the expected starts go by the figures the fold writes."""
     start(ledger, "k1", "40G")
     assert ledger.release("k1") is not None  # a finished hold: what the wait estimates learn from
@@ -141,7 +141,7 @@ def test_a_ledger_of_an_earlier_release_gains_the_views_version(tmp_path: Path) 
     try:
         marker = ledger.change_marker()
         assert views_version(ledger) == 0
-        assert Accounts(ledger, lambda: GPUShare()).fold() == 1
+        assert LedgerAccounts(ledger, lambda: GPUShare()).fold() == 1
         assert ledger.change_marker() == marker
         start(ledger, "k2")
         assert ledger.change_marker() != marker

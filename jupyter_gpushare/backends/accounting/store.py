@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from jupyter_gpushare.backends.local.accounting.schema import FIGURE_COLUMNS
+from jupyter_gpushare.backends.accounting.schema import FIGURE_COLUMNS
 from jupyter_gpushare.core.accounting.tally import (
     DETAIL_SECONDS,
     ROLLED_SECONDS,

@@ -1,4 +1,5 @@
-"""The accounting's tables in the node ledger's file, and the triggers that feed them (sqlite).
+"""The accounting's tables in the node ledger's file (or the Kubernetes broker's), and the
+triggers that feed them (sqlite).
 
 Every change of a slice is recorded by the ledger's own tables: a trigger on ``slices`` and
 ``released`` appends an event to ``acct_events`` in the very transaction that makes the change.
@@ -35,6 +36,8 @@ FIGURE_COLUMNS = (
 _FIGURES = ",\n    ".join(f"{name} REAL NOT NULL DEFAULT 0" for name in FIGURE_COLUMNS)
 
 TABLES = f"""
+-- The file's notes (the node ledger has it too): when the accounting last rolled up.
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS acct_events (
     id INTEGER PRIMARY KEY,
     at REAL NOT NULL,
@@ -126,8 +129,10 @@ CREATE TABLE IF NOT EXISTS acct_groups (
 """
 
 # A request queued is not recorded (a start pays for two records: placed, and ended): the
-# events of its placement or withdrawal carry when it was made.
-TRIGGERS = f"""
+# events of its placement or withdrawal carry when it was made. On ``slices``: what a file that
+# keeps slices needs (the node ledger, and the Kubernetes broker's accounting file, whose
+# ``slices`` mirror its kernel pods: :mod:`jupyter_gpushare.backends.kubernetes.broker.pod_accounting`).
+SLICE_TRIGGERS = f"""
 CREATE TRIGGER IF NOT EXISTS acct_slice_inserted AFTER INSERT ON slices
 WHEN new.state = 'running' BEGIN
     {_EVENT} (COALESCE(new.placed_at, {NOW}), new.kernel_id, new.owner, 'placed', new.memory,
@@ -163,6 +168,9 @@ END;
 CREATE TRIGGER IF NOT EXISTS acct_estimate_dropped AFTER DELETE ON slices BEGIN
     DELETE FROM acct_estimates WHERE kernel_id = old.kernel_id;
 END;
+"""
+# On the node ledger's ``released``: a suspended kernel's row.
+RELEASED_TRIGGERS = f"""
 CREATE TRIGGER IF NOT EXISTS acct_suspended AFTER INSERT ON released
 WHEN new.suspended IS NOT NULL BEGIN
     {_EVENT} ({NOW}, new.kernel_id, new.owner, 'suspended', NULL, NULL, new.path, NULL, new.kernel_name);
@@ -172,6 +180,7 @@ WHEN old.suspended IS NOT NULL BEGIN
     {_EVENT} ({NOW}, old.kernel_id, old.owner, 'unsuspended', NULL, NULL, '', NULL, '');
 END;
 """
+TRIGGERS = SLICE_TRIGGERS + RELEASED_TRIGGERS
 
 
 # Columns a ledger file made by an earlier version lacks: (table, old name or None, name, type).
@@ -184,9 +193,9 @@ CHANGED_COLUMNS = (
 )
 
 
-def create(db: sqlite3.Connection) -> None:
-    """Create the accounting's tables and triggers where missing, and bring those of an earlier
-    version up to date (inside the caller's transaction, after the ledger's own tables: the
+def create(db: sqlite3.Connection, triggers: str = TRIGGERS) -> None:
+    """Create the accounting's tables and ``triggers`` where missing, and bring those of an
+    earlier version up to date (inside the caller's transaction, after the file's own tables: the
     triggers are on them; not ``executescript``, which would commit that transaction)."""
     for statement in _statements(TABLES):
         db.execute(statement)
@@ -198,7 +207,7 @@ def create(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {name}")
         else:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
-    create_triggers(db, TRIGGERS)
+    create_triggers(db, triggers)
 
 
 def create_triggers(db: sqlite3.Connection, script: str) -> None:
@@ -222,4 +231,14 @@ def _statements(script: str, separator: str = ";") -> list[str]:
     return [part.strip() + " END;" for part in script.split(separator) if part.strip()]
 
 
-__all__ = ["CHANGED_COLUMNS", "FIGURE_COLUMNS", "NOW", "TABLES", "TRIGGERS", "create", "create_triggers"]
+__all__ = [
+    "CHANGED_COLUMNS",
+    "FIGURE_COLUMNS",
+    "NOW",
+    "RELEASED_TRIGGERS",
+    "SLICE_TRIGGERS",
+    "TABLES",
+    "TRIGGERS",
+    "create",
+    "create_triggers",
+]
