@@ -195,6 +195,14 @@ class Accounting(ABC):
         """Each user's figures since accounting began (the caller's own unless an admin): the
         Prometheus counters."""
 
+    @abstractmethod
+    def note_activity(
+        self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str
+    ) -> None:
+        """A kernel's own report: a cell started (``busy``) or ended at ``at``; what its idle
+        timer does after ``idle_after`` seconds (``idle_action``). Kept where the accounting is
+        (nothing is kept where none is); ``token`` is the kernel's own, where it is checked."""
+
 
 class Backend(Pool, Kernels, Accounting, ABC):
     """The service API: the pool, the kernels and the accounting, as one process sees them —

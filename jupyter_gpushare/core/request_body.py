@@ -18,7 +18,12 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
-from jupyter_gpushare.core.errors import BodyTooLargeError, HeadersTooLargeError, RequestBodyError
+from jupyter_gpushare.core.errors import (
+    BodyTooLargeError,
+    HeadersTooLargeError,
+    InvalidRequestError,
+    RequestBodyError,
+)
 from jupyter_gpushare.core.slice_request import MAX_NAME_BYTES, MAX_PATH_BYTES
 
 __all__ = [
@@ -26,6 +31,7 @@ __all__ = [
     "MAX_HEADER_BYTES",
     "MAX_NAME_BYTES",
     "MAX_PATH_BYTES",
+    "activity_report",
     "check_headers",
     "check_kernel_id",
     "check_label",
@@ -36,6 +42,7 @@ __all__ = [
 MAX_BODY_BYTES = 64 * 1024  # the largest body any route needs is a few hundred bytes
 MAX_HEADER_BYTES = 32 * 1024  # a request line and headers: a path, a token, a few names
 MAX_NESTING = 32  # levels of arrays and objects; our bodies are flat
+CLOCK_SLACK = 3600.0  # seconds a kernel's report of its cells may lie in the past
 # A kernel id as jupyter_client makes them (uuid4): the only form stored, shown and passed on.
 KERNEL_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -104,6 +111,29 @@ def check_kernel_id(value: object, name: str = "kernel_id") -> str:
             f"not {_shown(value)}"
         )
     return value
+
+
+def activity_report(body: object, now: float) -> tuple[bool, float, float, str]:
+    """``(busy, at, idle_after, idle_action)`` of a kernel's report of its cells (``{"busy",
+    "at", "idle_after", "idle_action"}``: to its broker, or a kernel pod's to its server), checked."""
+    if not isinstance(body, dict):
+        raise InvalidRequestError(
+            'send {"busy": true|false, "at": SECONDS, "idle_after": SECONDS, "idle_action": …}'
+        )
+    busy, at = body.get("busy"), body.get("at")
+    idle_after, action = body.get("idle_after", 0), body.get("idle_action", "suspend")
+    if not isinstance(busy, bool):
+        raise InvalidRequestError(f"busy must be true or false, not {json.dumps(busy)}")
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not now - CLOCK_SLACK <= at <= now + 60:
+        raise InvalidRequestError(
+            "at must be the time of the change in seconds since the epoch, within the last hour, "
+            f"not {json.dumps(at)}"
+        )
+    if isinstance(idle_after, bool) or not isinstance(idle_after, (int, float)) or not 0 <= idle_after < 1e9:
+        raise InvalidRequestError(f"idle_after must be a number of seconds, not {json.dumps(idle_after)}")
+    if action not in ("suspend", "release"):
+        raise InvalidRequestError(f'idle_action must be "suspend" or "release", not {json.dumps(action)}')
+    return busy, float(at), float(idle_after), str(action)
 
 
 def check_headers(request_line: str, headers: Iterable[tuple[str, str]]) -> None:

@@ -125,14 +125,23 @@ class PodSliceHandle:
         )
 
     def start(self, shell: Any) -> None:
-        """Report this kernel's GPU use to its server, which shows it in the panel; where the
-        admin opted in (``GPUShare.idle_pod_restart``), ask for a new pod once idle."""
+        """Report this kernel's GPU use and its cells to its server, which shows the use in the
+        panel and passes the cells on to the accounting (busy and idle hours); where the admin
+        opted in (``GPUShare.idle_pod_restart``), ask for a new pod once idle."""
         self.start_reporting()
+        if not self.kernel_url:
+            return
         idle_after = float(os.environ.get(env_names.IDLE_RELEASE_AFTER) or 0)
-        if idle_after > 0 and os.environ.get(env_names.IDLE_POD_RESTART, "").lower() == "true":
-            from jupyter_gpushare.kernel.activity import ActivityWatch
+        restarts = os.environ.get(env_names.IDLE_POD_RESTART, "").lower() == "true"
+        from jupyter_gpushare.kernel.activity import ActivityWatch
 
-            ActivityWatch(self, idle_after).register(shell)
+        ActivityWatch(self, idle_after if restarts else 0.0).register(shell)
+
+    def note_cell(self, busy: bool, at: float, idle_after: float) -> None:
+        """Tell the server a cell started (``busy``) or ended at ``at`` (off the cell's thread;
+        the idle action of a pod is a new one, which gives its GPU back)."""
+        body = {"busy": busy, "at": at, "idle_after": idle_after, "idle_action": "release"}
+        self.call("POST", "/activity", body)
 
     def on_idle(self, idle_for: float) -> str | None:
         """Idle too long: ask the server for a new pod (the only way a pod gives memory back)."""

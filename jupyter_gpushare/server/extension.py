@@ -80,6 +80,7 @@ def load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, "kernels", kernel, "resume"), routes.KernelResumeHandler),
             (url_path_join(base, "kernels", kernel, "idle"), kernel_routes.KernelIdleHandler),
             (url_path_join(base, "kernels", kernel, "usage"), kernel_routes.KernelUsageHandler),
+            (url_path_join(base, "kernels", kernel, "activity"), kernel_routes.KernelActivityHandler),
             (url_path_join(base, "kernels", kernel, "self"), kernel_routes.KernelSelfHandler),
             (url_path_join(base, "kernels", kernel, "resize"), kernel_routes.KernelResizeHandler),
             (url_path_join(base, "stream"), routes.StreamHandler),

@@ -1,4 +1,5 @@
-"""Routes a kernel calls about itself: ``kernels/{id}/usage``, ``…/self``, ``…/resize``, ``…/idle``.
+"""Routes a kernel calls about itself: ``kernels/{id}/usage``, ``…/activity``, ``…/self``,
+``…/resize``, ``…/idle``.
 
 A kernel is not a user of the server: it proves who it is with its own-slice token (header
 ``X-GPUShare-Token``; a kernel pod's comes from its Secret), checked by the kernel's provisioner,
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from tornado import web
@@ -60,6 +62,23 @@ class KernelUsageHandler(KernelTokenHandler):
         self.authenticate(kernel_id)
         report = usage_from_report(self.json_body())
         await asyncio.to_thread(self.gpushare.report_usage, kernel_id, report)
+        self.set_status(204)
+        self.finish()
+
+
+class KernelActivityHandler(KernelTokenHandler):
+    """``POST kernels/{id}/activity`` ``{"busy", "at", "idle_after", "idle_action"}``: a kernel
+    (in a pod) says a cell started or ended; kept where the accounting is (on Kubernetes, the
+    broker's: busy and idle hours), nothing kept where none is."""
+
+    @answering_domain_errors
+    async def post(self, kernel_id: str) -> None:
+        self.authenticate(kernel_id)
+        busy, at, idle_after, action = request_body.activity_report(self.json_body(), time.time())
+        token = self.request.headers.get(TOKEN_HEADER)
+        await asyncio.to_thread(
+            self.gpushare.backend.note_activity, kernel_id, token, busy, at, idle_after, action
+        )
         self.set_status(204)
         self.finish()
 

@@ -589,7 +589,10 @@ def test_the_broker_accounts_every_users_kernel_pods_and_each_sees_their_own(set
     bobs = bob[1]["kernel_id"]
     running(setup, "bob", bobs)
     seen_running = time.time()
-    time.sleep(8)  # held: 2G for about 8 s
+    # A cell runs about 3 s of the hold: the kernel tells its server, which tells the broker.
+    out, _ = asyncio.run(execute(server_of(setup, "bob"), bobs, "import time; time.sleep(3); print('slept')"))
+    assert out.strip() == "slept"
+    time.sleep(max(0.0, seen_running + 8 - time.time()))  # held: 2G for about 8 s
     deleted = time.time()
     assert setup.hub.call("DELETE", f"/user/bob/api/kernels/{bobs}", token=user_token(setup, "bob"))[0] == 204
     wait_until(
@@ -620,6 +623,10 @@ def test_the_broker_accounts_every_users_kernel_pods_and_each_sees_their_own(set
         deleted - seen_running,
     )
     assert row["owner"] == "bob" and row["queue_wait_hours"] * 3600 < 10, row
+    # Busy while the cell ran (its start and end as the kernel told them), idle the rest.
+    busy, idle = row["busy_hours"] * 3600, row["idle_hours"] * 3600
+    assert 3.0 <= busy <= 3.0 + 2.0, row  # the cell's own time, and its round trips
+    assert busy + idle == pytest.approx(held, abs=0.5), row
 
     # Bob sees his own rows only; alice hers (every kernel of the tests above is accounted).
     bob_rows = call(setup, "bob", "GET", "usage?since=1h&by=kernel")[1]

@@ -101,6 +101,14 @@ class PodAccounts(Accounting):
     def usage_totals(self) -> list[UsageRowPayload]:
         return [] if self.accounts is None else self.accounts.total_rows(self.viewer)
 
+    def note_activity(
+        self, kernel_id: str, token: str | None, busy: bool, at: float, idle_after: float, idle_action: str
+    ) -> None:
+        """A kernel pod's cell started or ended (its server, which checked the kernel's token,
+        passes it on): busy and idle hours, in the broker's accounting."""
+        if self.accounts is not None:
+            self.accounts.note_activity(kernel_id, busy, at, idle_after, idle_action)
+
 
 class KubernetesBackend(PodAccounts, Backend):
     """The cluster as one process sees it (one per process and settings: :func:`kubernetes_backend`)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -92,6 +93,22 @@ async def test_only_the_kernel_itself_reports_and_bad_reports_change_nothing(
         and POD_HOLDS_ITS_GPU in body["message"]
         and "idle_pod_restart is off" in body["message"]
     )
+    # A cell's start and end: the kernel's token only, checked; a server without a broker keeps
+    # no accounting, so nothing changes but the answer.
+    cell = {"busy": True, "at": time.time(), "idle_after": 0, "idle_action": "release"}
+    assert kernel_call(server, kernel_id, "activity", cell, "not-the-token")[0] == 403
+    assert kernel_call(server, "no-such-kernel", "activity", cell, token)[0] == 404
+    for bad_cell in (
+        [],
+        {"busy": "yes", "at": time.time()},
+        {"busy": True},
+        {"busy": True, "at": time.time() - 7200},
+        {"busy": True, "at": time.time(), "idle_after": -1},
+        {"busy": True, "at": time.time(), "idle_action": "sleep"},
+    ):
+        status, body = kernel_call(server, kernel_id, "activity", bad_cell, token)
+        assert status == 400 and body["message"], bad_cell
+    assert kernel_call(server, kernel_id, "activity", cell, token)[0] == 204
     view = get(server, f"kernels/{kernel_id}")
     assert view["usage_source"] is None and view["memory_used"] == 0
     assert view["memory_request"] == 6 * GiB

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 from jupyter_gpushare.backends.broker_base.identity import Caller
 from jupyter_gpushare.backends.kubernetes.backend import KubernetesBackend
 from jupyter_gpushare.backends.kubernetes.broker.orphans import collect_orphans
-from jupyter_gpushare.backends.kubernetes.broker.pod_accounting import PodAccounting
 from jupyter_gpushare.backends.kubernetes.broker.pods import PodStarts
 
 
@@ -33,9 +30,7 @@ class KubernetesAuthority:
 
     def housekeeping(self) -> None:
         collect_orphans(self.pods)
-        accounts = self.backend.accounts
-        if isinstance(accounts, PodAccounting):
-            accounts.look(self.pods.accounted(), time.time())
+        self.pods.account()
 
 
 __all__ = ["KubernetesAuthority"]

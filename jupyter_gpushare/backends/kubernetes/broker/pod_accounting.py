@@ -18,6 +18,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -124,10 +125,12 @@ class PodAccounting(Accounts):
     def path(self) -> Path:
         return self.ledger.path
 
-    def look(self, now: dict[str, Accounted], at: float) -> int:
-        """Write what the broker sees ``now`` (at ``at``, seconds since the epoch) where it
-        differs from the file's rows; returns how many rows changed."""
+    def look(self, seen: Callable[[], dict[str, Accounted]]) -> int:
+        """Write what the broker sees now (``seen()``, taken under this file's lock: two looks
+        never write out of order) where it differs from the file's rows; returns how many rows
+        changed."""
         with self._lock:
+            now, at = seen(), time.time()
             wanted = changes(self._rows, now)
             if not wanted:
                 return 0

@@ -1,4 +1,5 @@
-"""Kernel pods through the broker (Kubernetes backend): ``POST pods``, ``GET|DELETE pods/{id}``.
+"""Kernel pods through the broker (Kubernetes backend): ``POST pods``, ``GET|DELETE pods/{id}``,
+and their kernels' reports of their cells, ``POST slices/{id}/activity``.
 
 A server asks for its kernel's pod, then asks how it stands until it runs (queue position, the
 pod's phase, the scheduler's words, then the connection info) — long asks, answered when that
@@ -16,6 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
+from jupyter_gpushare.backends.broker_base.authority import require_own
 from jupyter_gpushare.backends.broker_base.handler import KERNEL, BrokerHandler
 from jupyter_gpushare.backends.kubernetes.broker.authority import KubernetesAuthority
 from jupyter_gpushare.backends.kubernetes.broker.pods import PodAsk, PodStarts, view_mark
@@ -95,6 +97,19 @@ class PodHandler(PodStartsHandler):
         self.answer({})
 
 
+class PodActivityHandler(PodStartsHandler):
+    """``POST slices/{id}/activity`` ``{"busy", "at", "idle_after", "idle_action"}``: a kernel
+    pod's cell started or ended, passed on by its server (which checked the kernel's token):
+    the caller's own kernels only."""
+
+    @answering_domain_errors
+    async def post(self, kernel_id: str) -> None:
+        busy, at, idle_after, action = request_body.activity_report(self.json_body(), time.time())
+        await self.run(require_own, self.authority, self.caller, kernel_id)
+        await self.run(self.scoped().note_activity, kernel_id, None, busy, at, idle_after, action)
+        self.answer({})
+
+
 def parse_wait(text: str) -> float:
     """A long ask's ``wait`` (seconds, 0 or more; empty: 0, a plain ask)."""
     try:
@@ -164,6 +179,7 @@ def parse_ask(body: Mapping[str, Any]) -> PodAsk:
 ROUTES: list[tuple[str, type[BrokerHandler]]] = [
     ("pods", PodsHandler),
     (f"pods/{KERNEL}", PodHandler),
+    (f"slices/{KERNEL}/activity", PodActivityHandler),
 ]
 
 __all__ = ["ROUTES", "parse_ask", "parse_wait"]

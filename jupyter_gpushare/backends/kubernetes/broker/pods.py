@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.backend import POD_HOLDERS, KubernetesBackend
+from jupyter_gpushare.backends.kubernetes.broker.pod_accounting import PodAccounting
 from jupyter_gpushare.backends.kubernetes.broker.pod_objects import (
     PodAsk,
     PodStartState,
@@ -104,8 +105,14 @@ class PodStarts:
         *,
         orphan_grace: float = 30.0,
         unschedulable_grace: float = UNSCHEDULABLE_GRACE,
+        accounting: PodAccounting | None = None,
     ) -> None:
         self.backend = backend
+        self.accounting = accounting
+        # A start's pod runs: its hold is written within a round (its first cell's report then
+        # finds it), by one look for every start a round placed, while no look is under way.
+        self._placed = False
+        self._looking = False
         self.settings = backend.settings
         self.orphan_grace = orphan_grace
         self.unschedulable_grace = unschedulable_grace
@@ -285,6 +292,12 @@ class PodStarts:
         if created:
             self.delete_objects(kernel_id, grace)
 
+    def account(self) -> None:
+        """Write what the accounting keeps now (every housekeeping round, and at once when a
+        start's pod is placed: its first cell's report finds its hold)."""
+        if self.accounting is not None:
+            self.accounting.look(self.accounted)
+
     def accounted(self) -> dict[str, Accounted]:
         """What the accounting keeps now (:mod:`.pod_accounting`): the kernel pods, and the starts
         waiting for theirs (in the queue, or created but not shown by the watch yet)."""
@@ -349,6 +362,20 @@ class PodStarts:
                     self._follow(start, pod, now)
             self._forget_finished()
             self._tell_changed()
+            look = self._placed and not self._looking
+            if look:
+                self._placed, self._looking = False, True
+        if look:
+            self._creators.submit(self._look_now)
+
+    def _look_now(self) -> None:
+        try:
+            self.account()
+        except GPUShareError as error:  # the accounting file's fault: housekeeping says it too
+            log.warning("kernel pod accounting: %s", error)
+        finally:
+            with self.lock:
+                self._looking = False
 
     # ---- long asks ------------------------------------------------------------------------------
 
@@ -519,6 +546,7 @@ class PodStarts:
         start.detail = seen.detail
         if seen.state == "running":
             start.state, start.ip, start.finished_at = "running", seen.ip, now
+            self._placed = True  # the round writes its hold now, not at the next housekeeping
             got = self._allocated_as(start)
             if got is not None:
                 # As the embedded provisioner says it: the kernel's state tells which fallback.

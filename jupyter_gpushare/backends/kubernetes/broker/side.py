@@ -27,8 +27,10 @@ class KubernetesSide:
         backend = KubernetesBackend(settings)
         backend.attach_server(ServerHooks())  # the one list+watch of the cluster, in the broker
         # Every scoped copy of the backend answers GET usage from it, as its caller may see.
-        backend.accounts = PodAccounting(broker.effective_accounting_path(), lambda: backend.settings)
-        return KubernetesAuthority(backend, PodStarts(backend, orphan_grace=broker.orphan_grace))
+        accounting = PodAccounting(broker.effective_accounting_path(), lambda: backend.settings)
+        backend.accounts = accounting
+        pods = PodStarts(backend, orphan_grace=broker.orphan_grace, accounting=accounting)
+        return KubernetesAuthority(backend, pods)
 
 
 SIDE = KubernetesSide()
