@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         queued = ""
         if kueue_binary is not None:
             # Before the nodes: pods the node side makes go through Kueue's webhook from the start.
-            stack.enter_context(Kueue(plane, args.directory / "kueue", binary=kueue_binary, progress=print))
+            stack.enter_context(
+                Kueue(plane, args.directory / "kueue", binary=kueue_binary, progress=print, visibility=True)
+            )
             for manifest in gpu_queues("default", gpus=args.count):
                 plane.admin.apply(manifest)
             queued = (

@@ -40,6 +40,9 @@ class ControlPlaneError(RuntimeError):
     """The control plane did not start, or stopped; the message ends with its log's last lines."""
 
 
+FRONT_PROXY_CLIENT = "front-proxy-client"
+
+
 class ControlPlane:
     """kube-apiserver, kube-scheduler and kube-controller-manager (one process) in ``directory``."""
 
@@ -75,6 +78,7 @@ class ControlPlane:
             f"--dir={self.directory}",
             f"--port={self.port}",
             f"--parent-pid={os.getpid()}",
+            *self._aggregation(),
             *self.extra_args,
         ]
         started = time.monotonic()
@@ -106,6 +110,26 @@ class ControlPlane:
             f" after {time.monotonic() - started:.1f} s"
         )
         return self
+
+    def _aggregation(self) -> list[str]:
+        """The API server's flags for aggregated API servers (Kueue's visibility API): its front
+        proxy's client certificate, from a CA of its own, and the headers it tells them who asks
+        in; an APIService's Service is reached at its endpoints' addresses (no kube-proxy here)."""
+        directory = self.directory / "front-proxy"
+        authority = Authority.new("front-proxy-ca")
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "ca.crt").write_bytes(authority.pem)
+        certificate, key = authority.client_certificate(FRONT_PROXY_CLIENT).write(directory, "client")
+        return [
+            f"--apiserver-arg=--requestheader-client-ca-file={directory / 'ca.crt'}",
+            f"--apiserver-arg=--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--apiserver-arg=--requestheader-username-headers=X-Remote-User",
+            "--apiserver-arg=--requestheader-group-headers=X-Remote-Group",
+            "--apiserver-arg=--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--apiserver-arg=--proxy-client-cert-file={certificate}",
+            f"--apiserver-arg=--proxy-client-key-file={key}",
+            "--apiserver-arg=--enable-aggregator-routing=true",
+        ]
 
     def _answers(self) -> bool:
         if not self.admin_kubeconfig.exists():

@@ -30,6 +30,7 @@ import argparse
 import base64
 import contextlib
 import copy
+import fcntl
 import functools
 import hashlib
 import json
@@ -43,6 +44,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import yaml
@@ -50,12 +52,16 @@ import yaml
 from tests.cluster.build import BINARIES, go_environment
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.rest import (
+    API_SERVICES,
     CLUSTER_QUEUES,
     CUSTOM_RESOURCE_DEFINITIONS,
+    ENDPOINT_SLICES,
+    ENDPOINTS,
     LOCAL_QUEUES,
     MUTATING_WEBHOOKS,
     NAMESPACES,
     RESOURCE_FLAVORS,
+    SERVICES,
     VALIDATING_WEBHOOKS,
     Api,
     ApiError,
@@ -74,6 +80,17 @@ STARTUP_TIMEOUT = 180.0  # seconds; Kueue starts in seconds, a loaded 2-core mac
 # Where Kueue v0.15's manager reads the metrics server's certificate when its internal
 # certificate management is off (a fixed path; it exits when the files are missing).
 METRICS_CERTIFICATES = Path("kueue/metrics/certs")  # under /etc
+# Kueue's visibility API (VisibilityOnDemand: pending workloads and their positions) is an API
+# server of its own in the controller, aggregated by the cluster's: it binds this fixed port on
+# every address and reads its serving certificate from a fixed directory. The API server reaches
+# it at its Service's endpoints, which may not be loopback: an address on a dummy link of its
+# own (no traffic leaves the machine). One at a time per machine, under a lock.
+VISIBILITY_PORT = 8082
+VISIBILITY_CERTIFICATES = Path("/visibility")
+VISIBILITY_LINK = "gpushare-kueue0"
+VISIBILITY_ADDRESS = "198.19.255.254"
+VISIBILITY_LOCK = Path("/tmp/gpushare-kueue-visibility.lock")
+IN_CLUSTER_ACCOUNT = Path("/run/secrets/kubernetes.io/serviceaccount")  # /var/run's, in a pod
 # The controller's own roles in config/components/rbac (the others are for users of its API).
 MANAGER_RBAC = (
     "role.yaml",
@@ -82,6 +99,10 @@ MANAGER_RBAC = (
     "manager_secrets_role_binding.yaml",
     "leader_election_role.yaml",
     "leader_election_role_binding.yaml",
+    # Its API servers' delegated authentication and authorization (TokenReviews,
+    # SubjectAccessReviews): the metrics endpoint's and the visibility API's.
+    "metrics_auth_role.yaml",
+    "metrics_auth_role_binding.yaml",
 )
 
 
@@ -213,6 +234,33 @@ class Manifests:
                 documents.append(document)
         return documents
 
+    def visibility(self, address: str) -> list[dict[str, Any]]:
+        """What ``config/components/visibility`` installs — the APIServices, the Service they
+        name, and the RoleBinding that lets the controller read the API server's
+        ``extension-apiserver-authentication`` (in kube-system) — with the Service's endpoints
+        at ``address`` instead of the controller's pods."""
+        directory = self.config / "components/visibility"
+        documents: list[dict[str, Any]] = []
+        for resource in self._kustomization("components/visibility")["resources"]:
+            for document in _documents(directory / resource):
+                kind = document["kind"]
+                if kind == API_SERVICES.kind:
+                    service = document["spec"]["service"]
+                    service["name"], service["namespace"] = self.prefix + service["name"], self.namespace
+                elif kind == SERVICES.kind:
+                    document = self._named(document)
+                    document["metadata"].setdefault("namespace", self.namespace)
+                    document["spec"].pop("selector", None)  # its endpoints are ours
+                    name = document["metadata"]["name"]
+                    (port,) = document["spec"]["ports"]
+                    documents += [document, *_endpoints(name, self.namespace, address, port)]
+                    continue
+                else:  # the RoleBinding in kube-system, to the API server's own Role
+                    for subject in document.get("subjects") or []:
+                        subject["name"], subject["namespace"] = self.prefix + subject["name"], self.namespace
+                documents.append(document)
+        return documents
+
     def custom_resource_definitions(self, url: str, ca: bytes) -> list[dict[str, Any]]:
         """The CRDs with the conversion webhooks their kustomization patches in (served versions
         other than the stored one are converted by Kueue's ``/convert``)."""
@@ -264,6 +312,7 @@ class Manifests:
         certificates: Path,
         probe_port: int,
         namespaces: Mapping[str, Any],
+        visibility: bool = False,
     ) -> dict[str, Any]:
         """The module's controller_manager_config.yaml, changed as the module docstring says."""
         (configuration,) = _documents(self.config / "components/manager/controller_manager_config.yaml")
@@ -275,8 +324,37 @@ class Manifests:
         configuration["internalCertManagement"] = {"enable": False}
         configuration["integrations"] = {"frameworks": ["pod"]}
         configuration["managedJobsNamespaceSelector"] = dict(namespaces)
-        configuration["featureGates"] = {"VisibilityOnDemand": False}
+        configuration["featureGates"] = {"VisibilityOnDemand": visibility}
         return configuration
+
+
+def _endpoints(name: str, namespace: str, address: str, port: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A selector-less Service's endpoints at ``address``: its Endpoints, and the EndpointSlice
+    the API server's aggregator reads."""
+    target = {"name": port["name"], "port": port["targetPort"], "protocol": port.get("protocol", "TCP")}
+    return [
+        {
+            "apiVersion": ENDPOINTS.api_version,
+            "kind": ENDPOINTS.kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "subsets": [{"addresses": [{"ip": address}], "ports": [target]}],
+        },
+        {
+            "apiVersion": ENDPOINT_SLICES.api_version,
+            "kind": ENDPOINT_SLICES.kind,
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {
+                    "kubernetes.io/service-name": name,
+                    "endpointslice.kubernetes.io/managed-by": "gpushare-tests",
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+            "ports": [target],
+        },
+    ]
 
 
 def _client_config(service_config: Mapping[str, Any], url: str, ca: bytes) -> dict[str, Any]:
@@ -318,10 +396,14 @@ class Kueue:
         namespaces: Mapping[str, Any] = ALL_NAMESPACES,
         binary: Path | None = None,
         progress: Callable[[str], None] | None = None,
+        visibility: bool = False,
     ) -> None:
         self.control_plane = control_plane
         self.directory = directory
         self.namespaces = namespaces
+        self.visibility = visibility
+        self._visibility_lock: Any = None  # the lock file, held while its visibility API serves
+        self._made_certificate_directory = False
         self.binary = binary or find()
         self.progress = progress or (lambda message: print(message, file=sys.stderr))
         self.log = directory / "kueue.log"
@@ -344,6 +426,13 @@ class Kueue:
             admin.create(NAMESPACES, {"metadata": {"name": manifests.namespace}})
         for manifest in manifests.rbac():
             admin.apply(manifest)
+        if self.visibility:
+            self._claim_visibility()
+            # Its Service and the RoleBinding its API server reads the caller's headers' CA by:
+            # before it starts (it exits without them); the APIServices once it serves.
+            for manifest in manifests.visibility(VISIBILITY_ADDRESS):
+                if manifest["kind"] != API_SERVICES.kind:
+                    admin.apply(manifest)
 
         # One serving certificate for the webhook and the (unserved) metrics endpoint.
         authority = self.control_plane.authority
@@ -372,10 +461,27 @@ class Kueue:
             certificates=certificates,
             probe_port=probe_port,
             namespaces=self.namespaces,
+            visibility=self.visibility,
         )
         config.write_text(yaml.safe_dump(configuration))
 
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KUBECONFIG": str(kubeconfig)}
+        if self.visibility:
+            visibility = self.directory / "visibility"
+            authority.serving_certificate(VISIBILITY_ADDRESS).write(visibility, "tls")
+            env["KUEUE_VISIBILITY"] = str(visibility)
+            # Its visibility API server authenticates callers as one in a pod: the API server's
+            # address in the environment, its ServiceAccount's token and the CA in the fixed
+            # directory (bound over a /run of its own).
+            account_files = self.directory / "serviceaccount"
+            account_files.mkdir(parents=True, exist_ok=True)
+            (account_files / "token").write_text(token)
+            (account_files / "ca.crt").write_bytes(authority.pem)
+            (account_files / "namespace").write_text(manifests.namespace)
+            address = urlsplit(self.control_plane.server)
+            env["KUEUE_SERVICE_ACCOUNT"] = str(account_files)
+            env["KUBERNETES_SERVICE_HOST"] = str(address.hostname)
+            env["KUBERNETES_SERVICE_PORT"] = str(address.port)
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 _command(self.binary, etc, config),
@@ -391,6 +497,13 @@ class Kueue:
             for configuration in manifests.webhook_configurations(url, authority.pem):
                 admin.apply(configuration)
             self._wait_until("its webhooks, through the API server", lambda: _webhooks_answer(admin))
+            if self.visibility:
+                for manifest in manifests.visibility(VISIBILITY_ADDRESS):
+                    if manifest["kind"] == API_SERVICES.kind:
+                        admin.apply(manifest)
+                self._wait_until(
+                    "its visibility API, through the API server", lambda: _visibility_answers(admin)
+                )
         except BaseException:
             self.stop()
             raise
@@ -399,6 +512,45 @@ class Kueue:
 
     def _ready(self) -> bool:
         return httpx.get(self.probe, timeout=5).status_code == 200
+
+    def _claim_visibility(self) -> None:
+        """Take the machine's one visibility API (its lock; waiting for another test run's Kueue
+        to stop), its address on a dummy link, and the directory its certificate is read from."""
+        lock = VISIBILITY_LOCK.open("w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.progress(f"waiting for another Kueue's visibility API on this machine ({VISIBILITY_LOCK})")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        self._visibility_lock = lock
+        subprocess.run(["ip", "link", "delete", VISIBILITY_LINK], capture_output=True, check=False)
+        for command in (
+            ["ip", "link", "add", VISIBILITY_LINK, "type", "bridge"],
+            ["ip", "address", "add", f"{VISIBILITY_ADDRESS}/32", "dev", VISIBILITY_LINK],
+            ["ip", "link", "set", VISIBILITY_LINK, "up"],
+        ):
+            subprocess.run(command, capture_output=True, check=True)
+        if not VISIBILITY_CERTIFICATES.exists():
+            VISIBILITY_CERTIFICATES.mkdir()  # an empty mount point; its files are bound over it
+            self._made_certificate_directory = True
+
+    def _release_visibility(self) -> None:
+        if self.manifests is not None:
+            admin = self.control_plane.admin
+            # An APIService whose server is gone fails every client's discovery of the API.
+            for manifest in reversed(self.manifests.visibility(VISIBILITY_ADDRESS)):
+                with contextlib.suppress(ApiError, httpx.HTTPError):
+                    admin.delete(
+                        kind_of(manifest), manifest["metadata"]["name"], manifest["metadata"].get("namespace")
+                    )
+        subprocess.run(["ip", "link", "delete", VISIBILITY_LINK], capture_output=True, check=False)
+        if self._made_certificate_directory:
+            with contextlib.suppress(OSError):
+                VISIBILITY_CERTIFICATES.rmdir()
+            self._made_certificate_directory = False
+        lock, self._visibility_lock = self._visibility_lock, None
+        if lock is not None:
+            lock.close()  # and with it the lock
 
     def _wait_until(self, what: str, condition: Callable[[], bool]) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT
@@ -433,15 +585,19 @@ class Kueue:
                 with contextlib.suppress(ApiError, httpx.HTTPError):
                     admin.delete(kind_of(configuration), configuration["metadata"]["name"])
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            if process is None or process.poll() is not None:
+                return
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        finally:
+            if self._visibility_lock is not None:
+                self._release_visibility()
 
     def __enter__(self) -> Kueue:
         return self.start()
@@ -453,8 +609,17 @@ class Kueue:
 def _command(binary: Path, etc: Path, config: Path) -> list[str]:
     """Kueue in a private mount namespace whose /etc is the machine's with ``etc`` laid over it
     (read-only overlay): its fixed metrics certificate path is ours, the machine's /etc untouched.
-    It is stopped (SIGTERM) when this process dies."""
-    script = 'set -e; mount -t overlay kueue-etc -o "lowerdir=$0:/etc" /etc; exec "$@"'
+    With ``$KUEUE_VISIBILITY`` (its visibility API's certificate), that directory is bound over
+    the fixed one it reads, and ``$KUEUE_SERVICE_ACCOUNT`` (its token, the CA) where a pod has
+    them, on a /run of its own. It is stopped (SIGTERM) when this process dies."""
+    script = (
+        'set -e; mount -t overlay kueue-etc -o "lowerdir=$0:/etc" /etc; '
+        'if [ -n "$KUEUE_VISIBILITY" ]; then '
+        f'mount --bind "$KUEUE_VISIBILITY" {VISIBILITY_CERTIFICATES}; '
+        f"mount -t tmpfs kueue-run /run; mkdir -p {IN_CLUSTER_ACCOUNT}; "
+        f'mount --bind "$KUEUE_SERVICE_ACCOUNT" {IN_CLUSTER_ACCOUNT}; fi; '
+        'exec "$@"'
+    )
     return [
         "setpriv",
         "--pdeathsig",
@@ -471,6 +636,17 @@ def _command(binary: Path, etc: Path, config: Path) -> list[str]:
         str(binary),
         f"--config={config}",
     ]
+
+
+def _visibility_answers(admin: Api) -> bool:
+    """The API server serves Kueue's visibility API: its APIServices Available, a list answered."""
+    for version in ("v1beta1", "v1beta2"):
+        found = admin.get(API_SERVICES, f"{version}.visibility.kueue.x-k8s.io")
+        conditions = ((found or {}).get("status") or {}).get("conditions") or []
+        if not any(c["type"] == "Available" and c["status"] == "True" for c in conditions):
+            return False
+    admin.request("GET", "/apis/visibility.kueue.x-k8s.io/v1beta2")  # its discovery, through the API server
+    return True
 
 
 def _established(admin: Api, name: str) -> bool:

@@ -45,6 +45,40 @@ class Authority:
     key: ec.EllipticCurvePrivateKey
 
     @classmethod
+    def new(cls, name: str) -> Authority:
+        """A CA of its own (the API server's front proxy: what it tells aggregated API servers,
+        such as Kueue's visibility server, is signed by another CA than its clients')."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        now = datetime.datetime.now(datetime.UTC)
+        certificate = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(key, hashes.SHA256())
+        )
+        return cls(certificate, key)
+
+    @classmethod
     def load(cls, pki: Path) -> Authority:
         key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
         if not isinstance(key, ec.EllipticCurvePrivateKey):

@@ -87,6 +87,10 @@ RESOURCE_FLAVORS = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors", "Resourc
 CLUSTER_QUEUES = Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
 LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
 WORKLOADS = Kind("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
+SERVICES = Kind("", "v1", "services", "Service")
+ENDPOINTS = Kind("", "v1", "endpoints", "Endpoints")
+ENDPOINT_SLICES = Kind("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
+API_SERVICES = Kind("apiregistration.k8s.io", "v1", "apiservices", "APIService", namespaced=False)
 
 KINDS = {
     (kind.api_version, kind.kind): kind
@@ -114,6 +118,10 @@ KINDS = {
         CLUSTER_QUEUES,
         LOCAL_QUEUES,
         WORKLOADS,
+        SERVICES,
+        ENDPOINTS,
+        ENDPOINT_SLICES,
+        API_SERVICES,
     )
 }
 

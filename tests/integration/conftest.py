@@ -78,7 +78,10 @@ def kueue(
     """Kueue (tests/cluster/kueue.py) for a test module, managing the module's namespace only;
     each test makes its own queues and removes them while Kueue still runs (its finalizers)."""
     with Kueue(
-        control_plane, tmp_path_factory.mktemp("kueue"), namespaces=in_namespaces(kube_namespace)
+        control_plane,
+        tmp_path_factory.mktemp("kueue"),
+        namespaces=in_namespaces(kube_namespace),
+        visibility=True,
     ) as running:
         yield running
 

@@ -99,15 +99,22 @@ def test_the_broker_leaves_the_queue_to_kueue_and_its_starts_say_kueues_reason(s
             running(setup, "alice", kernels[0])
     first, second, third = kernels
 
-    for kernel_id in (second, third):
+    for place, kernel_id in enumerate((second, third), start=1):
         assert not gated_pod(setup, kernel_id)["spec"].get("nodeName")
-        view = waiting_in_kueues_words(setup, kernel_id)
-        print(f"kernel {kernel_id} waits: {view['detail']}")
+        waiting_in_kueues_words(setup, kernel_id)
         message = (condition(workload_of(setup.cluster, pod_name(kernel_id)), "QuotaReserved") or {})[
             "message"
         ]
+        # With its place in Kueue's queue (the visibility API, read once a second for all).
+        said = f"pending: queued by Kueue in LocalQueue gpu (position {place} of 2): {message}"
+        view = wait_until(
+            lambda: call(setup, "alice", "GET", f"kernels/{kernel_id}")[1],  # noqa: B023
+            DEADLINE,
+            message=f"kernel {kernel_id} at position {place} in Kueue's queue",
+            until=lambda view: view.get("detail") == said,  # noqa: B023
+        )
+        print(f"kernel {kernel_id} waits: {view['detail']}")
         assert view["state"] == "queued", view
-        assert view["detail"] == f"pending: queued by Kueue in LocalQueue gpu: {message}", view
 
     # Kueue admits in the order the pods were made: the second, then (the second gone) the third.
     for before, after in ((first, second), (second, third)):

@@ -246,9 +246,10 @@ def view_of(server: JupyterServer, kernel_id: str) -> dict[str, Any]:
 
 
 def drop_workloads_rule(kube: KubeCluster) -> None:
-    """The shipped Role without its ``list workloads`` rule (a cluster whose admin left it out)."""
+    """The shipped Role without its Kueue rules, ``list workloads`` and ``get
+    localqueues/pendingworkloads`` (a cluster whose admin left them out)."""
     [role] = [doc for doc in shipped_rbac(kube.namespace, ("rbac.yaml",)) if doc["kind"] == "Role"]
-    role["rules"] = [rule for rule in role["rules"] if "workloads" not in rule["resources"]]
+    role["rules"] = [rule for rule in role["rules"] if "kueue" not in rule["apiGroups"][0]]
     kube.admin.apply(role)
 
 
@@ -316,9 +317,40 @@ async def test_a_kernel_waits_for_kueues_quota_with_kueues_words_then_starts(
         )
         seen_at = time.monotonic()
         print(f"the second kernel waits: {waiting['detail']}")
-        assert waiting["detail"].startswith("pending: queued by Kueue in LocalQueue gpu: "), waiting
         message = (condition(workload_of(kube, pod_name(second)), "QuotaReserved") or {})["message"]
-        assert waiting["detail"] == f"pending: queued by Kueue in LocalQueue gpu: {message}"
+        # Its place in Kueue's queue, from Kueue's visibility API (through the API server's
+        # aggregator, under the shipped Role): first of one; a third kernel waits behind it.
+        waiting = await asyncio.to_thread(
+            wait_until,
+            lambda: view_of(server, second),
+            DEADLINE,
+            POLL,
+            "the second kernel's place in Kueue's queue",
+            until=lambda view: (
+                view.get("detail")
+                == f"pending: queued by Kueue in LocalQueue gpu (position 1 of 1): {message}"
+            ),
+        )
+        third = (await asyncio.to_thread(start, server, {"name": "gpu-whole"}))["kernel_id"]
+        for kernel_id, place in ((third, "position 2 of 2"), (second, "position 1 of 2")):
+            await asyncio.to_thread(
+                wait_until,
+                lambda: view_of(server, kernel_id),  # noqa: B023
+                DEADLINE,
+                POLL,
+                f"{place} in Kueue's queue",
+                until=lambda view: f"LocalQueue gpu ({place}): " in (view.get("detail") or ""),  # noqa: B023
+            )
+        withdrawn = await asyncio.to_thread(server.request, "DELETE", f"/api/gpushare/kernels/{third}/gpu")
+        assert withdrawn.status in (200, 204), withdrawn.body
+        await asyncio.to_thread(
+            wait_until,
+            lambda: view_of(server, second),
+            DEADLINE,
+            POLL,
+            "first of one again, the third withdrawn",
+            until=lambda view: "LocalQueue gpu (position 1 of 1): " in (view.get("detail") or ""),
+        )
         gated = kube.get(PODS, pod_name(second))
         assert gated is not None and not gated["spec"].get("nodeName")
         assert SCHEDULING_GATE in [gate["name"] for gate in gated["spec"].get("schedulingGates") or []]
@@ -335,7 +367,7 @@ async def test_a_kernel_waits_for_kueues_quota_with_kueues_words_then_starts(
         assert later[1].status == 200, later[1].body
         assert later[1].body["state"] == "queued" and NO_QUOTA in later[1].body["detail"], later[1].body
 
-        # Without the right to read Workloads: Kueue still holds it, said plainly; no failure.
+        # Without the right to read Workloads and places: Kueue still holds it, said plainly.
         drop_workloads_rule(kube)
         try:
             plain = await asyncio.to_thread(
@@ -351,6 +383,7 @@ async def test_a_kernel_waits_for_kueues_quota_with_kueues_words_then_starts(
             )
             assert plain["state"] == "queued"
             assert "Kueue's reason is not shown" in server.log()
+            assert "the position in Kueue's queue is not shown" in server.log()
         finally:
             for manifest in shipped_rbac(kube.namespace, ("rbac.yaml",)):
                 if kind_of(manifest) == ROLES:
@@ -472,7 +505,7 @@ async def test_two_teams_borrow_in_a_cohort_and_a_preempted_kernel_says_so_in_ku
             until=lambda view: "insufficient unused quota for nvidia.com/gpu" in (view.get("detail") or ""),
         )
         print(f"the preempted kernel waits: {waiting['detail']} {waiting['warnings']}")
-        assert waiting["detail"].startswith("pending: queued by Kueue in LocalQueue team-a: "), waiting
+        assert waiting["detail"].startswith("pending: queued by Kueue in LocalQueue team-a"), waiting
         assert any(
             warning.startswith(f"the kernel was restarted after it ended: {PREEMPTED}")
             for warning in waiting["warnings"]

@@ -1,5 +1,5 @@
-"""What Kueue says about kernel pods, read from the API: why a Workload waits, why a pod was
-stopped. Shared by whoever makes the pods — a server itself (:mod:`.pod_start`,
+"""What Kueue says about kernel pods, read from the API: why a Workload waits, where it stands in
+Kueue's queues, why a pod was stopped. Shared by whoever makes the pods — a server itself (:mod:`.pod_start`,
 :mod:`.cluster_pods`) or the GPU broker (:mod:`.broker.pods`); the reading of the objects is
 :mod:`~jupyter_gpushare.backends.kubernetes.objects.kueue`'s (pure).
 
@@ -12,7 +12,16 @@ import logging
 from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
-from jupyter_gpushare.backends.kubernetes.objects.kueue import VERSIONS, stopped_in_events
+from jupyter_gpushare.backends.kubernetes.objects.kueue import (
+    VERSIONS,
+    Place,
+    places_by_pod,
+    stopped_in_events,
+)
+
+# The API server's words for a path nothing serves (a LocalQueue it serves but does not have is
+# another 404: "localqueues.kueue.x-k8s.io \"gpu\" not found").
+NOT_SERVED = "the server could not find the requested resource"
 
 
 class WorkloadReader:
@@ -54,6 +63,51 @@ class WorkloadReader:
         return None
 
 
+class PlaceReader:
+    """Where kernel pods wait in Kueue's queues, from its visibility API (a LocalQueue's pending
+    workloads: one request for every pod waiting there). The API version is found once; where
+    no visibility API is served (Kueue's VisibilityOnDemand off, or an older Kueue) or the Role
+    lacks ``get localqueues/pendingworkloads``, that is said once (``label`` begins it) and not
+    asked again: starts say Kueue's reason without a position."""
+
+    def __init__(
+        self, cluster: Cluster, log: logging.Logger | logging.LoggerAdapter[Any], label: str = ""
+    ) -> None:
+        self.cluster = cluster
+        self.log = log
+        self.label = label
+        self.versions: tuple[str, ...] = VERSIONS
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.versions)
+
+    def places(self, local_queue: str) -> dict[str, Place] | None:
+        """The :class:`Place` of each pod waiting in ``local_queue``, by the pod's uid; None
+        when they cannot be read (now: logged at debug; or ever: not :attr:`readable`)."""
+        while self.versions:
+            version = self.versions[0]
+            try:
+                return places_by_pod(self.cluster.pending_workloads(local_queue, version))
+            except ClusterError as error:
+                if error.api_status == 404 and NOT_SERVED in str(error):
+                    self.versions = self.versions[1:]
+                    if not self.versions:
+                        self.log.info(
+                            "%sKueue's visibility API is not served (Kueue's VisibilityOnDemand): "
+                            "positions in its queues are not shown",
+                            self.label,
+                        )
+                    continue
+                if error.api_status in (401, 403):
+                    self.versions = ()
+                    self.log.warning("%sthe position in Kueue's queue is not shown: %s", self.label, error)
+                    return None
+                self.log.debug("%scannot read Kueue's pending workloads: %s", self.label, error)
+                return None
+        return None
+
+
 def stopped_by_kueue_events(cluster: Cluster, pod: str, uid: str) -> str | None:
     """Why Kueue stopped pod ``pod`` of ``uid`` (an earlier pod of the same name is not it), from
     the event Kueue recorded on it: a pod Kueue preempts is deleted within seconds, its events
@@ -61,4 +115,4 @@ def stopped_by_kueue_events(cluster: Cluster, pod: str, uid: str) -> str | None:
     return stopped_in_events(cluster.pod_events(pod), uid)
 
 
-__all__ = ["WorkloadReader", "stopped_by_kueue_events"]
+__all__ = ["PlaceReader", "WorkloadReader", "stopped_by_kueue_events"]

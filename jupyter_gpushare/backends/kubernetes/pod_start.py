@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError
-from jupyter_gpushare.backends.kubernetes.kueue_reads import WorkloadReader
+from jupyter_gpushare.backends.kubernetes.kueue_reads import PlaceReader, WorkloadReader
 from jupyter_gpushare.backends.kubernetes.objects.claims import allocated_mode
 from jupyter_gpushare.backends.kubernetes.objects.kueue import (
+    Place,
     held_by_kueue,
     waiting_state,
     why_waiting,
@@ -62,10 +63,13 @@ class PodStart:
     claim: str | None = None  # the pod's ResourceClaim (DRA presets)
     asked: str | None = None  # what the pod asks for, where its limits do not say (a claim)
     kueue_reason: str | None = None  # Kueue's last word on the Workload, kept over a failed read
+    kueue_place: Place | None = None  # where it stands in Kueue's queues, kept likewise
     workloads: WorkloadReader = field(init=False)
+    places: PlaceReader = field(init=False)
 
     def __post_init__(self) -> None:
         self.workloads = WorkloadReader(self.cluster, self.log, f"Kernel {self.kernel_id}: ")
+        self.places = PlaceReader(self.cluster, self.log, f"Kernel {self.kernel_id}: ")
 
     def say(self, state: str) -> None:
         self.last_state = state
@@ -123,7 +127,8 @@ class PodStart:
                 # Waiting for quota, not for a node: the scheduler has not looked at it yet, so
                 # the grace does not run; launch_timeout still does.
                 unschedulable_since = None
-                self.say(waiting_state(queue, await self._kueue_says(pod)))
+                said = await self._kueue_says(pod)
+                self.say(waiting_state(queue, said, await self._kueue_place(pod, queue)))
             elif unschedulable is not None:
                 unschedulable_since = unschedulable_since if unschedulable_since is not None else now
                 self.say(f"pending: {unschedulable}")
@@ -154,6 +159,18 @@ class PodStart:
             return self.kueue_reason if self.workloads.readable else None
         self.kueue_reason = why_waiting(workloads)
         return self.kueue_reason
+
+    async def _kueue_place(self, pod: dict[str, Any], queue: str) -> Place | None:
+        """Where the pod waits in Kueue's queues (its LocalQueue's pending workloads); None where
+        that cannot be read (no visibility API, or a Role without ``get
+        localqueues/pendingworkloads``)."""
+        uid = (pod.get("metadata") or {}).get("uid")
+        if not uid or not self.places.readable:
+            return None
+        places = await asyncio.to_thread(self.places.places, queue)
+        if places is not None:
+            self.kueue_place = places.get(str(uid))
+        return self.kueue_place
 
     async def say_allocated(self) -> None:
         """Where the pod's claim had fallbacks, say which one the kernel got (GET kernels and

@@ -52,11 +52,16 @@ from jupyter_gpushare.backends.kubernetes.broker.pod_objects import (
     new_start,
 )
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import ClusterError
-from jupyter_gpushare.backends.kubernetes.kueue_reads import WorkloadReader, stopped_by_kueue_events
+from jupyter_gpushare.backends.kubernetes.kueue_reads import (
+    PlaceReader,
+    WorkloadReader,
+    stopped_by_kueue_events,
+)
 from jupyter_gpushare.backends.kubernetes.objects.accounted import Accounted, Waiting, accounted
 from jupyter_gpushare.backends.kubernetes.objects.admission import Rooms, node_rooms, why_not_now
 from jupyter_gpushare.backends.kubernetes.objects.claims import summary
 from jupyter_gpushare.backends.kubernetes.objects.kueue import (
+    Place,
     held_by_kueue,
     stopped_by_kueue,
     why_waiting_by_pod,
@@ -128,6 +133,9 @@ class PodStarts:
         # Kueue's reason each pod it holds waits, by the pod's uid (read every KUEUE_EVERY s).
         self.workloads = WorkloadReader(backend.cluster, log)
         self.kueue_says: dict[str, str] = {}
+        # Where each pod Kueue holds stands in its queues (its visibility API), by the pod's uid.
+        self.places = PlaceReader(backend.cluster, log)
+        self.kueue_places: dict[str, Place] = {}
         self._kueue_read_at = -math.inf
         # Each kernel's pod as last seen: once it is gone, how it ended (Kueue's stop, its uid).
         self.last_pods: dict[str, dict[str, Any]] = {}
@@ -455,9 +463,10 @@ class PodStarts:
         return admitted
 
     def _read_kueue(self) -> None:
-        """Kueue's reasons for the starting pods it holds: one LIST of their Workloads, at most
-        every ``KUEUE_EVERY`` seconds, outside the lock (a failed read keeps the last reasons;
-        Workloads that cannot be read at all leave the plain sentence)."""
+        """Kueue's reasons for the starting pods it holds, and their places in its queues: one
+        LIST of their Workloads and one read of each of their LocalQueues' pending workloads, at
+        most every ``KUEUE_EVERY`` seconds, outside the lock (a failed read keeps the last ones;
+        what cannot be read at all leaves the plain sentence)."""
         now = time.monotonic()
         if now - self._kueue_read_at < KUEUE_EVERY:
             return
@@ -470,10 +479,24 @@ class PodStarts:
                 and held_by_kueue(pod) is not None
             ]
             uids = {str(uid) for pod in held if (uid := (pod.get("metadata") or {}).get("uid"))}
-        if not uids or not self.workloads.readable:
-            self.kueue_says = {}
+            queues = {str(held_by_kueue(pod)) for pod in held}
+        if not uids:
+            self.kueue_says, self.kueue_places = {}, {}
             return
         self._kueue_read_at = now
+        if self.places.readable:
+            places: dict[str, Place] = {}
+            for queue in sorted(queues):
+                found = self.places.places(queue)
+                if found is None:
+                    places = {uid: place for uid, place in self.kueue_places.items() if uid in uids}
+                    break
+                places.update(found)
+            with self.lock:
+                self.kueue_places = places
+        if not self.workloads.readable:
+            self.kueue_says = {}
+            return
         workloads = self.workloads.list(workloads_selector(uids))
         if workloads is not None:
             said = why_waiting_by_pod(workloads)
@@ -541,6 +564,7 @@ class PodStarts:
             launch_timeout=self.settings.launch_timeout,
             asked=summary(start.pod_request) if start.pod_request is not None else None,
             kueue_says=self.kueue_says.get(str(uid)) if uid else None,
+            kueue_place=self.kueue_places.get(str(uid)) if uid else None,
         )
         start.unschedulable_since = (start.unschedulable_since or now) if seen.unschedulable else None
         start.detail = seen.detail

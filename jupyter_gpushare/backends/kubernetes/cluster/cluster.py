@@ -229,6 +229,34 @@ class Cluster:
         )
         return list(listed.get("items") or [])
 
+    def pending_workloads(self, local_queue: str, version: str) -> list[dict[str, Any]]:
+        """The Workloads waiting in LocalQueue ``local_queue``, in order, from Kueue's visibility
+        API (``visibility.kueue.x-k8s.io/<version>``; served where Kueue's VisibilityOnDemand is
+        on): each with its positions in the LocalQueue and its ClusterQueue."""
+        path = (
+            f"/apis/{kueue.VISIBILITY_GROUP}/{version}/namespaces/{{namespace}}/localqueues/{{name}}"
+            "/pendingworkloads"
+        )
+        client = self.api_client
+
+        def read() -> Any:
+            request = client.param_serialize(  # the generated client has no call for a subresource here
+                "GET",
+                path,
+                path_params={"namespace": self.namespace, "name": local_queue},
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = client.call_api(*request)
+            response.read()  # type: ignore[no-untyped-call]
+            if not 200 <= response.status <= 299:
+                body = (response.data or b"").decode("utf-8", errors="replace")
+                raise ApiException.from_response(http_resp=response, body=body, data=None)
+            return response
+
+        listed = self._call(f"read LocalQueue {local_queue}'s pending workloads", read)
+        return list(listed.get("items") or [])
+
     def list_nodes(self) -> list[dict[str, Any]]:
         """Every node (needs a ClusterRole: nodes are cluster-scoped)."""
         listed = self._call("list nodes", lambda: self.core.list_node(_preload_content=False))

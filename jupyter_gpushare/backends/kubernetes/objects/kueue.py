@@ -22,6 +22,7 @@ the kernel's end says why in Kueue's words.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -36,6 +37,9 @@ STOPPED_EVENT = "Stopped"  # by Kueue's job controllers, "<framework>-kueue-cont
 PREEMPTED = "Preempted"  # the Workload's Evicted reason, and how Kueue's preemption message begins
 GROUP = "kueue.x-k8s.io"
 WORKLOADS = "workloads"
+# Kueue's visibility API (its VisibilityOnDemand feature, an aggregated API server): a
+# LocalQueue's pending workloads, each with its position there and in its ClusterQueue.
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 # Served by Kueue v0.15 and later (v1beta1 too, until a later release drops it); the conditions
 # read here are the same in both.
 VERSIONS = ("v1beta2", "v1beta1")
@@ -132,23 +136,53 @@ def stopped_in_events(events: Sequence[dict[str, Any]], uid: str) -> str | None:
     return None
 
 
-def queued_by_kueue(queue: str, why: str | None = None) -> str:
-    """Why a pod Kueue holds waits: ``queued by Kueue in LocalQueue gpu: couldn't assign
-    flavors …`` (without Kueue's reason: ``…: waiting for its admission``)."""
-    return f"queued by Kueue in LocalQueue {queue}: {why or 'waiting for its admission'}"
+@dataclass(frozen=True)
+class Place:
+    """Where a pending Workload stands in Kueue's queues (1: next), as its visibility API says."""
+
+    local: int  # in its LocalQueue
+    cluster: int  # in its ClusterQueue (the LocalQueues of every namespace that feed it)
+    waiting: int  # Workloads pending in the LocalQueue
 
 
-def waiting_state(queue: str, why: str | None = None) -> str:
+def places_by_pod(pending: Sequence[dict[str, Any]]) -> dict[str, Place]:
+    """Each pending Workload's :class:`Place`, by the uid of the pod it was made for (its owner)."""
+    places: dict[str, Place] = {}
+    for workload in pending:
+        owners = (workload.get("metadata") or {}).get("ownerReferences") or []
+        uid = next((str(o.get("uid")) for o in owners if o.get("kind") == "Pod" and o.get("uid")), None)
+        local, cluster = workload.get("positionInLocalQueue"), workload.get("positionInClusterQueue")
+        if uid is None or not isinstance(local, int) or not isinstance(cluster, int):
+            continue
+        places[uid] = Place(local + 1, cluster + 1, len(pending))
+    return places
+
+
+def queued_by_kueue(queue: str, why: str | None = None, place: Place | None = None) -> str:
+    """Why a pod Kueue holds waits: ``queued by Kueue in LocalQueue gpu (position 2 of 3; 4 in
+    its ClusterQueue): couldn't assign flavors …`` (without its place: ``queued by Kueue in
+    LocalQueue gpu: …``; without Kueue's reason: ``…: waiting for its admission``)."""
+    where = ""
+    if place is not None:
+        where = f" (position {place.local} of {place.waiting}"
+        where += f"; {place.cluster} in its ClusterQueue)" if place.cluster != place.local else ")"
+    return f"queued by Kueue in LocalQueue {queue}{where}: {why or 'waiting for its admission'}"
+
+
+def waiting_state(queue: str, why: str | None = None, place: Place | None = None) -> str:
     """What a start says while Kueue holds its pod: ``pending: queued by Kueue in LocalQueue
-    gpu: couldn't assign flavors …``."""
-    return f"pending: {queued_by_kueue(queue, why)}"
+    gpu (position 2 of 3): couldn't assign flavors …``."""
+    return f"pending: {queued_by_kueue(queue, why, place)}"
 
 
 __all__ = [
     "ADMISSION_GATE",
     "JOB_UID_LABEL",
     "QUEUE_LABEL",
+    "VISIBILITY_GROUP",
+    "Place",
     "held_by_kueue",
+    "places_by_pod",
     "queue_labels",
     "queued_by_kueue",
     "stopped_by_kueue",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_gpushare.backends.kubernetes.objects.kueue import held_by_kueue, waiting_state
+from jupyter_gpushare.backends.kubernetes.objects.kueue import Place, held_by_kueue, waiting_state
 from jupyter_gpushare.backends.kubernetes.objects.status import (
     IMAGE_FAILURES,
     container_problem,
@@ -53,12 +53,14 @@ def progress(
     gone_grace: float = GONE_GRACE,
     asked: str | None = None,
     kueue_says: str | None = None,
+    kueue_place: Place | None = None,
 ) -> Progress:
     """Where pod ``name`` stands, ``waited`` seconds after it was admitted (``pod`` None: the
     watch does not show it — not yet, or deleted — and has not for ``unseen_for`` seconds since
     the pod was created). ``asked``: what the pod asks for where its limits do not say it (a DRA
     claim), for the reason a start fails with; ``kueue_says``: why Kueue holds the pod, read from
-    its Workload (:func:`~jupyter_gpushare.backends.kubernetes.objects.kueue.why_waiting`)."""
+    its Workload (:func:`~jupyter_gpushare.backends.kubernetes.objects.kueue.why_waiting`);
+    ``kueue_place``: where it stands in Kueue's queues (its visibility API)."""
     if pod is None:
         if unseen_for > gone_grace:
             return _failed(KernelPodStartError(f"the kernel pod {name} was deleted while it started"))
@@ -88,7 +90,7 @@ def progress(
             )
         return Progress("starting", f"pending: {unschedulable}", unschedulable=True)
     queue = held_by_kueue(pod)  # waiting for Kueue's quota (its reason is on the Workload)
-    detail = waiting_state(queue, kueue_says) if queue is not None else pending_state(pod, [])
+    detail = waiting_state(queue, kueue_says, kueue_place) if queue is not None else pending_state(pod, [])
     if waited >= launch_timeout:
         return _failed(
             KernelPodStartError(

@@ -22,6 +22,8 @@ BACKEND_CALLS = {
     ("", "secrets"): {"create", "list", "delete"},
     ("", "events"): {"list"},
     ("kueue.x-k8s.io", "workloads"): {"list"},  # Kueue's reason a kernel pod waits
+    # Its place in Kueue's queue (the visibility API: Cluster.pending_workloads)
+    ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads"): {"get"},
 }
 
 
@@ -90,6 +92,7 @@ BROKER_CALLS = {
     ("", "secrets"): {"create", "list", "delete"},
     ("", "events"): {"list"},  # Kueue's reason for a pod it preempted, once gone
     ("kueue.x-k8s.io", "workloads"): {"list"},  # Kueue's reason kernel pods wait
+    ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads"): {"get"},  # and their places
 }
 
 
