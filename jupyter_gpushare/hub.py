@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.cluster.spawner_claims import ServerClaim, configured_hook
+from jupyter_gpushare.backends.kubernetes.cluster.spawner_kueue import told_while_queued
 from jupyter_gpushare.backends.kubernetes.objects.claims import make_claim_template, pod_claim_reference
 from jupyter_gpushare.backends.kubernetes.objects.dialects import kernel_request
 from jupyter_gpushare.backends.kubernetes.objects.kueue import queue_labels
@@ -96,6 +97,12 @@ def claim_hooks(claim: ServerClaim) -> dict[str, Any]:
     }
 
 
+def queue_hooks(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The KubeSpawner override that tells a queued server's spawn progress what Kueue says of
+    its pod while it waits (after the choice's own ``after_pod_created_hook``, a claim's)."""
+    return {"after_pod_created_hook": told_while_queued(overrides.get("after_pod_created_hook"))}
+
+
 def cluster_of(
     preset: str,
     resource_names: Mapping[str, str] | None = None,
@@ -146,6 +153,8 @@ def gpu_profiles(
         overrides = spawner_overrides(request, size, mode, queue)
         if request.claim is not None:
             overrides.update(claim_hooks(ServerClaim.fixed(dict(request.claim), size)))
+        if queue:
+            overrides.update(queue_hooks(overrides))
         choices[_choice_slug(size)] = {
             "display_name": _label(size),
             "kubespawner_override": overrides,
@@ -178,9 +187,9 @@ def gpu_profiles(
     profiles = [gpu]
     if cpu_profile:
         cpu_overrides: dict[str, Any] = {}
-        if cluster.preset.dra is not None:
+        if cluster.preset.dra is not None or queue:
             # A spawner object outlives a spawn: a CPU server after a GPU one has the admin's
-            # hooks again, not the claim's.
+            # hooks again, not the claim's or the queue's.
             cpu_overrides = {
                 name: lambda spawner, name=name: configured_hook(spawner, name)
                 for name in ("modify_pod_hook", "after_pod_created_hook")
@@ -226,6 +235,8 @@ def _custom_overrides(
             return dict(request.claim)
 
         overrides.update(claim_hooks(ServerClaim(spec_of, lambda spawner: request_of(spawner)[1])))
+    if queue:
+        overrides.update(queue_hooks(overrides))
     return overrides
 
 
@@ -238,8 +249,14 @@ def static_profiles(
     YAML cannot hold the callables that convert a custom size, so the custom field there takes a
     whole number in the resource's own unit (MiB, or GiB for Aliyun) and passes it through
     KubeSpawner's ``{value}`` template; ``gpu_profiles()`` in ``hub.extraConfig`` accepts any size.
+    Nor hooks: a server queued by Kueue waits as in ``gpu_profiles()``, but its spawn's progress
+    does not say Kueue's words (that is a hook's task).
     """
     profiles = gpu_profiles(sizes, mode, **options)
+    for profile in profiles:
+        _drop_hooks(profile["kubespawner_override"])
+        for choice in (profile.get("profile_options") or {}).get(OPTION, {}).get("choices", {}).values():
+            _drop_hooks(choice["kubespawner_override"])
     option = profiles[0]["profile_options"][OPTION]
     preset = resolve_preset(
         options.get("preset", "hami"), options.get("resource_names"), options.get("dra_names")
@@ -263,6 +280,11 @@ def static_profiles(
         }
     )
     return profiles
+
+
+def _drop_hooks(overrides: dict[str, Any]) -> None:
+    for hook in ("modify_pod_hook", "after_pod_created_hook"):
+        overrides.pop(hook, None)
 
 
 def template_name(mode: str, size: str) -> str:

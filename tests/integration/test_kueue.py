@@ -21,7 +21,7 @@ import yaml
 
 from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.fixture import KubeCluster, shipped_rbac
+from tests.cluster.fixture import TEST_RBAC, KubeCluster, shipped_rbac
 from tests.cluster.kueue import (
     QUEUE_LABEL,
     SCHEDULING_GATE,
@@ -33,6 +33,7 @@ from tests.cluster.kueue import (
 from tests.cluster.nodes import device_plugin_nodes
 from tests.cluster.rest import (
     CLUSTER_QUEUES,
+    EVENTS,
     MUTATING_WEBHOOKS,
     PODS,
     ROLES,
@@ -42,8 +43,8 @@ from tests.cluster.rest import (
 )
 
 from ..support.kernels import write_kernelspec
-from ..support.nodes import Node
-from ..support.polling import wait_until
+from ..support.nodes import IMAGE, Node
+from ..support.polling import async_wait_until, wait_until
 from ..support.servers import JupyterServer, execute
 from .conftest import MakeKube
 from .kubernetes_server.support import POLL, get, running_view, server_for, start
@@ -52,6 +53,7 @@ from .test_kubernetes import nothing_left
 
 pytestmark = pytest.mark.integration
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kubernetes"
 DEADLINE = 120.0  # seconds: Kueue, the scheduler and the node side all act on a loaded machine
 SERVE = "import time\ntime.sleep(600)"
 
@@ -542,3 +544,111 @@ async def test_two_teams_borrow_in_a_cohort_and_a_preempted_kernel_says_so_in_ku
     finally:
         for server in servers:
             await asyncio.to_thread(server.stop)
+
+
+# -- a JupyterHub server's spawn, queued -----------------------------------------------------------
+
+
+def hub_rbac(namespace: str) -> list[dict[str, Any]]:
+    """What Zero to JupyterHub gives the hub (tests/cluster/rbac/z2jh-hub.yaml) and what
+    examples/kubernetes/rbac-hub-kueue.yaml adds, in ``namespace`` (the one Kueue manages here)."""
+    documents = [
+        document
+        for path in (TEST_RBAC / "z2jh-hub.yaml", EXAMPLES / "rbac-hub-kueue.yaml")
+        for document in yaml.safe_load_all(path.read_text())
+        if document
+    ]
+    for document in documents:
+        document["metadata"]["namespace"] = namespace
+        for subject in document.get("subjects") or []:
+            subject["namespace"] = namespace
+    return documents
+
+
+async def test_a_queued_hub_servers_spawn_progress_says_kueues_words(
+    queues: KubeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU server from gpu_profiles(kueue_queue="gpu"), made by a real KubeSpawner as the hub's
+    ServiceAccount (the chart's Role and rbac-hub-kueue.yaml): its pod waits behind Kueue's gate
+    while another pod holds the quota, and an event on it says Kueue's words and its place —
+    what KubeSpawner's spawn progress shows — until Kueue admits it."""
+    import kubernetes_asyncio.config.kube_config as kube_config
+    from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
+    from kubernetes_asyncio.config import load_kube_config
+    from kubespawner import KubeSpawner
+    from kubespawner.clients import load_config
+    from traitlets.config import Config
+
+    from jupyter_gpushare.backends.kubernetes.cluster import spawner_kueue
+    from jupyter_gpushare.hub import gpu_profiles
+
+    kube = queues
+    for manifest in hub_rbac(kube.namespace):
+        kube.admin.apply(manifest)
+    blocker = kube.add(PODS, gpu_pod("blocker"))["metadata"]["name"]
+    await asyncio.to_thread(running_on_a_node, kube, blocker)
+    hub = kube.kubeconfig_for_service_account(kube.namespace, "hub")
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(hub))
+    load_config.cache_clear()
+    configuration = Configuration()
+    await load_kube_config(config_file=str(hub), client_configuration=configuration)
+    profiles = gpu_profiles(["whole"], "exclusive", preset="nvidia", kueue_queue="gpu", cpu_profile=False)
+    config = Config(
+        {
+            "KubeSpawner": {
+                "profile_list": profiles,
+                "namespace": kube.namespace,
+                "cmd": ["python", "-c", "import time; time.sleep(600)"],
+                "image": IMAGE,
+                "start_timeout": DEADLINE,
+            }
+        }
+    )
+    try:
+        async with ApiClient(configuration) as client:
+            spawner = KubeSpawner(config=config, _mock=True)
+            spawner.api = CoreV1Api(client)
+            spawner.user_options = {"profile": "gpu", "gpu": "whole"}
+            await spawner.load_user_options()
+            created = await spawner.api.create_namespaced_pod(
+                kube.namespace, await spawner.get_pod_manifest()
+            )
+            pod = client.sanitize_for_serialization(created)
+            assert pod["metadata"]["labels"][QUEUE_LABEL] == "gpu"
+            await spawner.after_pod_created_hook(spawner, pod)
+            name = pod["metadata"]["name"]
+
+            def said() -> list[str]:
+                return [
+                    event["message"]
+                    for event in kube.objects(EVENTS)
+                    if event["involvedObject"].get("uid") == pod["metadata"]["uid"]
+                    and event.get("reason") == spawner_kueue.REASON
+                ]
+
+            # (Its first words may come before Kueue's visibility API lists it: then without a place.)
+            told = await asyncio.to_thread(
+                wait_until,
+                said,
+                DEADLINE,
+                POLL,
+                "Kueue's words and the place on the server's pod",
+                until=lambda s: any("(position 1 of 1)" in m for m in s),
+            )
+            message = (condition(workload_of(kube, name), "QuotaReserved") or {})["message"]
+            print(f"the server's spawn progress says: {told}")
+            assert (
+                told[-1]
+                == f"Waiting for GPU quota: queued by Kueue in LocalQueue gpu (position 1 of 1): {message}"
+            )
+            assert NO_QUOTA in told[-1]
+
+            # The quota freed: Kueue admits the server's pod, and the hub stops telling.
+            kube.remove(PODS, kube.namespace, blocker)
+            await asyncio.to_thread(running_on_a_node, kube, name)
+            await async_wait_until(
+                lambda: not spawner_kueue._telling, DEADLINE, POLL, "the hub's task ended with the gate"
+            )
+            assert said() == told  # nothing said once admitted
+    finally:
+        load_config.cache_clear()

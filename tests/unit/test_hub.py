@@ -210,3 +210,47 @@ async def test_yaml_profiles_name_the_local_queue_too(capsys: pytest.CaptureFixt
         "jupyter gpushare: error: --kueue-queue: 'Team A' is not a LocalQueue name (lowercase "
         "letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63 characters)"
     )
+
+
+# ---- a queued server's spawn progress (Kueue) ----------------------------------------------------
+
+
+async def test_a_queued_choice_tells_kueues_words_after_its_own_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu_profiles(kueue_queue=…): a GPU choice's after_pod_created_hook runs the choice's own hook
+    (a DRA claim's) first, then starts the hub's task that tells Kueue's words for that very pod;
+    a choice without a queue has no such hook."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from jupyter_gpushare.backends.kubernetes.cluster import spawner_kueue
+    from jupyter_gpushare.backends.kubernetes.cluster.spawner_kueue import told_while_queued
+
+    calls: list[tuple[str, ...]] = []
+
+    async def telling(client: Any, namespace: str, pod: str, uid: str, timeout: float) -> None:
+        calls.append(("tell", namespace, pod, uid, str(timeout)))
+
+    monkeypatch.setattr(spawner_kueue, "tell_while_queued", telling)
+
+    def claim_hook(spawner: Any) -> Any:
+        async def claim(spawner: Any, pod: Any) -> None:
+            calls.append(("claim", pod["metadata"]["name"]))
+
+        return claim
+
+    spawner = SimpleNamespace(
+        api=SimpleNamespace(api_client=None), namespace="jupyter", start_timeout=60, config=None
+    )
+    hook = told_while_queued(claim_hook)(spawner)
+    await hook(spawner, {"metadata": {"name": "jupyter-alice", "uid": "u1"}})
+    await asyncio.gather(*spawner_kueue._telling)
+    assert calls == [("claim", "jupyter-alice"), ("tell", "jupyter", "jupyter-alice", "u1", "60")]
+
+    queued = gpu_profiles(["4G"], "vgpu", preset="hami", kueue_queue="gpu")
+    plain = gpu_profiles(["4G"], "vgpu", preset="hami")
+    [choice] = queued[0]["profile_options"]["gpu"]["choices"].values()
+    assert callable(choice["kubespawner_override"]["after_pod_created_hook"])
+    [choice] = plain[0]["profile_options"]["gpu"]["choices"].values()
+    assert "after_pod_created_hook" not in choice["kubespawner_override"]
+    # A CPU server after a queued GPU one has the admin's hook again (a spawner outlives a spawn).
+    assert "after_pod_created_hook" in queued[1]["kubespawner_override"]
