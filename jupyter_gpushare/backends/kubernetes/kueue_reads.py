@@ -24,11 +24,10 @@ from jupyter_gpushare.backends.kubernetes.objects.kueue import (
 NOT_SERVED = "the server could not find the requested resource"
 
 
-class WorkloadReader:
-    """Kueue's Workloads in the kernels' namespace, as one reader (a kernel's start, the broker)
-    lists them: the API version Kueue serves is found once, and a Role without ``list
-    workloads`` is said once (``label`` begins the warning: which kernel, or none) and not asked
-    again — the reader falls back to the plain sentence."""
+class KueueReader:
+    """One reader of a Kueue API (a kernel's start, the broker): the versions Kueue serves are
+    tried newest first and the one found is kept; ``label`` begins what it logs (which kernel,
+    or none)."""
 
     def __init__(
         self, cluster: Cluster, log: logging.Logger | logging.LoggerAdapter[Any], label: str = ""
@@ -36,12 +35,17 @@ class WorkloadReader:
         self.cluster = cluster
         self.log = log
         self.label = label
-        self.versions: tuple[str, ...] = VERSIONS  # the Workload API versions left to try
+        self.versions: tuple[str, ...] = VERSIONS  # the API versions left to try
 
     @property
     def readable(self) -> bool:
-        """False once Workloads cannot be read at all here (not served, or forbidden)."""
+        """False once it cannot be read at all here (not served, or forbidden)."""
         return bool(self.versions)
+
+
+class WorkloadReader(KueueReader):
+    """Kueue's Workloads in the kernels' namespace: a Role without ``list workloads`` is said
+    once and not asked again — the reader falls back to the plain sentence."""
 
     def list(self, selector: str) -> list[dict[str, Any]] | None:
         """The Workloads matching ``selector``; None when they cannot be read (an API error now,
@@ -63,24 +67,12 @@ class WorkloadReader:
         return None
 
 
-class PlaceReader:
+class PlaceReader(KueueReader):
     """Where kernel pods wait in Kueue's queues, from its visibility API (a LocalQueue's pending
-    workloads: one request for every pod waiting there). The API version is found once; where
-    no visibility API is served (Kueue's VisibilityOnDemand off, or an older Kueue) or the Role
-    lacks ``get localqueues/pendingworkloads``, that is said once (``label`` begins it) and not
-    asked again: starts say Kueue's reason without a position."""
-
-    def __init__(
-        self, cluster: Cluster, log: logging.Logger | logging.LoggerAdapter[Any], label: str = ""
-    ) -> None:
-        self.cluster = cluster
-        self.log = log
-        self.label = label
-        self.versions: tuple[str, ...] = VERSIONS
-
-    @property
-    def readable(self) -> bool:
-        return bool(self.versions)
+    workloads: one request for every pod waiting there). Where no visibility API is served
+    (Kueue's VisibilityOnDemand off, or an older Kueue) or the Role lacks ``get
+    localqueues/pendingworkloads``, that is said once and not asked again: starts say Kueue's
+    reason without a position."""
 
     def places(self, local_queue: str) -> dict[str, Place] | None:
         """The :class:`Place` of each pod waiting in ``local_queue``, by the pod's uid; None
@@ -115,4 +107,4 @@ def stopped_by_kueue_events(cluster: Cluster, pod: str, uid: str) -> str | None:
     return stopped_in_events(cluster.pod_events(pod), uid)
 
 
-__all__ = ["PlaceReader", "WorkloadReader", "stopped_by_kueue_events"]
+__all__ = ["KueueReader", "PlaceReader", "WorkloadReader", "stopped_by_kueue_events"]
