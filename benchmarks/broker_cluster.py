@@ -310,13 +310,14 @@ def plain_starts(
     kubeconfig: str, count: int, tag: str, *, until_running: bool = True
 ) -> tuple[list[float], list[float], float, float]:
     """The baseline: ``count`` concurrent starts by a plain client of the Kubernetes API, what an
-    embedded server does without a broker. One thread per start creates the start's Secret and
-    pod (built as the broker builds them) with the Kubernetes package's client, its connection pool
+    embedded server does without a broker. One thread per start builds the start's Secret and
+    pod as the broker builds them (fresh keys included) and creates them, both timed as the
+    broker's are, with the Kubernetes package's client, its connection pool
     sized as the broker's (:class:`Cluster`); with ``until_running``, the default scheduler places
     the pods and one list+watch of them (no per-pod reads) tells each thread when its pod runs;
     without, the pods are for a scheduler the cluster does not run and stay pending.
 
-    Returns the seconds each start took to create its two objects ("admitted") and to see its
+    Returns the seconds each start took to build and create its two objects ("admitted") and to see its
     pod running (without ``until_running``: the same), the seconds from the first start to the
     last pod running, and the CPU seconds the client's threads spent. The pods and Secrets are
     left in place: :func:`delete_plain` removes them."""
@@ -396,6 +397,11 @@ def plain_starts(
 
     def start(index: int) -> None:
         kernel_id = kernel_ids[index]
+        # Timed from here: a start builds its objects (the pod, the Secret with fresh keys), as an
+        # embedded server does and as the broker does for every POST it times, then creates them.
+        barrier.wait()
+        cpu_began = time.thread_time()
+        began = time.perf_counter()
         request = make_slice_request("1G", "vgpu", None, "4G", "vgpu")
         pod, _ = kernel_pod(
             settings,
@@ -415,9 +421,6 @@ def plain_starts(
             connection_info(kernel_ports(), secrets.token_hex(32), "bench"),
             "t" * 32,
         )
-        barrier.wait()
-        cpu_began = time.thread_time()
-        began = time.perf_counter()
         cluster.create_secret(secret)
         cluster.create_pod(pod)
         created = time.perf_counter() - began

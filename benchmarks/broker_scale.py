@@ -22,7 +22,8 @@ they are what the broker's list+watch of nodes carries, as a large cluster's are
    ``broker_cluster.py``): one thread per start creates the start's Secret and pod, built as the
    broker builds them, with the Kubernetes package's client and its connection pool sized as the
    broker's; one list+watch of the kernel pods tells each thread when its pod runs. Admission is
-   there the time both creations took. After one unmeasured start on each side (a process's
+   there the time building and creating both took (an embedded server builds them too; so does
+   the broker, inside the POST it times). After one unmeasured start on each side (a process's
    first API calls build the client's validators), the two sides alternate (``--repeat`` pairs,
    which side goes first alternating; each side's pods deleted and gone before the next), at 20
    and at 200 concurrent starts (``--quick``: 20), and the script prints per size the medians

@@ -62,8 +62,8 @@ def accounted(
 ) -> dict[str, Accounted]:
     """What the broker sees now, by kernel id: its kernel pods that have not ended (a pod being
     deleted has ended: its GPU is given back as its kernel stops) and the starts in its queue.
-    ``requested``: when the broker was asked for each start it knows (else the pod's creation
-    time says it: a broker restarted meanwhile; unreadable, the wait is counted from the look)."""
+    ``requested``: when the broker was asked for each start it knows; else a waiting pod's
+    creation time says it (a broker restarted meanwhile), and a pod found placed counts no wait."""
     seen: dict[str, Accounted] = {}
     for start in waiting:
         seen[start.kernel_id] = Accounted(
@@ -74,13 +74,17 @@ def accounted(
             continue
         report = usage.get(item.kernel_id)
         asked = requested.get(item.kernel_id)
+        if asked is None and not item.placed:
+            # A start the broker does not know (made before it started) waits since its pod was
+            # made; one found placed already waited it does not know how long: no wait counted.
+            asked = epoch_seconds(item.created) or None
         seen[item.kernel_id] = Accounted(
             item.kernel_id,
             item.owner,
             "running" if item.placed else "queued",
             item.memory or 0,
             report.memory_used if report is not None and item.placed else None,
-            asked if asked is not None else (epoch_seconds(item.created) or None),
+            asked,
         )
     return seen
 

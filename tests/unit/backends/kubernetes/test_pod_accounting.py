@@ -50,6 +50,9 @@ def test_a_bound_pod_is_held_an_unbound_one_and_a_queued_start_wait() -> None:
         == datetime.datetime(2026, 11, 29, 10, tzinfo=datetime.timezone.utc).timestamp()
     )
     assert seen["k3"] == Accounted("k3", "carol", "queued", 4 * GiB, None, 1000.0)
+    # Found running, its start unknown (made before the broker started): no wait is made up.
+    [found] = accounted(slices(pod("k4", node_name="gpu-1")), [], {}, {}).values()
+    assert found.state == "running" and found.requested_at is None
 
 
 def test_an_ended_or_deleted_pod_holds_nothing() -> None:
