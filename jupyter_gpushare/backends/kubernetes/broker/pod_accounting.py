@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from jupyter_gpushare.backends.accounting import schema
 from jupyter_gpushare.backends.accounting.accounts import Accounts
-from jupyter_gpushare.backends.kubernetes.objects.accounted import Accounted, changes
+from jupyter_gpushare.backends.kubernetes.objects.accounted import Accounted, Changes, changes
 from jupyter_gpushare.core.errors import LedgerError
 
 if TYPE_CHECKING:
@@ -120,6 +120,8 @@ class PodAccounting(Accounts):
         super().__init__(AccountingFile(path), settings)
         self._rows = self.ledger.read_with(_rows)  # as the file shows them: a restart goes on
         self._lock = threading.Lock()
+        # One kernel as the broker sees it now (its pod starts' accounted_one), for look_at.
+        self.seen_one: Callable[[str], Accounted | None] | None = None
 
     @property
     def path(self) -> Path:
@@ -130,53 +132,73 @@ class PodAccounting(Accounts):
         never write out of order) where it differs from the file's rows; returns how many rows
         changed."""
         with self._lock:
-            now, at = seen(), time.time()
-            wanted = changes(self._rows, now)
-            if not wanted:
-                return 0
-
-            def write(db: sqlite3.Connection) -> None:
-                db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(k,) for k in wanted.gone])
-                db.executemany(
-                    "INSERT INTO slices (kernel_id, owner, state, memory, memory_used, usage_at,"
-                    " placed_at, requested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            row.kernel_id,
-                            row.owner,
-                            row.state,
-                            row.memory,
-                            row.used,
-                            at if row.used is not None else None,
-                            at if row.state == "running" else None,
-                            row.requested_at,
-                        )
-                        for row in wanted.added
-                    ],
-                )
-                db.executemany(
-                    "UPDATE slices SET state = 'running', placed_at = ?, memory = ?, memory_used = ?,"
-                    " usage_at = ? WHERE kernel_id = ?",
-                    [(at, row.memory, row.used, at, row.kernel_id) for row in wanted.placed],
-                )
-                db.executemany(
-                    "UPDATE slices SET memory = ? WHERE kernel_id = ?",
-                    [(row.memory, row.kernel_id) for row in wanted.resized],
-                )
-                db.executemany(
-                    "UPDATE slices SET memory_used = ?, usage_at = ? WHERE kernel_id = ?",
-                    [(row.used, at, row.kernel_id) for row in wanted.used],
-                )
-
-            self.ledger.write_with(write)
+            now = seen()
+            count = self._write(changes(self._rows, now))
             self._rows = dict(now)
-            return (
-                len(wanted.added)
-                + len(wanted.placed)
-                + len(wanted.resized)
-                + len(wanted.used)
-                + len(wanted.gone)
+            return count
+
+    def look_at(self, kernel_id: str) -> None:
+        """The same for one kernel, as :attr:`seen_one` shows it now (a kernel's cell report
+        comes: its placement is written first, so the report finds its hold)."""
+        if self.seen_one is None:
+            return
+        with self._lock:
+            new, old = self.seen_one(kernel_id), self._rows.get(kernel_id)
+            self._write(changes({kernel_id: old} if old else {}, {kernel_id: new} if new else {}))
+            if new is None:
+                self._rows.pop(kernel_id, None)
+            else:
+                self._rows[kernel_id] = new
+
+    def note_activity(
+        self, kernel_id: str, busy: bool, at: float, idle_after: float, idle_action: str
+    ) -> bool:
+        self.look_at(kernel_id)
+        return super().note_activity(kernel_id, busy, at, idle_after, idle_action)
+
+    def _write(self, wanted: Changes) -> int:
+        """Write ``wanted`` (lock held); how many rows changed."""
+        if not wanted:
+            return 0
+        at = time.time()
+
+        def write(db: sqlite3.Connection) -> None:
+            db.executemany("DELETE FROM slices WHERE kernel_id = ?", [(k,) for k in wanted.gone])
+            db.executemany(
+                "INSERT INTO slices (kernel_id, owner, state, memory, memory_used, usage_at,"
+                " placed_at, requested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        row.kernel_id,
+                        row.owner,
+                        row.state,
+                        row.memory,
+                        row.used,
+                        at if row.used is not None else None,
+                        at if row.state == "running" else None,
+                        row.requested_at,
+                    )
+                    for row in wanted.added
+                ],
             )
+            db.executemany(
+                "UPDATE slices SET state = 'running', placed_at = ?, memory = ?, memory_used = ?,"
+                " usage_at = ? WHERE kernel_id = ?",
+                [(at, row.memory, row.used, at, row.kernel_id) for row in wanted.placed],
+            )
+            db.executemany(
+                "UPDATE slices SET memory = ? WHERE kernel_id = ?",
+                [(row.memory, row.kernel_id) for row in wanted.resized],
+            )
+            db.executemany(
+                "UPDATE slices SET memory_used = ?, usage_at = ? WHERE kernel_id = ?",
+                [(row.used, at, row.kernel_id) for row in wanted.used],
+            )
+
+        self.ledger.write_with(write)
+        return (
+            len(wanted.added) + len(wanted.placed) + len(wanted.resized) + len(wanted.used) + len(wanted.gone)
+        )
 
 
 def _create(db: sqlite3.Connection) -> None:

@@ -114,10 +114,8 @@ class PodStarts:
     ) -> None:
         self.backend = backend
         self.accounting = accounting
-        # A start's pod runs: its hold is written within a round (its first cell's report then
-        # finds it), by one look for every start a round placed, while no look is under way.
-        self._placed = False
-        self._looking = False
+        if accounting is not None:
+            accounting.seen_one = self.accounted_one
         self.settings = backend.settings
         self.orphan_grace = orphan_grace
         self.unschedulable_grace = unschedulable_grace
@@ -301,26 +299,45 @@ class PodStarts:
             self.delete_objects(kernel_id, grace)
 
     def account(self) -> None:
-        """Write what the accounting keeps now (every housekeeping round, and at once when a
-        start's pod is placed: its first cell's report finds its hold)."""
+        """Write what the accounting keeps now (every housekeeping round; a kernel's cell report
+        writes its own first: :meth:`~.pod_accounting.PodAccounting.look_at`)."""
         if self.accounting is not None:
             self.accounting.look(self.accounted)
 
     def accounted(self) -> dict[str, Accounted]:
         """What the accounting keeps now (:mod:`.pod_accounting`): the kernel pods, and the starts
         waiting for theirs (in the queue, or created but not shown by the watch yet)."""
-        wall, now = time.time(), time.monotonic()
         with self.lock:
             pods = self.pods()
-            requested = {k: wall - (now - start.requested_at) for k, start in self.starts.items()}
-            waiting = [
-                Waiting(kernel_id, start.owner, start.memory, requested[kernel_id])
-                for kernel_id, start in self.starts.items()
-                if (start.state in ("queued", "creating") or (start.state == "starting" and not start.seen))
-                and pod_name(kernel_id) not in pods
-            ]
+            requested, waiting = self._waiting(self.starts, pods)
         slices = [item for item in map(read_pod, pods.values()) if item is not None]
         return accounted(slices, waiting, self.backend.fresh_usage(slices), requested)
+
+    def accounted_one(self, kernel_id: str) -> Accounted | None:
+        """:meth:`accounted` of one kernel (None: nothing to keep)."""
+        with self.lock:
+            pod = self.backend.pod_object(pod_name(kernel_id))
+            pods = {pod_name(kernel_id): pod} if pod is not None else {}
+            start = self.starts.get(kernel_id)
+            requested, waiting = self._waiting({kernel_id: start} if start is not None else {}, pods)
+        slices = [item for item in map(read_pod, pods.values()) if item is not None]
+        return accounted(slices, waiting, self.backend.fresh_usage(slices), requested).get(kernel_id)
+
+    @staticmethod
+    def _waiting(
+        starts: Mapping[str, PodStartState], pods: Mapping[str, dict[str, Any]]
+    ) -> tuple[dict[str, float], list[Waiting]]:
+        """When each of ``starts`` was asked for (seconds since the epoch), and those still
+        waiting for a pod ``pods`` do not show (in the queue, or created but not seen yet)."""
+        wall, now = time.time(), time.monotonic()
+        requested = {k: wall - (now - start.requested_at) for k, start in starts.items()}
+        waiting = [
+            Waiting(kernel_id, start.owner, start.memory, requested[kernel_id])
+            for kernel_id, start in starts.items()
+            if (start.state in ("queued", "creating") or (start.state == "starting" and not start.seen))
+            and pod_name(kernel_id) not in pods
+        ]
+        return requested, waiting
 
     def owner_of(self, kernel_id: str) -> str | None:
         with self.lock:
@@ -370,20 +387,6 @@ class PodStarts:
                     self._follow(start, pod, now)
             self._forget_finished()
             self._tell_changed()
-            look = self._placed and not self._looking
-            if look:
-                self._placed, self._looking = False, True
-        if look:
-            self._creators.submit(self._look_now)
-
-    def _look_now(self) -> None:
-        try:
-            self.account()
-        except GPUShareError as error:  # the accounting file's fault: housekeeping says it too
-            log.warning("kernel pod accounting: %s", error)
-        finally:
-            with self.lock:
-                self._looking = False
 
     # ---- long asks ------------------------------------------------------------------------------
 
@@ -570,7 +573,6 @@ class PodStarts:
         start.detail = seen.detail
         if seen.state == "running":
             start.state, start.ip, start.finished_at = "running", seen.ip, now
-            self._placed = True  # the round writes its hold now, not at the next housekeeping
             got = self._allocated_as(start)
             if got is not None:
                 # As the embedded provisioner says it: the kernel's state tells which fallback.

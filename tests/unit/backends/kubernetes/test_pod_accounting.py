@@ -153,3 +153,21 @@ def test_the_file_is_the_brokers_alone_and_a_node_ledger_is_refused(tmp_path: Pa
     garbage.write_bytes(b"not a database" * 100)
     with pytest.raises(LedgerError, match=r"garbage\.sqlite"):
         accounting(garbage)
+
+
+def test_a_cells_report_before_the_round_finds_its_hold(tmp_path: Path) -> None:
+    """A kernel's first cell may come before the broker's next round has seen its pod placed:
+    the report writes that kernel's placement first (as the broker sees it now), so the cell
+    counts as busy time of its hold."""
+    file = accounting(tmp_path / "accounting.sqlite")
+    asked = time.time()
+    file.look(lambda: {"k1": Accounted("k1", "alice", "queued", GiB, None, asked)})
+    held = Accounted("k1", "alice", "running", GiB, None, asked)
+    file.seen_one = lambda kernel_id: held if kernel_id == "k1" else None
+    assert file.note_activity("k1", True, time.time(), 0, "release")
+    time.sleep(0.5)
+    assert file.note_activity("k1", False, time.time(), 0, "release")
+    [row] = file.report(HOUR, "kernel", EVERYONE)["rows"]
+    assert row["starts"] == 1
+    assert row["busy_hours"] * HOUR == pytest.approx(0.5, abs=0.2)
+    assert file.look(lambda: {"k1": held}) == 0  # the round finds it written already
