@@ -487,16 +487,16 @@ class PodStarts:
             self.kueue_says, self.kueue_places = {}, {}
             return
         self._kueue_read_at = now
-        if self.places.readable:
-            places: dict[str, Place] = {}
-            for queue in sorted(queues):
-                found = self.places.places(queue)
-                if found is None:
-                    places = {uid: place for uid, place in self.kueue_places.items() if uid in uids}
-                    break
-                places.update(found)
-            with self.lock:
-                self.kueue_places = places
+        places: dict[str, Place] = {}
+        for queue in sorted(queues) if self.places.readable else ():
+            found = self.places.places(queue)
+            if found is None:  # this time (keep the last places), or for good (none)
+                kept = self.kueue_places.items() if self.places.readable else ()
+                places = {uid: place for uid, place in kept if uid in uids}
+                break
+            places.update(found)
+        with self.lock:
+            self.kueue_places = places
         if not self.workloads.readable:
             self.kueue_says = {}
             return
