@@ -74,11 +74,18 @@ def told_while_queued(inner: Callable[[Any], Hook] | None) -> Callable[[Any], Ho
                 )
             )
             _telling.add(task)
-            task.add_done_callback(_telling.discard)
+            task.add_done_callback(_ended)
 
         return tell_kueues_words
 
     return hook_for
+
+
+def _ended(task: asyncio.Task[None]) -> None:
+    _telling.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        # The spawn goes on without Kueue's words: the hub's log says why.
+        log.warning("Kueue's words on a server pod: stopped telling: %r", task.exception())
 
 
 async def tell_while_queued(client: Any, namespace: str, pod_name: str, uid: str, timeout: float) -> None:
@@ -100,6 +107,9 @@ async def tell_while_queued(client: Any, namespace: str, pod_name: str, uid: str
                 log.debug("Server pod %s: cannot read it: %s", pod_name, error.reason)
                 continue
             return  # gone
+        except (OSError, asyncio.TimeoutError) as error:  # the API away a moment: look again
+            log.debug("Server pod %s: cannot read it: %s", pod_name, error)
+            continue
         if (pod.get("metadata") or {}).get("uid") != uid:
             return  # another pod of that name: another spawn's
         queue = held_by_kueue(pod)
