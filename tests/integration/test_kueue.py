@@ -259,13 +259,14 @@ def test_doctor_reads_kueues_workloads_as_the_servers_service_account(
     queues: KubeCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """With Kueue and the shipped Role, the doctor's Kueue line is OK; without the Role's
-    ``list workloads`` rule it warns (kernels still wait, saying less), naming the fix."""
+    ``list workloads`` rule, or its ``get localqueues/pendingworkloads``, it warns (kernels still
+    wait, saying less), naming the fix."""
     kube = queues
     _, found = doctor(kube.kubeconfig, kube.namespace, monkeypatch, capsys, kueue_queue="gpu")
     assert found["Kueue"] == {
         "name": "Kueue",
         "status": "OK",
-        "detail": "kernels wait in LocalQueue gpu; Kueue's Workloads are readable",
+        "detail": "kernels wait in LocalQueue gpu; Kueue's Workloads and their places are readable",
         "fix": "",
     }
     drop_workloads_rule(kube)
@@ -281,6 +282,24 @@ def test_doctor_reads_kueues_workloads_as_the_servers_service_account(
     )
     assert "rbac.yaml (workloads: list)" in found["Kueue"]["fix"]
     assert exit_code == 0
+    # Without the place's rule only: the reason is shown, the place is not.
+    [role] = [doc for doc in shipped_rbac(kube.namespace, ("rbac.yaml",)) if doc["kind"] == "Role"]
+    role["rules"] = [
+        rule for rule in role["rules"] if "localqueues/pendingworkloads" not in rule["resources"]
+    ]
+    kube.admin.apply(role)
+    try:
+        _, found = doctor(kube.kubeconfig, kube.namespace, monkeypatch, capsys, kueue_queue="gpu")
+    finally:
+        for manifest in shipped_rbac(kube.namespace, ("rbac.yaml",)):
+            if kind_of(manifest) == ROLES:
+                kube.admin.apply(manifest)
+    assert found["Kueue"]["status"] == "WARN", found["Kueue"]
+    assert found["Kueue"]["detail"].endswith(
+        "not allowed to get localqueues/pendingworkloads.visibility.kueue.x-k8s.io in namespace "
+        + kube.namespace
+    )
+    assert "(localqueues/pendingworkloads: get)" in found["Kueue"]["fix"]
 
 
 async def test_a_kernel_waits_for_kueues_quota_with_kueues_words_then_starts(

@@ -172,10 +172,12 @@ RBAC_NEEDED_DRA = (
 
 def check_kueue(cluster: Any, queue: str) -> Check:
     """With ``c.GPUShare.kueue_queue``: whether Kueue's Workloads can be read, which is where a
-    waiting kernel's reason comes from (without it the start still waits, saying less)."""
+    waiting kernel's reason comes from, and its visibility API, which says its place (without
+    them the start still waits, saying less)."""
     import logging
 
-    from jupyter_gpushare.backends.kubernetes.kueue_reads import WorkloadReader
+    from jupyter_gpushare.backends.kubernetes.kueue_reads import PlaceReader, WorkloadReader
+    from jupyter_gpushare.backends.kubernetes.objects.kueue import VISIBILITY_GROUP
 
     name = "Kueue"
     if not cluster.allowed("list", "workloads", "kueue.x-k8s.io"):
@@ -195,7 +197,28 @@ def check_kueue(cluster: Any, queue: str) -> Check:
             "Workload API: without Kueue they start without waiting for quota",
             "install Kueue (docs/admins/kueue.md), or unset c.GPUShare.kueue_queue",
         )
-    return Check(name, "OK", f"kernels wait in LocalQueue {queue}; Kueue's Workloads are readable")
+    if not cluster.allowed("get", "localqueues", VISIBILITY_GROUP, "pendingworkloads"):
+        return Check(
+            name,
+            "WARN",
+            f"kernels wait in LocalQueue {queue} saying Kueue's reason, but not their place: not "
+            f"allowed to get localqueues/pendingworkloads.{VISIBILITY_GROUP} in namespace "
+            f"{cluster.namespace}",
+            "apply examples/kubernetes/rbac.yaml (localqueues/pendingworkloads: get) to the server's "
+            "service account",
+        )
+    places = PlaceReader(cluster, logging.getLogger("jupyter_gpushare.doctor"))
+    if places.places(queue) is None and not places.readable:
+        return Check(
+            name,
+            "WARN",
+            f"kernels wait in LocalQueue {queue} saying Kueue's reason, but not their place: Kueue "
+            "serves no visibility API here",
+            "turn on Kueue's VisibilityOnDemand feature gate (docs/admins/kueue.md)",
+        )
+    return Check(
+        name, "OK", f"kernels wait in LocalQueue {queue}; Kueue's Workloads and their places are readable"
+    )
 
 
 def _check_rbac(cluster: Any, dra: bool = False) -> Check:

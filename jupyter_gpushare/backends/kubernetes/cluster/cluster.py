@@ -336,20 +336,16 @@ class Cluster:
                 return sorted(versions, key=lambda version: version != preferred)
         return []
 
-    def allowed(self, verb: str, resource: str, group: str = "") -> bool:
-        """Whether this client may ``verb`` ``resource`` in the namespace (a
-        SelfSubjectAccessReview); False where the API cannot say."""
+    def allowed(self, verb: str, resource: str, group: str = "", subresource: str = "") -> bool:
+        """Whether this client may ``verb`` ``resource`` (its ``subresource``) in the namespace
+        (a SelfSubjectAccessReview); False where the API cannot say."""
+        attributes = {"namespace": self.namespace, "verb": verb, "resource": resource, "group": group}
+        if subresource:
+            attributes["subresource"] = subresource
         review = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
-            "spec": {
-                "resourceAttributes": {
-                    "namespace": self.namespace,
-                    "verb": verb,
-                    "resource": resource,
-                    "group": group,
-                }
-            },
+            "spec": {"resourceAttributes": attributes},
         }
         authorization = k8s_client.AuthorizationV1Api(self.api_client)
         try:

@@ -21,7 +21,7 @@ class WithoutKueue:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    def allowed(self, verb: str, resource: str, group: str = "") -> bool:
+    def allowed(self, verb: str, resource: str, group: str = "", subresource: str = "") -> bool:
         return (verb, resource, group) == ("list", "workloads", "kueue.x-k8s.io")
 
     def list_workloads(self, selector: str, version: str) -> list[dict[str, Any]]:
@@ -39,3 +39,33 @@ def test_a_kueue_queue_on_a_cluster_without_kueue_is_a_warning_with_the_fix() ->
     )
     assert "docs/admins/kueue.md" in check.fix
     assert cluster.asked == ["v1beta2", "v1beta1"]  # both versions Kueue has served
+
+
+class WithoutVisibility(WithoutKueue):
+    """Kueue serves its Workloads, but not its visibility API (VisibilityOnDemand off)."""
+
+    def allowed(self, verb: str, resource: str, group: str = "", subresource: str = "") -> bool:
+        return True
+
+    def list_workloads(self, selector: str, version: str) -> list[dict[str, Any]]:
+        return []
+
+    def pending_workloads(self, local_queue: str, version: str) -> list[dict[str, Any]]:
+        self.asked.append(version)
+        raise ClusterError(
+            "the Kubernetes API refused to read LocalQueue gpu's pending workloads in namespace "
+            "notebooks: the server could not find the requested resource",
+            404,
+        )
+
+
+def test_kueue_without_its_visibility_api_is_a_warning_with_the_fix() -> None:
+    cluster = WithoutVisibility()
+    check = check_kueue(cluster, "gpu")
+    assert (check.status, check.detail) == (
+        "WARN",
+        "kernels wait in LocalQueue gpu saying Kueue's reason, but not their place: Kueue serves no "
+        "visibility API here",
+    )
+    assert "VisibilityOnDemand" in check.fix
+    assert cluster.asked == ["v1beta2", "v1beta1"]
