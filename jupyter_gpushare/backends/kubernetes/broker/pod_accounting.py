@@ -3,13 +3,14 @@
 The broker sees every kernel pod (its list+watch), the starts waiting in its own queue, and what
 the kernels report of their use (their servers pass it on). Every housekeeping round (a few
 seconds) it writes what it sees into the ``slices`` table of an sqlite file of its own
-(``c.GPUShare.ledger_path``; mode 0600: only the broker opens it) — only what changed
+(``c.GPUShareBroker.accounting_path``; mode 0600: only the broker opens it) — only what changed
 (:func:`~jupyter_gpushare.backends.kubernetes.objects.accounted.changes`) — and the accounting's
 triggers, the node ledger's own (:mod:`jupyter_gpushare.backends.accounting.schema`), record the
 events that :class:`~jupyter_gpushare.backends.accounting.accounts.Accounts` folds into the
 figures ``GET usage``, ``jupyter gpushare report`` and the Prometheus counters show, with the
 same names and the same rule of who sees what as on a team box. So a hold is known to the round
-(``HOUSEKEEPING_EVERY`` of the broker), and a broker restarted finds its rows and goes on.
+(``HOUSEKEEPING_EVERY`` of the broker) — or to a kernel's first cell report, which writes its own
+kernel first (:meth:`PodAccounting.look_at`) — and a broker restarted finds its rows and goes on.
 """
 
 from __future__ import annotations
