@@ -255,6 +255,20 @@ def drop_workloads_rule(kube: KubeCluster) -> None:
     kube.admin.apply(role)
 
 
+@contextlib.contextmanager
+def role_without(kube: KubeCluster, dropped: Any) -> Iterator[None]:
+    """The shipped Role without the rules ``dropped`` picks, then the shipped Role again."""
+    [role] = [doc for doc in shipped_rbac(kube.namespace, ("rbac.yaml",)) if doc["kind"] == "Role"]
+    role["rules"] = [rule for rule in role["rules"] if not dropped(rule)]
+    kube.admin.apply(role)
+    try:
+        yield
+    finally:
+        for manifest in shipped_rbac(kube.namespace, ("rbac.yaml",)):
+            if kind_of(manifest) == ROLES:
+                kube.admin.apply(manifest)
+
+
 def test_doctor_reads_kueues_workloads_as_the_servers_service_account(
     queues: KubeCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -269,13 +283,8 @@ def test_doctor_reads_kueues_workloads_as_the_servers_service_account(
         "detail": "kernels wait in LocalQueue gpu; Kueue's Workloads and their places are readable",
         "fix": "",
     }
-    drop_workloads_rule(kube)
-    try:
+    with role_without(kube, lambda rule: rule["apiGroups"] == ["kueue.x-k8s.io"]):
         exit_code, found = doctor(kube.kubeconfig, kube.namespace, monkeypatch, capsys, kueue_queue="gpu")
-    finally:
-        for manifest in shipped_rbac(kube.namespace, ("rbac.yaml",)):
-            if kind_of(manifest) == ROLES:
-                kube.admin.apply(manifest)
     assert found["Kueue"]["status"] == "WARN", found["Kueue"]
     assert found["Kueue"]["detail"].endswith(
         f"not allowed to list workloads.kueue.x-k8s.io in namespace {kube.namespace}"
@@ -283,17 +292,8 @@ def test_doctor_reads_kueues_workloads_as_the_servers_service_account(
     assert "rbac.yaml (workloads: list)" in found["Kueue"]["fix"]
     assert exit_code == 0
     # Without the place's rule only: the reason is shown, the place is not.
-    [role] = [doc for doc in shipped_rbac(kube.namespace, ("rbac.yaml",)) if doc["kind"] == "Role"]
-    role["rules"] = [
-        rule for rule in role["rules"] if "localqueues/pendingworkloads" not in rule["resources"]
-    ]
-    kube.admin.apply(role)
-    try:
+    with role_without(kube, lambda rule: "localqueues/pendingworkloads" in rule["resources"]):
         _, found = doctor(kube.kubeconfig, kube.namespace, monkeypatch, capsys, kueue_queue="gpu")
-    finally:
-        for manifest in shipped_rbac(kube.namespace, ("rbac.yaml",)):
-            if kind_of(manifest) == ROLES:
-                kube.admin.apply(manifest)
     assert found["Kueue"]["status"] == "WARN", found["Kueue"]
     assert found["Kueue"]["detail"].endswith(
         "not allowed to get localqueues/pendingworkloads.visibility.kueue.x-k8s.io in namespace "
