@@ -117,12 +117,12 @@ cluster-newest: $(BIN)/python controlplane-newest
 test-newest: install-test controlplane-newest
 	KUBE_TESTCLUSTER=$$($(PYTHON) tests/cluster/build.py --kubernetes newest) $(BIN)/pytest tests/integration/test_cluster.py tests/integration/test_kubernetes.py tests/integration/test_kubernetes_dra.py tests/integration/kubernetes_server tests/integration/test_broker_kubernetes.py tests/integration/test_broker_dra.py tests/integration/test_doctor_cluster.py
 
-bench: install controlplane
+bench: install controlplane kueue
 	$(BIN)/pip install --quiet -e '.[test,cluster,bench]'
 	bash benchmarks/run_all.sh
 
 # CI-sized benchmarks (each well under a minute; CI runs them after the tests): a benchmark that
 # crashes fails, a missed goal is a verdict in the output (benchmarks/README.md).
-bench-quick: $(BIN)/python controlplane
+bench-quick: $(BIN)/python controlplane kueue
 	$(BIN)/pip install --quiet -e '.[test,cluster,bench]'
 	bash benchmarks/run_all.sh --quick

@@ -58,9 +58,10 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
-from jupyter_gpushare.backends.broker_client.transport import BrokerClient, UnreachableError  # noqa: E402
+from jupyter_gpushare.backends.broker_client.transport import BrokerClient  # noqa: E402
 from jupyter_gpushare.backends.kubernetes.pods_from_broker import LONG_ASK  # noqa: E402
 from tests.cluster import PODS, ControlPlane, KubeCluster, Namespace, hami_nodes  # noqa: E402
+from tests.cluster.broker import start_broker  # noqa: E402
 from tests.cluster.fixture import SERVER_ACCOUNT, SERVER_NAMESPACE  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -166,27 +167,6 @@ def embedded_watches(audit: AuditCounts, env: dict[str, str], processes: int) ->
         for process in started:
             process.kill()
             process.wait()
-
-
-def start_broker(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], BrokerClient]:
-    socket = root / "broker.sock"
-    broker = subprocess.Popen(
-        [str(BIN / "jupyter-gpushare"), "broker", "--backend", "kubernetes", "--socket", str(socket)],
-        env=env,
-        stdout=(root / "broker.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    client = BrokerClient(f"unix:{socket}")
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            client.call("GET", "info")
-            client.call("GET", "pool")  # the watch's first listing is in
-            return broker, client
-        except UnreachableError:
-            if broker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((root / "broker.log").read_text()) from None
-            time.sleep(0.05)
 
 
 def servers_polling(url: str, servers: int, window: float, follow: bool) -> tuple[list[float], int]:

@@ -72,12 +72,12 @@ from broker_cluster import (
     percentile,
     plain_starts,
     rss_mib,
-    start_broker,
     start_pods,
 )
 
 from jupyter_gpushare.backends.broker_client.transport import BrokerClient
 from tests.cluster import KubeCluster, Namespace, hami_nodes
+from tests.cluster.broker import start_broker
 from tests.cluster.nodes import SimNode
 from tests.cluster.rest import NODES
 

@@ -78,6 +78,8 @@ run benchmarks/broker_streams.py "${quick[@]}"
 run benchmarks/broker_cluster.py "${quick[@]}"
 run benchmarks/broker_scale.py "${quick[@]}" --against-plain
 run benchmarks/replay.py "${quick[@]}" --plot "$replay_chart"
+# Kueue's rounds play in real time (holds of seconds): longer than the others' limit even quick.
+limit=$((limit * 2)) run benchmarks/kueue_wait.py "${quick[@]}"
 
 {
     echo

@@ -37,6 +37,11 @@ One job per module:
   watch per node, on its own event loop;
 * fixture.py — :class:`KubeCluster`, what a test holds (its namespace, nodes, kubeconfigs,
   helpers), and :class:`Namespace` with the shipped RBAC;
+* kueue.py — Kueue's controller built unmodified from its Go module, run against the control
+  plane (its visibility API where asked), and the queues and grants tests apply;
+* broker.py — the GPU broker on a Unix socket, as benchmarks and tests start it;
+* kueue_rounds.py — a scripted sequence of kernel pods against Kueue's quota through the broker:
+  its wait estimate against real waits;
 * __main__.py — ``make cluster``.
 """
 

@@ -51,6 +51,7 @@ import yaml
 
 from tests.cluster.build import BINARIES, go_environment
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.fixture import EXAMPLES, SERVER_ACCOUNT, SERVER_NAMESPACE
 from tests.cluster.rest import (
     API_SERVICES,
     CLUSTER_QUEUES,
@@ -669,6 +670,50 @@ def _webhooks_answer(admin: Api) -> bool:
 
 
 # -- queues --------------------------------------------------------------------------------------------
+
+
+def broker_grants(namespace: str, name: str = "test-broker-kueue") -> list[dict[str, Any]]:
+    """The shipped broker RBAC's Kueue rules for the wait estimate (examples/kubernetes/
+    broker-rbac.yaml: ``get localqueues`` in its Role, ``get clusterqueues`` in a ClusterRole of
+    its own) granted in ``namespace`` to the Jupyter server's ServiceAccount, which the test
+    cluster's broker acts as (under the shipped server Role, which has no such rules)."""
+    shipped = [doc for doc in yaml.safe_load_all((EXAMPLES / "broker-rbac.yaml").read_text()) if doc]
+    [role] = [doc for doc in shipped if doc["kind"] == "Role"]
+    [cluster_role] = [
+        doc for doc in shipped if doc["kind"] == "ClusterRole" and doc["metadata"]["name"].endswith("-kueue")
+    ]
+    rules = [rule for rule in role["rules"] if rule["apiGroups"] == ["kueue.x-k8s.io"]]
+    subjects = [{"kind": "ServiceAccount", "name": SERVER_ACCOUNT, "namespace": SERVER_NAMESPACE}]
+    rbac = "rbac.authorization.k8s.io/v1"
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "name": name}
+    return [
+        {
+            "apiVersion": rbac,
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": rules,
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {**ref, "kind": "Role"},
+            "subjects": subjects,
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": cluster_role["rules"],
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {**ref, "kind": "ClusterRole"},
+            "subjects": subjects,
+        },
+    ]
 
 
 def gpu_queues(

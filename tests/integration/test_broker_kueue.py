@@ -10,6 +10,8 @@ Kueue holds as taking node room, and its starts say Kueue's reason.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
 
 from ..cluster import ControlPlane
-from ..cluster.kueue import SCHEDULING_GATE, Kueue, gpu_queues
+from ..cluster.kueue import SCHEDULING_GATE, Kueue, broker_grants, gpu_queues
 from ..cluster.nodes import SimNode, gfd_labels
 from ..cluster.rest import PODS
 from ..support.polling import wait_until
@@ -124,3 +126,49 @@ def test_the_broker_leaves_the_queue_to_kueue_and_its_starts_say_kueues_reason(s
         assert admitted.get("status") == "True"
     shut_down(setup, third)
     wait_until(setup.cluster.pods, DEADLINE, message="no kernel pod left", until=lambda pods: pods == [])
+
+
+def test_a_kernel_kueue_holds_is_told_its_wait_and_the_estimate_is_judged(setup: Setup) -> None:
+    """Five kernels held and shut down (and the first test's three) give the broker's accounting
+    finished holds to go by;
+    then, the shipped broker Role's Kueue rules granted (the ClusterQueue behind the LocalQueue),
+    a kernel Kueue holds behind a running one is told when it is expected to start: its view's
+    ``expected_start`` and ``wait …`` in Kueue's words. Its first estimates are kept in the
+    broker's file and judged once Kueue admits it (the accounting's triggers)."""
+    accounting = setup.root / "broker-runtime" / "gpushare-broker-accounting.sqlite"
+    with applied(setup.cluster, broker_grants(setup.cluster.namespace)):
+        for _ in range(5):
+            status, body = call(setup, "alice", "POST", "kernels", {"name": "gpu-60g"})
+            assert status in (201, 202), body
+            running(setup, "alice", body["kernel_id"])
+            shut_down(setup, body["kernel_id"])
+        first = call(setup, "alice", "POST", "kernels", {"name": "gpu-60g"})[1]["kernel_id"]
+        running(setup, "alice", first)
+        second = call(setup, "alice", "POST", "kernels", {"name": "gpu-60g"})[1]["kernel_id"]
+        view = wait_until(
+            lambda: call(setup, "alice", "GET", f"kernels/{second}")[1],
+            DEADLINE,
+            message=f"kernel {second} told its wait",
+            until=lambda view: (
+                view.get("expected_start") is not None
+                and "(position 1 of 1; wait " in (view.get("detail") or "")
+            ),
+        )
+        print(f"kernel {second} waits: {view['detail']}; expected at {view['expected_start']:.0f}")
+        assert view["state"] == "queued" and NO_QUOTA in view["detail"]
+        assert view["expected_start"] > time.time() - 60  # not a wait that has passed long ago
+        with sqlite3.connect(accounting) as db:
+            assert [row[0] for row in db.execute("SELECT kernel_id FROM acct_estimates")] == [second]
+        shut_down(setup, first)
+        running(setup, "alice", second)
+        wait_until(
+            lambda: (
+                sqlite3.connect(accounting)
+                .execute("SELECT model, naive, placed_at FROM acct_judged")
+                .fetchall()
+            ),
+            DEADLINE,
+            message="the kernel's estimates judged once it was placed",
+            until=lambda judged: len(judged) == 1,
+        )
+        shut_down(setup, second)

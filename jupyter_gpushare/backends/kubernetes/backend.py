@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from jupyter_gpushare.backends.accounting.accounts import Accounts
@@ -116,6 +116,9 @@ class KubernetesBackend(PodAccounts, Backend):
     name = "kubernetes"
     remote_kernels = True
     capabilities: Capabilities = KERNEL_PODS  # a pod holds its resources for its life
+    # When kernels whose pods Kueue holds are expected to start, by kernel id: the broker's
+    # estimates (:mod:`.broker.kueue_waits` sets it); a server of its own makes none.
+    expected_starts: Callable[[], Mapping[str, float]] | None = None
 
     def __init__(self, settings: GPUShare) -> None:
         self.settings = settings
@@ -280,9 +283,7 @@ class KubernetesBackend(PodAccounts, Backend):
         """This server's kernel pods (by label, or by id for kernels this process runs), and its
         kernels without a pod: a start being checked, a restart between two pods, a pod that
         ended before the server restarts the kernel."""
-        slices, nodes = self._kernel_slices(), self.nodes()
-        usage = self.fresh_usage(slices)
-        positions = queue_positions(slices)
+        slices, view_of = self._pod_views()
         views: list[KernelPayload] = []
         for item in slices:
             if item.server != self.server_label and item.kernel_id not in server.ids:
@@ -290,16 +291,8 @@ class KubernetesBackend(PodAccounts, Backend):
             if item.ended or item.deleting:
                 continue  # its kernel is ending; the server lists it until it is gone
             kernel_name, path = server.name_of(item.kernel_id)
-            view = kernel_view(
-                item,
-                nodes,
-                slices,
-                usage.get(item.kernel_id),
-                viewer=self.viewer,
-                kernel_name=kernel_name,
-                path=path,
-                detail=server.details.get(item.kernel_id),
-                positions=positions,
+            view = view_of(
+                item, kernel_name=kernel_name, path=path, detail=server.details.get(item.kernel_id)
             )
             view["warnings"] = [*view["warnings"], *server.warnings.get(item.kernel_id, ())]
             views.append(view)
@@ -320,16 +313,30 @@ class KubernetesBackend(PodAccounts, Backend):
         return views
 
     def all_kernels(self) -> list[KernelPayload]:
+        slices, view_of = self._pod_views()
+        return [view_of(item) for item in slices if not item.ended]
+
+    def _pod_views(self) -> tuple[list[PodSlice], Callable[..., KernelPayload]]:
+        """Our kernel pods, and what makes each one's view: the nodes, the usage reports, the
+        queue's places and the broker's estimates, read once for all of them."""
         slices, nodes = self._kernel_slices(), self.nodes()
         usage = self.fresh_usage(slices)
         positions = queue_positions(slices)
-        return [
-            kernel_view(
-                item, nodes, slices, usage.get(item.kernel_id), viewer=self.viewer, positions=positions
+        expected = self.expected_starts() if self.expected_starts is not None else {}
+
+        def view_of(item: PodSlice, **named: Any) -> KernelPayload:
+            return kernel_view(
+                item,
+                nodes,
+                slices,
+                usage.get(item.kernel_id),
+                viewer=self.viewer,
+                positions=positions,
+                expected_start=expected.get(item.kernel_id),
+                **named,
             )
-            for item in slices
-            if not item.ended
-        ]
+
+        return slices, view_of
 
     def change_marker(self) -> Hashable:
         shared = self._shared

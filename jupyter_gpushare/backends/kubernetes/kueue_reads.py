@@ -18,6 +18,7 @@ from jupyter_gpushare.backends.kubernetes.objects.kueue import (
     places_by_pod,
     stopped_in_events,
 )
+from jupyter_gpushare.backends.kubernetes.objects.kueue_wait import Quota, quota_of
 
 # The API server's words for a path nothing serves (a LocalQueue it serves but does not have is
 # another 404: "localqueues.kueue.x-k8s.io \"gpu\" not found").
@@ -100,6 +101,42 @@ class PlaceReader(KueueReader):
         return None
 
 
+class QuotaReader(KueueReader):
+    """The quota of the ClusterQueue a LocalQueue feeds (:mod:`.objects.kueue_wait`), for the wait
+    estimate: the LocalQueue is read once (its ClusterQueue never changes), the ClusterQueue each
+    time (what it reserves does). Where the Role lacks ``get localqueues`` or the ClusterRole ``get
+    clusterqueues``, that is said once and not asked again: starts show no estimate."""
+
+    def __init__(
+        self, cluster: Cluster, log: logging.Logger | logging.LoggerAdapter[Any], label: str = ""
+    ) -> None:
+        super().__init__(cluster, log, label)
+        self.feeds: dict[str, str] = {}  # LocalQueue → its ClusterQueue
+
+    def quota(self, local_queue: str) -> Quota | None:
+        """The quota behind ``local_queue``; None when it cannot be read (now: logged at debug;
+        or ever: not :attr:`readable`)."""
+        while self.versions:
+            version = self.versions[0]
+            try:
+                name = self.feeds.get(local_queue)
+                if name is None:
+                    spec = self.cluster.local_queue(local_queue, version).get("spec") or {}
+                    name = self.feeds[local_queue] = str(spec.get("clusterQueue") or "")
+                return quota_of(self.cluster.cluster_queue(name, version)) if name else None
+            except ClusterError as error:
+                if error.api_status == 404 and NOT_SERVED in str(error):
+                    self.versions = self.versions[1:]
+                    continue
+                if error.api_status in (401, 403):
+                    self.versions = ()
+                    self.log.warning("%sno wait estimate for Kueue's queues: %s", self.label, error)
+                    return None
+                self.log.debug("%scannot read Kueue's quota: %s", self.label, error)
+                return None
+        return None
+
+
 def stopped_by_kueue_events(cluster: Cluster, pod: str, uid: str) -> str | None:
     """Why Kueue stopped pod ``pod`` of ``uid`` (an earlier pod of the same name is not it), from
     the event Kueue recorded on it: a pod Kueue preempts is deleted within seconds, its events
@@ -107,4 +144,4 @@ def stopped_by_kueue_events(cluster: Cluster, pod: str, uid: str) -> str | None:
     return stopped_in_events(cluster.pod_events(pod), uid)
 
 
-__all__ = ["KueueReader", "PlaceReader", "WorkloadReader", "stopped_by_kueue_events"]
+__all__ = ["KueueReader", "PlaceReader", "QuotaReader", "WorkloadReader", "stopped_by_kueue_events"]

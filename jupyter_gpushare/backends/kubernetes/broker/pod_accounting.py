@@ -20,15 +20,16 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from jupyter_gpushare.backends.accounting import schema
+from jupyter_gpushare.backends.accounting import schema, store
 from jupyter_gpushare.backends.accounting.accounts import Accounts
 from jupyter_gpushare.backends.kubernetes.objects.accounted import Accounted, Changes, changes
 from jupyter_gpushare.core.errors import LedgerError
+from jupyter_gpushare.core.placement.wait_estimate import History
 
 if TYPE_CHECKING:
     from jupyter_gpushare.config import GPUShare
@@ -156,6 +157,28 @@ class PodAccounting(Accounts):
     ) -> bool:
         self.look_at(kernel_id)
         return super().note_activity(kernel_id, busy, at, idle_after, idle_action)
+
+    def estimate_basis(self) -> tuple[History, set[str], dict[str, float]]:
+        """What the wait estimates of Kueue's queues go by (:mod:`.kueue_waits`): the finished holds
+        and the judged estimates, the kernels whose first estimates are kept, and when each
+        running kernel pod was placed (seconds since the epoch). Folds what ended since the
+        last fold first: its holds count."""
+        self.fold()
+
+        def read(db: sqlite3.Connection) -> tuple[History, set[str], dict[str, float]]:
+            placed = db.execute("SELECT kernel_id, placed_at FROM slices WHERE placed_at IS NOT NULL")
+            return store.history(db), store.kept_estimates(db), {row[0]: row[1] for row in placed}
+
+        return self.ledger.read_with(read)
+
+    def keep_estimates(self, kept: Mapping[str, tuple[float, float]]) -> None:
+        """Keep waiting kernels' first estimates (the model's, the naive one), judged once each
+        kernel's pod is placed (the accounting's triggers). Each kernel's wait is written first
+        (:meth:`look_at`): a pod gated since the last round has its row, and its first estimates
+        are the ones kept."""
+        for kernel_id in kept:
+            self.look_at(kernel_id)
+        self.ledger.write_with(lambda db: store.keep_estimates(db, kept))
 
     def _write(self, wanted: Changes) -> int:
         """Write ``wanted`` (lock held); how many rows changed."""

@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from jupyter_gpushare.backends.kubernetes.backend import POD_HOLDERS, KubernetesBackend
+from jupyter_gpushare.backends.kubernetes.broker.kueue_waits import Gated, KueueWaits
 from jupyter_gpushare.backends.kubernetes.broker.pod_accounting import PodAccounting
 from jupyter_gpushare.backends.kubernetes.broker.pod_objects import (
     PodAsk,
@@ -134,6 +135,8 @@ class PodStarts:
         # Where each pod Kueue holds stands in its queues (its visibility API), by the pod's uid.
         self.places = PlaceReader(backend.cluster, log)
         self.kueue_places: dict[str, Place] = {}
+        # How long each of them is expected to wait (needs the accounting's history).
+        self.waits = KueueWaits(backend.cluster, accounting)
         self._kueue_read_at = -math.inf
         # Each kernel's pod as last seen: once it is gone, how it ended (Kueue's stop, its uid).
         self.last_pods: dict[str, dict[str, Any]] = {}
@@ -236,7 +239,10 @@ class PodStarts:
                     **renew,
                 }
             if start is not None and start.state in ("creating", "starting"):
-                return {"state": "starting", "detail": start.detail, **renew}
+                # Behind Kueue's gate: when it is expected to start, where estimated.
+                expected = self.waits.expected.get(kernel_id)
+                estimate = {"expected_start": expected} if expected is not None else {}
+                return {"state": "starting", "detail": start.detail, **estimate, **renew}
             if pod is not None:
                 phase = (pod.get("status") or {}).get("phase")
                 # A pod Kueue stops (preempted) is deleted right after: its kernel ends now, in
@@ -474,17 +480,19 @@ class PodStarts:
         if now - self._kueue_read_at < KUEUE_EVERY:
             return
         with self.lock:
-            held = [
-                pod
+            gated = [
+                Gated(start.kernel_id, start.owner, start.memory or 0, pod)
                 for start in self.starts.values()
                 if start.state == "starting"
                 and (pod := self.backend.pod_object(pod_name(start.kernel_id))) is not None
                 and held_by_kueue(pod) is not None
             ]
+            held = [one.pod for one in gated]
             uids = {str(uid) for pod in held if (uid := (pod.get("metadata") or {}).get("uid"))}
             queues = {str(held_by_kueue(pod)) for pod in held}
         if not uids:
             self.kueue_says, self.kueue_places = {}, {}
+            self.waits.expected = {}
             return
         self._kueue_read_at = now
         places: dict[str, Place] = {}
@@ -497,6 +505,8 @@ class PodStarts:
             places.update(found)
         with self.lock:
             self.kueue_places = places
+            pods = list(self.pods().values())
+        self.waits.estimate(gated, pods, places)
         if not self.workloads.readable:
             self.kueue_says = {}
             return
@@ -568,6 +578,7 @@ class PodStarts:
             asked=summary(start.pod_request) if start.pod_request is not None else None,
             kueue_says=self.kueue_says.get(str(uid)) if uid else None,
             kueue_place=self.kueue_places.get(str(uid)) if uid else None,
+            kueue_wait=self._expected_wait(start.kernel_id),
         )
         start.unschedulable_since = (start.unschedulable_since or now) if seen.unschedulable else None
         start.detail = seen.detail
@@ -581,6 +592,16 @@ class PodStarts:
         elif seen.error is not None:
             self._fail(start, seen.error)
             threading.Thread(target=self.delete_objects, args=(start.kernel_id, 0), daemon=True).start()
+
+    def _expected_wait(self, kernel_id: str) -> float | None:
+        """Seconds a start Kueue holds is expected to wait still (None: no estimate)."""
+        expected = self.waits.expected.get(kernel_id)
+        return None if expected is None else expected - time.time()
+
+    def expected_starts(self) -> dict[str, float]:
+        """When each kernel whose pod Kueue holds is expected to start (seconds since the
+        epoch), where estimated: the ``expected_start`` of its view."""
+        return dict(self.waits.expected)
 
     def _fail(self, start: PodStartState, error: GPUShareError) -> None:
         start.state, start.error, start.finished_at = "failed", error, time.monotonic()

@@ -30,6 +30,7 @@ class KubernetesSide:
         accounting = PodAccounting(broker.effective_accounting_path(), lambda: backend.settings)
         backend.accounts = accounting
         pods = PodStarts(backend, orphan_grace=broker.orphan_grace, accounting=accounting)
+        backend.expected_starts = pods.expected_starts  # the kernel views of Kueue's waiting pods
         return KubernetesAuthority(backend, pods)
 
 

@@ -229,6 +229,26 @@ class Cluster:
         )
         return list(listed.get("items") or [])
 
+    def local_queue(self, name: str, version: str) -> dict[str, Any]:
+        """Kueue's LocalQueue ``name`` in the namespace (``kueue.x-k8s.io/<version>``)."""
+        custom = k8s_client.CustomObjectsApi(self.api_client)
+        return self._call(
+            f"read Kueue LocalQueue {name}",
+            lambda: custom.get_namespaced_custom_object(
+                kueue.GROUP, version, self.namespace, kueue.LOCAL_QUEUES, name, _preload_content=False
+            ),
+        )
+
+    def cluster_queue(self, name: str, version: str) -> dict[str, Any]:
+        """Kueue's ClusterQueue ``name`` (cluster-scoped; ``kueue.x-k8s.io/<version>``)."""
+        custom = k8s_client.CustomObjectsApi(self.api_client)
+        return self._call(
+            f"read Kueue ClusterQueue {name}",
+            lambda: custom.get_cluster_custom_object(
+                kueue.GROUP, version, kueue.CLUSTER_QUEUES, name, _preload_content=False
+            ),
+        )
+
     def pending_workloads(self, local_queue: str, version: str) -> list[dict[str, Any]]:
         """The Workloads waiting in LocalQueue ``local_queue``, in order, from Kueue's visibility
         API (``visibility.kueue.x-k8s.io/<version>``; served where Kueue's VisibilityOnDemand is

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jupyter_gpushare.core.placement.wait_estimate import describe
+
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on a Workload: the uid of the pod it was made for
@@ -37,6 +39,8 @@ STOPPED_EVENT = "Stopped"  # by Kueue's job controllers, "<framework>-kueue-cont
 PREEMPTED = "Preempted"  # the Workload's Evicted reason, and how Kueue's preemption message begins
 GROUP = "kueue.x-k8s.io"
 WORKLOADS = "workloads"
+LOCAL_QUEUES = "localqueues"
+CLUSTER_QUEUES = "clusterqueues"
 # Kueue's visibility API (its VisibilityOnDemand feature, an aggregated API server): a
 # LocalQueue's pending workloads, each with its position there and in its ClusterQueue.
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
@@ -158,21 +162,30 @@ def places_by_pod(pending: Sequence[dict[str, Any]]) -> dict[str, Place]:
     return places
 
 
-def queued_by_kueue(queue: str, why: str | None = None, place: Place | None = None) -> str:
+def queued_by_kueue(
+    queue: str, why: str | None = None, place: Place | None = None, wait: float | None = None
+) -> str:
     """Why a pod Kueue holds waits: ``queued by Kueue in LocalQueue gpu (position 2 of 3; 4 in
-    its ClusterQueue): couldn't assign flavors …`` (without its place: ``queued by Kueue in
-    LocalQueue gpu: …``; without Kueue's reason: ``…: waiting for its admission``)."""
-    where = ""
+    its ClusterQueue; wait about 6 min): couldn't assign flavors …`` (without its place or an
+    estimate of its ``wait`` in seconds, without those words; without Kueue's reason: ``…:
+    waiting for its admission``)."""
+    said: list[str] = []
     if place is not None:
-        where = f" (position {place.local} of {place.waiting}"
-        where += f"; {place.cluster} in its ClusterQueue)" if place.cluster != place.local else ")"
+        said.append(f"position {place.local} of {place.waiting}")
+        if place.cluster != place.local:
+            said.append(f"{place.cluster} in its ClusterQueue")
+    if wait is not None:
+        said.append(f"wait {describe(max(0.0, wait))}")
+    where = f" ({'; '.join(said)})" if said else ""
     return f"queued by Kueue in LocalQueue {queue}{where}: {why or 'waiting for its admission'}"
 
 
-def waiting_state(queue: str, why: str | None = None, place: Place | None = None) -> str:
+def waiting_state(
+    queue: str, why: str | None = None, place: Place | None = None, wait: float | None = None
+) -> str:
     """What a start says while Kueue holds its pod: ``pending: queued by Kueue in LocalQueue
-    gpu (position 2 of 3): couldn't assign flavors …``."""
-    return f"pending: {queued_by_kueue(queue, why, place)}"
+    gpu (position 2 of 3; wait about 6 min): couldn't assign flavors …``."""
+    return f"pending: {queued_by_kueue(queue, why, place, wait)}"
 
 
 __all__ = [

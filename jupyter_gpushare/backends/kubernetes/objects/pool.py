@@ -348,9 +348,12 @@ def kernel_view(
     path: str = "",
     detail: str | None = None,
     positions: Mapping[str, int] | None = None,
+    expected_start: float | None = None,
 ) -> KernelPayload:
     """One entry of ``GET kernels`` for a kernel pod; ``detail`` is what its start is doing.
-    ``positions`` (from :func:`queue_positions`) saves working the queue out again per pod."""
+    ``positions`` (from :func:`queue_positions`) saves working the queue out again per pod;
+    ``expected_start``: when a waiting pod is expected to start, where estimated (Kueue's
+    queues, through the broker)."""
     index_of = {node.name: index for index, node in enumerate(nodes)}
     position = (positions if positions is not None else queue_positions(slices)).get(item.kernel_id)
     state: State = "running" if item.placed and item.phase == "Running" else "queued"
@@ -386,4 +389,6 @@ def kernel_view(
         "node": item.node,
         "detail": detail,
     }
+    if state == "queued" and expected_start is not None:
+        view["expected_start"] = expected_start
     return kernel_as_seen(view, viewer)

@@ -54,13 +54,15 @@ def progress(
     asked: str | None = None,
     kueue_says: str | None = None,
     kueue_place: Place | None = None,
+    kueue_wait: float | None = None,
 ) -> Progress:
     """Where pod ``name`` stands, ``waited`` seconds after it was admitted (``pod`` None: the
     watch does not show it — not yet, or deleted — and has not for ``unseen_for`` seconds since
     the pod was created). ``asked``: what the pod asks for where its limits do not say it (a DRA
     claim), for the reason a start fails with; ``kueue_says``: why Kueue holds the pod, read from
     its Workload (:func:`~jupyter_gpushare.backends.kubernetes.objects.kueue.why_waiting`);
-    ``kueue_place``: where it stands in Kueue's queues (its visibility API)."""
+    ``kueue_place``: where it stands in Kueue's queues (its visibility API); ``kueue_wait``: how
+    many more seconds it is expected to wait (:mod:`.kueue_wait`)."""
     if pod is None:
         if unseen_for > gone_grace:
             return _failed(KernelPodStartError(f"the kernel pod {name} was deleted while it started"))
@@ -90,7 +92,11 @@ def progress(
             )
         return Progress("starting", f"pending: {unschedulable}", unschedulable=True)
     queue = held_by_kueue(pod)  # waiting for Kueue's quota (its reason is on the Workload)
-    detail = waiting_state(queue, kueue_says, kueue_place) if queue is not None else pending_state(pod, [])
+    detail = (
+        waiting_state(queue, kueue_says, kueue_place, kueue_wait)
+        if queue is not None
+        else pending_state(pod, [])
+    )
     if waited >= launch_timeout:
         return _failed(
             KernelPodStartError(

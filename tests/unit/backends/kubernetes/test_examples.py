@@ -93,6 +93,7 @@ BROKER_CALLS = {
     ("", "events"): {"list"},  # Kueue's reason for a pod it preempted, once gone
     ("kueue.x-k8s.io", "workloads"): {"list"},  # Kueue's reason kernel pods wait
     ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads"): {"get"},  # and their places
+    ("kueue.x-k8s.io", "localqueues"): {"get"},  # the ClusterQueue behind (the wait estimate)
 }
 
 
@@ -107,5 +108,17 @@ def test_the_brokers_role_grants_what_the_broker_calls_and_no_more() -> None:
         for resource in rule["resources"]:
             granted.setdefault((group, resource), set()).update(rule["verbs"])
     assert granted == BROKER_CALLS
-    [cluster_role] = [doc for doc in documents if doc["kind"] == "ClusterRole"]
-    assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    cluster_roles = {
+        doc["metadata"]["name"]: doc["rules"] for doc in documents if doc["kind"] == "ClusterRole"
+    }
+    assert cluster_roles == {
+        "jupyter-gpushare-broker-nodes": [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
+        ],
+        # The quota behind the kernels' LocalQueue (Cluster.cluster_queue: the wait estimate).
+        "jupyter-gpushare-broker-kueue": [
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get"]}
+        ],
+    }
+    bound = {doc["roleRef"]["name"] for doc in documents if doc["kind"] == "ClusterRoleBinding"}
+    assert bound == set(cluster_roles)
