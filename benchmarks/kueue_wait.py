@@ -28,13 +28,17 @@ each first estimate (the model's, the naive one, which was told).
 
 Run: ``.venv/bin/python benchmarks/kueue_wait.py`` (needs root, as Kueue's tests do, the ``test``
 and ``cluster`` extras, the control plane and Kueue binaries: ``make controlplane kueue``);
-``--quick`` runs one round of each pattern after the warm-up, with holds of 4 s and 12 s.
+``--quick`` runs one round of each pattern after the warm-up, with holds of 4 s and 12 s;
+``--keep DIR`` keeps the broker's log and accounting file (its holds, kept and judged estimates).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -60,12 +64,19 @@ NAMESPACE = "kueue-wait"
 IMAGE = "jupyter-gpushare-kernel:bench"
 SCRIPT = Script(small=("4G", 8.0), large=("40G", 24.0))
 QUICK = Script(small=("4G", 4.0), large=("40G", 12.0))  # as tests/integration/test_kueue_wait.py
+ACCOUNTING = "gpushare-broker-accounting.sqlite"  # the broker's file, in its runtime directory
 BOUND = 0.35  # goal: the estimate's mean error, as a share of the mean real wait
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="copy the broker's log and accounting file (its holds, kept and judged estimates) here",
+    )
     arguments = parser.parse_args()
     script = QUICK if arguments.quick else SCRIPT
     rounds = len(script.pattern) * (1 if arguments.quick else 3)
@@ -90,11 +101,26 @@ def main() -> int:
                 )
                 with broker(root, cluster, IMAGE) as client:
                     measured = play(client, script, rounds, lambda line: print(f"   {line}", flush=True))
+                if arguments.keep is not None:
+                    keep(root, arguments.keep)
                 told = first_estimates(root / "broker.log")
                 print(f"the broker's first estimates ({len(told)}):")
                 for line in told:
                     print(f"   {line}")
     return report(measured)
+
+
+def keep(root: Path, into: Path) -> None:
+    """The broker's log, and its accounting file as one file (sqlite's backup: what its
+    write-ahead log still holds included), for a look at what the estimates went by."""
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "broker.log", into / "broker.log")
+    with (
+        contextlib.closing(sqlite3.connect(root / "runtime" / ACCOUNTING)) as source,
+        contextlib.closing(sqlite3.connect(into / ACCOUNTING)) as target,
+    ):
+        source.backup(target)
+    print(f"kept in {into}: broker.log, {ACCOUNTING}")
 
 
 def report(measured: list[Kernel]) -> int:

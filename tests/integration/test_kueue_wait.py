@@ -5,10 +5,10 @@ holders held 4 s (4G) and 12 s (40G), a 4G waiter Kueue holds back each round; f
 rounds, then three times the four rounds of the pattern.
 
 The bound: the estimate's mean absolute error at most 0.35 of the mean wait, and below the naive
-estimate's (place in line x the mean hold / the slots), over all twelve. Twelve, not four: until
-ten of its estimates have been judged against placements the estimator checks its model on
-past holds, and that check has told the naive estimate for a few rounds in a row in some runs
-(docs/benchmarks.md); every estimate told counts.
+estimate's (place in line x the mean hold / the slots), over all twelve: every estimate told
+counts, those made before ten were judged against placements too (until then the estimator checks
+its model on past holds; docs/benchmarks.md tells how that check once told the naive estimate
+for rounds in a row).
 """
 
 from __future__ import annotations

@@ -61,6 +61,12 @@ CHECK_SAMPLES = 11  # plays of each past moment in that check
 JUDGED = 1000  # placed starts whose kept estimates judge the model against the naive estimate
 JUDGED_RECENT = 100  # of them, the recent ones that must favour the model too
 JUDGED_MIN = 10  # placed starts judged before they decide (until then: the check on past holds)
+# Seconds within which two times are one moment in the check on past holds: the GPU broker
+# records what one look saw at one time, but a hold's start worked out as its end less its
+# length differs from it by a fraction of a millisecond (57 µs seen: the look's clock and the
+# database's), so a hold that ended as another began would count as held then, ending at once:
+# a wait of 0 s that both estimates miss alike, which made the check a coin toss.
+SAME_MOMENT = 0.01
 
 
 @dataclass(frozen=True)
@@ -263,10 +269,16 @@ def model_holds(
     naive_errors: list[float] = []
     for moment, _, _ in spans[-CHECKED:]:
         # What the estimate knew then: the holds that had ended by that moment.
-        past = History(tuple(hold for _, hold in by_end[: bisect.bisect_right(ends_at, moment)]))
+        past = History(
+            tuple(hold for _, hold in by_end[: bisect.bisect_right(ends_at, moment + SAME_MOMENT)])
+        )
         if len(past.holds) < MIN_HISTORY:
             continue
-        then = [(memory, moment - start, end) for start, end, memory in spans if start < moment < end]
+        then = [
+            (memory, moment - start, end)
+            for start, end, memory in spans
+            if start < moment - SAME_MOMENT and moment + SAME_MOMENT < end
+        ]
         if len(then) < ends:
             continue
         real = sorted(end for _, _, end in then)[ends - 1] - moment

@@ -208,3 +208,41 @@ def test_the_model_answers_only_where_both_the_long_and_the_recent_record_favour
     assert trusted(model_nearer + placed(JUDGED_RECENT, 100.0, 900.0))
     # Starts judged before the last JUDGED are forgotten.
     assert trusted(placed(3 * JUDGED, 300.0, 200.0) + model_nearer + placed(JUDGED_RECENT, 100.0, 900.0))
+
+
+# What a GPU broker's accounting recorded of a scripted sequence on Kueue's quota (two slots;
+# 40G kernels held 12 s, 4G ones 4 s; benchmarks/kueue_wait.py --keep): (GiB, seconds, ended at).
+# Each look's events share one time, so a round's holders end as the next round's begin.
+BROKER_HOLDS = [
+    (40, 12.006937503814697, 1796614399.7440114),
+    (40, 12.006937503814697, 1796614399.7440114),
+    (4, 4.0022759437561035, 1796614409.750998),
+    (40, 14.01635456085205, 1796614423.767981),
+    (40, 14.01635456085205, 1796614423.767981),
+    (4, 4.0035436153411865, 1796614427.7719827),
+    (40, 12.006562232971191, 1796614439.7789984),
+    (40, 12.006562232971191, 1796614439.7789984),
+    (4, 4.002574682235718, 1796614443.7819943),
+    (4, 4.0025622844696045, 1796614449.7910142),
+    (4, 4.0025622844696045, 1796614449.7910142),
+    (4, 4.002287864685059, 1796614453.79401),
+    (4, 4.004549264907837, 1796614457.7990174),
+    (4, 4.003950834274292, 1796614461.803019),
+    (40, 12.01251220703125, 1796614465.8069804),
+    (40, 12.010090112686157, 1796614477.8170137),
+    (40, 12.010090112686157, 1796614477.8170137),
+    (4, 4.001590013504028, 1796614481.8190038),
+]
+
+
+def test_a_hold_that_ended_as_another_began_is_not_checked_as_held_then() -> None:
+    """A 40G hold ended (1796614465.80698) as the next round's began (their start, their end
+    less their length, 57 µs earlier): it was not held then. Counted as held, ending at once, it made
+    the check a coin toss between two estimates that both said 2 s (the model 2.0038 s off, the
+    naive one 2.0021 s) and the naive estimate was told behind two 40G kernels."""
+    history = History(
+        tuple((gib * GiB, seconds) for gib, seconds, _ in BROKER_HOLDS),
+        tuple(ended for _, _, ended in BROKER_HOLDS),
+    )
+    slots = parse_simulation("2xA100-80GB").devices
+    assert model_holds(1796614485.0, 1, slots, [], {}, history)
