@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -455,6 +456,20 @@ def test_a_starting_kernels_long_ask_is_answered_when_its_start_moves_on(setup: 
     the broker holds an ask while the start stands as the caller last heard (its ``mark``) and
     answers it as soon as the start moves on, so a start costs a few answers, not one per poll."""
     [alices] = [view["kernel_id"] for view in call(setup, "alice", "GET", "kernels")[1]]
+    token = user_token(setup, "bob")
+    # A start that fits, with nothing ahead of it, is admitted as it comes, and the POST is
+    # answered once its pod exists: the answer says what the watch will show (not "creating"),
+    # and the API server has the pod when the answer arrives.
+    direct = str(uuid.uuid4())
+    ask = {"kernel_id": direct, "gpu_memory": "2G", "gpu_mode": "vgpu", "argv": ["sleep", "600"]}
+    status, made = on_broker(setup, token, "POST", "pods", {**ask, "token": "t" * 32})
+    assert status == 202 and made["state"] in ("starting", "running"), made
+    assert made["detail"] != "creating the kernel pod", made
+    assert pod_name(direct) in {pod["metadata"]["name"] for pod in setup.cluster.pods()}
+    assert on_broker(setup, token, "DELETE", f"pods/{direct}?grace=0")[0] == 200
+    wait_until(
+        lambda: pod_name(direct) not in {pod["metadata"]["name"] for pod in setup.cluster.pods()}, timeout=60
+    )
     bob = call(setup, "bob", "POST", "kernels", {"name": "gpu-6g-vgpu"})
     assert bob[0] in (201, 202), bob
     bobs = bob[1]["kernel_id"]
@@ -463,7 +478,6 @@ def test_a_starting_kernels_long_ask_is_answered_when_its_start_moves_on(setup: 
     behind = call(setup, "bob", "POST", "kernels", {"name": "gpu-2g-vgpu"})
     assert ahead[0] == 202 and behind[0] == 202, (ahead, behind)
     waiting = behind[1]["kernel_id"]
-    token = user_token(setup, "bob")
     now = wait_until(
         lambda: (lambda a: a[1] if a[0] == 200 and "position 2" in str(a[1].get("detail")) else None)(
             on_broker(setup, token, "GET", f"pods/{waiting}")

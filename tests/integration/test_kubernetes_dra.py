@@ -148,7 +148,9 @@ def claims(cluster: KubeCluster) -> list[dict[str, Any]]:  # the test's namespac
     return cluster.objects(RESOURCE_CLAIMS)
 
 
-async def eventually(condition: Any, timeout: float = 10.0, what: str = "condition") -> None:
+async def eventually(condition: Any, timeout: float = 60.0, what: str = "condition") -> None:
+    # Generous: a loaded machine's controllers, scheduler and nodes take their time (10 s failed
+    # once in a full run, the server pod not yet running).
     await async_wait_until(condition, timeout, 0.05, what)
 
 

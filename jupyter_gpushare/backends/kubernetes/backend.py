@@ -201,10 +201,7 @@ class KubernetesBackend(PodAccounts, Backend):
     def slices(self) -> list[PodSlice]:
         """Our kernel pods, oldest first: from the watch in a server, else listed now."""
         shared = self._connect()
-        if shared is None:
-            return []
-        read = (read_pod(pod) for pod in shared.kernel_pods())
-        return sorted((item for item in read if item is not None), key=lambda item: item.created)
+        return shared.kernel_slices() if shared is not None else []
 
     def pod_objects(self) -> list[dict[str, Any]]:
         """Our kernel pods as the API shows them (from the watch in a server or a broker)."""

@@ -40,14 +40,14 @@ class PodStartsHandler(BrokerHandler):
 
 
 class PodsHandler(PodStartsHandler):
-    """``POST pods``: check and queue a kernel pod start; answers how it stands (202)."""
+    """``POST pods``: check and queue a kernel pod start; answers how it stands (202): once its
+    pod is created where it is admitted at once (:meth:`PodStarts.run_start`)."""
 
     @answering_domain_errors
     async def post(self) -> None:
         ask = parse_ask(self.json_body())
         caller = self.caller
-        await self.run(self.pods.submit, caller.user, caller.server_id, ask)
-        view = await self.run(self.pods.view, caller.user, ask.kernel_id, caller.admin)
+        view = await self.pods.run_start(caller.user, caller.server_id, ask, caller.admin)
         self.answer({**view, "mark": view_mark(view)}, status=202)
 
 

@@ -6,8 +6,11 @@ A server asks for a kernel pod (``POST pods``); the broker checks the request ag
 kernel's token), and queues the start. The head of the queue is admitted only when the broker's view
 of the cluster (:mod:`jupyter_gpushare.backends.kubernetes.objects.admission`) says it fits; then
 the Secret and the pod are created — the only API requests a start costs — and the pod is followed
-through the broker's one list+watch. The server asks (``GET pods/{id}``) and gets, in turn, its
-queue position, the pod's phase and the scheduler's words, and once it runs the connection info.
+through the broker's one list+watch. A start alone in the queue that fits is admitted as it comes,
+and its objects are created on the thread that took its ``POST`` in, which is answered once they
+exist (:meth:`PodStarts.run_start`); the others are admitted by the loop's rounds. The server
+asks (``GET pods/{id}``) and gets, in turn, its queue position, the pod's phase and the
+scheduler's words, and once it runs the connection info.
 A starting kernel's ask is a long one (``?wait=S&seen=MARK``): it is answered when what it would
 say differs from the ``mark`` of the caller's last answer, or after ``S`` seconds. Each round
 tells the asks of the starts it changed (:meth:`PodStarts.ask`), so a burst of starts costs a
@@ -37,7 +40,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -69,8 +72,8 @@ from jupyter_gpushare.backends.kubernetes.objects.kueue import (
     workloads_selector,
 )
 from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name
-from jupyter_gpushare.backends.kubernetes.objects.pool import held_by_user, never_fits, read_pod
-from jupyter_gpushare.backends.kubernetes.objects.starting import KernelPodStartError, progress
+from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice, held_by_user, never_fits, read_pod
+from jupyter_gpushare.backends.kubernetes.objects.starting import CREATED, KernelPodStartError, progress
 from jupyter_gpushare.backends.kubernetes.objects.status import termination
 from jupyter_gpushare.core.errors import (
     DoesNotFitError,
@@ -85,11 +88,16 @@ from jupyter_gpushare.core.sizes import bytes_or_none
 log = logging.getLogger("jupyter_gpushare.broker")
 
 TICK = 0.1  # seconds between looks at the queue and the starting pods (a new start: at once)
-# Kernel pods (and Secrets) created at the same time. A burst's starts wait for the slowest of
-# them: 8 made 20 concurrent starts three rounds of API calls where a plain client of the API
-# server makes one (benchmarks/broker_scale.py --against-plain). The API client's connection
-# pool (cluster.API_CONNECTIONS) keeps room for them beside the watches and request threads.
-CREATORS = 32
+# Kernel pods (and Secrets) created at the same time, each on a thread of its own that also
+# takes its POST in (:meth:`PodStarts.start`). A burst's starts wait for these threads: with 32,
+# 200 concurrent starts kept the API server below what it answers with more in flight, and their
+# admission p99 was x1.3-2.0 a plain client's; with 96, x1.0-1.2 on 2 cores
+# (benchmarks/broker_scale.py --against-plain). The API client's connection pool
+# (cluster.API_CONNECTIONS) keeps room for them beside the watches and request threads.
+CREATORS = 96
+# Seconds a POST pods waits, once its start is queued, for its pod to be created before it is
+# answered as the start stands (an API server slow to create; a caller's call times out at 30 s).
+ANSWER_WITHIN = 10.0
 UNSCHEDULABLE_GRACE = 10.0  # seconds an admitted pod may stay unplaceable before its start fails
 FINISHED_KEPT_FOR = 120.0  # seconds a finished start's outcome stays readable
 # Seconds between the broker's reads of the Workloads of the pods Kueue holds: one LIST for all
@@ -144,6 +152,9 @@ class PodStarts:
         # alone), and each start's state, queue position and detail as the last round left them.
         self._asks: dict[str, set[asyncio.Event]] = {}
         self._told: dict[str, tuple[str, int, str]] = {}
+        # The nodes' rooms for admission, with what they were computed for (:meth:`_rooms`).
+        self._round = 0
+        self._rooms_for: tuple[tuple[int, Hashable | None], Rooms] | None = None
 
     @property
     def longest_ask(self) -> float:
@@ -159,8 +170,48 @@ class PodStarts:
 
     # ---- a server asks ------------------------------------------------------------------------------
 
-    def submit(self, owner: str, server_id: str, ask: PodAsk) -> PodStartState:
-        """Check ``ask`` against the broker's limits and queue it (raises with the reason)."""
+    def start(
+        self, owner: str, server_id: str, ask: PodAsk, admin: bool, submitted: Callable[[], None]
+    ) -> dict[str, Any]:
+        """``POST pods``: :meth:`submit` ``ask`` (then ``submitted()``); a start admitted at once
+        has its objects created here, before its view is read, so that its caller learns in the
+        answer that its pod exists. Runs on one of the creators' threads (:meth:`run_start`): a
+        burst of starts holds none of the threads other requests are answered on."""
+        admitted = self.submit(owner, server_id, ask)
+        submitted()
+        if admitted is not None:
+            self._create(admitted)
+        # A failed start stays for its caller's next ask, should this answer no longer be awaited.
+        return self.view(owner, ask.kernel_id, admin, forget_failed=False)
+
+    async def run_start(self, owner: str, server_id: str, ask: PodAsk, admin: bool = False) -> dict[str, Any]:
+        """:meth:`start` on a creator's thread (one thread hand-off for the whole start); its
+        view once its pod is created, or ``ANSWER_WITHIN`` seconds after it was queued, as it
+        stands then (an API server slow to create: the caller's asks follow the start)."""
+        loop = asyncio.get_running_loop()
+        queued = asyncio.Event()
+
+        def submitted() -> None:
+            loop.call_soon_threadsafe(queued.set)
+
+        started = loop.run_in_executor(self._creators, self.start, owner, server_id, ask, admin, submitted)
+        waiting: asyncio.Future[Any] = asyncio.ensure_future(queued.wait())
+        try:
+            await asyncio.wait([started, waiting], return_when=asyncio.FIRST_COMPLETED)
+            if not started.done():
+                await asyncio.wait({started}, timeout=ANSWER_WITHIN)
+        finally:
+            waiting.cancel()
+        if started.done():
+            return started.result()
+        started.add_done_callback(lambda done: done.exception())  # told by the caller's next ask
+        return await asyncio.to_thread(self.view, owner, ask.kernel_id, admin)
+
+    def submit(self, owner: str, server_id: str, ask: PodAsk) -> PodStartState | None:
+        """Check ``ask`` against the broker's limits and queue it (raises with the reason). A
+        start with nothing ahead of it that fits now is admitted at once, not at the loop's next
+        round, and returned: its objects are the caller's to create (:meth:`start`); else None
+        (the loop admits it when it fits)."""
         if not KERNEL_ID.match(ask.kernel_id):
             raise InvalidRequestError(
                 f"kernel_id must be a lowercase id of letters, digits and dashes, not {ask.kernel_id!r}"
@@ -169,8 +220,7 @@ class PodStarts:
         start = new_start(self.backend, owner, server_id, ask)
         wanted = start.memory
         with self.lock:
-            pods = self.pods()
-            slices = [item for item in map(read_pod, pods.values()) if item is not None]
+            slices = self.backend.slices()
             mine = next((item for item in slices if item.kernel_id == ask.kernel_id), None)
             current = self.starts.get(ask.kernel_id)
             if (mine is not None and mine.owner != owner) or (current is not None and current.owner != owner):
@@ -196,21 +246,30 @@ class PodStarts:
                 if refusal is not None:
                     raise DoesNotFitError(refusal)
             if settings.when_full == "fail":
-                reason = why_not_now(wanted, self.backend.nodes(), slices, self._unseen(pods))
+                reason = why_not_now(wanted, self.backend.nodes(), slices, self._unseen(_names(slices)))
                 if self.queue or reason:
                     raise DoesNotFitError(reason or f"{len(self.queue)} earlier GPU request(s) are waiting")
             self.starts[ask.kernel_id] = start
             self.last_pods.pop(ask.kernel_id, None)
             self.queue.append(ask.kernel_id)
             self.leases[ask.kernel_id] = time.monotonic()
-            self._describe_queue()
+            # Alone in the queue: admitted now if it fits (a round would admit it the same way,
+            # one loop wake-up and a thread later: a burst of starts waited for rounds).
+            admitted = self._admit() if self.queue == [ask.kernel_id] else []
+            if not admitted:
+                self._describe_queue()
+        if admitted:
+            return start
         if self._wake is not None:
             loop, wake = self._wake
             loop.call_soon_threadsafe(wake.set)
-        return start
+        return None
 
-    def view(self, owner: str, kernel_id: str, admin: bool = False) -> dict[str, Any]:
-        """How a start (or a running kernel pod) stands, for its server; renews its lease."""
+    def view(
+        self, owner: str, kernel_id: str, admin: bool = False, *, forget_failed: bool = True
+    ) -> dict[str, Any]:
+        """How a start (or a running kernel pod) stands, for its server; renews its lease. A
+        failed start raises its error, and is forgotten once told (with ``forget_failed``)."""
         with self.lock:
             start = self.starts.get(kernel_id)
             pod = self.backend.pod_object(pod_name(kernel_id))
@@ -229,7 +288,8 @@ class PodStarts:
                 self._follow(start, pod, time.monotonic())
             if start is not None and start.state == "failed":
                 error = start.error or KernelPodStartError("the kernel pod could not be started")
-                del self.starts[kernel_id]
+                if forget_failed:
+                    del self.starts[kernel_id]
                 raise error
             if start is not None and start.state == "queued":
                 return {
@@ -314,9 +374,8 @@ class PodStarts:
         """What the accounting keeps now (:mod:`.pod_accounting`): the kernel pods, and the starts
         waiting for theirs (in the queue, or created but not shown by the watch yet)."""
         with self.lock:
-            pods = self.pods()
-            requested, waiting = self._waiting(self.starts, pods)
-        slices = [item for item in map(read_pod, pods.values()) if item is not None]
+            slices = self.backend.slices()
+            requested, waiting = self._waiting(self.starts, _names(slices))
         return accounted(slices, waiting, self.backend.fresh_usage(slices), requested)
 
     def accounted_one(self, kernel_id: str) -> Accounted | None:
@@ -325,16 +384,16 @@ class PodStarts:
             pod = self.backend.pod_object(pod_name(kernel_id))
             pods = {pod_name(kernel_id): pod} if pod is not None else {}
             start = self.starts.get(kernel_id)
-            requested, waiting = self._waiting({kernel_id: start} if start is not None else {}, pods)
+            requested, waiting = self._waiting({kernel_id: start} if start is not None else {}, set(pods))
         slices = [item for item in map(read_pod, pods.values()) if item is not None]
         return accounted(slices, waiting, self.backend.fresh_usage(slices), requested).get(kernel_id)
 
     @staticmethod
     def _waiting(
-        starts: Mapping[str, PodStartState], pods: Mapping[str, dict[str, Any]]
+        starts: Mapping[str, PodStartState], pods: Collection[str]
     ) -> tuple[dict[str, float], list[Waiting]]:
         """When each of ``starts`` was asked for (seconds since the epoch), and those still
-        waiting for a pod ``pods`` do not show (in the queue, or created but not seen yet)."""
+        waiting for a pod not among ``pods`` (names; in the queue, or created but not seen yet)."""
         wall, now = time.time(), time.monotonic()
         requested = {k: wall - (now - start.requested_at) for k, start in starts.items()}
         waiting = [
@@ -374,6 +433,7 @@ class PodStarts:
         """One round: admit what fits from the head of the queue (their pods are created in the
         background), then follow starting pods."""
         with self.lock:
+            self._round += 1  # the nodes' rooms are computed afresh
             admitted = self._admit() if self.queue else []
         for start in admitted:
             # The API calls of several admitted starts go out together, not one after the
@@ -439,13 +499,9 @@ class PodStarts:
         """Take from the head of the queue what fits now (lock held)."""
         admitted: list[PodStartState] = []
         now = time.monotonic()
-        pods = self.pods()
-        slices = [item for item in map(read_pod, pods.values()) if item is not None]
         # Under Kueue, Kueue queues: the pod is made at once and waits behind its gate for
         # quota, which the broker cannot see; a second queue in front would hold starts back.
-        kueue = self.settings.kueue_queue
-        # The nodes' rooms once a round; each start admitted in it takes its own from them.
-        rooms = None if kueue else Rooms(node_rooms(self.backend.nodes(), slices, self._unseen(pods)))
+        rooms = None if self.settings.kueue_queue else self._rooms()
         while self.queue:
             start = self.starts[self.queue[0]]
             waited = now - start.requested_at
@@ -518,8 +574,20 @@ class PodStarts:
         elif not self.workloads.readable:
             self.kueue_says = {}
 
-    def _unseen(self, pods: Mapping[str, dict[str, Any]]) -> list[int]:
-        """Bytes of admitted starts whose pods the watch does not show yet."""
+    def _rooms(self) -> Rooms:
+        """The nodes' rooms (lock held): computed once a round, and between rounds again only
+        once the watch has moved; each start admitted meanwhile took its own from them, as in a
+        round. A burst of starts admitted as they come (:meth:`submit`) would otherwise read
+        every pod and node once per start."""
+        key = (self._round, self.backend.change_marker_at_once())  # before what it keys
+        if self._rooms_for is None or self._rooms_for[0] != key or key[1] is None:
+            slices = self.backend.slices()
+            rooms = Rooms(node_rooms(self.backend.nodes(), slices, self._unseen(_names(slices))))
+            self._rooms_for = (key, rooms)
+        return self._rooms_for[1]
+
+    def _unseen(self, pods: Collection[str]) -> list[int]:
+        """Bytes of admitted starts whose pods (by name) are not among ``pods``."""
         return [
             start.memory
             for start in self.starts.values()
@@ -548,7 +616,7 @@ class PodStarts:
             if start.state != "creating":
                 return  # withdrawn meanwhile
             start.state, start.created_at = "starting", time.monotonic()
-            start.detail = "pending: waiting for the scheduler"
+            start.detail = CREATED
             self._told[start.kernel_id] = (start.state, 0, start.detail)
         self._tell([start.kernel_id])  # created: told now, not at the next round
 
@@ -623,6 +691,10 @@ class PodStarts:
         garbage collector finishes it)."""
         for problem in delete_objects(self.backend, kernel_id, grace):
             log.error("Kernel %s: cleanup incomplete: %s", kernel_id, problem)
+
+
+def _names(slices: list[PodSlice]) -> set[str]:
+    return {item.pod for item in slices}
 
 
 def _version(pod: Mapping[str, Any] | None) -> str | None:

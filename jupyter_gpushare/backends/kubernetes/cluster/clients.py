@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import Cluster, ClusterError, load_configuration
 from jupyter_gpushare.backends.kubernetes.cluster.watch import ClusterWatch, Watched
 from jupyter_gpushare.backends.kubernetes.objects.manifests import APP, APP_LABEL
-from jupyter_gpushare.backends.kubernetes.objects.pool import read_node
+from jupyter_gpushare.backends.kubernetes.objects.pool import PodSlice, read_node, read_pod
 from jupyter_gpushare.core.pods.cluster import NodeGPUs
 from jupyter_gpushare.core.pods.presets import ResourcePreset
 
@@ -42,6 +44,10 @@ class SharedCluster:
     # Each watched node as last read, by name, with its resourceVersion: a node's status moves
     # every few seconds (its kubelet), and only the nodes that moved are read again.
     _node_reads: dict[str, tuple[object, NodeGPUs | None]] = field(default_factory=dict)
+    # The same for the watched kernel pods: a broker reads them all for every start it admits,
+    # and reading 2,000 pods (their environment above all) takes tens of milliseconds.
+    _read_pods: tuple[Watched, int, list[PodSlice]] | None = None
+    _pod_reads: dict[str, tuple[object, PodSlice | None]] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:
@@ -78,6 +84,24 @@ class SharedCluster:
         if self._watch is not None:
             return self.watch().pods.items()
         return list(self.cluster.list_pods(f"{APP_LABEL}={APP}"))
+
+    def kernel_slices(self) -> list[PodSlice]:
+        """Every kernel pod's slice (:func:`read_pod`), oldest first: from the watch where it
+        runs, each pod read again only once its resourceVersion moved; else listed now."""
+        if self._watch is None:
+            read = (read_pod(pod) for pod in self.cluster.list_pods(f"{APP_LABEL}={APP}"))
+            return sorted((item for item in read if item is not None), key=lambda item: item.created)
+        watched = self.watch().pods
+        version, raw = watched.versioned_items()
+        with self._lock:
+            cached = self._read_pods
+            if cached is not None and cached[:2] == (watched, version):
+                return list(cached[2])
+            if cached is None or cached[0] is not watched:
+                self._pod_reads = {}  # another watch: nothing read before holds
+            pods = sorted(read_versioned(raw, read_pod, self._pod_reads), key=lambda item: item.created)
+            self._read_pods = (watched, version, pods)
+        return list(pods)
 
     def kernel_pod(self, name: str) -> dict[str, object] | None:
         """One kernel pod of the namespace by name: from the watch where it runs, else read now."""
@@ -142,26 +166,43 @@ def _read_nodes(
     """The GPU nodes of ``raw``, read for ``preset``; with ``known`` (reads by node name and
     resourceVersion, updated here), a node whose version is the one read before is not read
     again."""
-    if known is None:
-        read = [read_node(node, preset) for node in raw]
-    else:
-        read, seen = [], set()
-        for node in raw:
-            metadata = node.get("metadata") or {}
-            name = metadata.get("name") if isinstance(metadata, dict) else None
-            version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
-            before = known.get(str(name)) if name is not None else None
-            if before is not None and version is not None and before[0] == version:
-                item = before[1]
-            else:
-                item = read_node(node, preset)
-                if name is not None:
-                    known[str(name)] = (version, item)
-            seen.add(str(name))
-            read.append(item)
-        for gone in set(known) - seen:
-            del known[gone]
+    read = (
+        [read_node(node, preset) for node in raw]
+        if known is None
+        else read_versioned(raw, lambda node: read_node(node, preset), known)
+    )
     return sorted((node for node in read if node is not None), key=lambda node: node.name)
+
+
+Read = TypeVar("Read")
+
+
+def read_versioned(
+    raw: list[dict[str, object]],
+    read: Callable[[dict[str, object]], Read | None],
+    known: dict[str, tuple[object, Read | None]],
+) -> list[Read]:
+    """``read`` of each object of ``raw`` that reads as something; ``known`` (reads by name
+    with the resourceVersion read, updated here: the names no longer there dropped) spares an
+    object whose version is the one read before."""
+    found, seen = [], set()
+    for obj in raw:
+        metadata = obj.get("metadata") or {}
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        before = known.get(str(name)) if name is not None else None
+        if before is not None and version is not None and before[0] == version:
+            item = before[1]
+        else:
+            item = read(obj)
+            if name is not None:
+                known[str(name)] = (version, item)
+        seen.add(str(name))
+        if item is not None:
+            found.append(item)
+    for gone in set(known) - seen:
+        del known[gone]
+    return found
 
 
 _shared: dict[tuple[str, str, int], SharedCluster] = {}
@@ -193,4 +234,4 @@ def forget_shared_clusters() -> None:
         _shared.clear()
 
 
-__all__ = ["ClusterError", "SharedCluster", "forget_shared_clusters", "shared_cluster"]
+__all__ = ["ClusterError", "SharedCluster", "forget_shared_clusters", "read_versioned", "shared_cluster"]

@@ -33,11 +33,12 @@ IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 REQUEST_TIMEOUT = (10.0, 60.0)
 # Connections a process's API client keeps open for reuse, at least. The client's default is
 # 5 per CPU (10 on 2 cores), fewer than the threads that call the API at once in a busy broker:
-# 32 creating kernel pods, up to 5 watches, request threads deleting pods, and housekeeping. A
+# 96 creating kernel pods, up to 5 watches, request threads deleting pods, and housekeeping. A
 # call beyond the pool opened a connection (TCP + TLS) and threw it away afterwards ("Connection
-# pool is full, discarding connection"). A larger pool with more creating threads (160, 128) made
-# a burst of 200 starts slower, not faster, on 2 cores (docs/benchmarks.md).
-API_CONNECTIONS = 48
+# pool is full, discarding connection"). More creating threads only pay once the broker's own
+# per-start work is small: 128 of them with a pool of 160 made a burst of 200 starts slower while
+# every start read every pod; 96 made it faster once it did not (docs/benchmarks.md).
+API_CONNECTIONS = 112
 
 
 class ClusterError(BackendUnavailableError):

@@ -39,6 +39,7 @@ class Progress:
 # watch delivers a creation seconds late (200 starts at once: part of them failed at 5 s,
 # counted from admission, when creating the pods alone had taken longer).
 GONE_GRACE = 15.0
+CREATED = "pending: waiting for the scheduler"  # a pod just created, as status.pending_state says it
 
 
 def progress(
@@ -66,7 +67,10 @@ def progress(
     if pod is None:
         if unseen_for > gone_grace:
             return _failed(KernelPodStartError(f"the kernel pod {name} was deleted while it started"))
-        return Progress("starting", "creating the kernel pod")
+        # Created (the API server answered its creation) but not shown by the watch yet, which
+        # lags behind a burst of starts: as any new pod, it waits for the scheduler. Saying
+        # "creating" again would move the start back a step, and wake every long ask about it.
+        return Progress("starting", CREATED)
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
     if phase == "Running" and status.get("podIP"):
@@ -111,4 +115,4 @@ def _failed(error: GPUShareError) -> Progress:
     return Progress("failed", str(error), error=error)
 
 
-__all__ = ["KernelPodStartError", "Progress", "progress"]
+__all__ = ["CREATED", "KernelPodStartError", "Progress", "progress"]

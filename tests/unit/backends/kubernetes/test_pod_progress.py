@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_gpushare.backends.kubernetes.objects.starting import GONE_GRACE, KernelPodStartError, progress
+from jupyter_gpushare.backends.kubernetes.objects.starting import (
+    CREATED,
+    GONE_GRACE,
+    KernelPodStartError,
+    progress,
+)
 from jupyter_gpushare.core.errors import DoesNotFitError
 
 TIMES = {"unschedulable_grace": 10.0, "launch_timeout": 300.0}
@@ -37,7 +42,10 @@ def test_running_with_an_ip() -> None:
 
 
 def test_not_in_the_watch_yet_then_gone() -> None:
-    assert unseen(1.0).state == "starting"
+    # Created, not shown by the watch yet: it says what the watch will show for it (a long ask
+    # is not woken by a step back to "creating").
+    assert (unseen(1.0).state, unseen(1.0).detail) == ("starting", at(pending()).detail)
+    assert at(pending()).detail == CREATED
     gone = unseen(GONE_GRACE + 1)
     assert gone.state == "failed" and isinstance(gone.error, KernelPodStartError)
     assert gone.detail == "the kernel pod gpushare-kernel-k was deleted while it started"
