@@ -27,7 +27,7 @@ import os
 import random
 import shutil
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,11 +123,11 @@ class Kubelet:
         if pod["metadata"].get("deletionTimestamp"):
             if uid not in self._terminating:
                 self._terminating.add(uid)
-                self._spawn(f"terminate-{uid}", self._terminate(node, pod))
+                self._spawn(f"terminate-{uid}", lambda: self._terminate(node, pod))
             return
         phase = (pod.get("status") or {}).get("phase")
         if uid not in self._tasks and phase == "Pending":
-            self._tasks[uid] = self._spawn(f"pod-{uid}", self._run_pod(node, pod))
+            self._tasks[uid] = self._spawn(f"pod-{uid}", lambda: self._run_pod(node, pod))
 
     async def forget(self, uid: str) -> None:
         """A pod the API no longer has (deleted with grace 0): kill what runs and forget it."""
@@ -161,10 +161,12 @@ class Kubelet:
 
     # -- a pod's life ---------------------------------------------------------------------------
 
-    def _spawn(self, name: str, work: Any) -> asyncio.Task[None]:
+    def _spawn(self, name: str, work: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        # ``work`` is called inside the task: a task cancelled before it ran (a pod deleted at
+        # once) leaves no coroutine behind that was never awaited.
         async def guarded() -> None:
             try:
-                await work
+                await work()
             except asyncio.CancelledError:
                 raise
             except ApiError as error:
