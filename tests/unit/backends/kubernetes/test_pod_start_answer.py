@@ -2,44 +2,63 @@
 its pod is created — or, when the API server is slow to create it, answered as it stands after
 ``ANSWER_WITHIN`` seconds, its creation going on and its outcome told by the caller's next ask.
 
-The cluster's API is the edge substituted here (a test cluster is in the integration tests):
-a stand-in whose pod creation waits until the test lets it go, or fails."""
+The broker's own parts are real (its ``KubernetesBackend`` and the process's ``SharedCluster``,
+without a watch: they list through the API client); the API client is the edge substituted here
+(a test cluster is in the integration tests): a stand-in whose pod creation waits until the test
+lets it go, or fails."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from jupyter_gpushare.backends.kubernetes.backend import KubernetesBackend
 from jupyter_gpushare.backends.kubernetes.broker import pods as pod_starts
 from jupyter_gpushare.backends.kubernetes.broker.pod_objects import PodAsk
 from jupyter_gpushare.backends.kubernetes.broker.pods import PodStarts
+from jupyter_gpushare.backends.kubernetes.cluster import clients
 from jupyter_gpushare.backends.kubernetes.cluster.cluster import ClusterError
-from jupyter_gpushare.backends.kubernetes.objects.build import cluster_facts
 from jupyter_gpushare.backends.kubernetes.objects.manifests import pod_name, secret_name
-from jupyter_gpushare.backends.kubernetes.objects.presets import resolve_preset
 from jupyter_gpushare.backends.kubernetes.objects.starting import CREATED, KernelPodStartError
 from jupyter_gpushare.config import GPUShare
-from jupyter_gpushare.core.pods.cluster import NodeGPUs
-from jupyter_gpushare.core.sizes import GiB
 
-SETTINGS = GPUShare(backend="kubernetes", resource_preset="hami", namespace="kernels")
-NODE = NodeGPUs("gpu-1", "NVIDIA-H100", 80 * GiB, 1, None, None, 80 * GiB, {"nvidia.com/gpumem": "81920"})
+from .test_pool import node
+
+NAMESPACE = "kernels"
+HAMI_NODE = node(
+    "gpu-1",
+    {"nvidia.com/gpu": "10", "nvidia.com/gpumem": "81920", "nvidia.com/gpucores": "100"},
+    {"nvidia.com/gpu.product": "NVIDIA-H100"},
+)
 
 
 @dataclass
 class SlowApi:
-    """The API server as the broker's client reaches it: pod creation waits for ``go``."""
+    """The Kubernetes API as the broker's client reaches it: one GPU node, no kernel pod yet;
+    pod creation waits for ``go`` (and then fails with ``refuse``)."""
 
-    namespace: str = "kernels"
+    namespace: str = NAMESPACE
     go: threading.Event = field(default_factory=threading.Event)
     refuse: bool = False
     made: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return [HAMI_NODE]
+
+    def list_pods(self, selector: str) -> list[dict[str, Any]]:
+        return []
+
+    def read_pod(self, name: str) -> None:
+        return None
 
     def create_secret(self, body: dict[str, Any]) -> None:
         self.made.append(body["metadata"]["name"])
@@ -57,54 +76,45 @@ class SlowApi:
     def delete_secret(self, name: str) -> None:
         self.deleted.append(name)
 
-
-@dataclass
-class Backend:
-    """What the starts read of the cluster (nothing created shows in the watch here)."""
-
-    cluster: SlowApi
-    settings: GPUShare = SETTINGS
-    preset: Any = field(default_factory=lambda: resolve_preset("hami"))
-    holder: str = "broker@test"
-
-    def facts(self) -> Any:
-        return cluster_facts(self.settings)
-
-    def nodes(self) -> list[NodeGPUs]:
-        return [NODE]
-
-    def slices(self) -> list[Any]:
-        return []
-
-    def pod_object(self, name: str) -> None:
+    def close(self) -> None:
         return None
 
-    def change_marker_at_once(self) -> int:
-        return 1
+
+@pytest.fixture
+def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowApi]:
+    """The stand-in as this process's client of the namespace; the machine's kubeconfig never
+    consulted (KUBECONFIG names a file that is not there)."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    stand_in = SlowApi()
+    key = (os.environ["KUBECONFIG"], NAMESPACE, os.getpid())
+    clients._shared[key] = clients.SharedCluster(stand_in)  # type: ignore[arg-type]
+    yield stand_in
+    stand_in.go.set()  # a creation still waiting ends
+    clients._shared.pop(key, None)
 
 
 def ask(kernel_id: str) -> PodAsk:
     return PodAsk(kernel_id, "2G", "vgpu", None, ("sleep", "600"), {}, "python3", None, "t" * 32, 0)
 
 
-def starts(api: SlowApi) -> PodStarts:
-    return PodStarts(Backend(api))  # type: ignore[arg-type]
+def starts() -> PodStarts:
+    return PodStarts(
+        KubernetesBackend(GPUShare(backend="kubernetes", resource_preset="hami", namespace=NAMESPACE))
+    )
 
 
-def test_a_start_that_fits_is_answered_once_its_pod_is_created() -> None:
-    api = SlowApi()
+def test_a_start_that_fits_is_answered_once_its_pod_is_created(api: SlowApi) -> None:
     api.go.set()
-    view = asyncio.run(starts(api).run_start("alice", "alice@s", ask("k1")))
+    view = asyncio.run(starts().run_start("alice", "alice@s", ask("k1")))
     assert (view["state"], view["detail"]) == ("starting", CREATED)
     assert api.made == [secret_name("k1"), pod_name("k1")]  # both there when it was answered
 
 
 def test_an_api_server_slow_to_create_gets_its_caller_an_answer_in_time(
-    monkeypatch: pytest.MonkeyPatch,
+    api: SlowApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pod_starts, "ANSWER_WITHIN", 0.5)
-    api = SlowApi()
-    pods = starts(api)
+    pods = starts()
 
     async def post() -> tuple[dict[str, Any], float]:
         began = time.monotonic()
@@ -123,11 +133,11 @@ def test_an_api_server_slow_to_create_gets_its_caller_an_answer_in_time(
 
 
 def test_a_creation_that_fails_after_the_answer_is_told_by_the_next_ask(
-    monkeypatch: pytest.MonkeyPatch,
+    api: SlowApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pod_starts, "ANSWER_WITHIN", 0.3)
-    api = SlowApi(refuse=True)
-    pods = starts(api)
+    api.refuse = True
+    pods = starts()
     view = asyncio.run(pods.run_start("alice", "alice@s", ask("k1")))
     assert view["detail"] == "creating the kernel pod", view
     api.go.set()
