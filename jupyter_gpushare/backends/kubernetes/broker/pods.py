@@ -40,7 +40,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -89,12 +89,14 @@ log = logging.getLogger("jupyter_gpushare.broker")
 
 TICK = 0.1  # seconds between looks at the queue and the starting pods (a new start: at once)
 # Kernel pods (and Secrets) created at the same time, each on a thread of its own that also
-# takes its POST in (:meth:`PodStarts.start`). A burst's starts wait for these threads: with 32,
-# 200 concurrent starts kept the API server below what it answers with more in flight, and their
-# admission p99 was x1.3-2.0 a plain client's; with 96, x1.0-1.2 on 2 cores
-# (benchmarks/broker_scale.py --against-plain). The API client's connection pool
-# (cluster.API_CONNECTIONS) keeps room for them beside the watches and request threads.
-CREATORS = 96
+# takes its POST in (:meth:`PodStarts.start`); threads are made as a burst needs them. A burst's
+# starts wait for these threads: with 32, 200 concurrent starts kept the API server below what it
+# answers with more in flight (admission p99 x1.3-2.0 a plain client's); with 96, the 97th start
+# waited for the first to be created, and the burst's p99 was its second wave's (x1.25 by the
+# median of 12 pairs); with 200, one wave (x1.03; benchmarks/broker_scale.py --against-plain,
+# docs/benchmarks.md). The API client's connection pool (cluster.API_CONNECTIONS) keeps room for
+# them beside the watches and request threads.
+CREATORS = 200
 # Seconds a POST pods waits, once its start is queued, for its pod to be created before it is
 # answered as the start stands (an API server slow to create; a caller's call times out at 30 s).
 ANSWER_WITHIN = 10.0
@@ -171,14 +173,14 @@ class PodStarts:
     # ---- a server asks ------------------------------------------------------------------------------
 
     def start(
-        self, owner: str, server_id: str, ask: PodAsk, admin: bool, submitted: Callable[[], None]
+        self, owner: str, server_id: str, ask: PodAsk, admin: bool, submitted: threading.Event
     ) -> dict[str, Any]:
-        """``POST pods``: :meth:`submit` ``ask`` (then ``submitted()``); a start admitted at once
-        has its objects created here, before its view is read, so that its caller learns in the
-        answer that its pod exists. Runs on one of the creators' threads (:meth:`run_start`): a
-        burst of starts holds none of the threads other requests are answered on."""
+        """``POST pods``: :meth:`submit` ``ask`` (then set ``submitted``); a start admitted at
+        once has its objects created here, before its view is read, so that its caller learns in
+        the answer that its pod exists. Runs on one of the creators' threads (:meth:`run_start`):
+        a burst of starts holds none of the threads other requests are answered on."""
         admitted = self.submit(owner, server_id, ask)
-        submitted()
+        submitted.set()
         if admitted is not None:
             self._create(admitted)
         # A failed start stays for its caller's next ask, should this answer no longer be awaited.
@@ -186,24 +188,23 @@ class PodStarts:
 
     async def run_start(self, owner: str, server_id: str, ask: PodAsk, admin: bool = False) -> dict[str, Any]:
         """:meth:`start` on a creator's thread (one thread hand-off for the whole start); its
-        view once its pod is created, or ``ANSWER_WITHIN`` seconds after it was queued, as it
-        stands then (an API server slow to create: the caller's asks follow the start)."""
-        loop = asyncio.get_running_loop()
-        queued = asyncio.Event()
+        view once its pod is created, or ``ANSWER_WITHIN`` seconds after it came in, as it
+        stands then (an API server slow to create: the caller's asks follow the start); a start
+        that waited that long for a creator's thread, once it is queued.
 
-        def submitted() -> None:
-            loop.call_soon_threadsafe(queued.set)
-
-        started = loop.run_in_executor(self._creators, self.start, owner, server_id, ask, admin, submitted)
-        waiting: asyncio.Future[Any] = asyncio.ensure_future(queued.wait())
-        try:
-            await asyncio.wait([started, waiting], return_when=asyncio.FIRST_COMPLETED)
-            if not started.done():
-                await asyncio.wait({started}, timeout=ANSWER_WITHIN)
-        finally:
-            waiting.cancel()
-        if started.done():
-            return started.result()
+        Whether the start is queued is a flag the loop reads when its wait ends, not a wake-up:
+        in a burst each wake-up of the event loop waits for the interpreter lock behind the
+        creators' threads, and every start's answer waits for the loop."""
+        submitted = threading.Event()
+        started = asyncio.get_running_loop().run_in_executor(
+            self._creators, self.start, owner, server_id, ask, admin, submitted
+        )
+        while True:
+            await asyncio.wait({started}, timeout=ANSWER_WITHIN)
+            if started.done():
+                return started.result()
+            if submitted.is_set():
+                break
         started.add_done_callback(lambda done: done.exception())  # told by the caller's next ask
         return await asyncio.to_thread(self.view, owner, ask.kernel_id, admin)
 
@@ -485,10 +486,14 @@ class PodStarts:
         self._tell(changed)
 
     def _tell(self, kernel_ids: list[str]) -> None:
-        """Wake these kernels' asks (from any thread)."""
-        if kernel_ids and self._wake is not None:
+        """Wake these kernels' asks (from any thread; the change told is made already). Kernels
+        nobody asks about cost no wake-up of the event loop (a start just created, whose caller
+        has its answer still to come): an ask taken after this look reads the view after the
+        change, and answers at once."""
+        asked = [kernel_id for kernel_id in kernel_ids if kernel_id in self._asks]
+        if asked and self._wake is not None:
             loop, _ = self._wake
-            loop.call_soon_threadsafe(self._wake_asks, kernel_ids)
+            loop.call_soon_threadsafe(self._wake_asks, asked)
 
     def _wake_asks(self, kernel_ids: list[str]) -> None:
         for kernel_id in kernel_ids:

@@ -33,12 +33,13 @@ IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 REQUEST_TIMEOUT = (10.0, 60.0)
 # Connections a process's API client keeps open for reuse, at least. The client's default is
 # 5 per CPU (10 on 2 cores), fewer than the threads that call the API at once in a busy broker:
-# 96 creating kernel pods, up to 5 watches, request threads deleting pods, and housekeeping. A
+# 200 creating kernel pods, up to 5 watches, request threads deleting pods, and housekeeping. A
 # call beyond the pool opened a connection (TCP + TLS) and threw it away afterwards ("Connection
 # pool is full, discarding connection"). More creating threads only pay once the broker's own
 # per-start work is small: 128 of them with a pool of 160 made a burst of 200 starts slower while
-# every start read every pod; 96 made it faster once it did not (docs/benchmarks.md).
-API_CONNECTIONS = 112
+# every start read every pod; 96 made it faster once it did not, 200 faster still (one wave for a
+# burst of 200; docs/benchmarks.md).
+API_CONNECTIONS = 216
 
 
 class ClusterError(BackendUnavailableError):

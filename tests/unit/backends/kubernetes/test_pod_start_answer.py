@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,46 @@ def test_a_creation_that_fails_after_the_answer_is_told_by_the_next_ask(
         assert time.monotonic() < deadline, "the failed creation was never told"
         time.sleep(0.05)
     assert {secret_name("k1"), pod_name("k1")} <= set(api.deleted)  # what was made of it is deleted
+
+
+def test_a_start_that_waits_for_a_creator_thread_is_answered_once_queued(
+    api: SlowApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every creator thread busy for longer than ``ANSWER_WITHIN``: the waiting start is not
+    answered before it is queued (there would be nothing to say of it), but once it is."""
+    monkeypatch.setattr(pod_starts, "ANSWER_WITHIN", 0.3)
+    pods = starts()
+    pods._creators = ThreadPoolExecutor(max_workers=1)  # k1's creation holds the only one
+    held_for = 1.0
+
+    async def post_both() -> tuple[dict[str, Any], dict[str, Any], float]:
+        first = asyncio.ensure_future(pods.run_start("alice", "alice@s", ask("k1")))
+        began = time.monotonic()
+        second = asyncio.ensure_future(pods.run_start("alice", "alice@s", ask("k2")))
+        await asyncio.sleep(held_for)
+        assert not second.done(), "answered before it was queued"
+        api.go.set()
+        return await first, await second, time.monotonic() - began
+
+    first, second, took = asyncio.run(post_both())
+    assert first["detail"] == "creating the kernel pod", first  # answered after ANSWER_WITHIN
+    assert second["state"] == "starting" and took >= held_for, (second, took)
+    assert pod_name("k2") in api.made
+
+
+def test_a_change_nobody_asks_about_costs_no_wake_up_of_the_event_loop(api: SlowApi) -> None:
+    """A start just created is told to the asks about it; with none (its caller's answer is
+    still to come), the creator's thread hands the event loop nothing."""
+    pods = starts()
+    handed: list[tuple[Any, ...]] = []
+
+    class Loop:  # the event loop as the creators' threads reach it
+        def call_soon_threadsafe(self, callback: Any, *args: Any) -> None:
+            handed.append(args)
+
+    pods._wake = (Loop(), asyncio.Event())  # type: ignore[assignment]
+    pods._tell(["k1"])
+    assert handed == []
+    pods.ask("k2")
+    pods._tell(["k1", "k2"])
+    assert handed == [(["k2"],)]
