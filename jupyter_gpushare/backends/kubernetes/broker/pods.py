@@ -93,12 +93,13 @@ TICK = 0.1  # seconds between looks at the queue and the starting pods (a new st
 # starts wait for these threads: with 32, 200 concurrent starts kept the API server below what it
 # answers with more in flight (admission p99 x1.3-2.0 a plain client's); with 96, the 97th start
 # waited for the first to be created, and the burst's p99 was its second wave's (x1.25 by the
-# median of 12 pairs); with 200, one wave (x1.03; benchmarks/broker_scale.py --against-plain,
-# docs/benchmarks.md). The API client's connection pool (cluster.API_CONNECTIONS) keeps room for
-# them beside the watches and request threads.
+# median of 12 pairs); with 200, one wave (x1.07 by the median of 9; benchmarks/broker_scale.py
+# --against-plain, docs/benchmarks.md). The API client's connection pool (cluster.API_CONNECTIONS)
+# keeps room for them beside the watches and request threads.
 CREATORS = 200
-# Seconds a POST pods waits, once its start is queued, for its pod to be created before it is
-# answered as the start stands (an API server slow to create; a caller's call times out at 30 s).
+# Seconds a POST pods waits for its pod to be created before it is answered as the start stands
+# (an API server slow to create; a caller's call times out at 30 s): from when it came in, or
+# once queued if it waited that long for a creator's thread (:meth:`PodStarts.run_start`).
 ANSWER_WITHIN = 10.0
 UNSCHEDULABLE_GRACE = 10.0  # seconds an admitted pod may stay unplaceable before its start fails
 FINISHED_KEPT_FOR = 120.0  # seconds a finished start's outcome stays readable
